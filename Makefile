@@ -1,0 +1,42 @@
+# modelplane: set-up, the embedded default, and the tests.
+# `make local` and `make test` are the two commands in README.md; both set everything up first.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup engine local test lint bench clean-local
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# The Pulumi CLI, the Python language host and the Kubernetes provider, cached per user
+# (built from Go modules when not installed; minutes the first time, seconds after).
+engine: $(STAMP)
+	$(BIN)/python -m modelplane.engine install
+
+setup: engine
+
+# The embedded default: the local fleet through the real engine on the local file backend.
+# Its secrets passphrase is the documented local one unless you export your own.
+local: setup
+	PULUMI_CONFIG_PASSPHRASE="$${PULUMI_CONFIG_PASSPHRASE-modelplane-local}" \
+		$(BIN)/modelplane up specs/local
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+bench: $(STAMP)
+	$(BIN)/python bench/plan_scale.py
+	$(BIN)/python bench/render_scale.py
+
+clean-local:
+	rm -rf specs/local/.modelplane specs/local/rendered

@@ -1,0 +1,3 @@
+from modelplane.cli import main
+
+main()

@@ -1,0 +1,147 @@
+"""Shared building blocks of the spec models: strict camelCase models, metadata, selectors."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "modelplane.ai/v1alpha1"
+RESERVED_PREFIX = "modelplane.ai/"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+
+
+class Strict(BaseModel):
+    """Base of every spec model: camelCase on the wire, unknown fields are errors."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        validate_default=True,
+    )
+
+
+def check_dns_label(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 label (lower-case alphanumerics and '-', "
+            "starting and ending alphanumeric, at most 63 characters)"
+        )
+    return value
+
+
+def check_dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(f"{value!r} is not a DNS-1123 subdomain")
+    return value
+
+
+def check_label_key(key: str) -> str:
+    prefix, sep, name = key.rpartition("/")
+    if sep and not prefix:
+        raise ValueError(f"label key {key!r} has an empty prefix")
+    if prefix:
+        check_dns_subdomain(prefix)
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"label key {key!r}: the name part must be 1-63 alphanumerics, '-', '_' or '.'"
+        )
+    return key
+
+
+def check_label_value(value: str) -> str:
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        raise ValueError(f"label value {value!r} is not a valid label value")
+    return value
+
+
+DNSLabel = Annotated[str, AfterValidator(check_dns_label)]
+DNSSubdomain = Annotated[str, AfterValidator(check_dns_subdomain)]
+LabelKey = Annotated[str, AfterValidator(check_label_key)]
+LabelValue = Annotated[str, AfterValidator(check_label_value)]
+Labels = dict[LabelKey, LabelValue]
+
+
+def check_no_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
+    reserved = sorted(k for k in labels if k.startswith(RESERVED_PREFIX))
+    if reserved:
+        raise ValueError(
+            f"label(s) {', '.join(reserved)} use the reserved prefix {RESERVED_PREFIX!r}"
+        )
+    return labels
+
+
+UserLabels = Annotated[Labels, AfterValidator(check_no_reserved_labels)]
+
+
+class ObjectMeta(Strict):
+    name: DNSLabel
+    namespace: DNSLabel | None = None
+    labels: Labels = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class LabelSelectorRequirement(Strict):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(Strict):
+    """A Kubernetes LabelSelector. An empty selector matches everything."""
+
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "In" and (not present or labels[req.key] not in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        for req in self.match_expressions:
+            if req.operator in ("In", "NotIn"):
+                parts.append(f"{req.key} {req.operator.lower()} ({','.join(req.values)})")
+            elif req.operator == "Exists":
+                parts.append(req.key)
+            else:
+                parts.append(f"!{req.key}")
+        return ",".join(parts) or "<everything>"
+
+
+class LocalObjectReference(Strict):
+    name: DNSSubdomain
+
+
+class SecretKeyRef(Strict):
+    """Where a secret value comes from (see architecture.md, "Secrets")."""
+
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253)

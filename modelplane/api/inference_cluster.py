@@ -1,0 +1,208 @@
+"""InferenceCluster: a Kubernetes cluster that serves models (GKE, EKS or existing)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from modelplane.api.base import (
+    API_VERSION,
+    DNSLabel,
+    DNSSubdomain,
+    ObjectMeta,
+    SecretKeyRef,
+    Strict,
+)
+from modelplane.api.problems import raise_if
+
+Effect = Literal["NoSchedule", "NoExecute"]
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a CIDR block ({exc})") from None
+    return value
+
+
+class GKENetworking(Strict):
+    node_cidr: str = "10.0.0.0/24"
+    pod_cidr: str = "10.1.0.0/16"
+    service_cidr: str = "10.2.0.0/16"
+
+    _check = field_validator("node_cidr", "pod_cidr", "service_cidr")(lambda v: _cidr(v))
+
+
+class EKSNetworking(Strict):
+    vpc_cidr: str = "10.0.0.0/16"
+    subnet_cidrs: list[str] = Field(
+        default_factory=lambda: ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20"],
+        min_length=2,
+        max_length=6,
+    )
+
+    @model_validator(mode="after")
+    def _subnets_inside_vpc(self) -> EKSNetworking:
+        vpc = ipaddress.ip_network(_cidr(self.vpc_cidr))
+        nets = [ipaddress.ip_network(_cidr(c)) for c in self.subnet_cidrs]
+        for cidr, net in zip(self.subnet_cidrs, nets, strict=True):
+            if not net.subnet_of(vpc):  # type: ignore[arg-type]
+                raise ValueError(f"subnet {cidr} is not inside vpcCidr {self.vpc_cidr}")
+        for i, a in enumerate(nets):
+            for b in nets[i + 1 :]:
+                if a.overlaps(b):
+                    raise ValueError(f"subnets {a} and {b} overlap")
+        return self
+
+
+class GKESource(Strict):
+    project: str = Field(min_length=1)
+    region: str = Field(min_length=1, max_length=32)
+    kubernetes_version: str = "1.35"
+    networking: GKENetworking = Field(default_factory=GKENetworking)
+
+
+class EKSSource(Strict):
+    region: str = Field(min_length=1, max_length=32)
+    kubernetes_version: str = "1.36"
+    networking: EKSNetworking = Field(default_factory=EKSNetworking)
+
+
+class IdentitySecretRef(Strict):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = "private_key"
+
+
+class KubeconfigSecretRef(SecretKeyRef):
+    key: str = Field(default="kubeconfig", min_length=1, max_length=253)
+
+
+class ExistingCache(Strict):
+    storage_class_name: DNSSubdomain
+
+
+class ExistingSource(Strict):
+    secret_ref: KubeconfigSecretRef | None = None
+    identity_secret_ref: IdentitySecretRef | None = None
+    cache: ExistingCache | None = None
+    render_to: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _needs_a_target(self) -> ExistingSource:
+        if self.secret_ref is None and self.render_to is None:
+            raise ValueError("set secretRef (the cluster's kubeconfig) or renderTo (a directory)")
+        if self.secret_ref is not None and self.render_to is not None:
+            raise ValueError("secretRef and renderTo are mutually exclusive")
+        return self
+
+
+class ClusterSource(Strict):
+    source: Literal["GKE", "EKS", "Existing"]
+    gke: GKESource | None = None
+    eks: EKSSource | None = None
+    existing: ExistingSource | None = None
+
+    @model_validator(mode="after")
+    def _block_named_by_source(self) -> ClusterSource:
+        wanted = self.source.lower()
+        if getattr(self, wanted) is None:
+            raise ValueError(f"source is {self.source}, so the {wanted!r} block is required")
+        extra = [b for b in ("gke", "eks", "existing") if b != wanted and getattr(self, b)]
+        if extra:
+            raise ValueError(
+                f"source is {self.source}, so {', '.join(repr(b) for b in extra)} must not be set"
+            )
+        return self
+
+
+class CapacityBlock(Strict):
+    capacity_reservation_id: str = Field(pattern=r"^cr-[0-9a-f]+$", min_length=4, max_length=64)
+
+
+class NodePool(Strict):
+    name: DNSLabel = Field(max_length=40)
+    class_name: DNSSubdomain
+    node_count: int = Field(default=1, ge=0)
+    min_node_count: int | None = Field(default=None, ge=0)
+    max_node_count: int | None = Field(default=None, ge=1)
+    zones: list[str] = Field(default_factory=list, max_length=8)
+    capacity_block: CapacityBlock | None = None
+    fabric: Literal["None", "EFA"] = "None"
+
+    @model_validator(mode="after")
+    def _counts_ordered(self) -> NodePool:
+        lo = self.min_node_count if self.min_node_count is not None else 0
+        if self.max_node_count is not None and lo > self.max_node_count:
+            raise ValueError(
+                f"minNodeCount {lo} is greater than maxNodeCount {self.max_node_count}"
+            )
+        if self.max_node_count is not None and self.node_count > self.max_node_count:
+            raise ValueError(
+                f"nodeCount {self.node_count} is greater than maxNodeCount {self.max_node_count}"
+            )
+        return self
+
+    @property
+    def capacity_nodes(self) -> int:
+        """The scheduler's capacity: maxNodeCount if set, else nodeCount."""
+        return self.max_node_count if self.max_node_count is not None else self.node_count
+
+
+class Taint(Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Effect
+
+    def describe(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+class ServingStackOptions(Strict):
+    install: bool = True
+    chart_repository: str = ""
+    versions: dict[str, str] = Field(default_factory=dict)
+
+
+class InferenceClusterSpec(Strict):
+    cluster: ClusterSource
+    node_pools: list[NodePool] = Field(min_length=1, max_length=8)
+    taints: list[Taint] = Field(default_factory=list)
+    serving_stack: ServingStackOptions = Field(default_factory=ServingStackOptions)
+
+    @field_validator("node_pools")
+    @classmethod
+    def _unique_pool_names(cls, pools: list[NodePool]) -> list[NodePool]:
+        names = [p.name for p in pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"node pool names must be unique; repeated: {', '.join(dupes)}")
+        if "system" in names:
+            raise ValueError("the pool name 'system' is reserved for the injected system pool")
+        return pools
+
+    @model_validator(mode="after")
+    def _cloud_specific_pool_fields(self) -> InferenceClusterSpec:
+        problems: list[tuple[str, str]] = []
+        source = self.cluster.source
+        for i, pool in enumerate(self.node_pools):
+            if source in ("GKE", "EKS") and not pool.zones:
+                problems.append((f"nodePools[{i}].zones", f"required for GPU pools on {source}"))
+            if pool.capacity_block is not None and source != "EKS":
+                problems.append((f"nodePools[{i}].capacityBlock", "only supported on EKS"))
+            if pool.fabric == "EFA" and source != "EKS":
+                problems.append((f"nodePools[{i}].fabric", "EFA is only supported on EKS"))
+        raise_if(problems)
+        return self
+
+    def pool(self, name: str) -> NodePool | None:
+        return next((p for p in self.node_pools if p.name == name), None)
+
+
+class InferenceCluster(Strict):
+    api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
+    kind: Literal["InferenceCluster"] = "InferenceCluster"
+    metadata: ObjectMeta
+    spec: InferenceClusterSpec

@@ -1,0 +1,44 @@
+"""ModelCache: model weights staged once per cluster on ReadWriteMany storage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from modelplane.api.base import API_VERSION, LabelSelector, ObjectMeta, Strict
+
+
+class AuthSecret(Strict):
+    name: str = Field(min_length=1, max_length=253)
+    key: str = "HF_TOKEN"
+
+
+class HuggingFaceSource(Strict):
+    repo: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$")
+    revision: str = "main"
+    auth_secret: AuthSecret | None = None
+
+
+class ModelCacheSpec(Strict):
+    source: Literal["HuggingFace"]
+    hugging_face: HuggingFaceSource | None = None
+    size_gib: int = Field(alias="sizeGiB", ge=1, le=100_000)
+    cluster_selector: LabelSelector = Field(default_factory=LabelSelector)
+
+    @model_validator(mode="after")
+    def _block_named_by_source(self) -> ModelCacheSpec:
+        if self.source == "HuggingFace" and self.hugging_face is None:
+            raise ValueError("source is HuggingFace, so the 'huggingFace' block is required")
+        return self
+
+
+class ModelCache(Strict):
+    api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
+    kind: Literal["ModelCache"] = "ModelCache"
+    metadata: ObjectMeta
+    spec: ModelCacheSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"

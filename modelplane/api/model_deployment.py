@@ -1,0 +1,211 @@
+"""ModelDeployment: a model served as N identical replicas across the fleet."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from modelplane.api.base import (
+    API_VERSION,
+    DNSLabel,
+    LabelKey,
+    LabelSelector,
+    ObjectMeta,
+    Strict,
+)
+from modelplane.api.pod_template import PodTemplate
+from modelplane.api.problems import raise_if
+from modelplane.api.quantities import QuantityStr
+from modelplane.api.topology import WorkerShape, parallel_flags
+
+RoleName = Literal["unified", "prefill", "decode"]
+
+
+class Toleration(Strict):
+    key: str = ""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", ""] = ""
+
+    @model_validator(mode="after")
+    def _operator_rules(self) -> Toleration:
+        if self.operator == "Equal" and not self.key:
+            raise ValueError("operator Equal needs a key")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists must not set a value")
+        return self
+
+
+class CelSelector(Strict):
+    cel: str = Field(min_length=1, max_length=10240)
+
+
+class DeviceRequest(Strict):
+    name: DNSLabel
+    count: int | None = Field(default=None, ge=1, le=64)
+    selectors: list[CelSelector] = Field(default_factory=list, max_length=8)
+
+
+class NodeSelector(Strict):
+    devices: list[DeviceRequest] = Field(min_length=1, max_length=16)
+
+    @field_validator("devices")
+    @classmethod
+    def _unique(cls, devices: list[DeviceRequest]) -> list[DeviceRequest]:
+        names = [d.name for d in devices]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"device request names must be unique; repeated: {', '.join(dupes)}")
+        return devices
+
+    @property
+    def gpu_request(self) -> DeviceRequest:
+        """The request whose count defaults to GPUs per node: `gpu`, else the first."""
+        return next((d for d in self.devices if d.name == "gpu"), self.devices[0])
+
+
+class Topology(Strict):
+    tensor: int = Field(ge=1, le=64)
+    pipeline: int = Field(default=1, ge=1, le=64)
+    data: int = Field(default=1, ge=1, le=1024)
+    data_local: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _data_multiple_of_local(self) -> Topology:
+        if self.data % self.data_local:
+            raise ValueError(
+                f"data ({self.data}) must be a multiple of dataLocal ({self.data_local})"
+            )
+        return self
+
+    @property
+    def shape(self) -> WorkerShape:
+        return WorkerShape(self.tensor, self.pipeline, self.data, self.data_local)
+
+
+class WorkerResources(Strict):
+    cpu: QuantityStr
+    memory: QuantityStr
+
+
+class Workers(Strict):
+    count: int = Field(default=1, ge=1, le=64)
+    topology: Topology
+    resources: WorkerResources
+    template: PodTemplate
+
+    @model_validator(mode="after")
+    def _args_agree_with_topology(self) -> Workers:
+        engine = self.template.spec.engine
+        expected = {
+            "tensor": self.topology.tensor,
+            "pipeline": self.topology.pipeline,
+            "data": self.topology.data,
+            "data_local": self.topology.data_local,
+        }
+        problems: list[tuple[str, str]] = []
+        for flag, field, raw in parallel_flags([*engine.command, *engine.args]):
+            wire = "dataLocal" if field == "data_local" else field
+            if not raw.isdigit() or int(raw) != expected[field]:
+                problems.append(
+                    (
+                        "template.spec.containers[engine].args",
+                        f"{flag}={raw} disagrees with topology.{wire}={expected[field]}",
+                    )
+                )
+        raise_if(problems)
+        return self
+
+
+class Role(Strict):
+    """One self-contained serving role: what each worker node needs and the workers."""
+
+    node_selector: NodeSelector | None = None
+    workers: Workers
+
+
+class ModelCacheRef(Strict):
+    name: DNSLabel
+
+
+class ModelDeploymentSpec(Strict):
+    replicas: int = Field(default=1, ge=0, le=1000)
+    cluster_selector: LabelSelector = Field(default_factory=LabelSelector)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: NodeSelector | None = None
+    workers: Workers | None = None
+    prefill: Role | None = None
+    decode: Role | None = None
+    model_cache_ref: ModelCacheRef | None = None
+    priority: int = 0
+
+    @model_validator(mode="after")
+    def _unified_xor_disaggregated(self) -> ModelDeploymentSpec:
+        unified = self.workers is not None or self.node_selector is not None
+        disagg = self.prefill is not None or self.decode is not None
+        if unified and disagg:
+            raise ValueError(
+                "set either nodeSelector + workers (unified) or prefill + decode "
+                "(disaggregated), not both"
+            )
+        if not unified and not disagg:
+            raise ValueError("set workers (unified serving) or prefill + decode")
+        problems: list[tuple[str, str]] = []
+        if unified and self.workers is None:
+            problems.append(("workers", "required with nodeSelector"))
+        if disagg:
+            for name in ("prefill", "decode"):
+                if getattr(self, name) is None:
+                    problems.append((name, "prefill and decode must both be set"))
+        raise_if(problems)
+        for name, role in self.roles.items():
+            self._check_device_counts(name, role)
+        return self
+
+    def _check_device_counts(self, name: str, role: Role) -> None:
+        if role.node_selector is None:
+            return
+        gpu = role.node_selector.gpu_request
+        prefix = "" if name == "unified" else f"{name}."
+        problems = [
+            (f"{prefix}nodeSelector.devices[{i}].count", "required for a non-GPU device request")
+            for i, d in enumerate(role.node_selector.devices)
+            if d is not gpu and d.count is None
+        ]
+        raise_if(problems)
+
+    @cached_property
+    def roles(self) -> dict[str, Role]:
+        """The serving roles in a fixed order: {unified} or {prefill, decode}."""
+        if self.workers is not None:
+            unified = Role.model_construct(node_selector=self.node_selector, workers=self.workers)
+            return {"unified": unified}
+        assert self.prefill is not None and self.decode is not None
+        return {"prefill": self.prefill, "decode": self.decode}
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill is not None
+
+
+class ModelDeployment(Strict):
+    api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
+    kind: Literal["ModelDeployment"] = "ModelDeployment"
+    metadata: ObjectMeta
+    spec: ModelDeploymentSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    def template_labels(self) -> dict[str, str]:
+        """Labels from the pod templates (both roles' merged, prefill first)."""
+        labels: dict[str, str] = {}
+        for role in self.spec.roles.values():
+            labels.update(role.workers.template.metadata.labels)
+        return labels
+
+
+__all__ = ["ModelDeployment", "ModelDeploymentSpec", "Role", "RoleName", "LabelKey"]

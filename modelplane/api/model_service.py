@@ -1,0 +1,109 @@
+"""ModelService (one stable URL, weighted over endpoints) and ModelEndpoint."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from modelplane.api.base import API_VERSION, LabelSelector, ObjectMeta, Strict
+
+
+class ServiceEndpoint(Strict):
+    selector: LabelSelector
+    weight: int = Field(default=1, ge=1, le=1_000_000)
+
+
+class ModelServiceSpec(Strict):
+    endpoints: list[ServiceEndpoint] = Field(min_length=1)
+
+
+class ModelService(Strict):
+    api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
+    kind: Literal["ModelService"] = "ModelService"
+    metadata: ObjectMeta
+    spec: ModelServiceSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def path_prefix(self) -> str:
+        return f"/{self.metadata.namespace}/{self.metadata.name}/"
+
+
+@dataclass(frozen=True)
+class ParsedURL:
+    scheme: str
+    host: str
+    port: int
+    path: str
+    address_type: Literal["IPv4", "IPv6", "FQDN"]
+
+
+def parse_endpoint_url(url: str) -> ParsedURL:
+    """Split an endpoint URL; raise ValueError naming what is wrong."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"url {url!r} must start with http:// or https://")
+    if parts.username or parts.password:
+        raise ValueError(f"url {url!r} must not carry credentials")
+    if parts.query or parts.fragment:
+        raise ValueError(f"url {url!r} must not have a query or fragment")
+    host = parts.hostname or ""
+    if not host:
+        raise ValueError(f"url {url!r} has no host")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ValueError(f"url {url!r} has an invalid port") from None
+    kind: Literal["IPv4", "IPv6", "FQDN"]
+    try:
+        ip = ipaddress.ip_address(host)
+        kind = "IPv4" if ip.version == 4 else "IPv6"
+    except ValueError:
+        labels = host.rstrip(".").split(".")
+        if not all(
+            0 < len(lbl) <= 63
+            and lbl.replace("-", "").isalnum()
+            and lbl.isascii()
+            and not lbl.startswith("-")
+            and not lbl.endswith("-")
+            for lbl in labels
+        ):
+            raise ValueError(f"url {url!r}: host {host!r} is not an IP address or DNS name") from None
+        kind = "FQDN"
+    return ParsedURL(parts.scheme, host.lower(), port, parts.path or "/", kind)
+
+
+class ModelEndpointSpec(Strict):
+    url: str = Field(min_length=1)
+    rewrite_path: str = "/"
+
+    @field_validator("url")
+    @classmethod
+    def _valid_url(cls, url: str) -> str:
+        parse_endpoint_url(url)
+        return url
+
+    @field_validator("rewrite_path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError(f"rewritePath {path!r} must start with '/'")
+        return path
+
+
+class ModelEndpoint(Strict):
+    api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
+    kind: Literal["ModelEndpoint"] = "ModelEndpoint"
+    metadata: ObjectMeta
+    spec: ModelEndpointSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"

@@ -1,0 +1,26 @@
+"""Derived names: replicas, stacks and workload objects (every name fits 63 characters)."""
+
+from __future__ import annotations
+
+import hashlib
+
+MAX_NAME = 63
+
+
+def short_hash(text: str, length: int = 5) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def replica_name(deployment: str, cluster: str, index: int) -> str:
+    """`<deployment[:57]>-<sha256("<deployment>-<cluster>-<index>")[:5]>`."""
+    base = deployment[:57].rstrip("-")
+    return f"{base}-{short_hash(f'{deployment}-{cluster}-{index}')}"
+
+
+def child_name(*parts: str, limit: int = MAX_NAME) -> str:
+    """Join parts with '-'; when too long, cut and add a hash of the full name."""
+    full = "-".join(p for p in parts if p)
+    if len(full) <= limit:
+        return full
+    digest = short_hash(full, 8)
+    return f"{full[: limit - len(digest) - 1].rstrip('-')}-{digest}"

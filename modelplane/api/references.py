@@ -1,0 +1,84 @@
+"""Cross-object checks that need the whole fleet: references, the gateway, CEL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from modelplane.api.errors import SpecError
+from modelplane.api.fleet import FleetSpec
+
+
+def _err(fleet: FleetSpec, kind: str, key: str, path: str, message: str) -> SpecError:
+    file, doc = fleet.sources.get((kind, key), ("", 0))
+    label = f"{kind} {key}"
+    return SpecError(file, doc, label, path, message)
+
+
+def _pool_classes(fleet: FleetSpec) -> Iterator[SpecError]:
+    for name, cluster in fleet.clusters.items():
+        source = cluster.spec.cluster.source
+        for i, pool in enumerate(cluster.spec.node_pools):
+            cls = fleet.classes.get(pool.class_name)
+            path = f"spec.nodePools[{i}].className"
+            if cls is None and fleet.declared("InferenceClass", pool.class_name):
+                continue
+            if cls is None:
+                yield _err(fleet, "InferenceCluster", name, path,
+                           f"InferenceClass {pool.class_name!r} does not exist")
+                continue
+            if source == "Existing":
+                continue
+            prov = cls.spec.provisioning
+            if prov is None or prov.provider != source:
+                yield _err(
+                    fleet, "InferenceCluster", name, path,
+                    f"InferenceClass {pool.class_name!r} has no provisioning recipe for "
+                    f"{source}; pools of a provisioned cluster need one",
+                )
+
+
+def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
+    gw = fleet.gateway
+    if gw is None:
+        if fleet.services:
+            key = next(iter(fleet.services))
+            yield _err(fleet, "ModelService", key, "",
+                       "ModelServices need an InferenceGateway named 'default' in the fleet")
+        return
+    if gw.metadata.name != "default":
+        yield _err(fleet, "InferenceGateway", gw.metadata.name, "metadata.name",
+                   "the InferenceGateway must be named 'default'")
+    ref = gw.spec.cluster.inference_cluster_ref
+    if ref is not None and not fleet.declared("InferenceCluster", ref):
+        yield _err(fleet, "InferenceGateway", gw.metadata.name, "spec.cluster.inferenceClusterRef",
+                   f"InferenceCluster {ref!r} does not exist")
+
+
+def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:
+    from modelplane.cel import CelCompileError, compile_selector
+
+    for key, dep in fleet.deployments.items():
+        ref = dep.spec.model_cache_ref
+        cache_key = f"{dep.metadata.namespace}/{ref.name}" if ref else ""
+        if ref is not None and not fleet.declared("ModelCache", cache_key):
+            yield _err(fleet, "ModelDeployment", key, "spec.modelCacheRef.name",
+                       f"ModelCache {ref.name!r} does not exist in namespace "
+                       f"{dep.metadata.namespace!r}")
+        for role_name, role in dep.spec.roles.items():
+            if role.node_selector is None:
+                continue
+            prefix = "spec." if role_name == "unified" else f"spec.{role_name}."
+            for i, req in enumerate(role.node_selector.devices):
+                for j, sel in enumerate(req.selectors):
+                    try:
+                        compile_selector(sel.cel)
+                    except CelCompileError as exc:
+                        yield _err(
+                            fleet, "ModelDeployment", key,
+                            f"{prefix}nodeSelector.devices[{i}].selectors[{j}].cel",
+                            f"CEL expression {sel.cel!r} does not compile: {exc}",
+                        )
+
+
+def check_references(fleet: FleetSpec) -> list[SpecError]:
+    return [*_pool_classes(fleet), *_gateway(fleet), *_deployments(fleet)]

@@ -1,0 +1,116 @@
+"""The pure verbs: validate, plan, schema. Engine verbs and sub-apps are mounted here too."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from modelplane.api.loader import load_fleet
+from modelplane.cli import app
+from modelplane.cli.output import EXIT_INVALID, console, error_table, print_json
+from modelplane.lock import write_lock
+from modelplane.planning import plan_fleet
+
+
+class Output(str, Enum):
+    table = "table"
+    json = "json"
+
+
+FleetDir = Annotated[Path, typer.Argument(help="The fleet directory (or a single spec file).")]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table for people, json for machines.")]
+
+
+@app.command()
+def validate(fleet: FleetDir, output: OutputOpt = Output.table) -> None:
+    """Check every spec of a fleet: schema, references, CEL. Exit 2 listing every error."""
+    result = load_fleet(fleet)
+    if output is Output.json:
+        print_json({"errors": [e.as_dict() for e in result.errors]})
+    elif result.errors:
+        console.print(error_table(result.errors))
+    else:
+        f = result.fleet
+        console.print(
+            f"[green]valid[/]: {len(f.classes)} classes, {len(f.clusters)} clusters, "
+            f"{len(f.deployments)} deployments, {len(f.services)} services, "
+            f"{len(f.endpoints)} endpoints, {len(f.caches)} caches"
+            + (", 1 gateway" if f.gateway else "")
+        )
+    if result.errors:
+        raise typer.Exit(EXIT_INVALID)
+
+
+@app.command()
+def plan(
+    fleet: FleetDir,
+    lock: Annotated[
+        Path | None, typer.Option(help="Placement lock (default: <fleet>/modelplane.lock.yaml).")
+    ] = None,
+    output: OutputOpt = Output.table,
+    write: Annotated[bool, typer.Option("--write", help="Update the lock file.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a deployment is short.")] = False,
+) -> None:
+    """Schedule every replica onto a cluster and pool (a dry run unless --write).
+
+    Kept replicas stay where the lock has them; shortfalls are reported with the
+    reason per cluster. Exit 0 when valid, 2 on validation errors.
+    """
+    outcome = plan_fleet(fleet, lock)
+    if output is Output.json:
+        print_json(outcome.as_json())
+    elif outcome.errors:
+        console.print(error_table(outcome.errors))
+    else:
+        console.print(_plan_table(outcome.as_json()["deployments"]))
+    if outcome.errors:
+        raise typer.Exit(EXIT_INVALID)
+    assert outcome.result is not None
+    if write:
+        changed = write_lock(outcome.lock_path, outcome.result.lock)
+        if output is Output.table:
+            console.print(
+                f"{'wrote' if changed else 'unchanged'}: {outcome.lock_path}", highlight=False
+            )
+    if strict and outcome.shortfall:
+        raise typer.Exit(1)
+
+
+def _plan_table(deployments: dict) -> Table:
+    table = Table(title="placement", title_justify="left")
+    for col in ("deployment", "replica", "cluster", "index", "pools", "short by / why"):
+        table.add_column(col, overflow="fold")
+    for key, d in deployments.items():
+        first = True
+        for r in d["replicas"]:
+            pools = ", ".join(f"{k}={v}" for k, v in r["pools"].items())
+            table.add_row(key if first else "", r["name"], r["cluster"], str(r["index"]), pools, "")
+            first = False
+        if d["unplaced"] or not d["replicas"]:
+            why = "\n".join(d["reasons"]) or ("replicas: 0" if not d["desired"] else "")
+            short = f"{d['unplaced']} of {d['desired']}: " if d["unplaced"] else ""
+            table.add_row(key if first else "", "", "", "", "", f"{short}{why}")
+    return table
+
+
+@app.command()
+def schema(
+    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path("schemas"),
+) -> None:
+    """Write a JSON Schema per kind, for editors (`# yaml-language-server: $schema=...`)."""
+    from modelplane.api.kinds import KINDS
+    from modelplane.api.placement_lock import PlacementLock
+
+    out.mkdir(parents=True, exist_ok=True)
+    for kind, model in {**KINDS, "PlacementLock": PlacementLock}.items():
+        doc = model.model_json_schema(by_alias=True, mode="validation")
+        doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        doc["$id"] = f"{kind}.schema.json"
+        path = out / f"{kind}.schema.json"
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        console.print(f"wrote {path}", highlight=False)

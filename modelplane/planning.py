@@ -1,0 +1,60 @@
+"""`plan`: load, validate, schedule against the previous lock, and report (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelplane.api.errors import FleetInvalid, SpecError
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.loader import load_fleet
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.lock import default_lock_path, read_lock
+from modelplane.scheduler import ScheduleResult, schedule
+
+
+@dataclass
+class PlanOutcome:
+    fleet: FleetSpec
+    previous: PlacementLock
+    lock_path: Path
+    result: ScheduleResult | None = None
+    errors: list[SpecError] = field(default_factory=list)
+
+    @property
+    def shortfall(self) -> bool:
+        return self.result is not None and any(r.unplaced for r in self.result.report.values())
+
+    def as_json(self) -> dict[str, Any]:
+        if self.errors or self.result is None:
+            return {"deployments": {}, "errors": [e.as_dict() for e in self.errors]}
+        deployments = {}
+        for key, rep in self.result.report.items():
+            deployments[key] = {
+                "desired": rep.desired,
+                "replicas": [
+                    {"name": r.name, "cluster": r.cluster, "index": r.index, "pools": dict(r.pools)}
+                    for r in rep.replicas
+                ],
+                "unplaced": rep.unplaced,
+                "reasons": list(rep.reasons),
+            }
+        return {"deployments": deployments, "errors": []}
+
+
+def plan_fleet(fleet_dir: str | Path, lock_path: str | Path | None = None) -> PlanOutcome:
+    """Validate and schedule; errors (specs or lock) are collected, never raised."""
+    fleet_dir = Path(fleet_dir)
+    lock_file = Path(lock_path) if lock_path else default_lock_path(fleet_dir)
+    loaded = load_fleet(fleet_dir)
+    errors = list(loaded.errors)
+    previous = PlacementLock()
+    try:
+        previous = read_lock(lock_file)
+    except FleetInvalid as exc:
+        errors.extend(exc.errors)
+    outcome = PlanOutcome(loaded.fleet, previous, lock_file, errors=sorted(errors))
+    if not outcome.errors:
+        outcome.result = schedule(loaded.fleet, previous)
+    return outcome

@@ -1,0 +1,83 @@
+"""The derived Pulumi stacks of a fleet: names, tiers and dependencies (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.names import child_name
+from modelplane.api.placement_lock import PlacementLock
+
+
+class Tier(IntEnum):
+    CLUSTERS = 0
+    CACHES = 1
+    DEPLOYMENTS = 2
+    GATEWAY = 3
+
+
+@dataclass(frozen=True)
+class StackUnit:
+    """One stack: what it owns and which stacks' outputs it reads."""
+
+    name: str
+    tier: Tier
+    kind: str  # InferenceCluster | ModelCache | ModelDeployment | InferenceGateway
+    key: str  # cluster name, `ns/name`, or `default`
+    depends_on: tuple[str, ...] = field(default=())
+
+
+# Pulumi stack names are at most 100 characters; longer derived names are cut and hashed.
+MAX_STACK_NAME = 100
+
+
+def cluster_stack(name: str) -> str:
+    return child_name("cluster", name, limit=MAX_STACK_NAME)
+
+
+def cache_stack(key: str) -> str:
+    ns, name = key.split("/", 1)
+    return child_name("cache", ns, name, limit=MAX_STACK_NAME)
+
+
+def deploy_stack(key: str) -> str:
+    ns, name = key.split("/", 1)
+    return child_name("deploy", ns, name, limit=MAX_STACK_NAME)
+
+
+GATEWAY_STACK = "gateway"
+
+
+def cache_clusters(fleet: FleetSpec, cache_key: str) -> list[str]:
+    cache = fleet.caches[cache_key]
+    return [
+        name
+        for name, cluster in fleet.clusters.items()
+        if cache.spec.cluster_selector.matches(cluster.metadata.labels)
+    ]
+
+
+def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
+    """Every stack of the fleet in tier order, then by name."""
+    units: list[StackUnit] = [
+        StackUnit(cluster_stack(name), Tier.CLUSTERS, "InferenceCluster", name)
+        for name in fleet.clusters
+    ]
+    for key in fleet.caches:
+        deps = tuple(cluster_stack(c) for c in cache_clusters(fleet, key))
+        units.append(StackUnit(cache_stack(key), Tier.CACHES, "ModelCache", key, deps))
+    for key, dep in fleet.deployments.items():
+        clusters = sorted({r.cluster for r in lock.replicas_of(key)})
+        deps = [cluster_stack(c) for c in clusters]
+        ref = dep.spec.model_cache_ref
+        if ref is not None and f"{dep.metadata.namespace}/{ref.name}" in fleet.caches:
+            deps.append(cache_stack(f"{dep.metadata.namespace}/{ref.name}"))
+        units.append(StackUnit(deploy_stack(key), Tier.DEPLOYMENTS, "ModelDeployment", key, tuple(deps)))
+    if fleet.gateway is not None:
+        deps = [deploy_stack(k) for k in fleet.deployments]
+        ref = fleet.gateway.spec.cluster.inference_cluster_ref
+        if ref is not None:
+            deps.insert(0, cluster_stack(ref))
+        units.append(StackUnit(GATEWAY_STACK, Tier.GATEWAY, "InferenceGateway", "default", tuple(deps)))
+    return sorted(units, key=lambda u: (u.tier, u.name))
