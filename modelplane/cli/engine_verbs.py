@@ -1,0 +1,353 @@
+"""The engine verbs: preview, up, destroy, refresh, status, stacks (registered on the app).
+
+They drive the real Pulumi engine through :class:`modelplane.Fleet`. Expected failures (an
+invalid fleet, no passphrase, no engine, a failed stack) print a message and exit non-zero,
+never a traceback: 2 for an invalid fleet or bad arguments, 1 when a stack failed or the
+run could not start.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+
+from modelplane.api.errors import FleetInvalid
+from modelplane.cli.output import EXIT_INVALID, error_table, print_json
+
+if TYPE_CHECKING:
+    from modelplane.driver.fleet import Fleet
+    from modelplane.driver.results import RunResult
+
+EXIT_FAILED = 1
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+FleetDir = Annotated[Path, typer.Argument(help="The fleet directory.", show_default=False)]
+OutputOpt = Annotated[
+    Output,
+    typer.Option("--output", "-o", help="table (with live progress) or json (for machines)."),
+]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="Pulumi backend URL (file://, s3://, gs://, azblob://, https://api.pulumi.com). "
+        "Default: $PULUMI_BACKEND_URL, else file://<fleet>/.modelplane/state.",
+        show_default=False,
+    ),
+]
+ParallelOpt = Annotated[
+    int, typer.Option("--parallel", "-p", min=1, help="Stacks of one tier run at the same time.")
+]
+StackOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--stack",
+        "-s",
+        help="Only this stack (repeatable). Stacks it depends on are not added.",
+        show_default=False,
+    ),
+]
+LockOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Placement lock (default: <fleet>/modelplane.lock.yaml).", show_default=False
+    ),
+]
+SecretsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--secrets-provider",
+        help="Secrets provider for new stacks (passphrase, awskms://..., gcpkms://...). "
+        "Default: passphrase on self-managed backends, the service on Pulumi Cloud.",
+        show_default=False,
+    ),
+]
+
+err = Console(stderr=True)
+out = Console()
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+@contextmanager
+def _expected_failures() -> Iterator[None]:
+    """Turn the driver's expected exceptions into a message and an exit code."""
+    from modelplane.driver.errors import DriverError
+
+    try:
+        yield
+    except FleetInvalid as exc:
+        err.print(error_table(exc.errors))
+        raise typer.Exit(EXIT_INVALID) from None
+    except DriverError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail(
+            "interrupted; a stack interrupted mid-update may need `modelplane refresh`", 130
+        ) from None
+
+
+def _load(fleet: Path, lock: Path | None, backend: str | None, secrets: str | None) -> Fleet:
+    from modelplane.driver.fleet import Fleet
+
+    return Fleet.load(fleet, lock=lock, backend=backend, secrets_provider=secrets)
+
+
+def _run(output: Output, action: Callable[[Any], RunResult]) -> RunResult:
+    from modelplane.driver.observer import Observer
+    from modelplane.driver.progress import LiveProgress
+
+    observer = LiveProgress(err) if output is Output.table else Observer()
+    return action(observer)
+
+
+def _report(run: RunResult, output: Output) -> None:
+    from modelplane.driver.progress import summary_table
+
+    if output is Output.json:
+        print_json(run.as_json())
+    else:
+        out.print(summary_table(run))
+        for r in run.results:
+            if r.error:
+                err.print(f"[bold red]{r.stack}[/] {r.outcome.value}:\n{r.error}", highlight=False)
+    if not run.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def preview(
+    fleet: FleetDir,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            help="Also write a pull-request comment (placement diff + each stack's changes) here.",
+            show_default=False,
+        ),
+    ] = None,
+    base_lock: Annotated[
+        Path | None,
+        typer.Option(
+            "--base-lock",
+            help="Diff the placement in --markdown against this lock (e.g. the base branch's) "
+            "instead of the fleet's committed lock. A missing file means an empty placement.",
+            show_default=False,
+        ),
+    ] = None,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+    parallel: ParallelOpt = 4,
+    stack: StackOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Show what `up` would change, without changing anything.
+
+    Plans the placement (the lock file is not written), then runs `pulumi preview` on every
+    stack against the new plan. Prints each stack's creates/updates/replaces/deletes; with
+    --markdown also writes a comment for a pull request: replicas added, removed or moved
+    (and why deployments are short), then the changed resources and properties per stack.
+    A stack whose upstream stacks were never deployed cannot preview until they are.
+    """
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        plan = f.plan()
+        run = _run(output, lambda obs: f.preview(plan, parallel=parallel, only=stack, observer=obs))
+        if markdown is not None:
+            from modelplane.driver.markdown import preview_markdown
+
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(
+                preview_markdown(plan, run, title=f"modelplane preview: `{fleet}`"),
+                encoding="utf-8",
+            )
+            if output is Output.table:
+                err.print(f"wrote {markdown}", highlight=False)
+    _report(run, output)
+
+
+def up(
+    fleet: FleetDir,
+    all_stacks: Annotated[
+        bool, typer.Option("--all", help="Run every stack, also those whose inputs did not change.")
+    ] = False,
+    prune: Annotated[
+        bool,
+        typer.Option("--prune", help="Destroy and remove stacks the fleet no longer derives."),
+    ] = False,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+    parallel: ParallelOpt = 4,
+    stack: StackOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Plan, write the lock, then deploy every stack in order.
+
+    Order: clusters, caches, deployments, gateway; the stacks of one tier run in parallel.
+    A stack whose inputs (its spec objects, its placement, its upstream stacks' outputs, the
+    program) did not change since its last successful update is skipped unless --all. A
+    failing stack does not stop its siblings; stacks that depend on it are skipped. State
+    goes to the backend (default file://<fleet>/.modelplane/state); secrets are encrypted
+    with PULUMI_CONFIG_PASSPHRASE / PULUMI_CONFIG_PASSPHRASE_FILE there.
+    """
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        run = _run(
+            output,
+            lambda obs: f.up(
+                parallel=parallel, all_stacks=all_stacks, only=stack, prune=prune, observer=obs
+            ),
+        )
+    _report(run, output)
+
+
+def destroy(
+    fleet: FleetDir,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Also delete the stacks and their history.")
+    ] = False,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+    parallel: ParallelOpt = 4,
+    stack: StackOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Delete every resource of the fleet's stacks, in reverse order.
+
+    Gateway first, then deployments, caches and clusters last, so no cluster goes while
+    workloads on it remain. Stacks in the backend that the fleet no longer derives are
+    destroyed too. Asks for confirmation on a terminal unless --yes; a non-interactive run
+    needs --yes.
+    """
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise _fail("destroy deletes every resource of the fleet; pass --yes to confirm")
+            what = ", ".join(stack) if stack else f"every stack of {fleet}"
+            if not typer.confirm(f"Destroy {what} on {f.backend}?", default=False):
+                raise typer.Exit(EXIT_FAILED)
+        run = _run(
+            output,
+            lambda obs: f.destroy(parallel=parallel, only=stack, remove=remove, observer=obs),
+        )
+    _report(run, output)
+
+
+def refresh(
+    fleet: FleetDir,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+    parallel: ParallelOpt = 4,
+    stack: StackOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Read the real state of every stack's resources into the state (`pulumi refresh`).
+
+    Use it after changes made outside modelplane, or after an interrupted update. The next
+    `up` then runs every refreshed stack again.
+    """
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        run = _run(output, lambda obs: f.refresh(parallel=parallel, only=stack, observer=obs))
+    _report(run, output)
+
+
+def status(
+    fleet: FleetDir,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+    parallel: ParallelOpt = 4,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Show the placement, each stack's last result, endpoints and ModelService addresses.
+
+    Placement comes from the lock; for each derived stack: its last operation and result,
+    whether its inputs changed since (so `up` would run it), and its outputs (secrets are
+    shown as [secret]). Stacks left in the backend that the fleet no longer has are listed.
+    """
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        st = f.status(parallel=parallel)
+    if output is Output.json:
+        print_json(st.as_json())
+        return
+    from modelplane.driver.progress import status_tables
+
+    for table in status_tables(st):
+        out.print(table)
+
+
+def stacks(
+    fleet: FleetDir,
+    lock: LockOpt = None,
+    planned: Annotated[
+        bool, typer.Option("--planned", help="Use the new plan's placement instead of the lock.")
+    ] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """List the Pulumi stacks derived from the fleet (pure: no engine, no state).
+
+    One stack per InferenceCluster (cluster-<name>), ModelCache (cache-<ns>-<name>),
+    ModelDeployment (deploy-<ns>-<name>) and the gateway, with their tier and the stacks
+    whose outputs they read. Run one by hand with `pulumi up -s <stack>`.
+    """
+    from rich.table import Table
+
+    with _expected_failures():
+        f = _load(fleet, lock, None, None)
+        units = f.stacks(f.plan() if planned else None)
+    if output is Output.json:
+        print_json(
+            [
+                {
+                    "name": u.name,
+                    "tier": u.tier.name.lower(),
+                    "kind": u.kind,
+                    "owns": u.key,
+                    "dependsOn": list(u.depends_on),
+                }
+                for u in units
+            ]
+        )
+        return
+    table = Table(title=f"stacks of {fleet}", title_justify="left")
+    for col in ("stack", "tier", "owns", "reads outputs of"):
+        table.add_column(col, overflow="fold")
+    for u in units:
+        table.add_row(u.name, u.tier.name.lower(), f"{u.kind} {u.key}", ", ".join(u.depends_on))
+    out.print(table)
+
+
+def _help(doc: str | None) -> str:
+    """A docstring as help text: each paragraph on one line, so the terminal wraps it."""
+    import inspect
+
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
+def register(app: typer.Typer) -> None:
+    """Mount the engine verbs on the `modelplane` app."""
+    for command in (preview, up, destroy, refresh, status, stacks):
+        app.command(command.__name__, help=_help(command.__doc__))(command)

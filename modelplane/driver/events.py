@@ -1,0 +1,225 @@
+"""Engine events → per-stack progress, change counts and resource changes (pure).
+
+Works on ``pulumi.automation.events.EngineEvent`` objects (duck-typed, so nothing here
+imports Pulumi) and converts them to and from the engine's JSON form, so that a real
+preview can be recorded and replayed in tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelplane.driver.results import PropertyChange, ResourceChange
+
+# Steps that are part of a `replace` (reported once, as the replace itself).
+_REPLACE_PARTS = {"create-replacement", "delete-replaced", "discard-replaced"}
+_CHANGE_OPS = {"create", "update", "replace", "delete", "import", "read", "discard"}
+_COUNTED = ("create", "update", "replace", "delete", "same")
+
+
+def urn_type_and_name(urn: str) -> tuple[str, str]:
+    """``urn:pulumi:stack::project::a:b:C$kubernetes:apps/v1:Deployment::name`` → type, name."""
+    parts = urn.split("::")
+    if len(parts) < 4:
+        return "", urn
+    qualified = parts[2]
+    name = "::".join(parts[3:])
+    return qualified.rsplit("$", 1)[-1], name
+
+
+def _value(x: Any) -> str:
+    return getattr(x, "value", x)
+
+
+def resource_change(metadata: Any) -> ResourceChange:
+    """A :class:`ResourceChange` from a ``StepEventMetadata``."""
+    rtype, name = urn_type_and_name(metadata.urn)
+    props: list[PropertyChange] = []
+    detailed = metadata.detailed_diff or {}
+    if detailed:
+        props = [
+            PropertyChange(path, _value(diff.diff_kind)) for path, diff in sorted(detailed.items())
+        ]
+    elif metadata.diffs:
+        replace_keys = set(metadata.keys or [])
+        props = [
+            PropertyChange(key, "update-replace" if key in replace_keys else "update")
+            for key in sorted(metadata.diffs)
+        ]
+    return ResourceChange(_value(metadata.op), metadata.urn, metadata.type or rtype, name, props)
+
+
+@dataclass
+class StackProgress:
+    """Live state of one stack's operation, fed by engine events (thread-safe)."""
+
+    stack: str
+    in_flight: dict[str, str] = field(default_factory=dict)  # urn -> op
+    done: list[tuple[str, str]] = field(default_factory=list)  # (op, urn) finished
+    counts: dict[str, int] = field(default_factory=dict)
+    summary: dict[str, int] | None = None
+    steps: list[ResourceChange] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    failed_resources: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def feed(self, event: Any) -> None:
+        with self._lock:
+            self._feed(event)
+
+    def _feed(self, event: Any) -> None:
+        pre = getattr(event, "resource_pre_event", None)
+        if pre is not None:
+            md = pre.metadata
+            op = _value(md.op)
+            if op != "same":
+                self.in_flight[md.urn] = op
+            if op in _CHANGE_OPS and _value(md.type) != "pulumi:pulumi:Stack":
+                self.steps.append(resource_change(md))
+            return
+        out = getattr(event, "res_outputs_event", None)
+        if out is not None:
+            md = out.metadata
+            op = _value(md.op)
+            self.in_flight.pop(md.urn, None)
+            if op not in _REPLACE_PARTS and md.type != "pulumi:pulumi:Stack":
+                self.counts[op] = self.counts.get(op, 0) + 1
+                if op != "same":
+                    self.done.append((op, md.urn))
+            return
+        failed = getattr(event, "res_op_failed_event", None)
+        if failed is not None:
+            self.in_flight.pop(failed.metadata.urn, None)
+            self.failed_resources.append(failed.metadata.urn)
+            return
+        diag = getattr(event, "diagnostic_event", None)
+        if diag is not None and diag.severity == "error":
+            message = (diag.message or "").strip()
+            if message and message not in self.errors:
+                self.errors.append(message)
+            return
+        summary = getattr(event, "summary_event", None)
+        if summary is not None:
+            self.summary = {_value(k): int(v) for k, v in (summary.resource_changes or {}).items()}
+
+    def change_counts(self) -> dict[str, int]:
+        """create/update/replace/delete/same, from the summary when the engine sent one."""
+        with self._lock:
+            source = self.summary if self.summary is not None else self.counts
+            return {k: int(source.get(k, 0)) for k in _COUNTED}
+
+    def changes(self) -> list[ResourceChange]:
+        """The resource steps other than `same`, in event order, one per resource."""
+        with self._lock:
+            seen: dict[str, ResourceChange] = {}
+            for step in self.steps:
+                if step.op in _REPLACE_PARTS:
+                    continue
+                seen[step.urn] = step
+            return list(seen.values())
+
+    def snapshot(self) -> tuple[dict[str, str], list[tuple[str, str]]]:
+        with self._lock:
+            return dict(self.in_flight), list(self.done)
+
+
+# --- JSON form (the engine's own field names), for recording and replaying events ---
+
+
+def _state_json(state: Any) -> dict[str, Any] | None:
+    if state is None:
+        return None
+    return {
+        "type": state.type,
+        "urn": state.urn,
+        "custom": state.custom,
+        "delete": state.delete,
+        "id": state.id,
+        "parent": state.parent,
+        "protect": state.protect,
+        "inputs": state.inputs,
+        "outputs": state.outputs,
+        "provider": state.provider,
+        "initErrors": state.init_errors,
+    }
+
+
+def _metadata_json(md: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "op": _value(md.op),
+        "urn": md.urn,
+        "type": md.type,
+        "provider": md.provider,
+        "old": _state_json(md.old),
+        "new": _state_json(md.new),
+    }
+    if md.keys is not None:
+        data["keys"] = md.keys
+    if md.diffs is not None:
+        data["diffs"] = md.diffs
+    if md.detailed_diff:
+        data["detailedDiff"] = {
+            k: {"diffKind": _value(v.diff_kind), "inputDiff": v.input_diff}
+            for k, v in md.detailed_diff.items()
+        }
+    if md.logical is not None:
+        data["logical"] = md.logical
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def event_to_json(event: Any) -> dict[str, Any]:
+    """The inverse of ``EngineEvent.from_json`` for the event kinds the driver uses."""
+    data: dict[str, Any] = {"sequence": event.sequence, "timestamp": event.timestamp}
+    if event.cancel_event is not None:
+        data["cancelEvent"] = {}
+    if event.stdout_event is not None:
+        data["stdoutEvent"] = {"message": event.stdout_event.message, "color": "never"}
+    if event.diagnostic_event is not None:
+        d = event.diagnostic_event
+        data["diagnosticEvent"] = {
+            k: v
+            for k, v in {
+                "message": d.message,
+                "color": "never",
+                "severity": d.severity,
+                "streamID": d.stream_id,
+                "ephemeral": d.ephemeral,
+                "urn": d.urn,
+                "prefix": d.prefix,
+            }.items()
+            if v is not None
+        }
+    if event.prelude_event is not None:
+        data["preludeEvent"] = {"config": dict(event.prelude_event.config)}
+    if event.summary_event is not None:
+        s = event.summary_event
+        data["summaryEvent"] = {
+            "maybeCorrupt": s.maybe_corrupt,
+            "durationSeconds": s.duration_seconds,
+            "resourceChanges": {_value(k): v for k, v in (s.resource_changes or {}).items()},
+            "PolicyPacks": dict(s.policy_packs or {}),
+        }
+    for attr, key in (
+        ("resource_pre_event", "resourcePreEvent"),
+        ("res_outputs_event", "resOutputsEvent"),
+    ):
+        ev = getattr(event, attr)
+        if ev is not None:
+            data[key] = {"metadata": _metadata_json(ev.metadata), "planning": ev.planning}
+    if event.res_op_failed_event is not None:
+        f = event.res_op_failed_event
+        data["resOpFailedEvent"] = {
+            "metadata": _metadata_json(f.metadata),
+            "status": f.status,
+            "steps": f.steps,
+        }
+    return data
+
+
+def events_from_json(items: list[dict[str, Any]]) -> list[Any]:
+    """Rebuild ``EngineEvent`` objects (imports the Automation API)."""
+    from pulumi.automation.events import EngineEvent
+
+    return [EngineEvent.from_json(item) for item in items]

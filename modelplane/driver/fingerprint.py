@@ -1,0 +1,214 @@
+"""Stack fingerprints: a digest of everything a stack's program reads (pure).
+
+A stack is skipped by ``up`` when its fingerprint equals the one recorded with its last
+successful update. The fingerprint covers:
+
+- the spec objects the stack owns and the ones its components read (classes of its pools,
+  the clusters a deployment is placed on, ...), in canonical JSON;
+- its placement in the lock (a deployment's replicas; the gateway reads the whole lock);
+- the outputs of the stacks it depends on (values, secrets included, only hashed);
+- the secrets it resolves outside the state (``MODELPLANE_SECRET_*`` variables and
+  ``file:`` references), hashed, and its own extra stack config (``pulumi config set``);
+- the program itself (the source of the ``stacks`` and ``components`` packages).
+
+The digest is recorded in the update's message (``modelplane-inputs: <digest>``), which
+every Pulumi backend keeps in the stack history, so skipping works from any checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.stacks import StackUnit, cache_clusters
+
+MESSAGE_PREFIX = "modelplane-inputs: "
+_MESSAGE = re.compile(r"modelplane-inputs: ([0-9a-f]{16,64})")
+
+
+def _dump(model: BaseModel | None) -> Any:
+    return None if model is None else model.model_dump(mode="json", by_alias=True)
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(canonical(value).encode()).hexdigest()
+
+
+def secret_env_name(name: str, key: str) -> str:
+    """``MODELPLANE_SECRET_<NAME>_<KEY>``: upper-cased, ``-`` and ``.`` as ``_``."""
+    return "MODELPLANE_SECRET_" + re.sub(r"[-.]", "_", f"{name}_{key}").upper()
+
+
+def secret_refs(fleet: FleetSpec, unit: StackUnit) -> list[tuple[str, str]]:
+    """The ``(name, key)`` secret references a stack resolves itself."""
+    refs: list[tuple[str, str]] = []
+    if unit.kind == "InferenceCluster":
+        existing = fleet.clusters[unit.key].spec.cluster.existing
+        if existing is not None:
+            if existing.secret_ref is not None:
+                refs.append((existing.secret_ref.name, existing.secret_ref.key))
+            if existing.identity_secret_ref is not None:
+                refs.append((existing.identity_secret_ref.name, existing.identity_secret_ref.key))
+    elif unit.kind == "ModelCache":
+        hf = fleet.caches[unit.key].spec.hugging_face
+        if hf is not None and hf.auth_secret is not None:
+            refs.append((hf.auth_secret.name, hf.auth_secret.key))
+    elif unit.kind == "InferenceGateway" and fleet.gateway is not None:
+        existing_gw = fleet.gateway.spec.cluster.existing
+        if existing_gw is not None:
+            refs.append((existing_gw.secret_ref.name, existing_gw.secret_ref.key))
+    return refs
+
+
+def secret_digests(
+    fleet: FleetSpec, unit: StackUnit, environ: Mapping[str, str] | None = None
+) -> dict[str, str | None]:
+    """Hashes of the secret values a stack would read from the environment or files."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, str | None] = {}
+    for name, key in secret_refs(fleet, unit):
+        value: bytes | None = None
+        env = environ.get(secret_env_name(name, key))
+        if env is not None:
+            value = env.encode()
+        elif name.startswith("file:"):
+            try:
+                value = Path(name.removeprefix("file:")).expanduser().read_bytes()
+            except OSError:
+                value = None
+        out[f"{name}/{key}"] = hashlib.sha256(value).hexdigest() if value is not None else None
+    return out
+
+
+def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict[str, Any]:
+    """The spec objects and placement a stack's program reads, as canonical JSON data."""
+    if unit.kind == "InferenceCluster":
+        cluster = fleet.clusters[unit.key]
+        classes = sorted({p.class_name for p in cluster.spec.node_pools})
+        data: dict[str, Any] = {
+            "cluster": _dump(cluster),
+            "classes": {n: _dump(fleet.classes.get(n)) for n in classes},
+        }
+        gw = fleet.gateway
+        if gw is not None and gw.spec.cluster.inference_cluster_ref == unit.key:
+            data["gateway"] = _dump(gw)
+        return data
+    if unit.kind == "ModelCache":
+        return {
+            "cache": _dump(fleet.caches[unit.key]),
+            "clusters": cache_clusters(fleet, unit.key),
+        }
+    if unit.kind == "ModelDeployment":
+        dep = fleet.deployments[unit.key]
+        replicas = lock.replicas_of(unit.key)
+        clusters = sorted({r.cluster for r in replicas})
+        pool_classes: set[str] = set()
+        for r in replicas:
+            cluster = fleet.clusters.get(r.cluster)
+            for pool_name in r.pools.values():
+                pool = cluster.spec.pool(pool_name) if cluster else None
+                if pool is not None:
+                    pool_classes.add(pool.class_name)
+        cache_ref = dep.spec.model_cache_ref
+        cache_key = f"{dep.metadata.namespace}/{cache_ref.name}" if cache_ref else None
+        return {
+            "deployment": _dump(dep),
+            "replicas": [_dump(r) for r in replicas],
+            "clusters": {c: _dump(fleet.clusters.get(c)) for c in clusters},
+            "classes": {n: _dump(fleet.classes.get(n)) for n in sorted(pool_classes)},
+            "cache": _dump(fleet.caches.get(cache_key)) if cache_key else None,
+        }
+    if unit.kind == "InferenceGateway":
+        return {
+            "gateway": _dump(fleet.gateway),
+            "services": {k: _dump(v) for k, v in fleet.services.items()},
+            "endpoints": {k: _dump(v) for k, v in fleet.endpoints.items()},
+            "deployments": {k: _dump(v.metadata) for k, v in fleet.deployments.items()},
+            "lock": _dump(lock),
+        }
+    raise ValueError(f"unknown stack kind {unit.kind!r}")
+
+
+@cache
+def program_digest() -> str:
+    """A digest of the Pulumi program's source: the ``stacks`` and ``components`` packages."""
+    h = hashlib.sha256()
+    for package in ("stacks", "components"):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            h.update(f"{package}:missing".encode())
+            continue
+        for location in spec.submodule_search_locations:
+            root = Path(location)
+            for path in sorted(root.rglob("*.py")):
+                if "__pycache__" in path.parts:
+                    continue
+                h.update(str(path.relative_to(root)).encode())
+                h.update(b"\0")
+                h.update(path.read_bytes())
+                h.update(b"\0")
+    return h.hexdigest()
+
+
+def stack_fingerprint(
+    fleet: FleetSpec,
+    lock: PlacementLock,
+    unit: StackUnit,
+    upstream_outputs: Mapping[str, Mapping[str, Any]],
+    *,
+    extra_config: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    program: str | None = None,
+) -> str:
+    """The digest of every input of one stack (see the module docstring)."""
+    return digest(
+        {
+            "stack": unit.name,
+            "inputs": owned_inputs(fleet, lock, unit),
+            "upstream": {name: upstream_outputs.get(name) for name in sorted(unit.depends_on)},
+            "secrets": secret_digests(fleet, unit, environ),
+            "config": dict(extra_config or {}),
+            "program": program if program is not None else program_digest(),
+        }
+    )
+
+
+def update_message(fingerprint: str) -> str:
+    return f"{MESSAGE_PREFIX}{fingerprint}"
+
+
+def recorded_fingerprint(message: str | None) -> str | None:
+    """The fingerprint recorded in an update message, if any."""
+    if not message:
+        return None
+    match = _MESSAGE.search(message)
+    return match.group(1) if match else None
+
+
+def can_skip(
+    fingerprint: str,
+    last_kind: str | None,
+    last_result: str | None,
+    last_message: str | None,
+) -> bool:
+    """True when the last operation on the stack was a successful update with these inputs."""
+    return (
+        last_kind == "update"
+        and last_result == "succeeded"
+        and recorded_fingerprint(last_message) == fingerprint
+    )

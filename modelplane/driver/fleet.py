@@ -1,0 +1,404 @@
+"""``modelplane.Fleet``: the library face of the driver.
+
+::
+
+    from modelplane import Fleet
+
+    fleet = Fleet.load("specs/prod")           # parse + validate; FleetInvalid lists every error
+    plan = fleet.plan()                         # pure scheduling: the new lock + report
+    result = fleet.up(plan, parallel=4, on_event=lambda stack, event: ...)
+    for r in result.results:
+        print(r.stack, r.outcome.value, r.changes)
+
+Every operation returns a :class:`RunResult` with one :class:`StackResult` per stack; a
+stack that fails does not raise (its siblings keep going). Expected problems that stop a
+run before any stack starts (no passphrase, no engine) raise :class:`DriverError`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelplane.api.errors import FleetInvalid
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.loader import LOCK_FILE, load_fleet
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.driver import operations as ops
+from modelplane.driver.errors import DriverError
+from modelplane.driver.events import StackProgress
+from modelplane.driver.observer import Observer
+from modelplane.driver.plan import Plan
+from modelplane.driver.results import Outcome, RunResult, StackResult
+from modelplane.driver.runner import run_tiers, tier_of_stack_name
+from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
+from modelplane.driver.workspace import EngineSession
+from modelplane.lock import read_lock, write_lock
+from modelplane.scheduler import schedule
+from modelplane.stacks import StackUnit, stack_units
+
+OnEvent = Callable[[str, Any], None]
+"""``on_event(stack_name, engine_event)``: every ``pulumi.automation.events.EngineEvent``."""
+
+DEFAULT_PARALLEL = 4
+
+
+@dataclass
+class FleetStatus:
+    """Placement, each stack's last result and outputs, endpoints and service addresses."""
+
+    backend: str
+    lock: PlacementLock
+    stacks: list[ops.StackStatus] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+
+    def stack(self, name: str) -> ops.StackStatus:
+        return next(s for s in self.stacks if s.stack == name)
+
+    @property
+    def endpoints(self) -> dict[str, Any]:
+        """Each deployment stack's ``endpoints`` output."""
+        return {
+            s.stack: s.outputs["endpoints"]
+            for s in self.stacks
+            if s.stack.startswith("deploy-") and "endpoints" in s.outputs
+        }
+
+    @property
+    def gateway(self) -> dict[str, Any]:
+        """The gateway stack's outputs (ModelService addresses)."""
+        return next((s.outputs for s in self.stacks if s.stack == "gateway"), {})
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "placement": {
+                key: [r.model_dump(mode="json") for r in dep.replicas]
+                for key, dep in self.lock.deployments.items()
+            },
+            "stacks": [s.as_json() for s in self.stacks],
+            "orphans": self.orphans,
+            "endpoints": self.endpoints,
+            "gateway": self.gateway,
+        }
+
+
+class Fleet:
+    """A validated fleet directory and the Pulumi stacks derived from it."""
+
+    def __init__(
+        self,
+        path: Path,
+        spec: FleetSpec,
+        previous: PlacementLock,
+        lock_path: Path,
+        *,
+        backend: str | None = None,
+        secrets_provider: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.path = path.resolve()
+        self.spec = spec
+        self.previous = previous
+        self.lock_path = lock_path.resolve()
+        self.env = dict(os.environ if env is None else env)
+        self.backend = resolve_backend(self.path, backend, self.env)
+        self.secrets_provider = secrets_provider
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        lock: str | Path | None = None,
+        backend: str | None = None,
+        secrets_provider: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Fleet:
+        """Parse and validate every spec and the lock; raises FleetInvalid with every error.
+
+        ``backend``: any Pulumi backend URL (default ``PULUMI_BACKEND_URL``, else
+        ``file://<fleet>/.modelplane/state``). ``env``: the environment the engine runs with
+        (default ``os.environ``; the passphrase and ``MODELPLANE_SECRET_*`` come from it).
+        """
+        path = Path(path)
+        if not path.is_dir():
+            raise DriverError(f"{path} is not a fleet directory")
+        loaded = load_fleet(path)
+        errors = list(loaded.errors)
+        lock_path = Path(lock) if lock else path / LOCK_FILE
+        previous = PlacementLock()
+        try:
+            previous = read_lock(lock_path)
+        except FleetInvalid as exc:
+            errors.extend(exc.errors)
+        if errors:
+            raise FleetInvalid(errors)
+        return cls(
+            path,
+            loaded.fleet,
+            previous,
+            lock_path,
+            backend=backend,
+            secrets_provider=secrets_provider,
+            env=env,
+        )
+
+    # -- pure ------------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return state_root(self.path)
+
+    def plan(self) -> Plan:
+        """Schedule against the committed lock (pure: nothing is written)."""
+        return Plan(self.previous, schedule(self.spec, self.previous))
+
+    def stacks(self, plan: Plan | None = None) -> list[StackUnit]:
+        """The derived stacks, in tier order (placement from ``plan``, else the lock)."""
+        return stack_units(self.spec, plan.lock if plan else self.previous)
+
+    # -- engine ----------------------------------------------------------------------------
+
+    def preview(
+        self,
+        plan: Plan | None = None,
+        *,
+        parallel: int = DEFAULT_PARALLEL,
+        on_event: OnEvent | None = None,
+        only: Iterable[str] | None = None,
+        observer: Observer | None = None,
+    ) -> RunResult:
+        """``pulumi preview`` of every stack against the new plan; writes nothing but state
+        locks. The plan's lock goes to ``.modelplane/plan/`` for the program to read."""
+        plan = plan or self.plan()
+        observer = observer or Observer()
+        session = self._session(observer)
+        plan_lock = self.state_dir / "plan" / LOCK_FILE
+        plan_lock.parent.mkdir(parents=True, exist_ok=True)
+        write_lock(plan_lock, plan.lock)
+        units = self._select(self.stacks(plan), only)
+        ctx = self._context(session, plan.lock, plan_lock, on_event, observer)
+        return self._run(
+            "preview",
+            units,
+            lambda u: ops.preview_stack(ctx, u),
+            parallel,
+            observer,
+            blocking=lambda r: False,
+        )
+
+    def up(
+        self,
+        plan: Plan | None = None,
+        *,
+        parallel: int = DEFAULT_PARALLEL,
+        on_event: OnEvent | None = None,
+        all_stacks: bool = False,
+        only: Iterable[str] | None = None,
+        prune: bool = False,
+        observer: Observer | None = None,
+    ) -> RunResult:
+        """Plan (unless given), write the lock, then ``pulumi up`` stack by stack in tiers.
+
+        Stacks whose inputs did not change since their last successful update are skipped
+        unless ``all_stacks``. Stacks in the backend that the fleet no longer derives are
+        reported (``orphans``) and destroyed only with ``prune``.
+        """
+        started = time.monotonic()
+        plan = plan or self.plan()
+        observer = observer or Observer()
+        session = self._session(observer)
+        units = self._select(self.stacks(plan), only)
+        written = write_lock(self.lock_path, plan.lock)
+        self.previous = plan.lock
+        observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
+        ctx = self._context(session, plan.lock, self.lock_path, on_event, observer)
+        run = self._run(
+            "up", units, lambda u: ops.up_stack(ctx, u, force=all_stacks), parallel, observer
+        )
+        run.lock_path, run.lock_written = str(self.lock_path), written
+        if only is None:
+            orphans = self._orphans(session, units)
+            if orphans and prune:
+                pruned = self._run(
+                    "destroy",
+                    orphans,
+                    lambda u: ops.destroy_stack(ctx, u, remove=True),
+                    parallel,
+                    observer,
+                    reverse=True,
+                )
+                for r in pruned.results:
+                    r.note = "no longer in the fleet: destroyed and removed"
+                run.results.extend(pruned.results)
+            else:
+                run.orphans = [u.name for u in orphans]
+        run.duration = time.monotonic() - started
+        return run
+
+    def destroy(
+        self,
+        *,
+        parallel: int = DEFAULT_PARALLEL,
+        on_event: OnEvent | None = None,
+        only: Iterable[str] | None = None,
+        remove: bool = False,
+        observer: Observer | None = None,
+    ) -> RunResult:
+        """Destroy every stack of the fleet that exists in the backend (also stacks the
+        fleet no longer derives), in reverse tier order; ``remove`` deletes the stacks too."""
+        observer = observer or Observer()
+        session = self._session(observer)
+        existing = set(session.list_stacks())
+        derived = self.stacks()
+        names = {u.name for u in derived}
+        units = [u for u in derived if u.name in existing]
+        units += [self._orphan_unit(n) for n in sorted(existing - names)]
+        units = self._select(units, only, known=[u.name for u in derived] + sorted(existing))
+        ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+        return self._run(
+            "destroy",
+            units,
+            lambda u: ops.destroy_stack(ctx, u, remove=remove),
+            parallel,
+            observer,
+            reverse=True,
+        )
+
+    def refresh(
+        self,
+        *,
+        parallel: int = DEFAULT_PARALLEL,
+        on_event: OnEvent | None = None,
+        only: Iterable[str] | None = None,
+        observer: Observer | None = None,
+    ) -> RunResult:
+        """``pulumi refresh`` of every existing stack: read the real state of its resources."""
+        observer = observer or Observer()
+        session = self._session(observer)
+        existing = set(session.list_stacks())
+        units = [u for u in self._select(self.stacks(), only) if u.name in existing]
+        ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+        return self._run(
+            "refresh",
+            units,
+            lambda u: ops.refresh_stack(ctx, u),
+            parallel,
+            observer,
+            blocking=lambda r: False,
+        )
+
+    def status(self, *, parallel: int = DEFAULT_PARALLEL) -> FleetStatus:
+        """Placement from the lock plus every stack's last result, sync state and outputs."""
+        session = self._session(Observer())
+        existing = set(session.list_stacks())
+        units = self.stacks()
+        ctx = self._context(session, self.previous, self.lock_path, None, Observer())
+        statuses: dict[str, ops.StackStatus] = {}
+
+        def one(unit: StackUnit) -> StackResult:
+            statuses[unit.name] = ops.status_stack(ctx, unit, existing)
+            return StackResult(unit.name, unit.tier, Outcome.SUCCEEDED)
+
+        run_tiers(units, one, parallel=parallel, blocking=lambda r: False)
+        return FleetStatus(
+            self.backend,
+            self.previous,
+            [statuses[u.name] for u in units],
+            sorted(existing - {u.name for u in units}),
+        )
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _session(self, observer: Observer) -> EngineSession:
+        secrets = resolve_secrets(self.backend, self.secrets_provider, self.env)
+        session = EngineSession(
+            self.state_dir / "workspaces", self.backend, secrets, self.env, observer.message
+        )
+        session.start()
+        return session
+
+    def _context(
+        self,
+        session: EngineSession,
+        lock: PlacementLock,
+        lock_path: Path,
+        on_event: OnEvent | None,
+        observer: Observer,
+    ) -> ops.RunContext:
+        def sink(unit: StackUnit, progress: StackProgress, event: Any) -> None:
+            observer.stack_event(unit, progress)
+            if on_event is not None:
+                on_event(unit.name, event)
+
+        return ops.RunContext(
+            session,
+            self.path,
+            self.spec,
+            lock,
+            lock_path,
+            on_event=sink,
+            on_start=observer.stack_started,
+        )
+
+    def _run(
+        self,
+        operation: str,
+        units: list[StackUnit],
+        run: Callable[[StackUnit], StackResult],
+        parallel: int,
+        observer: Observer,
+        *,
+        reverse: bool = False,
+        blocking: Callable[[StackResult], bool] | None = None,
+    ) -> RunResult:
+        started = time.monotonic()
+
+        def wrapped(unit: StackUnit) -> StackResult:
+            observer.stack_queued(unit)
+            result = run(unit)
+            observer.stack_finished(result)
+            return result
+
+        observer.run_started(operation, units)
+        results = run_tiers(
+            units,
+            wrapped,
+            parallel=parallel,
+            reverse=reverse,
+            blocking=blocking,
+            on_skip=observer.stack_finished,
+        )
+        run_result = RunResult(operation, self.backend, results)
+        run_result.duration = time.monotonic() - started
+        observer.run_finished(run_result)
+        return run_result
+
+    def _orphans(self, session: EngineSession, units: list[StackUnit]) -> list[StackUnit]:
+        names = {u.name for u in units}
+        return [self._orphan_unit(n) for n in session.list_stacks() if n not in names]
+
+    @staticmethod
+    def _orphan_unit(name: str) -> StackUnit:
+        return StackUnit(name, tier_of_stack_name(name), "orphan", name)
+
+    @staticmethod
+    def _select(
+        units: list[StackUnit], only: Iterable[str] | None, known: list[str] | None = None
+    ) -> list[StackUnit]:
+        if only is None:
+            return units
+        wanted = list(dict.fromkeys(only))
+        valid = known if known is not None else [u.name for u in units]
+        unknown = [n for n in wanted if n not in valid]
+        if unknown:
+            raise DriverError(
+                f"no stack named {', '.join(unknown)} in this fleet; its stacks are: "
+                + (", ".join(dict.fromkeys(valid)) or "(none)")
+            )
+        return [u for u in units if u.name in wanted]

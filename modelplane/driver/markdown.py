@@ -1,0 +1,164 @@
+"""``modelplane preview --markdown``: a pull-request comment (pure).
+
+First the placement diff between the committed lock and the new plan (replicas added,
+removed, moved, with the reasons for shortfalls), then per stack the resource changes from
+the preview's engine events: counts and the changed resources with the properties that
+changed.
+"""
+
+from __future__ import annotations
+
+from modelplane.api.placement_lock import LockedReplica
+from modelplane.driver.placement_diff import DeploymentDiff, placement_diff, pools_text
+from modelplane.driver.plan import Plan
+from modelplane.driver.results import Outcome, ResourceChange, RunResult, StackResult
+
+MARKER = "<!-- modelplane-preview -->"
+GITHUB_LIMIT = 65_000  # a comment holds 65,536 characters
+MAX_RESOURCES = 60
+MAX_PROPERTIES = 8
+OP_SYMBOL = {
+    "create": "+ create",
+    "update": "~ update",
+    "replace": "+- replace",
+    "delete": "- delete",
+    "read": "> read",
+    "import": "= import",
+    "discard": "- discard",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _replica(r: LockedReplica) -> str:
+    return f"`{r.name}`"
+
+
+def _where(r: LockedReplica) -> str:
+    return f"{r.cluster} ({pools_text(r)})"
+
+
+def placement_section(plan: Plan) -> list[str]:
+    diffs = placement_diff(plan.previous, plan.lock, plan.report)
+    changed = [d for d in diffs if d.changed]
+    short = [d for d in diffs if d.unplaced > 0]
+    lines = ["### Placement", ""]
+    if not changed:
+        lines.append("No placement changes: every replica stays where the lock has it.")
+    else:
+        added = sum(len(d.added) for d in changed)
+        removed = sum(len(d.removed) for d in changed)
+        moved = sum(len(d.moved) for d in changed)
+        lines.append(
+            f"**{added} added, {removed} removed, {moved} moved** (`modelplane.lock.yaml`)"
+        )
+        lines += [
+            "",
+            "| deployment | change | replica | from | to |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for d in changed:
+            lines += _placement_rows(d)
+    if short:
+        lines += ["", "**Short of replicas**", ""]
+        for d in short:
+            lines.append(f"- `{d.key}`: {d.unplaced} of {d.desired} replica(s) not placed")
+            lines += [f"  - {_cell(reason)}" for reason in d.reasons]
+    return lines
+
+
+def _placement_rows(d: DeploymentDiff) -> list[str]:
+    rows = []
+    for r in d.added:
+        rows.append(f"| `{d.key}` | added | {_replica(r)} | | {_where(r)} |")
+    for r in d.removed:
+        rows.append(f"| `{d.key}` | removed | {_replica(r)} | {_where(r)} | |")
+    for src, dst in d.moved:
+        names = f"{_replica(src)} → {_replica(dst)}"
+        rows.append(f"| `{d.key}` | moved | {names} | {_where(src)} | {_where(dst)} |")
+    for old, new in d.repooled:
+        rows.append(f"| `{d.key}` | new pools | {_replica(new)} | {_where(old)} | {_where(new)} |")
+    return rows
+
+
+def _props(change: ResourceChange) -> str:
+    if change.op in ("create", "delete") or not change.properties:
+        return ""
+    shown = [
+        f"`{p.path}`" + (" (forces replace)" if p.kind.endswith("-replace") else "")
+        for p in change.properties[:MAX_PROPERTIES]
+    ]
+    more = len(change.properties) - MAX_PROPERTIES
+    return ", ".join(shown) + (f", and {more} more" if more > 0 else "")
+
+
+def _stack_summary(r: StackResult) -> str:
+    if r.outcome is not Outcome.SUCCEEDED:
+        return r.outcome.value
+    parts = [
+        f"{r.count(k)} to {k}" for k in ("create", "update", "replace", "delete") if r.count(k)
+    ]
+    return ", ".join(parts) or "no changes"
+
+
+def stacks_section(run: RunResult) -> list[str]:
+    lines = ["### Stacks", ""]
+    lines += [
+        "| stack | result | create | update | replace | delete |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in run.results:
+        ok = r.outcome is Outcome.SUCCEEDED
+        counts = [str(r.count(k)) if ok else "" for k in ("create", "update", "replace", "delete")]
+        lines.append(f"| `{r.stack}` | {_stack_summary(r)} | " + " | ".join(counts) + " |")
+    for r in run.results:
+        if r.error or (r.outcome is not Outcome.SUCCEEDED and r.note):
+            lines += [
+                "",
+                f"**`{r.stack}` {r.outcome.value}**",
+                "",
+                "```",
+                r.error or r.note or "",
+                "```",
+            ]
+        changes = [c for c in r.resources if c.op != "same"]
+        if not changes:
+            continue
+        lines += [
+            "",
+            f"<details><summary><code>{r.stack}</code>: {_stack_summary(r)}</summary>",
+            "",
+        ]
+        lines += ["| change | resource | type | changed properties |", "| --- | --- | --- | --- |"]
+        for c in changes[:MAX_RESOURCES]:
+            op = OP_SYMBOL.get(c.op, c.op)
+            lines.append(f"| {op} | `{_cell(c.name)}` | `{_cell(c.type)}` | {_props(c)} |")
+        if len(changes) > MAX_RESOURCES:
+            lines.append(f"| | … and {len(changes) - MAX_RESOURCES} more | | |")
+        lines += ["", "</details>"]
+    return lines
+
+
+def preview_markdown(plan: Plan, run: RunResult, *, title: str = "modelplane preview") -> str:
+    """The whole comment, with a marker so a bot can update it in place."""
+    total = {
+        k: sum(r.count(k) for r in run.results) for k in ("create", "update", "replace", "delete")
+    }
+    failed = [r.stack for r in run.results if not r.ok]
+    head = [
+        MARKER,
+        f"## {title}",
+        "",
+        f"{total['create']} to create, {total['update']} to update, "
+        f"{total['replace']} to replace, {total['delete']} to delete"
+        + (f"; **{len(failed)} stack(s) did not preview**: {', '.join(failed)}" if failed else ""),
+        "",
+    ]
+    body = head + placement_section(plan) + [""] + stacks_section(run)
+    text = "\n".join(body).rstrip() + "\n"
+    if len(text) > GITHUB_LIMIT:
+        cut = text[: GITHUB_LIMIT - 200]
+        text = cut[: cut.rfind("\n")] + "\n\n_(truncated: the full preview is in the job log)_\n"
+    return text

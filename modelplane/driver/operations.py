@@ -1,0 +1,301 @@
+"""Per-stack engine operations: preview, up, destroy, refresh and status of one stack.
+
+Each function returns a :class:`StackResult` and turns the engine's expected failures
+(program errors, a stack locked by another update, a missing stack) into results with a
+short message; only bugs raise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.driver.events import StackProgress
+from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
+from modelplane.driver.results import Outcome, StackResult
+from modelplane.driver.settings import local_state_dir
+from modelplane.driver.workspace import EngineSession
+from modelplane.stacks import StackUnit
+
+EventSink = Callable[[StackUnit, StackProgress, Any], None]
+SECRET_MASK = "[secret]"
+
+
+@dataclass
+class RunContext:
+    """What every stack of one run shares."""
+
+    session: EngineSession
+    fleet_dir: Path
+    fleet: FleetSpec
+    lock: PlacementLock
+    lock_path: Path
+    on_event: EventSink | None = None
+    on_start: Callable[[StackUnit, StackProgress], None] | None = None
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # plain values
+    masked: dict[str, dict[str, Any]] = field(default_factory=dict)  # secrets masked
+
+    def progress(self, unit: StackUnit) -> StackProgress:
+        progress = StackProgress(unit.name)
+        if self.on_start:
+            self.on_start(unit, progress)
+        return progress
+
+    def listener(self, unit: StackUnit, progress: StackProgress) -> Callable[[Any], None]:
+        def on_event(event: Any) -> None:
+            progress.feed(event)
+            if self.on_event:
+                self.on_event(unit, progress, event)
+
+        return on_event
+
+    def remember(self, name: str, outputs: Mapping[str, Any]) -> None:
+        plain: dict[str, Any] = {}
+        masked: dict[str, Any] = {}
+        for key, out in outputs.items():
+            plain[key] = out.value
+            masked[key] = SECRET_MASK if out.secret else out.value
+        self.outputs[name] = plain
+        self.masked[name] = masked
+
+
+def locked_message(stack: str, backend: str) -> str:
+    state = local_state_dir(backend)
+    where = (
+        f"delete {state}/.pulumi/locks/organization/modelplane/{stack}/"
+        if state is not None
+        else f"run `pulumi cancel -s {stack}` (Pulumi Cloud) or remove the lock in the backend"
+    )
+    return (
+        f"stack {stack} is locked by another update (a `modelplane up` or `pulumi up` on it is "
+        f"still running). Wait for it to finish and run again; if nothing is running, the lock "
+        f"is stale: {where}"
+    )
+
+
+def error_text(exc: Exception, progress: StackProgress | None) -> str:
+    """The engine's own error diagnostics, else the tail of its stderr."""
+    if progress is not None and progress.errors:
+        return "\n".join(_short(e) for e in progress.errors)
+    stderr = getattr(getattr(exc, "args", [None])[0], "stderr", None)
+    text = str(exc)
+    if "stderr:" in text:
+        text = text.split("stderr:", 1)[1]
+    lines = [ln.strip() for ln in (stderr or text).strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.lower().startswith("error")]
+    return _short("\n".join(errors[-5:] or lines[-5:]) or type(exc).__name__)
+
+
+def _short(text: str, limit: int = 2000) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _failure(
+    unit: StackUnit, exc: Exception, progress: StackProgress | None, started: float, backend: str
+) -> StackResult:
+    from pulumi.automation.errors import ConcurrentUpdateError
+
+    if isinstance(exc, ConcurrentUpdateError):
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.LOCKED,
+            changes=progress.change_counts() if progress else {},
+            duration=time.monotonic() - started,
+            error=locked_message(unit.name, backend),
+        )
+    return StackResult(
+        unit.name,
+        unit.tier,
+        Outcome.FAILED,
+        changes=progress.change_counts() if progress else {},
+        duration=time.monotonic() - started,
+        error=error_text(exc, progress),
+        resources=progress.changes() if progress else [],
+    )
+
+
+def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
+    return stack_fingerprint(
+        ctx.fleet,
+        ctx.lock,
+        unit,
+        {dep: ctx.outputs.get(dep, {}) for dep in unit.depends_on},
+        extra_config=ctx.session.extra_config(unit.name),
+        environ=ctx.session.env,
+    )
+
+
+def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackResult:
+    from pulumi.automation.errors import CommandError
+
+    started = time.monotonic()
+    progress: StackProgress | None = None
+    try:
+        stack = ctx.session.stack(unit.name)
+        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
+        fingerprint = fingerprint_of(ctx, unit)
+        if not force:
+            last = stack.history(page_size=1, show_secrets=False)
+            entry = last[0] if last else None
+            if entry is not None and can_skip(fingerprint, entry.kind, entry.result, entry.message):
+                ctx.remember(unit.name, stack.outputs())
+                return StackResult(
+                    unit.name,
+                    unit.tier,
+                    Outcome.UNCHANGED,
+                    duration=time.monotonic() - started,
+                    outputs=ctx.masked[unit.name],
+                    note="inputs unchanged since its last successful update",
+                )
+        progress = ctx.progress(unit)
+        result = stack.up(
+            message=update_message(fingerprint),
+            on_event=ctx.listener(unit, progress),
+            color="never",
+            suppress_progress=True,
+        )
+        ctx.remember(unit.name, result.outputs)
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.SUCCEEDED,
+            changes=progress.change_counts(),
+            duration=time.monotonic() - started,
+            outputs=ctx.masked[unit.name],
+            resources=progress.changes(),
+        )
+    except CommandError as exc:
+        return _failure(unit, exc, progress, started, ctx.session.backend)
+
+
+def preview_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
+    from pulumi.automation.errors import CommandError
+
+    started = time.monotonic()
+    progress: StackProgress | None = None
+    try:
+        stack = ctx.session.stack(unit.name)
+        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
+        progress = ctx.progress(unit)
+        stack.preview(
+            on_event=ctx.listener(unit, progress),
+            color="never",
+            suppress_progress=True,
+            diff=True,
+        )
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.SUCCEEDED,
+            changes=progress.change_counts(),
+            duration=time.monotonic() - started,
+            resources=progress.changes(),
+        )
+    except CommandError as exc:
+        return _failure(unit, exc, progress, started, ctx.session.backend)
+
+
+def refresh_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
+    from pulumi.automation.errors import CommandError
+
+    started = time.monotonic()
+    progress: StackProgress | None = None
+    try:
+        stack = ctx.session.stack(unit.name, create=False)
+        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
+        progress = ctx.progress(unit)
+        stack.refresh(on_event=ctx.listener(unit, progress), color="never", suppress_progress=True)
+        ctx.remember(unit.name, stack.outputs())
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.SUCCEEDED,
+            changes=progress.change_counts(),
+            duration=time.monotonic() - started,
+            outputs=ctx.masked[unit.name],
+            resources=progress.changes(),
+        )
+    except CommandError as exc:
+        return _failure(unit, exc, progress, started, ctx.session.backend)
+
+
+def destroy_stack(ctx: RunContext, unit: StackUnit, *, remove: bool = False) -> StackResult:
+    from pulumi.automation.errors import CommandError
+
+    started = time.monotonic()
+    progress: StackProgress | None = None
+    try:
+        stack = ctx.session.stack(unit.name, create=False)
+        progress = ctx.progress(unit)
+        stack.destroy(on_event=ctx.listener(unit, progress), color="never", suppress_progress=True)
+        note = None
+        if remove:
+            stack.workspace.remove_stack(unit.name)
+            ctx.session.remove_work_dir(unit.name)
+            note = "stack removed from the backend"
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.SUCCEEDED,
+            changes=progress.change_counts(),
+            duration=time.monotonic() - started,
+            resources=progress.changes(),
+            note=note,
+        )
+    except CommandError as exc:
+        return _failure(unit, exc, progress, started, ctx.session.backend)
+
+
+@dataclass
+class StackStatus:
+    stack: str
+    exists: bool
+    last_kind: str | None = None
+    last_result: str | None = None
+    last_time: str | None = None
+    in_sync: bool | None = None  # inputs equal to those of the last successful update
+    outputs: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "exists": self.exists,
+            "lastKind": self.last_kind,
+            "lastResult": self.last_result,
+            "lastTime": self.last_time,
+            "inSync": self.in_sync,
+            "outputs": self.outputs,
+            "error": self.error,
+        }
+
+
+def status_stack(ctx: RunContext, unit: StackUnit, existing: set[str]) -> StackStatus:
+    from pulumi.automation.errors import CommandError
+
+    if unit.name not in existing:
+        return StackStatus(unit.name, exists=False)
+    try:
+        stack = ctx.session.stack(unit.name, create=False)
+        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
+        history = stack.history(page_size=1, show_secrets=False)
+        ctx.remember(unit.name, stack.outputs())
+        status = StackStatus(unit.name, exists=True, outputs=ctx.masked[unit.name])
+        if history:
+            entry = history[0]
+            status.last_kind, status.last_result = entry.kind, entry.result
+            when = entry.end_time or entry.start_time
+            status.last_time = when.isoformat() if when else None
+            status.in_sync = can_skip(
+                fingerprint_of(ctx, unit), entry.kind, entry.result, entry.message
+            )
+        return status
+    except CommandError as exc:
+        return StackStatus(unit.name, exists=True, error=error_text(exc, None))

@@ -1,0 +1,237 @@
+"""The CLI's view of a run: a live per-stack view (rich) and the final summary table."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from modelplane.driver.events import StackProgress, urn_type_and_name
+from modelplane.driver.observer import Observer
+from modelplane.driver.results import Outcome, RunResult, StackResult
+from modelplane.stacks import StackUnit
+
+STYLE = {
+    Outcome.SUCCEEDED: "green",
+    Outcome.UNCHANGED: "dim",
+    Outcome.FAILED: "bold red",
+    Outcome.LOCKED: "yellow",
+    Outcome.SKIPPED: "yellow",
+}
+VERB = {
+    "create": "creating",
+    "update": "updating",
+    "replace": "replacing",
+    "create-replacement": "creating replacement",
+    "delete": "deleting",
+    "delete-replaced": "deleting replaced",
+    "read": "reading",
+    "refresh": "refreshing",
+    "import": "importing",
+}
+
+
+def counts_text(changes: dict[str, int]) -> str:
+    parts = [
+        f"{sign}{changes.get(kind, 0)}"
+        for sign, kind in (("+", "create"), ("~", "update"), ("+-", "replace"), ("-", "delete"))
+        if changes.get(kind, 0)
+    ]
+    return " ".join(parts) or "no changes"
+
+
+class LiveProgress(Observer):
+    """Observer that shows each stack's resource operations while they run.
+
+    On a terminal it redraws a table in place; otherwise (CI, pipes) it prints one line
+    when each stack ends. Everything goes to ``console`` (stderr in the CLI).
+    """
+
+    def __init__(self, console: Console, *, live: bool | None = None) -> None:
+        self.console = console
+        self.live_enabled = console.is_terminal if live is None else live
+        self._lock = threading.Lock()
+        self._operation = ""
+        self._units: list[StackUnit] = []
+        self._state: dict[str, str] = {}
+        self._progress: dict[str, StackProgress] = {}
+        self._results: dict[str, StackResult] = {}
+        self._started: dict[str, float] = {}
+        self._live: Live | None = None
+
+    # -- Observer --------------------------------------------------------------------------
+
+    def message(self, text: str) -> None:
+        self.console.print(Text(text, style="dim"))
+
+    def run_started(self, operation: str, units: list[StackUnit]) -> None:
+        with self._lock:
+            self._operation = operation
+            self._units = list(units)
+            self._state = {u.name: "waiting" for u in units}
+        if self.live_enabled and units:
+            self._live = Live(self, console=self.console, refresh_per_second=4, transient=True)
+            self._live.start()
+
+    def stack_queued(self, unit: StackUnit) -> None:
+        with self._lock:
+            self._state[unit.name] = "preparing"
+            self._started[unit.name] = time.monotonic()
+
+    def stack_started(self, unit: StackUnit, progress: StackProgress) -> None:
+        with self._lock:
+            self._state[unit.name] = "running"
+            self._progress[unit.name] = progress
+
+    def stack_finished(self, result: StackResult) -> None:
+        with self._lock:
+            self._state[result.stack] = "done"
+            self._results[result.stack] = result
+        if not self.live_enabled:
+            self.console.print(self._line(result), highlight=False)
+
+    def run_finished(self, run: RunResult) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def _line(self, r: StackResult) -> Text:
+        text = Text()
+        text.append(f"{self._operation} {r.stack}: ", style="bold")
+        text.append(r.outcome.value, style=STYLE[r.outcome])
+        if r.outcome in (Outcome.SUCCEEDED, Outcome.FAILED):
+            text.append(f" ({counts_text(r.changes)}, {r.duration:.1f}s)")
+        if r.note:
+            text.append(f" - {r.note}", style="dim")
+        return text
+
+    def __rich__(self) -> RenderableType:
+        table = Table(title=f"modelplane {self._operation}", title_justify="left", expand=False)
+        for col in ("stack", "state", "changes", "now", "time"):
+            table.add_column(col, overflow="fold")
+        now = time.monotonic()
+        with self._lock:
+            for unit in self._units:
+                name = unit.name
+                state = self._state.get(name, "waiting")
+                result = self._results.get(name)
+                progress = self._progress.get(name)
+                elapsed = f"{now - self._started[name]:.0f}s" if name in self._started else ""
+                if result is not None:
+                    state_text = Text(result.outcome.value, style=STYLE[result.outcome])
+                    changes = counts_text(result.changes) if result.changes else ""
+                    current = result.note or (result.error or "").splitlines()[0:1]
+                    current_text = current if isinstance(current, str) else " ".join(current)
+                    elapsed = f"{result.duration:.0f}s"
+                else:
+                    state_text = Text(state, style="cyan" if state == "running" else "dim")
+                    changes, current_text = "", ""
+                    if progress is not None:
+                        in_flight, done = progress.snapshot()
+                        changes = f"{len(done)} done" if done else ""
+                        current_text = "; ".join(
+                            f"{VERB.get(op, op)} {_short_urn(urn)}"
+                            for urn, op in list(in_flight.items())[:3]
+                        )
+                table.add_row(name, state_text, changes, current_text, elapsed)
+        return Group(table)
+
+
+def _short_urn(urn: str) -> str:
+    rtype, name = urn_type_and_name(urn)
+    return f"{rtype.rsplit(':', 1)[-1]} {name}"
+
+
+def summary_table(run: RunResult) -> Table:
+    """stack, result, creates/updates/replaces/deletes, duration, error."""
+    table = Table(
+        title=f"{run.operation}: {len(run.results)} stack(s) in {run.duration:.1f}s",
+        title_justify="left",
+    )
+    table.add_column("stack")
+    table.add_column("result")
+    for col in ("create", "update", "replace", "delete"):
+        table.add_column(col, justify="right")
+    table.add_column("duration", justify="right")
+    table.add_column("error / note", overflow="fold", max_width=80)
+    for r in run.results:
+        ran = r.outcome in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.LOCKED)
+        table.add_row(
+            r.stack,
+            Text(r.outcome.value, style=STYLE[r.outcome]),
+            *(str(r.count(k)) if ran else "" for k in ("create", "update", "replace", "delete")),
+            f"{r.duration:.1f}s",
+            Text(r.error or r.note or "", style="red" if r.error else "dim"),
+        )
+    for name in run.orphans:
+        table.add_row(
+            name,
+            Text("orphaned", style="yellow"),
+            "",
+            "",
+            "",
+            "",
+            "",
+            Text("in the backend but no longer in the fleet: run `up --prune` or destroy it"),
+        )
+    return table
+
+
+def status_tables(status: Any) -> list[Table]:
+    """``modelplane status``: placement, stacks, endpoints."""
+    placement = Table(title="placement", title_justify="left")
+    for col in ("deployment", "replica", "cluster", "pools"):
+        placement.add_column(col)
+    for key, dep in status.lock.deployments.items():
+        for i, r in enumerate(dep.replicas):
+            pools = ", ".join(f"{k}={v}" for k, v in r.pools.items())
+            placement.add_row(key if i == 0 else "", r.name, r.cluster, pools)
+    stacks = Table(title=f"stacks ({status.backend})", title_justify="left")
+    for col in ("stack", "last operation", "result", "when", "in sync", "outputs"):
+        stacks.add_column(col, overflow="fold")
+    for s in status.stacks:
+        if not s.exists:
+            stacks.add_row(s.stack, Text("not created", style="dim"), "", "", "", "")
+            continue
+        sync = "" if s.in_sync is None else ("yes" if s.in_sync else "changes pending")
+        outputs = ", ".join(sorted(s.outputs)) if s.outputs else ""
+        stacks.add_row(
+            s.stack,
+            s.last_kind or "",
+            s.last_result or s.error or "",
+            s.last_time or "",
+            sync,
+            outputs,
+        )
+    for name in status.orphans:
+        stacks.add_row(
+            name, Text("orphaned (no longer in the fleet)", style="yellow"), "", "", "", ""
+        )
+    tables = [placement, stacks]
+    endpoints = Table(title="endpoints", title_justify="left")
+    endpoints.add_column("stack")
+    endpoints.add_column("output")
+    endpoints.add_column("value", overflow="fold")
+    rows = 0
+    for stack, value in status.endpoints.items():
+        endpoints.add_row(stack, "endpoints", _fmt(value))
+        rows += 1
+    for key, value in status.gateway.items():
+        endpoints.add_row("gateway", key, _fmt(value))
+        rows += 1
+    if rows:
+        tables.append(endpoints)
+    return tables
+
+
+def _fmt(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value, indent=1, sort_keys=True)

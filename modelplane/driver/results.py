@@ -1,0 +1,126 @@
+"""What a driver operation reports: one result per stack, plus the run as a whole (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from modelplane.stacks import Tier
+
+CHANGE_KINDS = ("create", "update", "replace", "delete")
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"  # the operation ran and finished
+    UNCHANGED = "unchanged"  # not run: inputs identical to the last successful update
+    FAILED = "failed"  # the operation ran and failed
+    LOCKED = "locked"  # another update holds the stack's lock
+    SKIPPED = "skipped"  # not run because a stack it depends on failed
+
+    @property
+    def ok(self) -> bool:
+        return self in (Outcome.SUCCEEDED, Outcome.UNCHANGED)
+
+
+@dataclass
+class PropertyChange:
+    """One changed property of a resource: a dotted/indexed path and how it changed."""
+
+    path: str
+    kind: str  # add | update | delete | add-replace | update-replace | delete-replace
+
+
+@dataclass
+class ResourceChange:
+    """One planned or applied step on one resource."""
+
+    op: str  # create | update | replace | delete | read | import | ...
+    urn: str
+    type: str
+    name: str
+    properties: list[PropertyChange] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "urn": self.urn,
+            "type": self.type,
+            "name": self.name,
+            "properties": [{"path": p.path, "kind": p.kind} for p in self.properties],
+        }
+
+
+@dataclass
+class StackResult:
+    stack: str
+    tier: Tier
+    outcome: Outcome
+    changes: dict[str, int] = field(default_factory=dict)  # create/update/replace/delete/same
+    duration: float = 0.0
+    error: str | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)  # secrets masked
+    resources: list[ResourceChange] = field(default_factory=list)
+    note: str | None = None  # why it was skipped / unchanged / what else happened
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.ok
+
+    def count(self, kind: str) -> int:
+        return self.changes.get(kind, 0)
+
+    @property
+    def changed(self) -> bool:
+        return any(self.count(k) for k in CHANGE_KINDS)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "tier": self.tier.name.lower(),
+            "result": self.outcome.value,
+            "changes": {k: self.count(k) for k in (*CHANGE_KINDS, "same")},
+            "duration": round(self.duration, 2),
+            "error": self.error,
+            "note": self.note,
+            "outputs": self.outputs,
+            "resources": [r.as_json() for r in self.resources],
+        }
+
+
+@dataclass
+class RunResult:
+    """The result of preview/up/destroy/refresh over a fleet's stacks."""
+
+    operation: str
+    backend: str
+    results: list[StackResult] = field(default_factory=list)
+    lock_path: str | None = None
+    lock_written: bool = False
+    duration: float = 0.0
+    orphans: list[str] = field(default_factory=list)  # in the backend, no longer derived
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def result(self, stack: str) -> StackResult:
+        for r in self.results:
+            if r.stack == stack:
+                return r
+        raise KeyError(stack)
+
+    def by_outcome(self, outcome: Outcome) -> list[str]:
+        return [r.stack for r in self.results if r.outcome is outcome]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation,
+            "backend": self.backend,
+            "ok": self.ok,
+            "lock": self.lock_path,
+            "lockWritten": self.lock_written,
+            "duration": round(self.duration, 2),
+            "stacks": [r.as_json() for r in self.results],
+            "orphans": self.orphans,
+        }

@@ -1,0 +1,122 @@
+"""Where state lives and how secrets are encrypted: backend URL and passphrase (pure).
+
+- Backend: an explicit URL (``--backend``), else ``PULUMI_BACKEND_URL``, else the embedded
+  default ``file://<fleet>/.modelplane/state``.
+- Secrets provider: self-managed ("DIY") backends (``file://``, ``s3://``, ``gs://``,
+  ``azblob://``, ``postgres://``) default to Pulumi's passphrase provider, which needs
+  ``PULUMI_CONFIG_PASSPHRASE`` or ``PULUMI_CONFIG_PASSPHRASE_FILE``. Without either, the
+  driver stops before any stack runs. Pulumi Cloud (``https://``) uses its own provider; an
+  explicit provider URL (``awskms://...``, ``gcpkms://...``) needs no passphrase either.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from modelplane.driver.errors import BackendError, PassphraseMissing
+
+STATE_DIR = ".modelplane"
+DIY_SCHEMES = ("file", "s3", "gs", "azblob", "postgres")
+
+PASSPHRASE = "PULUMI_CONFIG_PASSPHRASE"
+PASSPHRASE_FILE = "PULUMI_CONFIG_PASSPHRASE_FILE"
+
+PASSPHRASE_HELP = (
+    "Stack secrets (kubeconfigs, tokens) are encrypted with a passphrase on this backend.\n"
+    f"Set {PASSPHRASE} (or {PASSPHRASE_FILE} to a file holding it) and run again, e.g.\n"
+    f"  export {PASSPHRASE}='<a passphrase you keep>'\n"
+    "For the local example fleet, the documented throw-away passphrase is fine:\n"
+    f"  export {PASSPHRASE}=modelplane-local\n"
+    "Use the same passphrase for every later command on this fleet's state."
+)
+
+
+def state_root(fleet_dir: str | Path) -> Path:
+    """The fleet's private directory: state (default backend), workspaces, plans."""
+    return Path(fleet_dir).resolve() / STATE_DIR
+
+
+def default_backend(fleet_dir: str | Path) -> str:
+    return (state_root(fleet_dir) / "state").as_uri()
+
+
+def resolve_backend(
+    fleet_dir: str | Path, explicit: str | None = None, environ: Mapping[str, str] | None = None
+) -> str:
+    environ = os.environ if environ is None else environ
+    url = explicit or environ.get("PULUMI_BACKEND_URL") or default_backend(fleet_dir)
+    scheme = urlparse(url).scheme
+    if not scheme:
+        raise BackendError(
+            f"backend {url!r} is not a URL; use e.g. file:///abs/dir, s3://bucket, "
+            "gs://bucket or https://api.pulumi.com"
+        )
+    return url
+
+
+def is_diy(url: str) -> bool:
+    return urlparse(url).scheme in DIY_SCHEMES
+
+
+def local_state_dir(url: str) -> Path | None:
+    """The directory of a ``file://`` backend (created by the driver), else None."""
+    parsed = urlparse(url)
+    if parsed.scheme != "file":
+        return None
+    path = parsed.netloc + parsed.path if parsed.netloc not in ("", "localhost") else parsed.path
+    return Path(path).expanduser()
+
+
+@dataclass(frozen=True)
+class SecretsSettings:
+    """The secrets provider for new stacks (None: the backend's default)."""
+
+    provider: str | None
+    uses_passphrase: bool
+
+
+def resolve_secrets(
+    backend_url: str,
+    secrets_provider: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SecretsSettings:
+    """Check, before any stack runs, that secrets can be encrypted and decrypted."""
+    environ = os.environ if environ is None else environ
+    if secrets_provider and secrets_provider != "passphrase":
+        return SecretsSettings(secrets_provider, uses_passphrase=False)
+    if secrets_provider is None and not is_diy(backend_url):
+        return SecretsSettings(None, uses_passphrase=False)
+    if PASSPHRASE in environ:
+        return SecretsSettings("passphrase", uses_passphrase=True)
+    file = environ.get(PASSPHRASE_FILE)
+    if file:
+        path = Path(file).expanduser()
+        if not path.is_file():
+            raise PassphraseMissing(f"{PASSPHRASE_FILE} is {file!r}, which is not a readable file.")
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise PassphraseMissing(f"{PASSPHRASE_FILE} {file!r} cannot be read: {exc}") from None
+        return SecretsSettings("passphrase", uses_passphrase=True)
+    raise PassphraseMissing(
+        f"no passphrase for the secrets of backend {backend_url}.\n{PASSPHRASE_HELP}"
+    )
+
+
+def engine_environment(
+    base: Mapping[str, str], backend_url: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Variables for every engine command: ``base`` (the engine's own) plus backend and secrets."""
+    environ = os.environ if environ is None else environ
+    env = dict(base)
+    env["PULUMI_BACKEND_URL"] = backend_url
+    env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+    env.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
+    for key in (PASSPHRASE, PASSPHRASE_FILE):
+        if key in environ:
+            env[key] = environ[key]
+    return env
