@@ -1,0 +1,195 @@
+"""The node ledger: which devices of which node of a pool each placed role uses.
+
+A pool's layout is a pure function of the set of role instances ("items") on
+it: they are packed in one canonical order (`Item.order`: priority first,
+then larger pods, then more pods, then deployment key, replica index and
+role), each pod on the node it fits most tightly (fewest consumed devices
+left on that node afterwards, ties to the lowest node), the pods of one
+worker on distinct nodes. Because the layout never depends on the order
+replicas were placed in, a lock produced by one run is re-charged identically
+by the next one, so what fitted still fits.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from modelplane.scheduler.matching import ClassShape, PodDemand, take_from_node
+
+ItemOrder = tuple[int, int, int, str, int, int]
+
+
+class Item(NamedTuple):
+    """One role of one replica, placed on one pool."""
+
+    order: ItemOrder
+    deployment: str
+    index: int
+    role: str
+    demand: PodDemand
+
+    @staticmethod
+    def make(
+        priority: int, deployment: str, index: int, role: str, role_pos: int, demand: PodDemand
+    ) -> Item:
+        order = (-priority, -demand.devices_per_pod, -demand.pods, deployment, index, role_pos)
+        return Item(order, deployment, index, role, demand)
+
+
+def _order(item: Item) -> ItemOrder:
+    return item.order
+
+
+@dataclass
+class Layout:
+    """Items on a pool (in canonical order) and the devices left on each node."""
+
+    items: list[Item]
+    free: list[list[int]]  # per node, per device kind (Synthetic kinds stay at full count)
+    node_free: list[int]  # per node, consumed (DRA) devices left
+    free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
+    least_used: int = 0  # what the items consume at least, however they are packed
+
+    def copy(self) -> Layout:
+        return Layout(list(self.items), [row[:] for row in self.free], self.node_free[:],
+                      self.free_total, self.least_used)
+
+
+class Pool:
+    """One node pool of one cluster: its node shape and its current layout."""
+
+    def __init__(
+        self, cluster: str, name: str, position: int, class_name: str,
+        shape: ClassShape | None, nodes: int,
+    ) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.position = position  # order in the cluster's nodePools
+        self.class_name = class_name
+        self.shape = shape or ClassShape((), ())
+        self.nodes = nodes if shape is not None else 0
+        self.capacity = self.shape.consumed_per_node * self.nodes
+        self.layout = self.empty()
+        # Exact memos for the current layout: (demand, insertion position) that do not
+        # fit, and free nodes per demand. Packing depends only on the demands in order.
+        self._misfits: set[tuple[PodDemand, int]] = set()
+        self._free_nodes: dict[PodDemand, int] = {}
+
+    def set_layout(self, layout: Layout) -> None:
+        self.layout = layout
+        self._misfits.clear()
+        self._free_nodes.clear()
+
+    def empty(self) -> Layout:
+        per_node = self.shape.consumed_per_node
+        return Layout(
+            items=[],
+            free=[list(self.shape.counts) for _ in range(self.nodes)],
+            node_free=[per_node] * self.nodes,
+            free_total=per_node * self.nodes,
+        )
+
+    def pack(self, items: list[Item]) -> tuple[Layout, list[Item]]:
+        """Pack `items` in canonical order from empty; returns the layout and what did not fit."""
+        layout = self.empty()
+        failed: list[Item] = []
+        for item in sorted(items, key=_order):
+            if self._place(layout, item):
+                layout.items.append(item)
+                layout.least_used += item.demand.least_consumed
+            else:
+                failed.append(item)
+        return layout, failed
+
+    def may_fit(self, layout: Layout, demand: PodDemand) -> bool:
+        """False when `layout` surely has no room for `demand` (a cheap bound)."""
+        return self.capacity - layout.least_used >= demand.least_consumed
+
+    def with_item(self, layout: Layout, item: Item) -> Layout | None:
+        """`layout` plus `item`, packed canonically, or None if anything would not fit."""
+        if not self.may_fit(layout, item.demand):
+            return None
+        position = bisect_left([i.order for i in layout.items], item.order)
+        memo = (item.demand, position)
+        current = layout is self.layout
+        if current and memo in self._misfits:
+            return None
+        if position == len(layout.items):
+            trial: Layout | None = layout.copy()  # sorts last: packing on top is canonical
+            assert trial is not None
+            if self._place(trial, item):
+                trial.items.append(item)
+                trial.least_used += item.demand.least_consumed
+            else:
+                trial = None
+        else:
+            trial, failed = self.pack([*layout.items, item])
+            trial = None if failed else trial
+        if trial is None and current:
+            self._misfits.add(memo)
+        return trial
+
+    def without(self, deployment: str, index: int) -> list[Item]:
+        """Remove a replica's items and repack; returns items that no longer fit (rare)."""
+        remaining = [
+            i for i in self.layout.items if not (i.deployment == deployment and i.index == index)
+        ]
+        if len(remaining) == len(self.layout.items):
+            return []
+        layout, failed = self.pack(remaining)
+        self.set_layout(layout)
+        return failed
+
+    def free_nodes(self, demand: PodDemand) -> int:
+        """Nodes of the current layout with room for one more pod of `demand`."""
+        hit = self._free_nodes.get(demand)
+        if hit is None:
+            hit = sum(
+                1 for row in self.layout.free if take_from_node(demand.requests, row) is not None
+            )
+            self._free_nodes[demand] = hit
+        return hit
+
+    def _place(self, layout: Layout, item: Item) -> bool:
+        """Place every pod of `item` on `layout` (mutated); on failure leave it unchanged."""
+        demand = item.demand
+        consumed = self.shape.consumed
+        free, node_free = layout.free, layout.node_free
+        undo: list[tuple[int, dict[int, int], int]] = []
+        for _ in range(demand.workers):
+            used_nodes: set[int] = set()
+            for _ in range(demand.pods_per_worker):
+                best = -1
+                best_left = 0
+                best_take: dict[int, int] = {}
+                best_used = 0
+                for node, row in enumerate(free):
+                    if node in used_nodes:
+                        continue
+                    take = take_from_node(demand.requests, row)
+                    if take is None:
+                        continue
+                    used = sum(n for k, n in take.items() if consumed[k])
+                    left = node_free[node] - used
+                    if best < 0 or left < best_left:
+                        best, best_left, best_take, best_used = node, left, take, used
+                if best < 0:
+                    for node, take, used in reversed(undo):
+                        self._apply(layout, node, take, used, sign=+1)
+                    return False
+                self._apply(layout, best, best_take, best_used, sign=-1)
+                undo.append((best, best_take, best_used))
+                used_nodes.add(best)
+        return True
+
+    def _apply(self, layout: Layout, node: int, take: dict[int, int], used: int, sign: int) -> None:
+        """Take (sign -1) or give back (sign +1) one pod's devices on `node`."""
+        consumed = self.shape.consumed
+        row = layout.free[node]
+        for kind, n in take.items():
+            if consumed[kind]:
+                row[kind] += sign * n
+        layout.node_free[node] += sign * used
+        layout.free_total += sign * used

@@ -1,0 +1,191 @@
+"""Which device kinds of a class serve a role's device requests (CEL, memoized).
+
+A role's pod asks, per device request in order, for `count` devices of the
+first device kind of the node that still has that many left for this pod and
+satisfies every CEL selector of the request. What is static about that (which
+kinds a request may take from, and whether a pod fits on an empty node) is
+computed once per (deployment, role, class) here; what depends on occupancy
+lives in `capacity`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from modelplane.api.inference_class import ClassDevice, InferenceClass
+from modelplane.api.model_deployment import Role
+from modelplane.cel import CelCompileError, Device, compile_selector
+
+# The name a role without a nodeSelector gives its one implicit device request.
+IMPLICIT_GPU_REQUEST = "gpu"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One device request of a pod, resolved against one class."""
+
+    name: str
+    count: int
+    kinds: tuple[int, ...]  # indices into the class's devices that may serve it, in class order
+
+
+@dataclass(frozen=True)
+class ClassShape:
+    """The node of a pool: per device kind, how many and whether they are consumed."""
+
+    counts: tuple[int, ...]
+    consumed: tuple[bool, ...]  # DRA devices are consumed, Synthetic ones only matched
+
+    @property
+    def consumed_per_node(self) -> int:
+        return sum(c for c, used in zip(self.counts, self.consumed, strict=True) if used)
+
+    @staticmethod
+    def of(cls: InferenceClass) -> ClassShape:
+        devices = cls.spec.devices
+        return ClassShape(
+            counts=tuple(d.count for d in devices),
+            consumed=tuple(d.claim == "DRA" for d in devices),
+        )
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """What one role asks of one pool's class: `workers` gangs of `pods_per_worker` pods
+    on distinct nodes, each pod taking `requests` from its node."""
+
+    requests: tuple[Request, ...]
+    pods_per_worker: int
+    workers: int
+    devices_per_pod: int  # sum of request counts: the pod's size, for packing order
+    pods: int  # pods_per_worker x workers
+    least_consumed: int  # DRA devices all pods surely consume (requests only DRA kinds serve)
+
+
+def take_from_node(requests: tuple[Request, ...], free: list[int]) -> dict[int, int] | None:
+    """Devices per kind one pod takes from a node with `free` devices left, or None.
+
+    Each request takes from the first kind with `count` left for this pod
+    (Synthetic kinds are always at full count on the node, but a pod's own
+    requests do not share the same device).
+    """
+    taken: dict[int, int] = {}
+    for req in requests:
+        for kind in req.kinds:
+            already = taken.get(kind, 0)
+            if free[kind] - already >= req.count:
+                taken[kind] = already + req.count
+                break
+        else:
+            return None
+    return taken
+
+
+@dataclass(frozen=True)
+class RoleFit:
+    """A role against one class: its demand, or the request that cannot be served."""
+
+    demand: PodDemand | None
+    unmatched: str | None = None
+
+
+class Matcher:
+    """Resolves roles against classes, memoizing CEL results per
+    (expression, class, device) and role fits per (deployment, role, class)."""
+
+    def __init__(self, classes: Mapping[str, InferenceClass]) -> None:
+        self._classes = classes
+        self._shapes: dict[str, ClassShape] = {}
+        self._devices: dict[tuple[str, str], Device | None] = {}
+        self._cel: dict[tuple[str, str, str], bool] = {}
+        self._fits: dict[tuple[str, str, str], RoleFit] = {}
+
+    def shape(self, class_name: str) -> ClassShape | None:
+        shape = self._shapes.get(class_name)
+        if shape is None:
+            cls = self._classes.get(class_name)
+            if cls is None:
+                return None
+            shape = self._shapes[class_name] = ClassShape.of(cls)
+        return shape
+
+    def fit(self, deployment: str, role_name: str, role: Role, class_name: str) -> RoleFit:
+        """How `role` of `deployment` (its key) fits a node of `class_name`."""
+        memo_key = (deployment, role_name, class_name)
+        fit = self._fits.get(memo_key)
+        if fit is None:
+            fit = self._fits[memo_key] = self._resolve(role, class_name)
+        return fit
+
+    def _resolve(self, role: Role, class_name: str) -> RoleFit:
+        cls = self._classes.get(class_name)
+        shape = self.shape(class_name)
+        shape_ = role.workers.topology.shape
+        gpus = shape_.gpus_per_node
+        if cls is None or shape is None:
+            name = IMPLICIT_GPU_REQUEST
+            if role.node_selector is not None:
+                name = role.node_selector.devices[0].name
+            return RoleFit(None, name)
+        devices = cls.spec.devices
+        requests: list[Request] = []
+        if role.node_selector is None:
+            kinds = tuple(
+                i for i, d in enumerate(devices) if d.claim == "DRA" and d.count >= gpus
+            )
+            requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, kinds))
+        else:
+            for req in role.node_selector.devices:
+                # Only the GPU request may omit count (validated): it defaults to GPUs per node.
+                count = req.count if req.count is not None else gpus
+                exprs = [s.cel for s in req.selectors]
+                kinds = tuple(
+                    i
+                    for i, d in enumerate(devices)
+                    if d.count >= count and all(self._matches(e, class_name, d) for e in exprs)
+                )
+                requests.append(Request(req.name, count, kinds))
+        # A pod must fit on an empty node; the first request it cannot take is the culprit.
+        for upto in range(1, len(requests) + 1):
+            if take_from_node(tuple(requests[:upto]), list(shape.counts)) is None:
+                return RoleFit(None, requests[upto - 1].name)
+        pods = shape_.nodes_per_worker * role.workers.count
+        demand = PodDemand(
+            requests=tuple(requests),
+            pods_per_worker=shape_.nodes_per_worker,
+            workers=role.workers.count,
+            devices_per_pod=sum(r.count for r in requests),
+            pods=pods,
+            least_consumed=pods * sum(
+                r.count for r in requests if all(shape.consumed[k] for k in r.kinds)
+            ),
+        )
+        return RoleFit(demand)
+
+    def _matches(self, expr: str, class_name: str, device: ClassDevice) -> bool:
+        memo_key = (expr, class_name, device.name)
+        hit = self._cel.get(memo_key)
+        if hit is None:
+            cel_device = self._device(class_name, device)
+            hit = False
+            if cel_device is not None:
+                try:
+                    hit = compile_selector(expr).matches(cel_device)
+                except CelCompileError:
+                    hit = False  # validation reports it; here it simply matches nothing
+            self._cel[memo_key] = hit
+        return hit
+
+    def _device(self, class_name: str, device: ClassDevice) -> Device | None:
+        memo_key = (class_name, device.name)
+        if memo_key not in self._devices:
+            try:
+                self._devices[memo_key] = Device.from_class_device(
+                    device.driver,
+                    {name: (a.kind, a.value) for name, a in device.attributes.items()},
+                    {name: c.value for name, c in device.capacity.items()},
+                )
+            except (ValueError, TypeError):
+                self._devices[memo_key] = None  # validation reports it; nothing matches it
+        return self._devices[memo_key]

@@ -1,0 +1,294 @@
+"""Retain, scale down, fill: the greedy placement rules of scheduling.md.
+
+Placement state: every placed replica as deployment key -> (cluster, index) ->
+{role: pool}, and per pool its node layout (`capacity.Pool`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.placement_lock import LockedReplica, PlacementLock
+from modelplane.scheduler import reasons
+from modelplane.scheduler.capacity import Item, Layout, Pool
+from modelplane.scheduler.eligibility import Eligibility, RolePools
+from modelplane.scheduler.matching import Matcher
+from modelplane.scheduler.taints import BLOCKS_NEW, EVICTS
+
+ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
+RolePlan = list[tuple[str, Pool, Layout]]  # (role, pool, that pool's layout with the role on it)
+
+
+def lowest_free(taken: set[int] | Sequence[int]) -> int:
+    """The lowest non-negative integer not in `taken`."""
+    used = set(taken)
+    return next(i for i in range(len(used) + 1) if i not in used)
+
+
+class Placement:
+    """One scheduling run over a fleet. Call `retain`, `scale_down`, `fill` in order."""
+
+    def __init__(self, fleet: FleetSpec) -> None:
+        self.fleet = fleet
+        self.deployments = dict(sorted(fleet.deployments.items()))
+        self.cluster_names = sorted(fleet.clusters)
+        self.matcher = Matcher(fleet.classes)
+        self.eligibility = Eligibility(fleet, self.matcher)
+        self.pools: dict[tuple[str, str], Pool] = {}
+        self.cluster_pools: dict[str, list[Pool]] = {}
+        for name in self.cluster_names:
+            pools = []
+            for position, spec in enumerate(fleet.clusters[name].spec.node_pools):
+                shape = self.matcher.shape(spec.class_name)
+                pool = Pool(name, spec.name, position, spec.class_name, shape, spec.capacity_nodes)
+                pools.append(pool)
+                self.pools[(name, spec.name)] = pool
+            self.cluster_pools[name] = pools
+        # Per cluster, the free devices of its roomiest pool (an upper bound, see Pool.may_fit).
+        self.cluster_room: dict[str, int] = {}
+        for name in self.cluster_names:
+            self._refresh_room(name)
+        self.placed: dict[str, dict[ReplicaKey, dict[str, str]]] = {
+            key: {} for key in self.deployments
+        }
+        self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
+
+    def _refresh_room(self, cluster: str) -> None:
+        self.cluster_room[cluster] = max(
+            (p.capacity - p.layout.least_used for p in self.cluster_pools[cluster]), default=0
+        )
+
+    # -- 2 + 3: retain -------------------------------------------------------------------
+
+    def retain(self, previous: PlacementLock | None) -> None:
+        """Keep what the lock placed where it still may be and still fits; charge it."""
+        if previous is None:
+            return
+        items: dict[tuple[str, str], list[Item]] = {}
+        for dep_key in sorted(previous.deployments):
+            dep = self.deployments.get(dep_key)
+            if dep is None:
+                continue
+            replicas = sorted(
+                previous.deployments[dep_key].replicas, key=lambda r: (r.cluster, r.index, r.name)
+            )
+            for replica in replicas:
+                if (replica.cluster, replica.index) in self.placed[dep_key]:
+                    continue  # a duplicate entry: the first one counts
+                kept = self._keepable(dep_key, dep, replica)
+                if kept is None:
+                    continue
+                self.placed[dep_key][(replica.cluster, replica.index)] = dict(replica.pools)
+                for pool, item in kept:
+                    items.setdefault((pool.cluster, pool.name), []).append(item)
+        failed: list[tuple[str, str, int]] = []
+        for key in sorted(items):
+            pool = self.pools[key]
+            layout, misfits = pool.pack(items[key])
+            pool.set_layout(layout)
+            failed += [(i.deployment, pool.cluster, i.index) for i in misfits]
+        for cluster in sorted({cluster for cluster, _ in items}):
+            self._refresh_room(cluster)
+        self._drop(failed)
+
+    def _keepable(self, dep_key: str, dep: ModelDeployment, replica: LockedReplica
+                  ) -> list[tuple[Pool, Item]] | None:
+        """The items a locked replica keeps on its pools, or None if it may not stay."""
+        cluster = replica.cluster
+        if cluster not in self.fleet.clusters:
+            return None
+        if not self.eligibility.selected(dep_key, dep, cluster):
+            return None
+        if self.eligibility.blocked(dep_key, dep, cluster, EVICTS) is not None:
+            return None
+        if set(replica.pools) != set(dep.spec.roles):
+            return None
+        kept: list[tuple[Pool, Item]] = []
+        for position, (role_name, role) in enumerate(dep.spec.roles.items()):
+            pool = self.pools.get((cluster, replica.pools[role_name]))  # type: ignore[index]
+            if pool is None:
+                return None
+            demand = self.matcher.fit(dep_key, role_name, role, pool.class_name).demand
+            if demand is None:
+                return None
+            item = Item.make(dep.spec.priority, dep_key, replica.index, role_name, position,
+                             demand)
+            kept.append((pool, item))
+        return kept
+
+    def _drop(self, replicas: Sequence[tuple[str, str, int]]) -> None:
+        """Drop replicas (deployment, cluster, index), freeing their capacity.
+
+        Repacking a pool without them could, in rare packing anomalies, leave
+        another item without room; that replica is dropped too.
+        """
+        queue = sorted(set(replicas))
+        while queue:
+            dep_key, cluster, index = queue.pop(0)
+            pools = self.placed[dep_key].pop((cluster, index), None)
+            if pools is None:
+                continue
+            for pool_name in sorted(set(pools.values())):
+                misfits = self.pools[(cluster, pool_name)].without(dep_key, index)
+                queue += sorted((i.deployment, cluster, i.index) for i in misfits)
+            self._refresh_room(cluster)
+
+    # -- 4: scale down -------------------------------------------------------------------
+
+    def scale_down(self) -> None:
+        """Drop surplus replicas from the cluster hosting most of them (ties: the name
+        sorting last), highest index first."""
+        for dep_key, dep in self.deployments.items():
+            placed = self.placed[dep_key]
+            while len(placed) > dep.spec.replicas:
+                per_cluster = Counter(cluster for cluster, _ in placed)
+                cluster, index = max(placed, key=lambda k: (per_cluster[k[0]], k[0], k[1]))
+                self._drop([(dep_key, cluster, index)])
+
+    # -- 5: fill -------------------------------------------------------------------------
+
+    def fill(self) -> None:
+        """Place missing replicas, highest priority first, spreading then packing."""
+        order = sorted(self.deployments.items(), key=lambda kv: (-kv[1].spec.priority, kv[0]))
+        for dep_key, dep in order:
+            if dep.spec.replicas > len(self.placed[dep_key]):
+                self._fill(dep_key, dep)
+
+    def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
+        """Add replicas one by one on the open cluster with room hosting the fewest of them
+        (ties: the name sorting first). A cluster without room is not asked again: during
+        one deployment's fill, clusters only fill up."""
+        placed = self.placed[dep_key]
+        missing = dep.spec.replicas - len(placed)
+        hosted = Counter(cluster for cluster, _ in placed)
+        taken: dict[str, set[int]] = {}
+        for cluster, index in placed:
+            taken.setdefault(cluster, set()).add(index)
+        role_pools = self._open_clusters(dep_key, dep)
+        # Clusters already hosting some are in a heap by (count, name); the others all
+        # host 0 and are visited in name order.
+        heap = [(count, c) for c, count in hosted.items() if c in role_pools]
+        heapq.heapify(heap)
+        fresh = iter([c for c in role_pools if c not in hosted])
+        pending = next(fresh, None)
+        while missing:
+            if pending is not None and (not heap or (0, pending) < heap[0]):
+                count, cluster = 0, pending
+                pending = next(fresh, None)
+            elif heap:
+                count, cluster = heapq.heappop(heap)
+            else:
+                break
+            open_pools = role_pools[cluster]
+            if not self._may_fit(cluster, open_pools):
+                continue
+            indices = taken.setdefault(cluster, set())
+            index = lowest_free(indices)
+            plan = self._fit(dep_key, dep, cluster, index, open_pools)
+            if plan is None:
+                continue
+            for _, pool, layout in plan:
+                pool.set_layout(layout)
+            self._refresh_room(cluster)
+            placed[(cluster, index)] = {role: pool.name for role, pool, _ in plan}
+            indices.add(index)
+            missing -= 1
+            heapq.heappush(heap, (count + 1, cluster))
+        if missing:
+            self.reasons[dep_key] = self._explain(dep_key, dep)
+
+    def _open_clusters(self, dep_key: str, dep: ModelDeployment) -> dict[str, RolePools]:
+        """The clusters open to new replicas of `dep` (selector, cache, NoSchedule and
+        NoExecute taints, a matching pool per role) that may have room, in name order."""
+        eligibility = self.eligibility
+        room = self.cluster_room
+        out: list[tuple[str, RolePools]] = []
+        for members in eligibility.members.values():
+            pools = eligibility.open_for_new(dep_key, dep, members[0])
+            if pools is not None:
+                least = pools.least_room
+                out += [(c, pools) for c in members if room[c] >= least]
+        out.sort()
+        return dict(out)
+
+    def _may_fit(self, cluster: str, role_pools: RolePools) -> bool:
+        """False when some role surely has no room on the cluster (cheap bounds)."""
+        if self.cluster_room[cluster] < role_pools.least_room:
+            return False
+        pools = self.cluster_pools[cluster]
+        return all(
+            any(pools[pos].may_fit(pools[pos].layout, demand) for pos, demand in matching)
+            for _, matching in role_pools.roles
+        )
+
+    def _fit(self, dep_key: str, dep: ModelDeployment, cluster: str, index: int,
+             role_pools: RolePools) -> RolePlan | None:
+        """Pools for every role of a new replica, or None. Each role takes its best fit
+        (least room left after it, ties by pool order) given the roles before it; when a
+        later role then finds no room, an earlier role tries its next-best pool."""
+        pools = self.cluster_pools[cluster]
+        roles = role_pools.roles
+
+        def search(position: int, layouts: dict[int, Layout]) -> RolePlan | None:
+            if position == len(roles):
+                return []
+            role, matching = roles[position]
+            options: list[tuple[int, int, Layout]] = []
+            for pool_pos, demand in matching:
+                pool = pools[pool_pos]
+                layout = layouts.get(pool_pos, pool.layout)
+                if not pool.may_fit(layout, demand):
+                    continue
+                item = Item.make(dep.spec.priority, dep_key, index, role, position, demand)
+                trial = pool.with_item(layout, item)
+                if trial is not None:
+                    options.append((trial.free_total, pool_pos, trial))
+            options.sort(key=lambda o: (o[0], o[1]))
+            for _, pool_pos, trial in options:
+                rest = search(position + 1, {**layouts, pool_pos: trial})
+                if rest is not None:
+                    return [(role, pools[pool_pos], trial), *rest]
+            return None
+
+        return search(0, {})
+
+    # -- 6: reasons ----------------------------------------------------------------------
+
+    def _explain(self, dep_key: str, dep: ModelDeployment) -> list[str]:
+        """Why no cluster takes another replica of `dep`: one reason per cluster considered
+        (those matching its clusterSelector), or one reason when none is."""
+        if not self.cluster_names:
+            return [reasons.NO_CLUSTERS]
+        considered = [c for c in self.cluster_names if self.eligibility.selected(dep_key, dep, c)]
+        if not considered:
+            return [reasons.NO_SELECTOR_MATCH]
+        out = []
+        for cluster in considered:
+            why = self.eligibility.blocked(dep_key, dep, cluster, BLOCKS_NEW)
+            if why is None:
+                pools = self.eligibility.role_pools(dep_key, dep, cluster)
+                why = pools if isinstance(pools, str) else self._why_full(cluster, pools)
+            out.append(reasons.at(cluster, why))
+        return out
+
+    def _why_full(self, cluster: str, role_pools: RolePools) -> str:
+        """The first role short of nodes, with the pool that comes closest to hosting it.
+
+        A "free node" is a node with room for one more pod of the role; the role needs
+        one per pod (workers x nodes per worker)."""
+        pools = self.cluster_pools[cluster]
+        for role, matching in role_pools.roles:
+            free, _, pool_pos, demand = max(
+                (pools[pos].free_nodes(d), -pos, pos, d) for pos, d in matching
+            )
+            if free < demand.pods:
+                return reasons.pool_short(pools[pool_pos].name, free, role, demand.pods)
+        if len(role_pools.roles) > 1:
+            return reasons.roles_together([role for role, _ in role_pools.roles])
+        role, matching = role_pools.roles[0]
+        free, _, pool_pos, _ = max((pools[pos].free_nodes(d), -pos, pos, d) for pos, d in matching)
+        return reasons.pool_fragmented(pools[pool_pos].name, role)

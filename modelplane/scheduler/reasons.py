@@ -1,0 +1,46 @@
+"""The text of shortfall reasons: one per cluster considered, `<cluster>: <why>`.
+
+The helpers below return the `<why>`; `at` prefixes the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from modelplane.api.inference_cluster import Taint
+
+NO_CLUSTERS = "the fleet has no InferenceCluster"
+NO_SELECTOR_MATCH = "no InferenceCluster matches clusterSelector"
+
+
+def at(cluster: str, why: str) -> str:
+    return f"{cluster}: {why}"
+
+
+def not_covered(cache: str) -> str:
+    return f"not covered by ModelCache {cache}"
+
+
+def taints_not_tolerated(taints: Sequence[Taint]) -> str:
+    if len(taints) == 1:
+        return f"taint {taints[0].describe()} not tolerated"
+    return f"taints {', '.join(t.describe() for t in taints)} not tolerated"
+
+
+def no_pool_matches(role: str, requests: Sequence[str]) -> str:
+    if len(requests) == 1:
+        return f"no pool matches {role} device {requests[0]}"
+    return f"no pool matches {role} devices {', '.join(requests)}"
+
+
+def pool_short(pool: str, free_nodes: int, role: str, needs: int) -> str:
+    nodes = "node" if free_nodes == 1 else "nodes"
+    return f"pool {pool} has {free_nodes} free {nodes}, {role} needs {needs}"
+
+
+def pool_fragmented(pool: str, role: str) -> str:
+    return f"pool {pool} has no room for {role} next to the replicas already there"
+
+
+def roles_together(roles: Sequence[str]) -> str:
+    return f"no room for {' and '.join(roles)} together"

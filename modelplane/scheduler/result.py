@@ -1,0 +1,36 @@
+"""What the scheduler returns: the new placement lock and a report per deployment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelplane.api.placement_lock import LockedReplica, PlacementLock
+
+
+@dataclass(frozen=True)
+class DeploymentReport:
+    desired: int
+    replicas: list[LockedReplica] = field(default_factory=list)  # sorted by (cluster, index)
+    unplaced: int = 0
+    reasons: list[str] = field(default_factory=list)  # empty unless unplaced > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of one entry of `modelplane plan --output json`."""
+        return {
+            "desired": self.desired,
+            "replicas": [r.model_dump(mode="json") for r in self.replicas],
+            "unplaced": self.unplaced,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    lock: PlacementLock  # deployments sorted by key, replicas by (cluster, index)
+    report: dict[str, DeploymentReport]  # every deployment of the fleet, sorted by key
+
+    @property
+    def short(self) -> bool:
+        """True when some deployment has fewer replicas than it asks for."""
+        return any(r.unplaced for r in self.report.values())
