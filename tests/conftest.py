@@ -1,0 +1,3 @@
+"""Shared pytest configuration: the real kube-apiserver fixture lives in tests/fixtures."""
+
+pytest_plugins = ["tests.fixtures.apiserver"]
