@@ -114,3 +114,15 @@ def schema(
         path = out / f"{kind}.schema.json"
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         console.print(f"wrote {path}", highlight=False)
+
+
+def _mount() -> None:
+    """Attach the engine verbs and the sub-apps (their modules import Pulumi lazily)."""
+    from modelplane.cli import dev_cluster, engine_verbs, render
+
+    engine_verbs.register(app)
+    app.registered_commands.extend(render.app.registered_commands)
+    app.add_typer(dev_cluster.app, name="dev-cluster")
+
+
+_mount()
