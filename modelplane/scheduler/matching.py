@@ -121,8 +121,8 @@ class Matcher:
     def _resolve(self, role: Role, class_name: str) -> RoleFit:
         cls = self._classes.get(class_name)
         shape = self.shape(class_name)
-        shape_ = role.workers.topology.shape
-        gpus = shape_.gpus_per_node
+        worker = role.workers.topology.shape
+        gpus = worker.gpus_per_node
         if cls is None or shape is None:
             name = IMPLICIT_GPU_REQUEST
             if role.node_selector is not None:
@@ -137,7 +137,8 @@ class Matcher:
             requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, kinds))
         else:
             for req in role.node_selector.devices:
-                # Only the GPU request may omit count (validated): it defaults to GPUs per node.
+                # Only the GPU request (`gpu_request`) may omit count (validated); it
+                # defaults to the topology's GPUs per node.
                 count = req.count if req.count is not None else gpus
                 exprs = [s.cel for s in req.selectors]
                 kinds = tuple(
@@ -150,10 +151,10 @@ class Matcher:
         for upto in range(1, len(requests) + 1):
             if take_from_node(tuple(requests[:upto]), list(shape.counts)) is None:
                 return RoleFit(None, requests[upto - 1].name)
-        pods = shape_.nodes_per_worker * role.workers.count
+        pods = worker.nodes_per_worker * role.workers.count
         demand = PodDemand(
             requests=tuple(requests),
-            pods_per_worker=shape_.nodes_per_worker,
+            pods_per_worker=worker.nodes_per_worker,
             workers=role.workers.count,
             devices_per_pod=sum(r.count for r in requests),
             pods=pods,

@@ -157,6 +157,11 @@ class Placement:
         for dep_key, dep in order:
             if dep.spec.replicas > len(self.placed[dep_key]):
                 self._fill(dep_key, dep)
+        # Reasons describe the final state, so re-planning the written lock, which starts
+        # from that state, reports exactly the same.
+        for dep_key, dep in self.deployments.items():
+            if dep.spec.replicas > len(self.placed[dep_key]):
+                self.reasons[dep_key] = self._explain(dep_key, dep)
 
     def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
         """Add replicas one by one on the open cluster with room hosting the fewest of them
@@ -198,8 +203,6 @@ class Placement:
             indices.add(index)
             missing -= 1
             heapq.heappush(heap, (count + 1, cluster))
-        if missing:
-            self.reasons[dep_key] = self._explain(dep_key, dep)
 
     def _open_clusters(self, dep_key: str, dep: ModelDeployment) -> dict[str, RolePools]:
         """The clusters open to new replicas of `dep` (selector, cache, NoSchedule and
