@@ -1,0 +1,206 @@
+"""ModelCache: model weights staged once per covered cluster on ReadWriteMany storage.
+
+Per cluster, in the cache's namespace: a RWX PVC of `sizeGiB` on the cluster's
+RWX StorageClass, the HuggingFace token Secret (when `authSecret` is set; its
+value is a Pulumi secret resolved by the stack program), and a hydration Job
+that downloads the repo into the PVC once (a marker file makes re-runs no-ops).
+Deployments that reference the cache mount the same PVC read-only at
+`/mnt/models` (`cache_claim_name`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+
+from components.workload.objects import (
+    MODEL_CACHE,
+    SKIP_AWAIT,
+    Manifest,
+    ensure_namespace,
+    labels,
+    metadata,
+    register,
+)
+from components.workload.targets import ClusterTarget
+from modelplane.api.model_cache import ModelCache
+from modelplane.api.names import child_name
+
+HYDRATE_IMAGE = "python:3.12-slim"
+MOUNT = "/mnt/models"
+MARKER = ".modelplane-hydrated"
+
+HYDRATE_SCRIPT = f"""set -eu
+if [ -f "{MOUNT}/{MARKER}" ]; then
+  echo "model cache already hydrated"; exit 0
+fi
+pip install --no-cache-dir --quiet "huggingface_hub[cli]"
+hf download "$MODELPLANE_REPO" --revision "$MODELPLANE_REVISION" --local-dir "{MOUNT}"
+touch "{MOUNT}/{MARKER}"
+"""
+
+
+def cache_claim_name(cache_name: str) -> str:
+    """The PVC a cache fills and deployments mount (same name on every cluster)."""
+    return child_name("modelcache", cache_name)
+
+
+def cache_labels(cache: ModelCache) -> dict[str, str]:
+    return labels({MODEL_CACHE: cache.metadata.name})
+
+
+def pvc_manifest(
+    cache: ModelCache, storage_class: Any, object_labels: Mapping[str, str]
+) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(
+            cache_claim_name(cache.metadata.name), cache.metadata.namespace, object_labels
+        ),
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": f"{cache.spec.size_gib}Gi"}},
+        },
+    }
+
+
+def token_secret_name(cache_name: str) -> str:
+    return child_name("modelcache", cache_name, "auth")
+
+
+def secret_manifest(
+    cache: ModelCache, token: pulumi.Input[str], object_labels: Mapping[str, str]
+) -> Manifest:
+    hf = cache.spec.hugging_face
+    assert hf is not None and hf.auth_secret is not None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(
+            token_secret_name(cache.metadata.name), cache.metadata.namespace, object_labels
+        ),
+        "type": "Opaque",
+        "stringData": {hf.auth_secret.key: token},
+    }
+
+
+def job_manifest(
+    cache: ModelCache, object_labels: Mapping[str, str], *, with_token: bool
+) -> Manifest:
+    hf = cache.spec.hugging_face
+    assert hf is not None
+    env: list[dict[str, Any]] = [
+        {"name": "MODELPLANE_REPO", "value": hf.repo},
+        {"name": "MODELPLANE_REVISION", "value": hf.revision},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+    ]
+    if with_token and hf.auth_secret is not None:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {
+                    "secretKeyRef": {
+                        "name": token_secret_name(cache.metadata.name),
+                        "key": hf.auth_secret.key,
+                    }
+                },
+            }
+        )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(
+            child_name("modelcache", cache.metadata.name, "hydrate"),
+            cache.metadata.namespace,
+            object_labels,
+            SKIP_AWAIT,
+        ),
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": dict(object_labels)},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "containers": [
+                        {
+                            "name": "hydrate",
+                            "image": HYDRATE_IMAGE,
+                            "command": ["/bin/sh", "-c", HYDRATE_SCRIPT],
+                            "env": env,
+                            "volumeMounts": [{"name": "model-cache", "mountPath": MOUNT}],
+                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "model-cache",
+                            "persistentVolumeClaim": {
+                                "claimName": cache_claim_name(cache.metadata.name)
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+class ModelCacheComponent(pulumi.ComponentResource):
+    """`modelplane:cache:ModelCache`: PVC + token Secret + hydration Job per covered cluster.
+
+    `targets` are the covered clusters (each with its provider and RWX
+    `storage_class_name`); `token` is the HuggingFace token (a secret Output)
+    when the cache names an `authSecret`.
+    """
+
+    claim_name: pulumi.Output[str]
+    clusters: pulumi.Output[list[str]]
+
+    def __init__(
+        self,
+        name: str,
+        cache: ModelCache,
+        targets: Mapping[str, ClusterTarget],
+        *,
+        token: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:cache:ModelCache", name, None, opts)
+        hf = cache.spec.hugging_face
+        with_token = token is not None and hf is not None and hf.auth_secret is not None
+        object_labels = cache_labels(cache)
+        for cluster, target in targets.items():
+            if target.storage_class_name is None:
+                raise ValueError(
+                    f"ModelCache {cache.key}: cluster {cluster!r} has no RWX StorageClass "
+                    "(set existing.cache.storageClassName on an Existing cluster)"
+                )
+            child = pulumi.ResourceOptions(parent=self, provider=target.provider)
+            ns = ensure_namespace(cache.metadata.namespace or "default", child, scope=cluster)
+            after = pulumi.ResourceOptions(
+                parent=self, provider=target.provider, depends_on=[ns] if ns else None
+            )
+            pvc = register(
+                pvc_manifest(cache, target.storage_class_name, object_labels), after, scope=cluster
+            )
+            deps: list[pulumi.Resource] = [pvc]
+            if with_token:
+                assert token is not None
+                secret = register(
+                    secret_manifest(cache, pulumi.Output.secret(token), object_labels),
+                    after,
+                    scope=cluster,
+                )
+                deps.append(secret)
+            register(
+                job_manifest(cache, object_labels, with_token=with_token),
+                pulumi.ResourceOptions(parent=self, provider=target.provider, depends_on=deps),
+                scope=cluster,
+            )
+        self.claim_name = pulumi.Output.from_input(cache_claim_name(cache.metadata.name))
+        self.clusters = pulumi.Output.from_input(sorted(targets))
+        self.register_outputs({"claimName": self.claim_name, "clusters": self.clusters})

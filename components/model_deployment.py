@@ -1,0 +1,303 @@
+"""ModelDeployment and ModelReplica: a model's replicas, realised on their clusters.
+
+`ModelDeploymentComponent` takes the validated deployment, its replicas from
+the placement lock and the clusters they are on; it creates one
+`ModelReplica` per replica on that cluster's provider. Per role a replica has:
+
+- a ResourceClaimTemplate (`resource.k8s.io/v1`) with one request per DRA device
+  request (none when every request lands on a Synthetic device);
+- a Deployment (one-node worker) or a LeaderWorkerSet (`size` = nodes per
+  worker, `replicas` = `workers.count`);
+- unified: a Service over the serving pods, and an HTTPRoute on the cluster's
+  `inference-gateway` matching `/<ns>/<replica>/`, rewritten to `/`;
+- prefill/decode: the same route, to a GAIE InferencePool over both roles'
+  serving pods with an llm-d endpoint picker, and a routing sidecar in decode
+  pods (components/workload/disaggregation.py), plus a Service over decode.
+
+Namespaces: the deployment's namespace is registered on each cluster (shared,
+retained on delete -- see `ensure_namespace`). Every object carries
+`modelplane.ai/deployment` and `modelplane.ai/replica`; pods also
+`modelplane.ai/role`. Names are derived with `child_name` (at most 63).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+
+from components.model_cache import cache_claim_name
+from components.workload import disaggregation as pd
+from components.workload.claims import claim_requests, claim_template
+from components.workload.objects import (
+    CLUSTER,
+    DEPLOYMENT,
+    REPLICA,
+    REPLICA_INDEX,
+    ROLE,
+    Manifest,
+    dns1035,
+    ensure_namespace,
+    labels,
+    register,
+)
+from components.workload.pods import (
+    LWS_WORKER_INDEX,
+    PodContext,
+    deployment_manifest,
+    engine_container,
+    engine_port,
+    lws_manifest,
+    pod_template,
+    selector_labels,
+)
+from components.workload.routes import replica_route, service_backend, service_manifest
+from components.workload.targets import ClusterTarget
+from modelplane.api.model_cache import ModelCache
+from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.names import child_name
+from modelplane.api.placement_lock import LockedReplica
+
+__all__ = [
+    "ClusterTarget",
+    "ModelDeploymentComponent",
+    "ModelReplica",
+    "endpoint_record",
+    "replica_manifests",
+]
+
+
+def replica_prefix(namespace: str, replica: str) -> str:
+    return f"/{namespace}/{replica}/"
+
+
+def endpoint_record(
+    deployment: ModelDeployment, replica: LockedReplica, gateway_address: str | None
+) -> dict[str, Any]:
+    """The replica's composed ModelEndpoint (api.md): name, url, rewritePath, labels, cluster."""
+    ns = deployment.metadata.namespace or "default"
+    prefix = replica_prefix(ns, replica.name)
+    return {
+        "name": replica.name,
+        "namespace": ns,
+        "cluster": replica.cluster,
+        # Unknown until the cluster's gateway has an address (a renderTo cluster never has one).
+        "url": f"http://{gateway_address}{prefix}" if gateway_address else None,
+        "rewritePath": prefix,
+        "labels": {
+            **deployment.template_labels(),
+            DEPLOYMENT: deployment.metadata.name,
+            CLUSTER: replica.cluster,
+            REPLICA_INDEX: str(replica.index),
+        },
+    }
+
+
+def _role_workload(
+    ctx: PodContext, name: str, object_labels: Mapping[str, str], *, decode_sidecar: bool
+) -> Manifest:
+    engine = ctx.role.workers.template.spec.engine
+    extra_env = pd.nixl_env() if ctx.role_name in ("prefill", "decode") else []
+    port: int | None = None
+    extra_args: list[str] = []
+    sidecars: list[dict[str, Any]] = []
+    if decode_sidecar:
+        port, extra_args = pd.decode_engine_port(engine)
+        sidecars = [pd.routing_sidecar(port)]
+
+    def template(position: Any, serving: bool) -> dict[str, Any]:
+        eng = engine_container(ctx, position, port=port, extra_env=extra_env, extra_args=extra_args)
+        return pod_template(ctx, position, engine=eng, sidecars=sidecars if serving else None)
+
+    if not ctx.multi_node:
+        return deployment_manifest(ctx, name, object_labels, template("single", True))
+    return lws_manifest(
+        ctx, name, object_labels, template("leader", True), template("worker", False)
+    )
+
+
+def replica_manifests(
+    deployment: ModelDeployment,
+    replica: LockedReplica,
+    target: ClusterTarget,
+    cache: ModelCache | None = None,
+) -> list[Manifest]:
+    """Every Kubernetes object of one replica, in apply order (pure)."""
+    ns = deployment.metadata.namespace or "default"
+    base = labels({DEPLOYMENT: deployment.metadata.name, REPLICA: replica.name})
+    disaggregated = deployment.spec.disaggregated
+    cache_claim = cache_claim_name(cache.metadata.name) if cache is not None else None
+    out: list[Manifest] = []
+    for role_name, role in deployment.spec.roles.items():
+        pool = replica.pools[role_name]  # type: ignore[index]
+        role_labels = {**base, ROLE: role_name}
+        requests = claim_requests(role, target.pool_devices.get(pool, ()), pool=pool)
+        rct = child_name(replica.name, role_name, "devices") if requests else None
+        if rct is not None:
+            out.append(claim_template(rct, ns, role_labels, requests))
+        ctx = PodContext(
+            deployment,
+            replica,
+            role_name,
+            role,
+            claim_template=rct,
+            cache_claim=cache_claim,
+            extra_labels=pd.role_labels(role_name) if disaggregated else {},
+        )
+        out.append(
+            _role_workload(
+                ctx,
+                child_name(replica.name, role_name),
+                role_labels,
+                decode_sidecar=role_name == "decode",
+            )
+        )
+    prefix = replica_prefix(ns, replica.name)
+    route_name = child_name(replica.name)
+    if not disaggregated:
+        role = deployment.spec.roles["unified"]
+        ctx = PodContext(deployment, replica, "unified", role)
+        selector = selector_labels(ctx)
+        if ctx.multi_node:
+            selector[LWS_WORKER_INDEX] = "0"  # the leader serves
+        svc = dns1035(replica.name)
+        out.append(
+            service_manifest(
+                svc,
+                ns,
+                base,
+                selector,
+                port=8000,
+                target_port=engine_port(role.workers.template.spec.engine),
+            )
+        )
+        out.append(replica_route(route_name, ns, base, prefix, service_backend(svc)))
+        return out
+    # Prefill/decode: InferencePool over both roles' serving pods + endpoint picker.
+    pool_name = child_name(replica.name, "pool")
+    epp = dns1035(replica.name, "epp")
+    serving = {REPLICA: replica.name, pd.LLMD_SERVING: "true"}
+    out.extend(pd.epp_manifests(epp, ns, base, pool_name, pd.kv_block_size(deployment)))
+    out.append(pd.inference_pool(pool_name, ns, base, serving, epp))
+    decode = deployment.spec.roles["decode"]
+    decode_selector = {REPLICA: replica.name, ROLE: "decode"}
+    if decode.workers.topology.shape.nodes_per_worker > 1:
+        decode_selector[LWS_WORKER_INDEX] = "0"
+    out.append(
+        service_manifest(
+            dns1035(replica.name, "decode"),
+            ns,
+            base,
+            decode_selector,
+            port=8000,
+            target_port=pd.POOL_PORT,
+        )
+    )
+    out.append(replica_route(route_name, ns, base, prefix, pd.pool_backend(pool_name)))
+    return out
+
+
+class ModelReplica(pulumi.ComponentResource):
+    """`modelplane:deployment:ModelReplica`: one serving instance on one cluster."""
+
+    endpoint: pulumi.Output[dict[str, Any]]
+
+    def __init__(
+        self,
+        name: str,
+        deployment: ModelDeployment,
+        replica: LockedReplica,
+        target: ClusterTarget,
+        *,
+        cache: ModelCache | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(
+            "modelplane:deployment:ModelReplica",
+            name,
+            None,
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[target.provider])),
+        )
+        child = pulumi.ResourceOptions(
+            parent=self, provider=target.provider, depends_on=list(depends_on) or None
+        )
+        by_name: dict[tuple[str, str], pulumi.Resource] = {}
+        for manifest in replica_manifests(deployment, replica, target, cache):
+            opts_ = child
+            kind = manifest["kind"]
+            if kind in ("Deployment", "LeaderWorkerSet"):
+                claim = (
+                    manifest["spec"].get("template")
+                    or manifest["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+                )
+                claims = claim["spec"].get("resourceClaims", [])
+                deps = [
+                    by_name[("ResourceClaimTemplate", c["resourceClaimTemplateName"])]
+                    for c in claims
+                    if ("ResourceClaimTemplate", c["resourceClaimTemplateName"]) in by_name
+                ]
+                if deps:
+                    opts_ = pulumi.ResourceOptions.merge(
+                        child, pulumi.ResourceOptions(depends_on=deps)
+                    )
+            by_name[(kind, manifest["metadata"]["name"])] = register(
+                manifest, opts_, scope=replica.cluster
+            )
+        self.endpoint = pulumi.Output.from_input(target.gateway_address).apply(
+            lambda address: endpoint_record(deployment, replica, address)
+        )
+        self.register_outputs({"endpoint": self.endpoint})
+
+
+class ModelDeploymentComponent(pulumi.ComponentResource):
+    """`modelplane:deployment:ModelDeployment`: every replica of one deployment.
+
+    `replicas` come from the placement lock; `targets` maps each cluster name a
+    replica is on to its `ClusterTarget`; `cache` is the referenced ModelCache.
+    Output `endpoints`: one composed ModelEndpoint record per replica.
+    """
+
+    endpoints: pulumi.Output[list[dict[str, Any]]]
+
+    def __init__(
+        self,
+        name: str,
+        deployment: ModelDeployment,
+        replicas: Sequence[LockedReplica],
+        targets: Mapping[str, ClusterTarget],
+        *,
+        cache: ModelCache | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:deployment:ModelDeployment", name, None, opts)
+        ns = deployment.metadata.namespace or "default"
+        missing = sorted({r.cluster for r in replicas} - set(targets))
+        if missing:
+            raise ValueError(
+                f"ModelDeployment {deployment.key}: no target for cluster(s) {', '.join(missing)}"
+            )
+        namespaces: dict[str, pulumi.Resource | None] = {}
+        for cluster in sorted({r.cluster for r in replicas}):
+            target = targets[cluster]
+            namespaces[cluster] = ensure_namespace(
+                ns, pulumi.ResourceOptions(parent=self, provider=target.provider), scope=cluster
+            )
+        children: list[ModelReplica] = []
+        for replica in sorted(replicas, key=lambda r: (r.cluster, r.index)):
+            target = targets[replica.cluster]
+            namespace = namespaces[replica.cluster]
+            children.append(
+                ModelReplica(
+                    replica.name,
+                    deployment,
+                    replica,
+                    target,
+                    cache=cache,
+                    depends_on=[namespace] if namespace is not None else (),
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+            )
+        self.endpoints = pulumi.Output.all(*[c.endpoint for c in children]).apply(list)
+        self.register_outputs({"endpoints": self.endpoints})

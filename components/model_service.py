@@ -1,0 +1,253 @@
+"""ModelService and ModelEndpoint on the control-plane gateway.
+
+A ModelEndpoint (hand-written for an outside provider, or composed for a placed
+replica) becomes a backend on the gateway cluster, in the endpoint's namespace:
+
+- a selectorless Service plus a `discovery.k8s.io/v1` EndpointSlice holding the
+  URL's host, addressType IPv4, IPv6 or FQDN (Traefik resolves all three; an
+  ExternalName Service is avoided because Traefik rejects it). An https URL
+  marks the Service port `appProtocol: https` so the gateway speaks TLS upstream;
+- with Envoy Gateway, an endpoint whose host is a name or whose scheme is https
+  is an Envoy `Backend` instead (fqdn/ip endpoint, TLS with the system CAs), which
+  Envoy Gateway resolves itself; the cluster's Envoy Gateway runs with the
+  Backend API enabled.
+
+A ModelService is one HTTPRoute matching `/<namespace>/<name>/`, weighted over
+the endpoints its entries select (api.md "Weights", `modelplane.routing`).
+Entries select endpoints of the service's own namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pulumi
+
+from components.workload.objects import (
+    ENDPOINT,
+    SERVICE,
+    Manifest,
+    dns1035,
+    labels,
+    register,
+)
+from components.workload.routes import (
+    ENVOY_GROUP,
+    EndpointBackend,
+    endpoint_slice,
+    envoy_backend,
+    service_manifest,
+    service_route,
+)
+from modelplane.api.model_service import ModelEndpoint, ModelService, ParsedURL, parse_endpoint_url
+from modelplane.api.names import child_name
+from modelplane.routing import WeightedGroup, endpoint_weights
+
+Backend = Literal["Traefik", "EnvoyGateway"]
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    """A ModelEndpoint as the gateway needs it: where it is and how it is labelled."""
+
+    name: str
+    namespace: str
+    url: str
+    rewrite_path: str = "/"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def parsed(self) -> ParsedURL:
+        return parse_endpoint_url(self.url)
+
+    @classmethod
+    def from_spec(cls, endpoint: ModelEndpoint) -> EndpointInfo:
+        return cls(
+            endpoint.metadata.name,
+            endpoint.metadata.namespace or "default",
+            endpoint.spec.url,
+            endpoint.spec.rewrite_path,
+            dict(endpoint.metadata.labels),
+        )
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> EndpointInfo:
+        """From a deployment stack's `endpoints` output entry."""
+        return cls(
+            str(record["name"]),
+            str(record["namespace"]),
+            str(record["url"]),
+            str(record.get("rewritePath") or "/"),
+            {str(k): str(v) for k, v in (record.get("labels") or {}).items()},
+        )
+
+
+def uses_envoy_backend(url: ParsedURL, backend: Backend) -> bool:
+    return backend == "EnvoyGateway" and (url.address_type == "FQDN" or url.scheme == "https")
+
+
+def endpoint_object_name(endpoint: EndpointInfo) -> str:
+    """Name of the endpoint's Service/Backend (prefixed, so it never collides with a
+    workload Service of the same replica on a cluster that is also the gateway's)."""
+    return dns1035("ep", endpoint.name)
+
+
+def backend_ref(endpoint: EndpointInfo, backend: Backend) -> dict[str, Any]:
+    url = endpoint.parsed
+    name = endpoint_object_name(endpoint)
+    if uses_envoy_backend(url, backend):
+        return {"group": ENVOY_GROUP, "kind": "Backend", "name": name}
+    return {"group": "", "kind": "Service", "name": name, "port": url.port}
+
+
+def endpoint_manifests(endpoint: EndpointInfo, backend: Backend) -> list[Manifest]:
+    url = endpoint.parsed
+    name = endpoint_object_name(endpoint)
+    object_labels = labels({ENDPOINT: endpoint.name})
+    if uses_envoy_backend(url, backend):
+        return [envoy_backend(name, endpoint.namespace, object_labels, url)]
+    return [
+        service_manifest(
+            name,
+            endpoint.namespace,
+            object_labels,
+            None,
+            port=url.port,
+            app_protocol="https" if url.scheme == "https" else None,
+        ),
+        endpoint_slice(child_name(name, "addr"), endpoint.namespace, name, object_labels, url),
+    ]
+
+
+def select_endpoints(
+    service: ModelService, endpoints: Sequence[EndpointInfo]
+) -> list[WeightedGroup]:
+    """Per entry, the endpoints (same namespace) its selector matches, in key order."""
+    ns = service.metadata.namespace or "default"
+    candidates = sorted((e for e in endpoints if e.namespace == ns), key=lambda e: e.key)
+    return [
+        WeightedGroup(
+            entry.weight,
+            [e.key for e in candidates if entry.selector.matches(dict(e.labels))],
+        )
+        for entry in service.spec.endpoints
+    ]
+
+
+def service_backends(
+    service: ModelService, endpoints: Sequence[EndpointInfo], backend: Backend
+) -> list[EndpointBackend]:
+    by_key = {e.key: e for e in endpoints}
+    weights = endpoint_weights(select_endpoints(service, endpoints))
+    out: list[EndpointBackend] = []
+    for key, weight in weights.items():
+        ep = by_key[key]
+        url = ep.parsed
+        out.append(
+            EndpointBackend(
+                key=key,
+                backend=backend_ref(ep, backend),
+                rewrite_path=ep.rewrite_path,
+                host=url.host,
+                address_type=url.address_type,
+                weight=weight,
+            )
+        )
+    return out
+
+
+def service_route_manifest(
+    service: ModelService,
+    endpoints: Sequence[EndpointInfo],
+    backend: Backend,
+    gateway: tuple[str, str],
+) -> Manifest | None:
+    backends = service_backends(service, endpoints, backend)
+    if not backends:
+        return None
+    return service_route(
+        service.metadata.name,
+        service.metadata.namespace or "default",
+        labels({SERVICE: service.metadata.name}),
+        service.path_prefix,
+        backends,
+        backend=backend,
+        gateway=gateway,
+    )
+
+
+class ModelEndpointComponent(pulumi.ComponentResource):
+    """`modelplane:gateway:ModelEndpoint`: one endpoint's backend on the gateway cluster.
+
+    Output `backend_ref`: the HTTPRoute backendRef that reaches it.
+    """
+
+    backend_ref: pulumi.Output[dict[str, Any]]
+
+    def __init__(
+        self,
+        name: str,
+        endpoint: EndpointInfo,
+        *,
+        backend: Backend,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:gateway:ModelEndpoint", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        for manifest in endpoint_manifests(endpoint, backend):
+            register(manifest, child, scope="gateway")
+        self.backend_ref = pulumi.Output.from_input(backend_ref(endpoint, backend))
+        self.register_outputs({"backendRef": self.backend_ref})
+
+
+class ModelServiceComponent(pulumi.ComponentResource):
+    """`modelplane:gateway:ModelService`: the service's weighted HTTPRoute.
+
+    `endpoints` are every endpoint known to the gateway (hand-written and
+    composed); the service's entries select among them. Output `address`:
+    `http://<gateway address>/<namespace>/<name>/` (None until the gateway has an
+    address), and `weights` per endpoint key.
+    """
+
+    address: pulumi.Output[str | None]
+    weights: pulumi.Output[dict[str, int]]
+
+    def __init__(
+        self,
+        name: str,
+        service: ModelService,
+        endpoints: Sequence[EndpointInfo],
+        *,
+        backend: Backend,
+        gateway_address: pulumi.Input[str | None],
+        gateway: tuple[str, str],
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:gateway:ModelService", name, None, opts)
+        route = service_route_manifest(service, endpoints, backend, gateway)
+        if route is None:
+            pulumi.log.warn(
+                f"ModelService {service.key}: no endpoint matches its selectors; no route",
+                resource=self,
+            )
+        else:
+            register(
+                route,
+                pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
+                scope="gateway",
+            )
+        prefix = service.path_prefix
+        self.address = pulumi.Output.from_input(gateway_address).apply(
+            lambda a: f"http://{a}{prefix}" if a else None
+        )
+        self.weights = pulumi.Output.from_input(
+            {b.key: b.weight for b in service_backends(service, endpoints, backend)}
+        )
+        self.register_outputs({"address": self.address, "weights": self.weights})

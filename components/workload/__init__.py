@@ -1,0 +1,1 @@
+"""Builders for the Kubernetes objects of model workloads and routes (plain manifests)."""

@@ -1,0 +1,145 @@
+"""Kubernetes objects as plain manifests, and their registration as Pulumi resources.
+
+The builders in this package return applyable manifests (dicts with camelCase
+keys, exactly what `kubectl apply` takes); `register` turns one into the typed
+pulumi-kubernetes resource for its kind (or a CustomResource for CRD kinds),
+so the recorded inputs of every Kubernetes resource are its manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from modelplane.api.names import child_name
+
+Manifest = dict[str, Any]
+
+# modelplane's labels (api.md, "Labels modelplane owns").
+DEPLOYMENT = "modelplane.ai/deployment"
+REPLICA = "modelplane.ai/replica"
+ROLE = "modelplane.ai/role"
+CLUSTER = "modelplane.ai/cluster"
+REPLICA_INDEX = "modelplane.ai/replica-index"
+POOL = "modelplane.ai/pool"
+MODEL_CACHE = "modelplane.ai/modelcache"
+SERVICE = "modelplane.ai/service"
+ENDPOINT = "modelplane.ai/endpoint"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}
+
+# Long-running work (model downloads, GPU nodes scaling up) must not block `pulumi up`;
+# readiness is reported by `modelplane status` instead.
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+
+SYSTEM_NAMESPACE = "modelplane-system"
+WORKLOAD_GATEWAY = "inference-gateway"
+PREEXISTING_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+
+
+def labels(*parts: Mapping[str, str] | None, **extra: str) -> dict[str, str]:
+    """Merge label maps left to right (later wins), modelplane's management label first."""
+    out: dict[str, str] = dict(MANAGED_BY)
+    for part in parts:
+        if part:
+            out.update(part)
+    out.update(extra)
+    return out
+
+
+def metadata(
+    name: str,
+    namespace: str | None,
+    labels_: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels_)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def dns1035(*parts: str) -> str:
+    """A name valid for a Service (DNS-1035: starts with a letter), within 63 characters."""
+    name = child_name(*parts)
+    if not name[:1].isalpha():
+        name = child_name("mp", *parts)
+    return name
+
+
+def namespace_manifest(namespace: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(namespace, None, labels()),
+    }
+
+
+_TYPED: dict[tuple[str, str], Any] = {
+    ("v1", "Namespace"): k8s.core.v1.Namespace,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("v1", "Secret"): k8s.core.v1.Secret,
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
+    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("batch/v1", "Job"): k8s.batch.v1.Job,
+    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): k8s.resource.v1.ResourceClaimTemplate,
+    ("discovery.k8s.io/v1", "EndpointSlice"): k8s.discovery.v1.EndpointSlice,
+}
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def resource_name(scope: str, manifest: Manifest) -> str:
+    """A Pulumi logical name unique in the stack: `<scope>/<namespace>/<name>`."""
+    meta = manifest["metadata"]
+    ns = meta.get("namespace")
+    return "/".join(p for p in (scope, ns, meta["name"]) if p)
+
+
+def register(
+    manifest: Manifest,
+    opts: pulumi.ResourceOptions,
+    *,
+    scope: str = "",
+    name: str | None = None,
+) -> pulumi.CustomResource:
+    """Register one manifest as its pulumi-kubernetes resource (typed when the SDK has it)."""
+    api_version, kind = manifest["apiVersion"], manifest["kind"]
+    body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+    logical = name or resource_name(scope, manifest)
+    cls = _TYPED.get((api_version, kind))
+    if cls is None:
+        return k8s.apiextensions.CustomResource(
+            logical, api_version=api_version, kind=kind, opts=opts, **body
+        )
+    return cls(logical, opts=opts, **{_snake(k): v for k, v in body.items()})
+
+
+def ensure_namespace(
+    namespace: str, opts: pulumi.ResourceOptions, *, scope: str
+) -> pulumi.CustomResource | None:
+    """The namespace, shared by every stack that puts objects in it.
+
+    Each stack registers it (server-side apply makes that an upsert) with
+    `retain_on_delete`, so destroying one stack never deletes a namespace that
+    another stack's objects still live in. Built-in namespaces are not touched.
+    """
+    if namespace in PREEXISTING_NAMESPACES:
+        return None
+    return register(
+        namespace_manifest(namespace),
+        pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=True)),
+        scope=scope,
+    )

@@ -1,0 +1,282 @@
+"""Serving pods and their workloads: a Deployment per one-node role, a LeaderWorkerSet otherwise.
+
+Every serving pod is pinned to its pool (`nodeSelector modelplane.ai/pool`),
+tolerates the GPU taint, gets `/dev/shm` as a memory emptyDir, the CPU/memory
+requests of `workers.resources`, the DRA claim of its role, the model cache
+read-only at `/mnt/models`, and the `MODELPLANE_*` env of api.md. The user's
+template (labels, annotations, containers, env, volumes, pull secrets) passes
+through; modelplane's labels win where they collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from components.workload.claims import CLAIM_NAME
+from components.workload.objects import (
+    DEPLOYMENT,
+    POOL,
+    REPLICA,
+    ROLE,
+    SKIP_AWAIT,
+    Manifest,
+    labels,
+    metadata,
+)
+from modelplane.api.model_deployment import ModelDeployment, Role
+from modelplane.api.placement_lock import LockedReplica
+from modelplane.api.pod_template import Container
+from modelplane.api.topology import WorkerShape
+
+ENGINE = "engine"
+DEFAULT_ENGINE_PORT = 8000
+CACHE_MOUNT = "/mnt/models"
+SHM_VOLUME = "dshm"
+CACHE_VOLUME = "model-cache"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+READINESS = {"initialDelaySeconds": 30, "periodSeconds": 10, "timeoutSeconds": 5}
+
+Position = Literal["single", "leader", "worker"]
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What one role of one replica needs to build its pods."""
+
+    deployment: ModelDeployment
+    replica: LockedReplica
+    role_name: str
+    role: Role
+    claim_template: str | None = None
+    cache_claim: str | None = None
+    # Labels of serving pods only (prefill/decode: the llm-d role labels the EPP filters on).
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> WorkerShape:
+        return self.role.workers.topology.shape
+
+    @property
+    def pool(self) -> str:
+        return self.replica.pools[self.role_name]  # type: ignore[index]
+
+    @property
+    def multi_node(self) -> bool:
+        return self.shape.nodes_per_worker > 1
+
+    @property
+    def namespace(self) -> str:
+        return self.deployment.metadata.namespace or "default"
+
+
+def _clean(value: Any) -> Any:
+    """Drop empty lists/dicts (and None) so manifests carry only what was set."""
+    if isinstance(value, dict):
+        out = {k: _clean(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, [], {})}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def dump(model: Any) -> Any:
+    return _clean(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def port_arg(argv: list[str]) -> int | None:
+    """The value of `--port` in engine args (`--port=N`, `--port N`), if any."""
+    tokens: list[str] = []
+    for item in argv:
+        tokens.extend(item.split())
+    for i, tok in enumerate(tokens):
+        flag, eq, value = tok.partition("=")
+        if flag != "--port":
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def engine_port(engine: Container) -> int:
+    """The port the engine serves on: its first declared port, else `--port`, else 8000."""
+    if engine.ports:
+        return engine.ports[0].container_port
+    return port_arg([*engine.command, *engine.args]) or DEFAULT_ENGINE_PORT
+
+
+def pod_labels(ctx: PodContext, position: Position = "single") -> dict[str, str]:
+    """Template labels, then modelplane's; `extra_labels` only on serving pods (not LWS workers)."""
+    user = ctx.role.workers.template.metadata.labels
+    return labels(
+        user,
+        ctx.extra_labels if position != "worker" else None,
+        {
+            DEPLOYMENT: ctx.deployment.metadata.name,
+            REPLICA: ctx.replica.name,
+            ROLE: ctx.role_name,
+        },
+    )
+
+
+def selector_labels(ctx: PodContext) -> dict[str, str]:
+    return {REPLICA: ctx.replica.name, ROLE: ctx.role_name}
+
+
+def injected_env(ctx: PodContext, position: Position) -> list[dict[str, Any]]:
+    shape = ctx.shape
+    if position == "single":
+        leader: dict[str, Any] = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        rank: dict[str, Any] = {"value": "0"}
+    else:
+        leader = {"value": "$(LWS_LEADER_ADDRESS)"}
+        rank = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_WORKER_INDEX}']"}}}
+    env = [
+        {"name": "MODELPLANE_LEADER_ADDRESS", **leader},
+        {"name": "MODELPLANE_RANK", **rank},
+        {"name": "MODELPLANE_NODES", "value": str(shape.nodes_per_worker)},
+        {"name": "MODELPLANE_TENSOR", "value": str(shape.tensor)},
+        {"name": "MODELPLANE_PIPELINE", "value": str(shape.pipeline)},
+        {"name": "MODELPLANE_DATA", "value": str(shape.data)},
+        {"name": "MODELPLANE_DATA_LOCAL", "value": str(shape.data_local)},
+        {"name": "MODELPLANE_REPLICA", "value": ctx.replica.name},
+    ]
+    return env
+
+
+def engine_container(
+    ctx: PodContext,
+    position: Position,
+    *,
+    port: int | None = None,
+    extra_env: list[dict[str, Any]] | None = None,
+    extra_args: list[str] | None = None,
+) -> dict[str, Any]:
+    """The engine container: the user's, plus env, port, probe, requests, claim and mounts."""
+    spec = ctx.role.workers.template.spec
+    engine = spec.engine
+    body = dump(engine)
+    user_env = body.pop("env", [])
+    user_names = {e["name"] for e in user_env}
+    env = [
+        e for e in [*injected_env(ctx, position), *(extra_env or [])] if e["name"] not in user_names
+    ]
+    body["env"] = env + user_env
+    if extra_args:
+        body["args"] = [*body.get("args", []), *extra_args]
+    serving = position != "worker"
+    port = port or engine_port(engine)
+    if serving and not engine.ports:
+        body["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    if serving and engine.readiness_probe is None:
+        body["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, **READINESS}
+    resources = body.pop("resources", {})
+    requests = dict(resources.get("requests", {}))
+    requests.update(cpu=ctx.role.workers.resources.cpu, memory=ctx.role.workers.resources.memory)
+    resources["requests"] = requests
+    if ctx.claim_template is not None:
+        resources["claims"] = [{"name": CLAIM_NAME}]
+    body["resources"] = resources
+    mounts = list(body.pop("volumeMounts", []))
+    mounted = {m["mountPath"] for m in mounts}
+    if "/dev/shm" not in mounted:
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if ctx.cache_claim is not None and CACHE_MOUNT not in mounted:
+        mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True})
+    body["volumeMounts"] = mounts
+    return body
+
+
+def pod_template(
+    ctx: PodContext,
+    position: Position,
+    *,
+    engine: dict[str, Any] | None = None,
+    sidecars: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    spec = ctx.role.workers.template.spec
+    meta = ctx.role.workers.template.metadata
+    engine = engine or engine_container(ctx, position)
+    containers = [engine if c.name == ENGINE else dump(c) for c in spec.containers]
+    containers.extend(sidecars or [])
+    volumes = [dump(v) for v in spec.volumes]
+    names = {v["name"] for v in volumes}
+    if SHM_VOLUME not in names:
+        shm: dict[str, Any] = {"medium": "Memory"}
+        if spec.shm_size:
+            shm["sizeLimit"] = spec.shm_size
+        volumes.append({"name": SHM_VOLUME, "emptyDir": shm})
+    if ctx.cache_claim is not None and CACHE_VOLUME not in names:
+        volumes.append(
+            {
+                "name": CACHE_VOLUME,
+                "persistentVolumeClaim": {"claimName": ctx.cache_claim, "readOnly": True},
+            }
+        )
+    pod: dict[str, Any] = {
+        "nodeSelector": {POOL: ctx.pool},
+        "tolerations": [dict(GPU_TOLERATION)],
+    }
+    if ctx.claim_template is not None:
+        pod["resourceClaims"] = [
+            {"name": CLAIM_NAME, "resourceClaimTemplateName": ctx.claim_template}
+        ]
+    if spec.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s.name} for s in spec.image_pull_secrets]
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    if spec.termination_grace_period_seconds is not None:
+        pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
+    if spec.init_containers:
+        pod["initContainers"] = [dump(c) for c in spec.init_containers]
+    pod["containers"] = containers
+    pod["volumes"] = volumes
+    template_meta: dict[str, Any] = {"labels": pod_labels(ctx, position)}
+    if meta.annotations:
+        template_meta["annotations"] = dict(meta.annotations)
+    return {"metadata": template_meta, "spec": pod}
+
+
+def deployment_manifest(
+    ctx: PodContext, name: str, object_labels: Mapping[str, str], template: dict[str, Any]
+) -> Manifest:
+    """A one-node worker: a Deployment with `workers.count` pods."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(name, ctx.namespace, object_labels, SKIP_AWAIT),
+        "spec": {
+            "replicas": ctx.role.workers.count,
+            "selector": {"matchLabels": selector_labels(ctx)},
+            "template": template,
+        },
+    }
+
+
+def lws_manifest(
+    ctx: PodContext,
+    name: str,
+    object_labels: Mapping[str, str],
+    leader: dict[str, Any],
+    worker: dict[str, Any],
+) -> Manifest:
+    """A multi-node worker: a LeaderWorkerSet group of `nodes per worker` pods."""
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": metadata(name, ctx.namespace, object_labels),
+        "spec": {
+            "replicas": ctx.role.workers.count,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": ctx.shape.nodes_per_worker,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+        },
+    }

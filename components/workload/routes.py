@@ -1,0 +1,232 @@
+"""Gateway API routing: the per-replica route on a workload cluster's gateway, and the
+ModelService route with its endpoint backends on the control-plane gateway.
+
+Request path end to end (original-modelplane §3.7):
+
+    client -> http://<inference gateway>/<svc-ns>/<svc>/v1/...
+      ModelService HTTPRoute: PathPrefix /<svc-ns>/<svc>/ -> rewrite to the endpoint's rewritePath
+      -> http://<cluster gateway>/<ns>/<replica>/v1/...
+      replica HTTPRoute: PathPrefix /<ns>/<replica>/ -> rewrite to / -> engine :8000 /v1/...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from components.workload.objects import (
+    SYSTEM_NAMESPACE,
+    WORKLOAD_GATEWAY,
+    Manifest,
+    metadata,
+)
+from modelplane.api.model_service import ParsedURL
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+INFERENCE_GROUP = "inference.networking.k8s.io"
+ENVOY_GROUP = "gateway.envoyproxy.io"
+SERVICE_PORT = 8000
+
+
+def prefix_rewrite(path: str) -> dict[str, Any]:
+    return {
+        "type": "URLRewrite",
+        "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": path}},
+    }
+
+
+def path_match(prefix: str) -> dict[str, Any]:
+    return {"path": {"type": "PathPrefix", "value": prefix}}
+
+
+def gateway_ref(name: str, namespace: str) -> dict[str, Any]:
+    return {"group": GATEWAY_GROUP, "kind": "Gateway", "name": name, "namespace": namespace}
+
+
+def service_manifest(
+    name: str,
+    namespace: str,
+    object_labels: Mapping[str, str],
+    selector: Mapping[str, str] | None,
+    *,
+    port: int,
+    target_port: int | None = None,
+    app_protocol: str | None = None,
+    port_name: str = "http",
+) -> Manifest:
+    """A ClusterIP Service; without a selector its endpoints come from an EndpointSlice."""
+    spec_port: dict[str, Any] = {"name": port_name, "port": port, "protocol": "TCP"}
+    if target_port is not None:
+        spec_port["targetPort"] = target_port
+    if app_protocol:
+        spec_port["appProtocol"] = app_protocol
+    spec: dict[str, Any] = {"type": "ClusterIP", "ports": [spec_port]}
+    if selector:
+        spec["selector"] = dict(selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": spec,
+    }
+
+
+def replica_route(
+    name: str,
+    namespace: str,
+    object_labels: Mapping[str, str],
+    prefix: str,
+    backend: dict[str, Any],
+) -> Manifest:
+    """The replica's route on its cluster's `inference-gateway`: prefix -> `/`."""
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {
+            "parentRefs": [gateway_ref(WORKLOAD_GATEWAY, SYSTEM_NAMESPACE)],
+            "rules": [
+                {
+                    "matches": [path_match(prefix)],
+                    "filters": [prefix_rewrite("/")],
+                    "backendRefs": [backend],
+                    # LLM responses stream for minutes: no request timeout.
+                    "timeouts": {"request": "0s"},
+                }
+            ],
+        },
+    }
+
+
+def service_backend(name: str, port: int = SERVICE_PORT) -> dict[str, Any]:
+    return {"group": "", "kind": "Service", "name": name, "port": port}
+
+
+# --- ModelService (control-plane gateway) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndpointBackend:
+    """One endpoint as the control-plane route sees it."""
+
+    key: str  # `ns/name`
+    backend: dict[str, Any]  # the backendRef (Service or Envoy Backend)
+    rewrite_path: str
+    host: str
+    address_type: Literal["IPv4", "IPv6", "FQDN"]
+    weight: int = 1
+    extra_filters: tuple[dict[str, Any], ...] = field(default=())
+
+
+def _backend_ref(ep: EndpointBackend, filters: list[dict[str, Any]] | None) -> dict[str, Any]:
+    ref = {**ep.backend, "weight": ep.weight}
+    if filters:
+        ref["filters"] = filters
+    return ref
+
+
+def _rewrite(path: str, hostname: str | None) -> dict[str, Any]:
+    rewrite = prefix_rewrite(path)
+    if hostname:
+        rewrite["urlRewrite"]["hostname"] = hostname
+    return rewrite
+
+
+def service_route(
+    name: str,
+    namespace: str,
+    object_labels: Mapping[str, str],
+    prefix: str,
+    endpoints: Sequence[EndpointBackend],
+    *,
+    backend: Literal["Traefik", "EnvoyGateway"],
+    gateway: tuple[str, str],
+) -> Manifest:
+    """One HTTPRoute for a ModelService.
+
+    Traefik: one weighted rule, each backendRef with its own URLRewrite to the
+    endpoint's rewritePath (and Host for named upstreams). Envoy Gateway rejects
+    path rewrites on a backendRef (envoyproxy/gateway#7099), so there endpoints
+    are grouped by rewritePath and each group gets its own rule with a rule-level
+    rewrite; weights split traffic within a group.
+    """
+    match = [path_match(prefix)]
+    rules: list[dict[str, Any]]
+    if backend == "Traefik":
+        refs = [
+            _backend_ref(
+                ep, [_rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None)]
+            )
+            for ep in endpoints
+        ]
+        rules = [{"matches": match, "backendRefs": refs, "timeouts": {"request": "0s"}}]
+    else:
+        groups: dict[str, list[EndpointBackend]] = {}
+        for ep in endpoints:
+            groups.setdefault(ep.rewrite_path, []).append(ep)
+        rules = []
+        for path, eps in groups.items():
+            hosts = {ep.host for ep in eps if ep.address_type == "FQDN"}
+            host = (
+                hosts.pop()
+                if len(hosts) == 1 and all(e.address_type == "FQDN" for e in eps)
+                else None
+            )
+            rules.append(
+                {
+                    "matches": match,
+                    "filters": [_rewrite(path, host)],
+                    "backendRefs": [_backend_ref(ep, None) for ep in eps],
+                    "timeouts": {"request": "0s"},
+                }
+            )
+    gw_name, gw_namespace = gateway
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {"parentRefs": [gateway_ref(gw_name, gw_namespace)], "rules": rules},
+    }
+
+
+def endpoint_slice(
+    name: str,
+    namespace: str,
+    service: str,
+    object_labels: Mapping[str, str],
+    url: ParsedURL,
+    *,
+    port_name: str = "http",
+) -> Manifest:
+    """The one address of a selectorless Service (IPv4, IPv6 or FQDN by the URL's host)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": metadata(
+            name, namespace, {**object_labels, "kubernetes.io/service-name": service}
+        ),
+        "addressType": url.address_type,
+        "endpoints": [{"addresses": [url.host], "conditions": {"ready": True}}],
+        "ports": [{"name": port_name, "port": url.port, "protocol": "TCP"}],
+    }
+
+
+def envoy_backend(
+    name: str, namespace: str, object_labels: Mapping[str, str], url: ParsedURL
+) -> Manifest:
+    """An Envoy Gateway Backend for a named (FQDN) upstream, TLS when the URL is https."""
+    endpoint: dict[str, Any]
+    if url.address_type == "FQDN":
+        endpoint = {"fqdn": {"hostname": url.host, "port": url.port}}
+    else:
+        endpoint = {"ip": {"address": url.host, "port": url.port}}
+    spec: dict[str, Any] = {"endpoints": [endpoint]}
+    if url.scheme == "https":
+        spec["tls"] = {"wellKnownCACertificates": "System", "sni": url.host}
+    return {
+        "apiVersion": f"{ENVOY_GROUP}/v1alpha1",
+        "kind": "Backend",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": spec,
+    }

@@ -1,0 +1,52 @@
+"""Where a stack's objects go: one workload cluster, as the components need it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+
+from modelplane.api.inference_class import ClassDevice, InferenceClass
+from modelplane.api.inference_cluster import InferenceCluster
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A workload cluster: its provider, gateway address, labels and pool devices.
+
+    `pool_devices` maps a pool name to the devices of its InferenceClass (how a
+    DRA request finds its DeviceClass); `storage_class_name` is the RWX class
+    a ModelCache's PVC uses there.
+    """
+
+    name: str
+    provider: pulumi.ProviderResource
+    gateway_address: pulumi.Input[str] = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pool_devices: Mapping[str, Sequence[ClassDevice]] = field(default_factory=dict)
+    storage_class_name: pulumi.Input[str] | None = None
+
+    @classmethod
+    def from_spec(
+        cls,
+        cluster: InferenceCluster,
+        classes: Mapping[str, InferenceClass],
+        provider: pulumi.ProviderResource,
+        *,
+        gateway_address: pulumi.Input[str] = "",
+        storage_class_name: pulumi.Input[str] | None = None,
+    ) -> ClusterTarget:
+        pools = {
+            pool.name: tuple(classes[pool.class_name].spec.devices)
+            for pool in cluster.spec.node_pools
+            if pool.class_name in classes
+        }
+        return cls(
+            name=cluster.metadata.name,
+            provider=provider,
+            gateway_address=gateway_address,
+            labels=dict(cluster.metadata.labels),
+            pool_devices=pools,
+            storage_class_name=storage_class_name,
+        )

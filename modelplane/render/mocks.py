@@ -1,0 +1,128 @@
+"""Pulumi mocks that record every registered resource (and answer stack references).
+
+A `RecordingMonitor` sees each registration with its parent; `RecordingMocks`
+returns each resource's inputs as its state (so outputs that echo inputs
+resolve), and answers `pulumi:pulumi:StackReference` reads from the outputs of
+stacks rendered before, keeping their secret outputs secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import struct_pb2
+from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs, Mocks
+from pulumi.runtime.rpc import _special_resource_sig, _special_sig_key
+
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
+GATEWAY = "kubernetes:gateway.networking.k8s.io/v1:Gateway"
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    values: Mapping[str, Any]
+    secret: frozenset[str] = frozenset()
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    parent_urn: str
+    inputs: dict[str, Any]
+    custom: bool
+    provider: str = ""
+
+    @property
+    def parent_type(self) -> str | None:
+        if not self.parent_urn:
+            return None
+        qualified = self.parent_urn.split("::")[2]
+        return qualified.split("$")[-1]
+
+
+class RecordingMocks(Mocks):
+    """Mocks whose resources echo their inputs; stack references read `upstream`."""
+
+    def __init__(self, upstream: Callable[[str], StackOutputs | None]) -> None:
+        self.upstream = upstream
+        self.registrations: list[Registration] = []
+        self._pending: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        parent, provider = self._pending.pop((args.typ, args.name), ("", ""))
+        self.registrations.append(
+            Registration(
+                args.typ, args.name, parent, dict(args.inputs), bool(args.custom), provider
+            )
+        )
+        if args.typ == STACK_REFERENCE:
+            stack = str(args.inputs.get("name") or args.name).rsplit("/", 1)[-1]
+            found = self.upstream(stack)
+            outputs = dict(found.values) if found else {}
+            secret = sorted(found.secret) if found else []
+            return args.name, {
+                "name": args.inputs.get("name", args.name),
+                "outputs": outputs,
+                "secretOutputNames": secret,
+            }
+        state = dict(args.inputs)
+        if args.typ == GATEWAY and not state.get("status"):
+            # Offline there is no controller to publish the address: show a placeholder.
+            name = (state.get("metadata") or {}).get("name", args.name)
+            state["status"] = {
+                "addresses": [{"type": "Hostname", "value": f"{name}.render.invalid"}]
+            }
+        return f"{args.name}-id", state
+
+    def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+def _flatten_references(value: struct_pb2.Value) -> None:
+    """Replace resource references by their URN, in place.
+
+    The stock mock monitor rehydrates references into resource objects on its
+    worker thread's own event loop, which the program's loop cannot await; a
+    recording needs only the URN.
+    """
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        fields = value.struct_value.fields
+        sig = fields.get(_special_sig_key)
+        if sig is not None and sig.string_value == _special_resource_sig:
+            urn = fields["urn"].string_value if "urn" in fields else ""
+            value.string_value = urn
+            return
+        for item in fields.values():
+            _flatten_references(item)
+    elif kind == "list_value":
+        for item in value.list_value.values:
+            _flatten_references(item)
+
+
+def _without_references(request: Any, field: str) -> Any:
+    copy = type(request)()
+    copy.CopyFrom(request)
+    for item in getattr(copy, field).fields.values():
+        _flatten_references(item)
+    return copy
+
+
+class RecordingMonitor(MockMonitor):
+    """A MockMonitor that tells the mocks each registration's parent and provider."""
+
+    mocks: RecordingMocks
+
+    def __init__(self, mocks: RecordingMocks) -> None:
+        super().__init__(mocks)
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        self.mocks._pending[(request.type, request.name)] = (request.parent, request.provider)
+        return super().RegisterResource(_without_references(request, "object"))
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802
+        self.mocks._pending[(request.type, request.name)] = (request.parent, request.provider)
+        return super().ReadResource(_without_references(request, "properties"))

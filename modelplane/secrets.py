@@ -1,0 +1,88 @@
+"""Resolve a `secretRef {name, key}` to its value (architecture.md, "Secrets").
+
+Order: the stack config secret `modelplane:secrets.<name>.<key>`, then the
+environment variable `MODELPLANE_SECRET_<NAME>_<KEY>` (upper-cased, `-` and `.`
+as `_`), then, for a name written `file:<path>`, the file's content (a relative
+path is relative to the fleet directory).
+
+Pure: no Pulumi import. The caller passes a config lookup (the stack program
+hands in Pulumi's raw config getter) and wraps the value as a secret output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_NAMESPACE = "modelplane"
+FILE_PREFIX = "file:"
+
+ConfigLookup = Callable[[str], str | None]
+
+
+class SecretNotFound(LookupError):
+    """No source had the secret; the message names every place that was tried."""
+
+    def __init__(self, name: str, key: str, tried: list[str]) -> None:
+        self.name = name
+        self.key = key
+        self.tried = tried
+        super().__init__(f"secret {name!r} key {key!r} not found; set one of: " + "; ".join(tried))
+
+
+@dataclass(frozen=True)
+class ResolvedSecret:
+    value: str
+    source: str  # "config", "env" or "file" -- never the value itself
+
+
+def config_key(name: str, key: str) -> str:
+    """The stack config key (without the namespace): `secrets.<name>.<key>`."""
+    return f"secrets.{name}.{key}"
+
+
+def env_var(name: str, key: str) -> str:
+    """`MODELPLANE_SECRET_<NAME>_<KEY>`: upper-cased, `-` and `.` (and `/`, `:`) as `_`."""
+    raw = f"{name}_{key}".upper()
+    return "MODELPLANE_SECRET_" + re.sub(r"[-./:]", "_", raw)
+
+
+def resolve_secret(
+    name: str,
+    key: str,
+    *,
+    config: ConfigLookup,
+    env: Mapping[str, str] | None = None,
+    base_dir: str | Path | None = None,
+) -> ResolvedSecret:
+    """The secret's value, or SecretNotFound naming the config key, env var and file tried.
+
+    `config` receives the fully qualified key (`modelplane:secrets.<name>.<key>`)
+    and returns the value or None.
+    """
+    env = os.environ if env is None else env
+    full_key = f"{CONFIG_NAMESPACE}:{config_key(name, key)}"
+    tried = [f"config secret {full_key} (pulumi config set --secret)"]
+    value = config(full_key)
+    if value:
+        return ResolvedSecret(value, "config")
+    var = env_var(name, key)
+    tried.append(f"environment variable {var}")
+    value = env.get(var)
+    if value:
+        return ResolvedSecret(value, "env")
+    if name.startswith(FILE_PREFIX):
+        path = Path(name[len(FILE_PREFIX) :]).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        tried.append(f"file {path}")
+        try:
+            return ResolvedSecret(path.read_text(encoding="utf-8"), "file")
+        except OSError:
+            pass
+    else:
+        tried.append(f"a file, by naming the secret 'file:<path>' instead of {name!r}")
+    raise SecretNotFound(name, key, tried)

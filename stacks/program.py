@@ -1,0 +1,407 @@
+"""The modelplane Pulumi program: read the specs and the lock, build what this stack owns.
+
+One program serves every stack of the project (architecture.md, "Stacks"); the
+stack's name says what it owns:
+
+- `cluster-<name>`: one InferenceCluster. Exports `kubeconfig` (secret),
+  `renderTo`, `gatewayAddress`, `storageClassName`, `poolShapes`.
+- `cache-<namespace>-<name>`: one ModelCache on the clusters it covers.
+  Exports `claimName`, `clusters`.
+- `deploy-<namespace>-<name>`: one ModelDeployment's replicas from the lock.
+  Exports `endpoints` (the composed ModelEndpoints), `replicas`.
+- `gateway`: the InferenceGateway, every ModelEndpoint backend and every
+  ModelService route. Exports `address`, `services`, `endpoints`.
+
+Config (`pulumi config set modelplane:<key>`):
+
+- `specs`: the fleet directory, default `specs/local`, relative to the project root;
+- `lock`: the placement lock, default `<specs>/modelplane.lock.yaml`;
+- `organization`: the org part of stack references, default `organization`
+  (the file backend's literal; a Pulumi Cloud org otherwise);
+- `secrets.<name>.<key>`: secret values (see modelplane.secrets);
+- `allowMissingSecrets`: `true` turns an unresolvable secret into a warning and a
+  placeholder secret value (`modelplane render` sets it; never in production).
+
+Cross-stack inputs come from `StackReference("<org>/modelplane/<stack>")`;
+a missing upstream output stops the program naming the stack to run first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.runtime.config import get_config
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.inference_cluster import InferenceCluster
+from modelplane.api.loader import LOCK_FILE, load_fleet
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.lock import read_lock
+from modelplane.secrets import SecretNotFound, resolve_secret
+from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_stack, stack_units
+
+PROJECT = "modelplane"
+DEFAULT_SPECS = "specs/local"
+DEFAULT_ORGANIZATION = "organization"
+PLACEHOLDER_SECRET = "modelplane-render-placeholder"
+
+
+def project_root() -> Path:
+    """The directory of Pulumi.yaml: the repository root (this file's parent's parent)."""
+    return Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Context:
+    fleet_dir: Path
+    fleet: FleetSpec
+    lock: PlacementLock
+    units: list[StackUnit]
+    unit: StackUnit
+    organization: str
+    allow_missing_secrets: bool
+
+
+def _fail(message: str) -> None:
+    raise pulumi.RunError(message)
+
+
+def load_context(stack: str | None = None) -> Context:
+    cfg = pulumi.Config(PROJECT)
+    specs = Path(cfg.get("specs") or DEFAULT_SPECS).expanduser()
+    fleet_dir = specs if specs.is_absolute() else project_root() / specs
+    lock_cfg = cfg.get("lock")
+    if lock_cfg:
+        lock_path = Path(lock_cfg).expanduser()
+        if not lock_path.is_absolute():
+            lock_path = project_root() / lock_path
+    else:
+        lock_path = fleet_dir / LOCK_FILE
+    if not fleet_dir.exists():
+        _fail(f"modelplane:specs: fleet directory {fleet_dir} does not exist")
+    loaded = load_fleet(fleet_dir)
+    if loaded.errors:
+        _fail(
+            f"the fleet in {fleet_dir} is invalid ({len(loaded.errors)} error(s)):\n"
+            + "\n".join(f"  {e}" for e in loaded.errors)
+        )
+    lock = read_lock(lock_path)
+    units = stack_units(loaded.fleet, lock)
+    stack = stack or pulumi.get_stack()
+    unit = next((u for u in units if u.name == stack), None)
+    if unit is None:
+        names = ", ".join(u.name for u in units) or "(none: the fleet is empty)"
+        _fail(
+            f"stack {stack!r} matches nothing in the fleet {fleet_dir}; valid stack names: {names}"
+        )
+    assert unit is not None
+    return Context(
+        fleet_dir=fleet_dir,
+        fleet=loaded.fleet,
+        lock=lock,
+        units=units,
+        unit=unit,
+        organization=cfg.get("organization") or DEFAULT_ORGANIZATION,
+        allow_missing_secrets=cfg.get_bool("allowMissingSecrets") or False,
+    )
+
+
+def secret_value(ctx: Context, name: str, key: str, *, what: str) -> pulumi.Output[str]:
+    """A secretRef's value as a secret Output (config, env, then `file:` path)."""
+    try:
+        resolved = resolve_secret(name, key, config=get_config, base_dir=ctx.fleet_dir)
+    except SecretNotFound as exc:
+        if not ctx.allow_missing_secrets:
+            _fail(f"{what}: {exc}")
+        pulumi.log.warn(f"{what}: {exc}; using a placeholder value")
+        return pulumi.Output.secret(PLACEHOLDER_SECRET)
+    return pulumi.Output.secret(resolved.value)
+
+
+def absolute_render_to(cluster: InferenceCluster, fleet_dir: Path) -> InferenceCluster:
+    """The cluster with a relative `renderTo` made relative to the fleet directory."""
+    existing = cluster.spec.cluster.existing
+    if existing is None or not existing.render_to:
+        return cluster
+    path = Path(existing.render_to).expanduser()
+    if path.is_absolute():
+        return cluster
+    existing = existing.model_copy(update={"render_to": str((fleet_dir / path).resolve())})
+    source = cluster.spec.cluster.model_copy(update={"existing": existing})
+    spec = cluster.spec.model_copy(update={"cluster": source})
+    return cluster.model_copy(update={"spec": spec})
+
+
+class Upstream:
+    """Outputs of the stacks this one reads, through StackReferences."""
+
+    def __init__(self, organization: str) -> None:
+        self.organization = organization
+        self._refs: dict[str, pulumi.StackReference] = {}
+
+    def ref(self, stack: str) -> pulumi.StackReference:
+        if stack not in self._refs:
+            self._refs[stack] = pulumi.StackReference(f"{self.organization}/{PROJECT}/{stack}")
+        return self._refs[stack]
+
+    async def get(self, stack: str, name: str) -> Any:
+        details = await self.ref(stack).get_output_details(name)
+        return details.secret_value if details.secret_value is not None else details.value
+
+    async def require(self, stack: str, name: str) -> Any:
+        value = await self.get(stack, name)
+        if value is None:
+            _fail(
+                f"stack {stack!r} has no output {name!r}: run that stack first "
+                f"(`modelplane up`, or `pulumi up -s {stack}`)"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class ClusterConnection:
+    kubeconfig: str | None
+    render_to: str | None
+    gateway_address: str | None
+    storage_class_name: str | None
+
+
+async def cluster_connection(up: Upstream, cluster: str) -> ClusterConnection:
+    stack = cluster_stack(cluster)
+    render_to = await up.get(stack, "renderTo")
+    kubeconfig = await up.get(stack, "kubeconfig")
+    if not render_to and not kubeconfig:
+        _fail(
+            f"cluster {cluster!r}: stack {stack!r} has no kubeconfig or renderTo output: "
+            f"run that stack first (`modelplane up`, or `pulumi up -s {stack}`)"
+        )
+    return ClusterConnection(
+        kubeconfig=None if render_to else kubeconfig,
+        render_to=render_to or None,
+        gateway_address=await up.get(stack, "gatewayAddress") or None,
+        storage_class_name=await up.get(stack, "storageClassName") or None,
+    )
+
+
+def provider_for(name: str, conn: ClusterConnection) -> pulumi.ProviderResource:
+    from components.providers import cluster_provider
+
+    return cluster_provider(
+        name,
+        kubeconfig=pulumi.Output.secret(conn.kubeconfig) if conn.kubeconfig else None,
+        render_to=conn.render_to,
+        opts=None,
+    )
+
+
+# --- the four kinds of stack ------------------------------------------------------------
+
+
+def run_cluster(ctx: Context) -> None:
+    from components.inference_cluster import InferenceClusterComponent
+
+    cluster = absolute_render_to(ctx.fleet.clusters[ctx.unit.key], ctx.fleet_dir)
+    kubeconfig = None
+    existing = cluster.spec.cluster.existing
+    if existing is not None and existing.secret_ref is not None:
+        ref = existing.secret_ref
+        kubeconfig = secret_value(
+            ctx, ref.name, ref.key, what=f"InferenceCluster {cluster.metadata.name} kubeconfig"
+        )
+    comp = InferenceClusterComponent(
+        cluster.metadata.name, cluster, ctx.fleet.classes, kubeconfig=kubeconfig
+    )
+    pulumi.export("kubeconfig", pulumi.Output.secret(comp.kubeconfig))
+    pulumi.export("renderTo", comp.render_to)
+    pulumi.export("gatewayAddress", comp.gateway_address)
+    pulumi.export("storageClassName", comp.storage_class_name)
+    pulumi.export("poolShapes", comp.pool_shapes)
+
+
+async def run_cache(ctx: Context) -> None:
+    from components.model_cache import ModelCacheComponent
+    from components.workload.targets import ClusterTarget
+
+    cache = ctx.fleet.caches[ctx.unit.key]
+    up = Upstream(ctx.organization)
+    targets: dict[str, ClusterTarget] = {}
+    for name in cache_clusters(ctx.fleet, ctx.unit.key):
+        conn = await cluster_connection(up, name)
+        targets[name] = ClusterTarget.from_spec(
+            ctx.fleet.clusters[name],
+            ctx.fleet.classes,
+            provider_for(f"{name}-k8s", conn),
+            gateway_address=conn.gateway_address or "",
+            storage_class_name=conn.storage_class_name,
+        )
+    token = None
+    hf = cache.spec.hugging_face
+    if hf is not None and hf.auth_secret is not None:
+        token = secret_value(
+            ctx, hf.auth_secret.name, hf.auth_secret.key, what=f"ModelCache {cache.key} authSecret"
+        )
+    comp = ModelCacheComponent(cache.metadata.name, cache, targets, token=token)
+    pulumi.export("claimName", comp.claim_name)
+    pulumi.export("clusters", comp.clusters)
+
+
+async def run_deployment(ctx: Context) -> None:
+    from components.model_deployment import ModelDeploymentComponent
+    from components.workload.targets import ClusterTarget
+
+    deployment = ctx.fleet.deployments[ctx.unit.key]
+    replicas = ctx.lock.replicas_of(ctx.unit.key)
+    up = Upstream(ctx.organization)
+    targets: dict[str, ClusterTarget] = {}
+    for name in sorted({r.cluster for r in replicas}):
+        if name not in ctx.fleet.clusters:
+            _fail(
+                f"the lock places {deployment.key} on cluster {name!r}, which the fleet no "
+                "longer has: run `modelplane plan --write`"
+            )
+        conn = await cluster_connection(up, name)
+        targets[name] = ClusterTarget.from_spec(
+            ctx.fleet.clusters[name],
+            ctx.fleet.classes,
+            provider_for(f"{name}-k8s", conn),
+            gateway_address=conn.gateway_address or "",
+            storage_class_name=conn.storage_class_name,
+        )
+        if not conn.gateway_address:
+            pulumi.log.warn(
+                f"cluster {name!r} has no gateway address (yet): its replicas' endpoints "
+                "carry no url and are left out of ModelService routes until it has one"
+            )
+    cache = None
+    ref = deployment.spec.model_cache_ref
+    if ref is not None:
+        cache = ctx.fleet.caches.get(f"{deployment.metadata.namespace}/{ref.name}")
+    comp = ModelDeploymentComponent(
+        deployment.metadata.name, deployment, replicas, targets, cache=cache
+    )
+    pulumi.export("endpoints", comp.endpoints)
+    pulumi.export(
+        "replicas",
+        [
+            {"name": r.name, "cluster": r.cluster, "index": r.index, "pools": dict(r.pools)}
+            for r in sorted(replicas, key=lambda r: (r.cluster, r.index))
+        ],
+    )
+
+
+async def run_gateway(ctx: Context) -> None:
+    from components.gateway import GATEWAY_NAME, InferenceGatewayComponent
+    from components.model_service import (
+        EndpointInfo,
+        ModelEndpointComponent,
+        ModelServiceComponent,
+    )
+    from components.workload.objects import SYSTEM_NAMESPACE, ensure_namespace
+
+    gateway = ctx.fleet.gateway
+    assert gateway is not None
+    up = Upstream(ctx.organization)
+    ref = gateway.spec.cluster.inference_cluster_ref
+    install = True
+    if ref is not None:
+        conn = await cluster_connection(up, ref)
+        provider = provider_for("gateway-k8s", conn)
+        cluster = ctx.fleet.clusters[ref]
+        if conn.render_to:
+            install = False
+        elif gateway.spec.backend == "EnvoyGateway" and cluster.spec.serving_stack.install:
+            install = False  # the serving stack's mp-envoy-gateway is already there
+    else:
+        existing = gateway.spec.cluster.existing
+        assert existing is not None
+        kubeconfig = secret_value(
+            ctx,
+            existing.secret_ref.name,
+            existing.secret_ref.key,
+            what="InferenceGateway default kubeconfig",
+        )
+        from components.providers import cluster_provider
+
+        provider = cluster_provider("gateway-k8s", kubeconfig=kubeconfig, render_to=None, opts=None)
+    igw = InferenceGatewayComponent(
+        gateway.metadata.name, gateway, provider, install_controller=install
+    )
+    backend = gateway.spec.backend
+    endpoints = [EndpointInfo.from_spec(e) for e in ctx.fleet.endpoints.values()]
+    for key in ctx.fleet.deployments:
+        records = await up.require(deploy_stack(key), "endpoints")
+        for record in records or []:
+            if record.get("url"):
+                endpoints.append(EndpointInfo.from_record(record))
+    in_namespace = pulumi.ResourceOptions(provider=provider)
+    namespaces: dict[str, pulumi.Resource | None] = {}
+    for ns in sorted(
+        {e.namespace for e in endpoints}
+        | {s.metadata.namespace or "default" for s in ctx.fleet.services.values()}
+    ):
+        if ns != SYSTEM_NAMESPACE:
+            namespaces[ns] = ensure_namespace(ns, in_namespace, scope="gateway")
+    providers = [provider]
+    ep_components: dict[str, ModelEndpointComponent] = {}
+    for ep in sorted(endpoints, key=lambda e: e.key):
+        ns_res = namespaces.get(ep.namespace)
+        ep_components[ep.key] = ModelEndpointComponent(
+            ep.key,
+            ep,
+            backend=backend,
+            opts=pulumi.ResourceOptions(
+                providers=providers, depends_on=[ns_res] if ns_res else None
+            ),
+        )
+    addresses: dict[str, pulumi.Output[Any]] = {}
+    for key, service in ctx.fleet.services.items():
+        ns_res = namespaces.get(service.metadata.namespace or "default")
+        deps: list[pulumi.Resource] = [igw, *ep_components.values()]
+        if ns_res is not None:
+            deps.append(ns_res)
+        svc = ModelServiceComponent(
+            key,
+            service,
+            endpoints,
+            backend=backend,
+            gateway_address=igw.address,
+            gateway=(GATEWAY_NAME, SYSTEM_NAMESPACE),
+            depends_on=deps,
+            opts=pulumi.ResourceOptions(providers=providers),
+        )
+        addresses[key] = svc.address
+    pulumi.export("address", igw.address)
+    pulumi.export("services", addresses)
+    pulumi.export(
+        "endpoints", [_endpoint_export(e) for e in sorted(endpoints, key=lambda e: e.key)]
+    )
+
+
+def _endpoint_export(ep: Any) -> Mapping[str, Any]:
+    return {
+        "name": ep.name,
+        "namespace": ep.namespace,
+        "url": ep.url,
+        "rewritePath": ep.rewrite_path,
+        "labels": dict(ep.labels),
+    }
+
+
+async def main(stack: str | None = None) -> None:
+    """The program: what this stack owns, built from the specs, the lock and upstream outputs."""
+    ctx = load_context(stack)
+    kind = ctx.unit.kind
+    if kind == "InferenceCluster":
+        run_cluster(ctx)
+    elif kind == "ModelCache":
+        await run_cache(ctx)
+    elif kind == "ModelDeployment":
+        await run_deployment(ctx)
+    elif kind == "InferenceGateway":
+        await run_gateway(ctx)
+    else:  # pragma: no cover - stack_units only yields the four kinds
+        _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")

@@ -1,0 +1,118 @@
+"""Every manifest `modelplane render` writes for every fleet in specs/ is schema-valid."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip(
+    "kubernetes_validate", reason="needs the kubernetes-validate schemas (dev extra)"
+)
+
+from modelplane.render import render_fleet  # noqa: E402
+from tests import k8s_schemas  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FLEETS = sorted(
+    p.name for p in (ROOT / "specs").iterdir() if p.is_dir() and not p.name.startswith(".")
+)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for fleet in FLEETS:
+        target = tmp_path_factory.mktemp(f"render-{fleet}")
+        render_fleet(ROOT / "specs" / fleet, target)
+        out[fleet] = target
+    return out
+
+
+def _manifests(root: Path) -> list[tuple[Path, dict]]:
+    found = []
+    for path in sorted(root.glob("*/manifests/*.yaml")):
+        found.append((path, yaml.safe_load(path.read_text())))
+    return found
+
+
+def test_there_are_fleets() -> None:
+    assert {"local", "quickstart", "multicloud", "frontier"} <= set(FLEETS)
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_every_manifest_validates(fleet: str, rendered: dict[str, Path]) -> None:
+    manifests = _manifests(rendered[fleet])
+    assert manifests, f"render wrote no manifests for {fleet}"
+    problems: list[str] = []
+    for path, manifest in manifests:
+        try:
+            errs = k8s_schemas.errors(manifest)
+        except k8s_schemas.SchemaMissing as exc:
+            errs = [str(exc)]
+        problems.extend(f"{path.relative_to(rendered[fleet])}: {e}" for e in errs)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_kinds_covered(fleet: str, rendered: dict[str, Path]) -> None:
+    kinds = {(m["apiVersion"], m["kind"]) for _, m in _manifests(rendered[fleet])}
+    assert ("gateway.networking.k8s.io/v1", "HTTPRoute") in kinds
+    assert ("resource.k8s.io/v1", "ResourceClaimTemplate") in kinds
+
+
+def test_crd_and_builtin_kinds_in_the_renders(rendered: dict[str, Path]) -> None:
+    kinds = {
+        (m["apiVersion"], m["kind"]) for fleet in FLEETS for _, m in _manifests(rendered[fleet])
+    }
+    for expected in [
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+        ("inference.networking.k8s.io/v1", "InferencePool"),
+        ("discovery.k8s.io/v1", "EndpointSlice"),
+        ("apps/v1", "Deployment"),
+        ("batch/v1", "Job"),
+        ("v1", "PersistentVolumeClaim"),
+    ]:
+        assert expected in kinds
+
+
+# --- the validator is strict enough to catch a wrong field name ---------------------------
+
+
+def _first(rendered: dict[str, Path], kind: str, label: str = "modelplane.ai/deployment") -> dict:
+    """The first rendered object of a kind that carries `label` (composed by modelplane)."""
+    for fleet in FLEETS:
+        for _, m in _manifests(rendered[fleet]):
+            if m["kind"] == kind and label in m["metadata"].get("labels", {}):
+                return copy.deepcopy(m)
+    raise AssertionError(f"no {kind} rendered")
+
+
+def test_wrong_field_names_are_caught(rendered: dict[str, Path]) -> None:
+    route = _first(rendered, "HTTPRoute")
+    assert not k8s_schemas.errors(route)
+    route["spec"]["rules"][0]["backendRef"] = route["spec"]["rules"][0].pop("backendRefs")
+    assert k8s_schemas.errors(route)
+
+    lws = _first(rendered, "LeaderWorkerSet")
+    assert not k8s_schemas.errors(lws)
+    lws["spec"]["leaderWorkerTemplate"]["groupSize"] = lws["spec"]["leaderWorkerTemplate"].pop(
+        "size"
+    )
+    assert k8s_schemas.errors(lws)
+
+    rct = _first(rendered, "ResourceClaimTemplate")
+    request = rct["spec"]["spec"]["devices"]["requests"][0]
+    request["exactly"]["deviceClass"] = request["exactly"].pop("deviceClassName")
+    assert k8s_schemas.errors(rct)
+
+    deployment = _first(rendered, "Deployment", "modelplane.ai/role")
+    pod = deployment["spec"]["template"]["spec"]
+    pod["nodeSelectors"] = pod.pop("nodeSelector")
+    assert k8s_schemas.errors(deployment)
+
+    pool = _first(rendered, "InferencePool")
+    pool["spec"]["targetPortNumber"] = 8000
+    assert k8s_schemas.errors(pool)
