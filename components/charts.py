@@ -1,0 +1,144 @@
+"""The serving stack's pinned charts and CRD bundles, and how overrides and mirrors apply to them.
+
+One table, keyed by the names a user writes in ``servingStack.versions``. Versions and
+repositories are the ones the original modelplane's ServingStack pins (reference facts:
+original-modelplane.md §1.9/§3.2, ecosystem-and-peers.md §D.7), except KEDA, which the
+reference only gives as "2.x" (pinned here to chart 2.20.2, a kedacore/charts release).
+
+Gateway API and the Gateway API Inference Extension ship no Helm chart in the reference
+facts (Gateway API is a ``standard-install.yaml`` release asset, GAIE is applied as vendored
+CRDs), so they are *CRD bundles*: the unmodified upstream CRDs vendored under ``crds/`` at the
+repository root, applied with ``kubernetes.yaml.v2.ConfigGroup``. Their "version" selects a
+vendored bundle directory; overriding it to a version that is not vendored is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CRDS_DIR = REPO_ROOT / "crds"
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A Helm chart the serving stack installs as release ``mp-<chart>``."""
+
+    key: str
+    """The ``servingStack.versions`` key."""
+    chart: str
+    repository: str
+    """An ``https://`` chart repository or an ``oci://`` registry path (without the chart)."""
+    version: str
+    namespace: str
+
+    @property
+    def release_name(self) -> str:
+        return f"mp-{self.chart}"
+
+
+@dataclass(frozen=True)
+class CrdBundle:
+    """Upstream CRDs vendored under ``crds/<directory>`` (``{version}`` is substituted)."""
+
+    key: str
+    version: str
+    directory: str
+
+    def path(self, version: str | None = None) -> Path:
+        return CRDS_DIR / self.directory.format(version=version or self.version)
+
+
+# The pins, one line each (a table reads better than wrapped calls).
+# ruff: noqa: E501
+# fmt: off
+_PINS = (
+    # key (servingStack.versions)  chart                   repository                                version    namespace
+    ("certManager",          "cert-manager",           "https://charts.jetstack.io",                          "v1.17.1", "cert-manager"),
+    ("envoyGateway",         "gateway-helm",           "oci://docker.io/envoyproxy",                          "v1.8.1",  "envoy-gateway-system"),
+    # Envoy AI Gateway: the extension server that lets Envoy Gateway route HTTPRoutes to GAIE
+    # InferencePools (the original installs both charts, at v0.7.0).
+    ("envoyAiGatewayCrds",   "ai-gateway-crds-helm",   "oci://docker.io/envoyproxy",                          "v0.7.0",  "envoy-ai-gateway-system"),
+    ("envoyAiGateway",       "ai-gateway-helm",        "oci://docker.io/envoyproxy",                          "v0.7.0",  "envoy-ai-gateway-system"),
+    ("prometheus",           "kube-prometheus-stack",  "https://prometheus-community.github.io/helm-charts",  "72.6.2",  "monitoring"),
+    ("leaderWorkerSet",      "lws",                    "oci://registry.k8s.io/lws/charts",                    "v0.8.0",  "lws-system"),
+    ("nodeFeatureDiscovery", "node-feature-discovery", "oci://registry.k8s.io/nfd/charts",                    "0.18.3",  "node-feature-discovery"),
+    ("nvidiaDraDriver",      "dra-driver-nvidia-gpu",  "oci://registry.k8s.io/dra-driver-nvidia/charts",      "0.4.0",   "dra-driver-nvidia-gpu"),
+    ("keda",                 "keda",                   "https://kedacore.github.io/charts",                   "2.20.2",  "keda"),
+)
+# fmt: on
+
+CHARTS: Mapping[str, Chart] = {pin[0]: Chart(*pin) for pin in _PINS}
+
+CRD_BUNDLES: Mapping[str, CrdBundle] = {
+    b.key: b
+    for b in (
+        CrdBundle("gatewayApi", "v1.5.1", "gateway-api-{version}-standard"),
+        CrdBundle("inferenceExtension", "v1.0.1", "gaie-{version}"),
+    )
+}
+
+VERSION_KEYS: frozenset[str] = frozenset(CHARTS) | frozenset(CRD_BUNDLES)
+
+
+@dataclass(frozen=True)
+class ResolvedChart:
+    """What a ``helm.v3.Release`` needs: ``chart`` (a name, or a full ``oci://`` reference),
+    ``repository`` (an https repo, or None for OCI), ``version``."""
+
+    spec: Chart
+    chart: str
+    repository: str | None
+    version: str
+
+
+def check_version_keys(versions: Mapping[str, str]) -> None:
+    unknown = sorted(set(versions) - VERSION_KEYS)
+    if unknown:
+        raise ValueError(
+            f"servingStack.versions: unknown component(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(VERSION_KEYS))}"
+        )
+
+
+def resolve_chart(
+    key: str, versions: Mapping[str, str], chart_repository: str = ""
+) -> ResolvedChart:
+    """The chart ``key`` at its pinned (or overridden) version, from upstream or the mirror.
+
+    A mirror (``servingStack.chartRepository``) replaces every chart's repository: an ``oci://``
+    mirror serves ``<mirror>/<chart>``, an https mirror is a Helm repository holding every chart.
+    """
+    spec = CHARTS[key]
+    version = versions.get(key) or spec.version
+    repository = chart_repository.strip().rstrip("/") or spec.repository
+    if repository.startswith("oci://"):
+        return ResolvedChart(spec, f"{repository}/{spec.chart}", None, version)
+    return ResolvedChart(spec, spec.chart, repository, version)
+
+
+def crd_files(key: str, versions: Mapping[str, str]) -> list[str]:
+    """Absolute paths of the vendored CRD manifests of bundle ``key`` (sorted)."""
+    bundle = CRD_BUNDLES[key]
+    version = versions.get(key) or bundle.version
+    directory = bundle.path(version)
+    files = sorted(str(p) for p in directory.glob("*.yaml")) if directory.is_dir() else []
+    if not files:
+        raise ValueError(
+            f"servingStack {key} {version}: no vendored CRDs at {directory} "
+            f"(vendored bundles: {', '.join(_vendored(bundle)) or 'none'})"
+        )
+    return files
+
+
+def _vendored(bundle: CrdBundle) -> list[str]:
+    prefix, _, suffix = bundle.directory.partition("{version}")
+    if not CRDS_DIR.is_dir():
+        return []
+    return sorted(
+        p.name[len(prefix) : len(p.name) - len(suffix)]
+        for p in CRDS_DIR.iterdir()
+        if p.is_dir() and p.name.startswith(prefix) and p.name.endswith(suffix)
+    )

@@ -1,0 +1,1 @@
+"""Cloud clusters: GKECluster (pulumi-gcp) and EKSCluster (pulumi-aws + pulumi-eks)."""

@@ -1,0 +1,619 @@
+"""EKSCluster: an EKS cluster (pulumi-eks) with a system node group and DRA-ready GPU node groups.
+
+Arguments follow the seeds' EKSCluster reference (region, kubernetesVersion, networking
+{vpcCidr, subnetCidrs}, nodePools with role System|GPU, instanceType, gpu.acceleratorType,
+diskSizeGb, node counts, zones, capacityBlock, fabric). Usable on its own; InferenceCluster
+composes it.
+
+Network layout. ``subnetCidrs`` holds one block per Availability Zone (the seeds' "three /20
+subnets, one per AZ"). The AZs are the GPU pools' zones (first-seen order), filled up from
+``<region>a``, ``<region>b``, ``<region>c`` to as many blocks as there are (at least two: the
+EKS control plane needs two AZs). Each AZ's block is halved: the lower half is the public
+subnet (NAT gateway, internet-facing load balancers), the upper half the private subnet
+(nodes and pods). Blocks beyond the AZs in use stay unallocated; more GPU zones than blocks
+is an error. One NAT gateway (in the first public subnet) serves every private subnet.
+
+Add-ons are explicit ``aws.eks.Addon`` resources (pulumi-eks's own are switched off, and
+self-managed bootstrap add-ons too): vpc-cni and kube-proxy before any node group, coredns and
+the EFS CSI driver (with its IAM role bound through EKS Pod Identity) after the system group.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+
+POOL_LABEL = "modelplane.ai/pool"
+GPU_LABEL = "modelplane.ai/gpu"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+SYSTEM_INSTANCE_TYPE = "m6i.xlarge"
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+ROOT_DEVICE = "/dev/xvda"
+
+EFA_INTERFACES: dict[str, int] = {"p5": 32, "p5e": 32, "p5en": 16, "p4d": 4, "p4de": 4}
+"""EFA interfaces per instance family (one per network card); other families get one."""
+
+_POLICY = "arn:aws:iam::aws:policy/"
+CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+@dataclass(frozen=True)
+class EKSGpu:
+    accelerator_type: str
+    """Used to label GPU nodes; the GPU model and count come from the instance type."""
+
+
+@dataclass(frozen=True)
+class EKSCapacityBlock:
+    capacity_reservation_id: str
+
+
+@dataclass(frozen=True)
+class EKSNodePool:
+    name: str
+    role: Literal["System", "GPU"]
+    instance_type: str
+    disk_size_gb: int = 100
+    node_count: int = 1
+    min_node_count: int = 0
+    max_node_count: int = 8
+    gpu: EKSGpu | None = None
+    zones: tuple[str, ...] = ()
+    capacity_block: EKSCapacityBlock | None = None
+    fabric: Literal["None", "EFA"] = "None"
+
+    def __post_init__(self) -> None:
+        if self.role == "GPU" and (self.gpu is None or not self.zones):
+            raise ValueError(f"EKS node pool {self.name!r}: a GPU pool needs gpu and zones")
+        if self.max_node_count < 1 or self.min_node_count > self.max_node_count:
+            raise ValueError(
+                f"EKS node pool {self.name!r}: need minNodeCount <= maxNodeCount and "
+                f"maxNodeCount >= 1 (got {self.min_node_count}..{self.max_node_count})"
+            )
+
+    @property
+    def desired_size(self) -> int:
+        """nodeCount, kept inside min..max (EKS rejects a desired size outside them)."""
+        return min(max(self.node_count, self.min_node_count), self.max_node_count)
+
+    @property
+    def efa_interfaces(self) -> int:
+        return EFA_INTERFACES.get(self.instance_type.split(".", 1)[0], 1)
+
+
+@dataclass(frozen=True)
+class EKSNetworking:
+    vpc_cidr: str = "10.0.0.0/16"
+    subnet_cidrs: tuple[str, ...] = ("10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20")
+
+
+@dataclass(frozen=True)
+class EKSClusterArgs:
+    region: str
+    node_pools: Sequence[EKSNodePool] = ()
+    kubernetes_version: str = "1.36"
+    networking: EKSNetworking = field(default_factory=EKSNetworking)
+    cluster_name: str | None = None
+    """The EKS cluster's name; defaults to the component name."""
+    admin_principal_arns: tuple[str, ...] = ()
+    """IAM principals given cluster-admin access entries (the creator is admin already)."""
+
+
+@dataclass(frozen=True)
+class SubnetPlan:
+    zone: str
+    public_cidr: str
+    private_cidr: str
+
+
+def system_pool() -> EKSNodePool:
+    """The pool injected when none has role System: m6i.xlarge, 1 node, 1..2."""
+    return EKSNodePool(
+        name="system",
+        role="System",
+        instance_type=SYSTEM_INSTANCE_TYPE,
+        node_count=1,
+        min_node_count=1,
+        max_node_count=2,
+    )
+
+
+def plan_subnets(
+    region: str, pools: Sequence[EKSNodePool], networking: EKSNetworking
+) -> list[SubnetPlan]:
+    """One public and one private subnet per AZ (see the module docstring)."""
+    zones: list[str] = []
+    for pool in pools:
+        for zone in pool.zones:
+            if zone not in zones:
+                zones.append(zone)
+    blocks = list(networking.subnet_cidrs)
+    if len(zones) > len(blocks):
+        raise ValueError(
+            f"EKS networking: the node pools use {len(zones)} zones ({', '.join(zones)}) but "
+            f"subnetCidrs has {len(blocks)} blocks (one per zone is needed)"
+        )
+    for letter in "abc":
+        if len(zones) >= max(2, len(blocks)):
+            break
+        if f"{region}{letter}" not in zones:
+            zones.append(f"{region}{letter}")
+    plans = []
+    for zone, block in zip(zones, blocks, strict=False):
+        public, private = ipaddress.ip_network(block).subnets(prefixlen_diff=1)
+        plans.append(SubnetPlan(zone, str(public), str(private)))
+    return plans
+
+
+def _assume_role_policy(service: str, *actions: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": service},
+                    "Action": list(actions) or ["sts:AssumeRole"],
+                }
+            ],
+        }
+    )
+
+
+def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderResource | None:
+    if opts is None:
+        return None
+    candidates: list[object] = [opts.provider]
+    providers = opts.providers
+    if isinstance(providers, dict):
+        candidates.extend(providers.values())
+    elif providers:
+        candidates.extend(providers)
+    for p in candidates:
+        if isinstance(p, pulumi.ProviderResource) and p.package == "aws":
+            return p
+    return None
+
+
+class EKSCluster(pulumi.ComponentResource):
+    """VPC, IAM roles, EKS cluster, node groups, add-ons and an EFS file system.
+
+    Outputs: ``kubeconfig`` (secret), ``cluster_name``, ``file_system_id``, ``vpc_id``.
+    AWS resources use the ``aws`` provider from ``opts`` if one is given, else a provider for
+    ``args.region`` (credentials from the environment, as the default provider).
+    """
+
+    kubeconfig: pulumi.Output[str]
+    cluster_name: pulumi.Output[str]
+    file_system_id: pulumi.Output[str]
+    vpc_id: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: EKSClusterArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
+        pools = list(args.node_pools)
+        if not any(p.role == "System" for p in pools):
+            pools.insert(0, system_pool())
+        names = [p.name for p in pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"EKSCluster {name!r}: node pool names must be unique: {names}")
+        plans = plan_subnets(args.region, pools, args.networking)
+        cluster_name = args.cluster_name or name
+
+        provider = _aws_provider_in(opts) or aws.Provider(
+            f"{name}-aws", region=args.region, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self._provider = provider
+        tags = {"modelplane.ai/cluster": cluster_name}
+
+        # --- network -------------------------------------------------------------------
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.networking.vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={**tags, "Name": f"{cluster_name}-vpc"},
+            opts=self._opts(),
+        )
+        igw = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": cluster_name}, opts=self._opts()
+        )
+        public_rt = aws.ec2.RouteTable(
+            f"{name}-public",
+            vpc_id=vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": igw.id}],
+            tags={**tags, "Name": f"{cluster_name}-public"},
+            opts=self._opts(),
+        )
+        self.public_subnets: dict[str, aws.ec2.Subnet] = {}
+        associations: list[pulumi.Resource] = []
+        self.private_subnets: dict[str, aws.ec2.Subnet] = {}
+        cluster_tag = f"kubernetes.io/cluster/{cluster_name}"
+        for plan in plans:
+            public = aws.ec2.Subnet(
+                f"{name}-public-{plan.zone}",
+                vpc_id=vpc.id,
+                cidr_block=plan.public_cidr,
+                availability_zone=plan.zone,
+                map_public_ip_on_launch=True,
+                tags={
+                    **tags,
+                    cluster_tag: "shared",
+                    "kubernetes.io/role/elb": "1",
+                    "Name": f"{cluster_name}-public-{plan.zone}",
+                },
+                opts=self._opts(),
+            )
+            associations.append(
+                aws.ec2.RouteTableAssociation(
+                    f"{name}-public-{plan.zone}",
+                    subnet_id=public.id,
+                    route_table_id=public_rt.id,
+                    opts=self._opts(),
+                )
+            )
+            self.public_subnets[plan.zone] = public
+        nat_ip = aws.ec2.Eip(
+            f"{name}-nat",
+            domain="vpc",
+            tags={**tags, "Name": f"{cluster_name}-nat"},
+            opts=self._opts(depends_on=[igw]),
+        )
+        nat = aws.ec2.NatGateway(
+            f"{name}-nat",
+            allocation_id=nat_ip.id,
+            subnet_id=self.public_subnets[plans[0].zone].id,
+            tags={**tags, "Name": f"{cluster_name}-nat"},
+            opts=self._opts(depends_on=[igw]),
+        )
+        private_rt = aws.ec2.RouteTable(
+            f"{name}-private",
+            vpc_id=vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
+            tags={**tags, "Name": f"{cluster_name}-private"},
+            opts=self._opts(),
+        )
+        for plan in plans:
+            private = aws.ec2.Subnet(
+                f"{name}-private-{plan.zone}",
+                vpc_id=vpc.id,
+                cidr_block=plan.private_cidr,
+                availability_zone=plan.zone,
+                map_public_ip_on_launch=False,
+                tags={
+                    **tags,
+                    cluster_tag: "shared",
+                    "kubernetes.io/role/internal-elb": "1",
+                    "Name": f"{cluster_name}-private-{plan.zone}",
+                },
+                opts=self._opts(),
+            )
+            associations.append(
+                aws.ec2.RouteTableAssociation(
+                    f"{name}-private-{plan.zone}",
+                    subnet_id=private.id,
+                    route_table_id=private_rt.id,
+                    opts=self._opts(),
+                )
+            )
+            self.private_subnets[plan.zone] = private
+
+        # --- IAM -----------------------------------------------------------------------
+        cluster_role = aws.iam.Role(
+            f"{name}-cluster",
+            assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
+            tags=tags,
+            opts=self._opts(),
+        )
+        aws.iam.RolePolicyAttachment(
+            f"{name}-cluster-policy",
+            role=cluster_role.name,
+            policy_arn=_POLICY + "AmazonEKSClusterPolicy",
+            opts=self._opts(),
+        )
+        node_role = aws.iam.Role(
+            f"{name}-node",
+            assume_role_policy=_assume_role_policy("ec2.amazonaws.com"),
+            tags=tags,
+            opts=self._opts(),
+        )
+        node_policies = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}",
+                role=node_role.name,
+                policy_arn=_POLICY + policy,
+                opts=self._opts(),
+            )
+            for policy in (
+                "AmazonEKSWorkerNodePolicy",
+                "AmazonEKS_CNI_Policy",
+                "AmazonEC2ContainerRegistryReadOnly",
+                "AmazonSSMManagedInstanceCore",
+            )
+        ]
+        efs_csi_role = aws.iam.Role(
+            f"{name}-efs-csi",
+            assume_role_policy=_assume_role_policy(
+                "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
+            ),
+            tags=tags,
+            opts=self._opts(),
+        )
+        efs_csi_policy = aws.iam.RolePolicyAttachment(
+            f"{name}-efs-csi-policy",
+            role=efs_csi_role.name,
+            policy_arn=_POLICY + "service-role/AmazonEFSCSIDriverPolicy",
+            opts=self._opts(),
+        )
+
+        # --- cluster -------------------------------------------------------------------
+        cluster = eks.Cluster(
+            f"{name}-eks",
+            name=cluster_name,
+            version=args.kubernetes_version,
+            vpc_id=vpc.id,
+            public_subnet_ids=[self.public_subnets[p.zone].id for p in plans],
+            private_subnet_ids=[self.private_subnets[p.zone].id for p in plans],
+            endpoint_private_access=True,
+            endpoint_public_access=True,
+            node_associate_public_ip_address=False,
+            service_role=cluster_role,
+            authentication_mode=eks.AuthenticationMode.API,
+            access_entries={
+                f"admin-{i}": eks.AccessEntryArgs(
+                    principal_arn=arn,
+                    access_policies={
+                        "cluster-admin": eks.AccessPolicyAssociationArgs(
+                            policy_arn=CLUSTER_ADMIN_POLICY,
+                            access_scope={"type": "cluster"},
+                        )
+                    },
+                )
+                for i, arn in enumerate(args.admin_principal_arns)
+            },
+            skip_default_node_group=True,
+            skip_default_security_groups=True,
+            create_oidc_provider=False,
+            bootstrap_self_managed_addons=False,
+            use_default_vpc_cni=True,
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=False),
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
+            tags=tags,
+            opts=pulumi.ResourceOptions(
+                parent=self, providers={"aws": provider}, depends_on=[nat, *associations]
+            ),
+        )
+        self.cluster = cluster
+
+        def addon(
+            addon_name: str, depends_on: Sequence[pulumi.Resource], **kwargs: object
+        ) -> aws.eks.Addon:
+            return aws.eks.Addon(
+                f"{name}-{addon_name}",
+                cluster_name=cluster_name,
+                addon_name=addon_name,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                tags=tags,
+                opts=self._opts(depends_on=[cluster, *depends_on]),
+                **kwargs,  # type: ignore[arg-type]
+            )
+
+        self.addons: dict[str, aws.eks.Addon] = {}
+        for early in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
+            self.addons[early] = addon(early, [])
+
+        # --- node groups ---------------------------------------------------------------
+        efa_sg = None
+        if any(p.fabric == "EFA" for p in pools):
+            # EFA traffic must be allowed to and from the group itself, all protocols.
+            efa_sg = aws.ec2.SecurityGroup(
+                f"{name}-efa",
+                vpc_id=vpc.id,
+                description="EFA: all traffic within the group",
+                ingress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+                egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "self": True}],
+                tags={**tags, "Name": f"{cluster_name}-efa"},
+                opts=self._opts(),
+            )
+        self.efa_security_group = efa_sg
+        self.launch_templates: dict[str, aws.ec2.LaunchTemplate] = {}
+        self.node_groups: dict[str, eks.ManagedNodeGroup] = {}
+        before_nodes = [self.addons["vpc-cni"], self.addons["kube-proxy"], *node_policies]
+        for pool in pools:
+            self.node_groups[pool.name] = self._node_group(
+                name, pool, cluster, node_role, efa_sg, provider, before_nodes, tags
+            )
+        system = next(self.node_groups[p.name] for p in pools if p.role == "System")
+
+        self.addons["coredns"] = addon("coredns", [system])
+        self.addons["aws-efs-csi-driver"] = addon(
+            "aws-efs-csi-driver",
+            [system, self.addons["eks-pod-identity-agent"], efs_csi_policy],
+            pod_identity_associations=[
+                {"role_arn": efs_csi_role.arn, "service_account": "efs-csi-controller-sa"}
+            ],
+        )
+
+        # --- EFS (ReadWriteMany storage for model caches) ------------------------------
+        nfs_sg = aws.ec2.SecurityGroup(
+            f"{name}-efs",
+            vpc_id=vpc.id,
+            description="NFS from the VPC to the EFS mount targets",
+            ingress=[
+                {
+                    "protocol": "tcp",
+                    "from_port": 2049,
+                    "to_port": 2049,
+                    "cidr_blocks": [args.networking.vpc_cidr],
+                }
+            ],
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            tags={**tags, "Name": f"{cluster_name}-efs"},
+            opts=self._opts(),
+        )
+        file_system = aws.efs.FileSystem(
+            f"{name}-efs",
+            encrypted=True,
+            performance_mode="generalPurpose",
+            throughput_mode="elastic",
+            tags={**tags, "Name": f"{cluster_name}-model-cache"},
+            opts=self._opts(),
+        )
+        self.mount_targets = {
+            zone: aws.efs.MountTarget(
+                f"{name}-efs-{zone}",
+                file_system_id=file_system.id,
+                subnet_id=subnet.id,
+                security_groups=[nfs_sg.id],
+                opts=self._opts(),
+            )
+            for zone, subnet in self.private_subnets.items()
+        }
+
+        self.cluster_name = pulumi.Output.from_input(cluster_name)
+        self.file_system_id = file_system.id
+        self.vpc_id = vpc.id
+        self.kubeconfig = pulumi.Output.secret(cluster.kubeconfig_json)
+        self.register_outputs(
+            {
+                "kubeconfig": self.kubeconfig,
+                "cluster_name": self.cluster_name,
+                "file_system_id": self.file_system_id,
+                "vpc_id": self.vpc_id,
+            }
+        )
+
+    def _opts(self, **kwargs: object) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self._provider, **kwargs)  # type: ignore[arg-type]
+
+    def _node_group(
+        self,
+        name: str,
+        pool: EKSNodePool,
+        cluster: eks.Cluster,
+        node_role: aws.iam.Role,
+        efa_sg: aws.ec2.SecurityGroup | None,
+        provider: pulumi.ProviderResource,
+        depends_on: Sequence[pulumi.Resource],
+        tags: dict[str, str],
+    ) -> eks.ManagedNodeGroup:
+        gpu = pool.role == "GPU"
+        labels = {POOL_LABEL: pool.name}
+        if gpu:
+            assert pool.gpu is not None
+            labels[GPU_LABEL] = pool.gpu.accelerator_type
+        zones = pool.zones or tuple(self.private_subnets)
+        subnet_ids = [self.private_subnets[z].id for z in zones]
+
+        launch_template = None
+        if pool.capacity_block is not None or pool.fabric == "EFA":
+            launch_template = self._launch_template(name, pool, cluster, efa_sg, tags)
+            self.launch_templates[pool.name] = launch_template
+        if pool.capacity_block is not None:
+            capacity_type = "CAPACITY_BLOCK"
+        else:
+            capacity_type = "ON_DEMAND"
+
+        return eks.ManagedNodeGroup(
+            f"{name}-{pool.name}",
+            cluster=cluster,
+            node_role=node_role,
+            subnet_ids=subnet_ids,
+            ami_type=GPU_AMI_TYPE if gpu else SYSTEM_AMI_TYPE,
+            capacity_type=capacity_type,
+            # With a launch template, the instance type and root volume live in the template
+            # (EKS rejects them on the node group then).
+            instance_types=None if launch_template else [pool.instance_type],
+            disk_size=None if launch_template else pool.disk_size_gb,
+            launch_template=(
+                {"id": launch_template.id, "version": launch_template.latest_version.apply(str)}
+                if launch_template
+                else None
+            ),
+            scaling_config={
+                "min_size": pool.min_node_count,
+                "desired_size": pool.desired_size,
+                "max_size": pool.max_node_count,
+            },
+            labels=labels,
+            taints=[GPU_TAINT] if gpu else None,
+            tags=tags,
+            opts=pulumi.ResourceOptions(
+                parent=self, providers={"aws": provider}, depends_on=list(depends_on)
+            ),
+        )
+
+    def _launch_template(
+        self,
+        name: str,
+        pool: EKSNodePool,
+        cluster: eks.Cluster,
+        efa_sg: aws.ec2.SecurityGroup | None,
+        tags: dict[str, str],
+    ) -> aws.ec2.LaunchTemplate:
+        network_interfaces = None
+        if pool.fabric == "EFA":
+            assert efa_sg is not None
+            # Card 0 carries the primary ENA+EFA interface; every other network card an
+            # EFA-only interface (no IP address, RDMA only).
+            network_interfaces = [
+                {
+                    "network_card_index": card,
+                    "device_index": 0 if card == 0 else 1,
+                    "interface_type": "efa" if card == 0 else "efa-only",
+                    "delete_on_termination": "true",
+                    "security_groups": [cluster.cluster_security_group_id, efa_sg.id],
+                }
+                for card in range(pool.efa_interfaces)
+            ]
+        capacity_block = pool.capacity_block
+        return aws.ec2.LaunchTemplate(
+            f"{name}-{pool.name}",
+            instance_type=pool.instance_type,
+            block_device_mappings=[
+                {
+                    "device_name": ROOT_DEVICE,
+                    "ebs": {
+                        "volume_size": pool.disk_size_gb,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            instance_market_options=(
+                {"market_type": "capacity-block"} if capacity_block is not None else None
+            ),
+            capacity_reservation_specification=(
+                {
+                    "capacity_reservation_target": {
+                        "capacity_reservation_id": capacity_block.capacity_reservation_id
+                    }
+                }
+                if capacity_block is not None
+                else None
+            ),
+            network_interfaces=network_interfaces,
+            metadata_options={
+                "http_endpoint": "enabled",
+                "http_tokens": "required",
+                "http_put_response_hop_limit": 2,
+            },
+            update_default_version=True,
+            tag_specifications=[{"resource_type": "instance", "tags": tags}],
+            tags=tags,
+            opts=self._opts(),
+        )

@@ -1,0 +1,333 @@
+"""GKECluster: a GKE Standard cluster with a system pool and DRA-ready GPU node pools.
+
+Arguments follow the seeds' cluster reference (region, kubernetesVersion, networking,
+nodePools with role System|GPU, machineType, gpu.acceleratorType/acceleratorCount, disk, node
+counts, zones). Usable on its own in any Pulumi program; InferenceCluster composes it.
+
+Node counts are per pool: GKE's ``initial_node_count`` is per zone, so a pool of N nodes over Z
+zones starts with ceil(N / Z) per zone; autoscaling uses the pool-wide ``total_*`` limits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_gcp as gcp
+
+from modelplane.api.names import child_name
+
+POOL_LABEL = "modelplane.ai/pool"
+GPU_LABEL = "modelplane.ai/gpu"
+NO_DEFAULT_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
+"""GKE node label that stops GKE's own NVIDIA device plugin, so the DRA driver owns the GPUs."""
+GKE_NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
+"""Where GKE installs the NVIDIA driver on COS nodes (the DRA driver's ``nvidiaDriverRoot``)."""
+
+SYSTEM_MACHINE_TYPE = "e2-standard-4"
+GKE_NAME_LIMIT = 40
+
+
+@dataclass(frozen=True)
+class GKEGpu:
+    accelerator_type: str
+    accelerator_count: int = 1
+    driver_version: str = "DEFAULT"
+    """GKE-managed driver installation: DEFAULT | LATEST | INSTALLATION_DISABLED."""
+
+
+@dataclass(frozen=True)
+class GKENodePool:
+    name: str
+    role: Literal["System", "GPU"]
+    machine_type: str
+    disk_size_gb: int = 100
+    node_count: int = 1
+    min_node_count: int = 0
+    max_node_count: int = 8
+    gpu: GKEGpu | None = None
+    zones: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.role == "GPU" and (self.gpu is None or not self.zones):
+            raise ValueError(f"GKE node pool {self.name!r}: a GPU pool needs gpu and zones")
+        if not self.min_node_count <= self.max_node_count:
+            raise ValueError(
+                f"GKE node pool {self.name!r}: minNodeCount {self.min_node_count} > "
+                f"maxNodeCount {self.max_node_count}"
+            )
+
+
+@dataclass(frozen=True)
+class GKENetworking:
+    node_cidr: str = "10.0.0.0/24"
+    pod_cidr: str = "10.1.0.0/16"
+    service_cidr: str = "10.2.0.0/16"
+
+
+@dataclass(frozen=True)
+class GKEClusterArgs:
+    project: str
+    region: str
+    node_pools: Sequence[GKENodePool] = ()
+    kubernetes_version: str = "1.35"
+    networking: GKENetworking = field(default_factory=GKENetworking)
+    release_channel: str = "REGULAR"
+
+
+def system_pool() -> GKENodePool:
+    """The pool injected when none has role System: e2-standard-4, 1 node, autoscaling 1..2."""
+    return GKENodePool(
+        name="system",
+        role="System",
+        machine_type=SYSTEM_MACHINE_TYPE,
+        node_count=1,
+        min_node_count=1,
+        max_node_count=2,
+    )
+
+
+def gke_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig (JSON) authenticating with the ``gke-gcloud-auth-plugin`` exec plugin."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {
+                    "server": f"https://{endpoint}",
+                    "certificate-authority-data": ca_certificate,
+                },
+            }
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+        "users": [
+            {
+                "name": name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "gke-gcloud-auth-plugin",
+                        "installHint": (
+                            "Install gke-gcloud-auth-plugin: "
+                            "https://cloud.google.com/kubernetes-engine/docs/how-to/"
+                            "cluster-access-for-kubectl#install_plugin"
+                        ),
+                        "provideClusterInfo": True,
+                    }
+                },
+            }
+        ],
+    }
+    return json.dumps(config, indent=2)
+
+
+class GKECluster(pulumi.ComponentResource):
+    """VPC + subnet (pods/services secondary ranges), GKE cluster, system and GPU node pools.
+
+    Outputs: ``kubeconfig`` (secret), ``cluster_name``, ``network_name``, ``endpoint``.
+    """
+
+    kubeconfig: pulumi.Output[str]
+    cluster_name: pulumi.Output[str]
+    network_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: GKEClusterArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:cloud:GKECluster", name, None, opts)
+        pools = list(args.node_pools)
+        if not any(p.role == "System" for p in pools):
+            pools.insert(0, system_pool())
+        names = [p.name for p in pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"GKECluster {name!r}: node pool names must be unique: {names}")
+        child = pulumi.ResourceOptions(parent=self)
+        net = args.networking
+        cluster_name = child_name(name, limit=GKE_NAME_LIMIT)
+
+        services = [
+            gcp.projects.Service(
+                f"{name}-{api.split('.')[0]}-api",
+                project=args.project,
+                service=api,
+                disable_on_destroy=False,
+                opts=child,
+            )
+            for api in ("container.googleapis.com", "file.googleapis.com")
+        ]
+
+        network = gcp.compute.Network(
+            f"{name}-net",
+            name=child_name(name, "net"),
+            project=args.project,
+            auto_create_subnetworks=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=services),
+        )
+        subnet = gcp.compute.Subnetwork(
+            f"{name}-subnet",
+            name=child_name(name, "subnet"),
+            project=args.project,
+            region=args.region,
+            network=network.id,
+            ip_cidr_range=net.node_cidr,
+            private_ip_google_access=True,
+            secondary_ip_ranges=[
+                gcp.compute.SubnetworkSecondaryIpRangeArgs(
+                    range_name="pods", ip_cidr_range=net.pod_cidr
+                ),
+                gcp.compute.SubnetworkSecondaryIpRangeArgs(
+                    range_name="services", ip_cidr_range=net.service_cidr
+                ),
+            ],
+            opts=child,
+        )
+        cluster = gcp.container.Cluster(
+            f"{name}-cluster",
+            name=cluster_name,
+            project=args.project,
+            location=args.region,
+            network=network.self_link,
+            subnetwork=subnet.self_link,
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name="pods",
+                services_secondary_range_name="services",
+            ),
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            deletion_protection=False,
+            min_master_version=args.kubernetes_version,
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{args.project}.svc.id.goog"
+            ),
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                gcp_filestore_csi_driver_config=(
+                    gcp.container.ClusterAddonsConfigGcpFilestoreCsiDriverConfigArgs(enabled=True)
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=services),
+        )
+
+        first_gpu_zone = next((p.zones[0] for p in pools if p.role == "GPU" and p.zones), None)
+        self.node_pools: dict[str, gcp.container.NodePool] = {}
+        for pool in pools:
+            self.node_pools[pool.name] = self._node_pool(
+                name, pool, args, cluster, first_gpu_zone, child
+            )
+
+        self.cluster_name = cluster.name
+        self.network_name = network.name
+        self.endpoint = cluster.endpoint
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(cluster.name, cluster.endpoint, cluster.master_auth).apply(
+                lambda a: gke_kubeconfig(
+                    f"gke_{args.project}_{args.region}_{a[0]}",
+                    a[1],
+                    _ca_certificate(a[2]),
+                )
+            )
+        )
+        self.register_outputs(
+            {
+                "kubeconfig": self.kubeconfig,
+                "cluster_name": self.cluster_name,
+                "network_name": self.network_name,
+                "endpoint": self.endpoint,
+            }
+        )
+
+    def _node_pool(
+        self,
+        name: str,
+        pool: GKENodePool,
+        args: GKEClusterArgs,
+        cluster: gcp.container.Cluster,
+        first_gpu_zone: str | None,
+        opts: pulumi.ResourceOptions,
+    ) -> gcp.container.NodePool:
+        labels = {POOL_LABEL: pool.name}
+        taints: list[gcp.container.NodePoolNodeConfigTaintArgs] = []
+        accelerators: list[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs] = []
+        zones = list(pool.zones)
+        if pool.role == "GPU":
+            assert pool.gpu is not None
+            labels[GPU_LABEL] = pool.gpu.accelerator_type
+            labels[NO_DEFAULT_DEVICE_PLUGIN_LABEL] = "true"
+            taints.append(
+                gcp.container.NodePoolNodeConfigTaintArgs(
+                    key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE"
+                )
+            )
+            accelerators.append(
+                gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                    type=pool.gpu.accelerator_type,
+                    count=pool.gpu.accelerator_count,
+                    gpu_driver_installation_config=(
+                        gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                            gpu_driver_version=pool.gpu.driver_version
+                        )
+                    ),
+                )
+            )
+        elif not zones and first_gpu_zone:
+            # One zone keeps the system pool at its 1..2 nodes (a regional pool would start
+            # one node in every zone), next to the GPUs it serves.
+            zones = [first_gpu_zone]
+        count = min(max(pool.node_count, pool.min_node_count), pool.max_node_count)
+        per_zone = math.ceil(count / len(zones)) if zones else count
+        return gcp.container.NodePool(
+            f"{name}-{pool.name}",
+            name=pool.name,
+            project=args.project,
+            location=args.region,
+            cluster=cluster.name,
+            node_locations=zones or None,
+            initial_node_count=per_zone,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=pool.min_node_count,
+                total_max_node_count=pool.max_node_count,
+                location_policy="ANY" if pool.role == "GPU" else "BALANCED",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=pool.machine_type,
+                disk_size_gb=pool.disk_size_gb,
+                image_type="COS_CONTAINERD",
+                labels=labels,
+                taints=taints or None,
+                guest_accelerators=accelerators or None,
+                oauth_scopes=["https://www.googleapis.com/auth/cloud-platform"],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+            ),
+            # nodeCount is the initial size; afterwards the autoscaler owns it. GKE replaces a
+            # pool whose initial count changes, and the name is fixed, so delete first.
+            opts=pulumi.ResourceOptions.merge(
+                opts,
+                pulumi.ResourceOptions(
+                    ignore_changes=["initialNodeCount"], delete_before_replace=True
+                ),
+            ),
+        )
+
+
+def _ca_certificate(master_auth: object) -> str:
+    """``master_auth.cluster_ca_certificate`` (base64 PEM), from the typed or the dict form."""
+    if isinstance(master_auth, dict):
+        value = master_auth.get("cluster_ca_certificate") or master_auth.get("clusterCaCertificate")
+    else:
+        value = getattr(master_auth, "cluster_ca_certificate", None)
+    return str(value or "")

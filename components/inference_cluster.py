@@ -1,0 +1,301 @@
+"""InferenceClusterComponent: one InferenceCluster, provisioned (GKE, EKS) or existing.
+
+Composes the cloud cluster from the cluster's GPU pools and their InferenceClasses (the system
+pool is injected by the cloud component), builds the one explicit Kubernetes provider for the
+cluster, the ReadWriteMany StorageClass model caches use, and the serving stack.
+
+- GKE: GKECluster; StorageClass ``modelplane-rwx`` (Filestore, enterprise tier, on the
+  cluster's VPC); DRA driver root ``/home/kubernetes/bin/nvidia``.
+- EKS: EKSCluster; StorageClass ``modelplane-rwx-efs`` (EFS access points on its file system).
+- Existing: nothing provisioned; the provider comes from ``kubeconfig`` (resolved from the
+  secretRef by the stack program, passed as a secret) or, with ``renderTo``, writes manifests
+  to that directory, in which case no serving stack is installed. ``storage_class_name`` is
+  ``existing.cache.storageClassName``.
+
+Outputs: ``kubeconfig`` (secret; an empty secret string in renderTo mode), ``render_to``,
+``gateway_address``, ``storage_class_name``, ``pool_shapes``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.cloud.eks import (
+    EKSCapacityBlock,
+    EKSCluster,
+    EKSClusterArgs,
+    EKSGpu,
+    EKSNetworking,
+    EKSNodePool,
+)
+from components.cloud.gke import (
+    GKE_NVIDIA_DRIVER_ROOT,
+    GKECluster,
+    GKEClusterArgs,
+    GKEGpu,
+    GKENetworking,
+    GKENodePool,
+)
+from components.providers import cluster_provider
+from components.serving_stack import ServingStack
+from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
+from modelplane.api.inference_cluster import InferenceCluster, NodePool
+
+GKE_STORAGE_CLASS = "modelplane-rwx"
+EKS_STORAGE_CLASS = "modelplane-rwx-efs"
+
+
+def _class_of(cluster: InferenceCluster, pool: NodePool, classes: Mapping[str, InferenceClass]):
+    cls = classes.get(pool.class_name)
+    if cls is None:
+        raise ValueError(
+            f"InferenceCluster {cluster.metadata.name!r}: node pool {pool.name!r} uses "
+            f"InferenceClass {pool.class_name!r}, which does not exist"
+        )
+    return cls
+
+
+def _recipe(
+    cluster: InferenceCluster, pool: NodePool, classes: Mapping[str, InferenceClass], cloud: str
+) -> GKEMachine | EKSMachine:
+    cls = _class_of(cluster, pool, classes)
+    provisioning = cls.spec.provisioning
+    recipe = getattr(provisioning, cloud.lower(), None) if provisioning is not None else None
+    if provisioning is None or provisioning.provider != cloud or recipe is None:
+        raise ValueError(
+            f"InferenceCluster {cluster.metadata.name!r}: node pool {pool.name!r} uses "
+            f"InferenceClass {pool.class_name!r}, which has no {cloud} provisioning recipe "
+            f"(spec.provisioning.{cloud.lower()})"
+        )
+    return recipe
+
+
+def _max_nodes(pool: NodePool) -> int:
+    # The scheduler's capacity is maxNodeCount, else nodeCount; the cloud needs at least 1.
+    return max(1, pool.capacity_nodes)
+
+
+def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -> GKEClusterArgs:
+    source = cluster.spec.cluster.gke
+    assert source is not None
+    pools = []
+    for pool in cluster.spec.node_pools:
+        recipe = _recipe(cluster, pool, classes, "GKE")
+        assert isinstance(recipe, GKEMachine)
+        pools.append(
+            GKENodePool(
+                name=pool.name,
+                role="GPU",
+                machine_type=recipe.machine_type,
+                disk_size_gb=recipe.disk_size_gb,
+                node_count=pool.node_count,
+                min_node_count=pool.min_node_count or 0,
+                max_node_count=_max_nodes(pool),
+                gpu=GKEGpu(
+                    accelerator_type=recipe.accelerator.type,
+                    accelerator_count=recipe.accelerator.count,
+                ),
+                zones=tuple(pool.zones),
+            )
+        )
+    net = source.networking
+    return GKEClusterArgs(
+        project=source.project,
+        region=source.region,
+        node_pools=pools,
+        kubernetes_version=source.kubernetes_version,
+        networking=GKENetworking(
+            node_cidr=net.node_cidr, pod_cidr=net.pod_cidr, service_cidr=net.service_cidr
+        ),
+    )
+
+
+def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -> EKSClusterArgs:
+    source = cluster.spec.cluster.eks
+    assert source is not None
+    pools = []
+    for pool in cluster.spec.node_pools:
+        recipe = _recipe(cluster, pool, classes, "EKS")
+        assert isinstance(recipe, EKSMachine)
+        pools.append(
+            EKSNodePool(
+                name=pool.name,
+                role="GPU",
+                instance_type=recipe.instance_type,
+                disk_size_gb=recipe.disk_size_gb,
+                node_count=pool.node_count,
+                min_node_count=pool.min_node_count or 0,
+                max_node_count=_max_nodes(pool),
+                gpu=EKSGpu(accelerator_type=recipe.accelerator.type),
+                zones=tuple(pool.zones),
+                capacity_block=(
+                    EKSCapacityBlock(pool.capacity_block.capacity_reservation_id)
+                    if pool.capacity_block is not None
+                    else None
+                ),
+                fabric=pool.fabric,
+            )
+        )
+    return EKSClusterArgs(
+        region=source.region,
+        node_pools=pools,
+        kubernetes_version=source.kubernetes_version,
+        networking=EKSNetworking(
+            vpc_cidr=source.networking.vpc_cidr,
+            subnet_cidrs=tuple(source.networking.subnet_cidrs),
+        ),
+        cluster_name=cluster.metadata.name,
+    )
+
+
+def pool_shapes(
+    cluster: InferenceCluster, classes: Mapping[str, InferenceClass]
+) -> list[dict[str, Any]]:
+    """Per pool: its name, node capacity and the devices of one node (from its class)."""
+    shapes = []
+    for pool in cluster.spec.node_pools:
+        cls = _class_of(cluster, pool, classes)
+        shapes.append(
+            {
+                "name": pool.name,
+                "nodes": pool.capacity_nodes,
+                "devices": [
+                    {"name": d.name, "driver": d.driver, "claim": d.claim, "count": d.count}
+                    for d in cls.spec.devices
+                ],
+            }
+        )
+    return shapes
+
+
+class InferenceClusterComponent(pulumi.ComponentResource):
+    """See the module docstring. ``self.provider`` is the cluster's Kubernetes provider."""
+
+    provider: kubernetes.Provider
+    kubeconfig: pulumi.Output[str]
+    render_to: str | None
+    gateway_address: pulumi.Output[str | None]
+    storage_class_name: str | None
+    pool_shapes: list[dict[str, Any]]
+
+    def __init__(
+        self,
+        name: str,
+        cluster: InferenceCluster,
+        classes: Mapping[str, InferenceClass],
+        kubeconfig: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        spec = cluster.spec
+        source = spec.cluster.source
+        # Validate everything before registering anything.
+        shapes = pool_shapes(cluster, classes)
+        gke = gke_args(cluster, classes) if source == "GKE" else None
+        eks = eks_args(cluster, classes) if source == "EKS" else None
+        existing = spec.cluster.existing
+        render_to = (
+            os.path.abspath(os.path.expanduser(existing.render_to))
+            if source == "Existing" and existing is not None and existing.render_to
+            else None
+        )
+        if source == "Existing" and render_to is None and kubeconfig is None:
+            raise ValueError(
+                f"InferenceCluster {cluster.metadata.name!r}: an Existing cluster without "
+                "renderTo needs its kubeconfig (resolve existing.secretRef and pass it)"
+            )
+
+        super().__init__("modelplane:cluster:InferenceCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.pool_shapes = shapes
+        self.render_to = render_to
+        self.cloud: GKECluster | EKSCluster | None = None
+        driver_root = "/"
+
+        if gke is not None:
+            self.cloud = GKECluster(name, gke, opts=child)
+            self.kubeconfig = self.cloud.kubeconfig
+            driver_root = GKE_NVIDIA_DRIVER_ROOT
+        elif eks is not None:
+            self.cloud = EKSCluster(name, eks, opts=child)
+            self.kubeconfig = self.cloud.kubeconfig
+        elif render_to is not None:
+            self.kubeconfig = pulumi.Output.secret("")
+        else:
+            assert kubeconfig is not None
+            self.kubeconfig = pulumi.Output.secret(kubeconfig)
+
+        # On a provisioned cluster the provider waits for the whole cloud cluster, node pools
+        # included: everything applied through it (Helm waits for the charts' pods, which need
+        # nodes) comes after, and is removed before the nodes go.
+        self.provider = cluster_provider(
+            f"{name}-k8s",
+            kubeconfig=None if render_to is not None else self.kubeconfig,
+            render_to=render_to,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.cloud] if self.cloud is not None else None
+            ),
+        )
+        k8s_child = pulumi.ResourceOptions(parent=self, provider=self.provider)
+
+        self.storage_class: kubernetes.storage.v1.StorageClass | None = None
+        if isinstance(self.cloud, GKECluster):
+            self.storage_class = kubernetes.storage.v1.StorageClass(
+                f"{name}-{GKE_STORAGE_CLASS}",
+                metadata={"name": GKE_STORAGE_CLASS},
+                provisioner="filestore.csi.storage.gke.io",
+                parameters={"tier": "enterprise", "network": self.cloud.network_name},
+                reclaim_policy="Delete",
+                volume_binding_mode="Immediate",
+                allow_volume_expansion=True,
+                opts=k8s_child,
+            )
+            self.storage_class_name = GKE_STORAGE_CLASS
+        elif isinstance(self.cloud, EKSCluster):
+            self.storage_class = kubernetes.storage.v1.StorageClass(
+                f"{name}-{EKS_STORAGE_CLASS}",
+                metadata={"name": EKS_STORAGE_CLASS},
+                provisioner="efs.csi.aws.com",
+                parameters={
+                    "provisioningMode": "efs-ap",
+                    "fileSystemId": self.cloud.file_system_id,
+                    "directoryPerms": "700",
+                },
+                reclaim_policy="Delete",
+                volume_binding_mode="Immediate",
+                opts=pulumi.ResourceOptions.merge(
+                    k8s_child,
+                    pulumi.ResourceOptions(depends_on=[*self.cloud.mount_targets.values()]),
+                ),
+            )
+            self.storage_class_name = EKS_STORAGE_CLASS
+        else:
+            cache = existing.cache if existing is not None else None
+            self.storage_class_name = cache.storage_class_name if cache is not None else None
+
+        self.serving_stack: ServingStack | None = None
+        if spec.serving_stack.install and render_to is None:
+            self.serving_stack = ServingStack(
+                f"{name}-serving",
+                spec.serving_stack,
+                provider=self.provider,
+                nvidia_driver_root=driver_root,
+                opts=child,
+            )
+            self.gateway_address = self.serving_stack.gateway_address
+        else:
+            self.gateway_address = pulumi.Output.from_input(None)
+
+        self.register_outputs(
+            {
+                "kubeconfig": self.kubeconfig,
+                "render_to": self.render_to,
+                "gateway_address": self.gateway_address,
+                "storage_class_name": self.storage_class_name,
+                "pool_shapes": self.pool_shapes,
+            }
+        )

@@ -1,0 +1,326 @@
+"""ServingStack: what every workload cluster runs under the model replicas.
+
+Helm releases (real installs, ``kubernetes.helm.v3.Release``, fixed names ``mp-<chart>``):
+cert-manager (its CRDs on), Envoy Gateway (Backend extension API on, Envoy AI Gateway as its
+extension server so HTTPRoutes can target GAIE InferencePools), Envoy AI Gateway (CRDs +
+controller), kube-prometheus-stack (Grafana and Alertmanager off), LeaderWorkerSet,
+node-feature-discovery (its worker tolerates the GPU taint), the NVIDIA DRA driver (GKE's
+driver root on GKE) and KEDA. Versions and repositories come from ``components.charts``.
+
+Gateway API (standard channel) and the Gateway API Inference Extension have no Helm chart in
+the reference facts: their upstream CRDs are vendored under ``crds/`` and applied with
+``kubernetes.yaml.v2.ConfigGroup`` (files resolved to absolute paths inside the repository).
+Envoy Gateway's chart also carries Gateway API CRDs; Helm skips CRDs that already exist, so the
+vendored bundle, applied first, is the one in force.
+
+Then the workload gateway: GatewayClass ``envoy`` (Envoy Gateway's controller) and Gateway
+``inference-gateway`` in ``modelplane-system`` (HTTP 80, routes from all namespaces), created
+after the CRDs and the controllers that serve them. ``gateway_address`` is the Gateway's first
+status address (the Gateway waits until it has one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.charts import (
+    CHARTS,
+    check_version_keys,
+    crd_files,
+    resolve_chart,
+)
+from modelplane.api.inference_cluster import ServingStackOptions
+
+SYSTEM_NAMESPACE = "modelplane-system"
+GATEWAY_NAME = "inference-gateway"
+GATEWAY_CLASS_NAME = "envoy"
+GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
+AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+RELEASE_TIMEOUT_SECONDS = 900
+
+
+def _envoy_gateway_values() -> dict[str, Any]:
+    return {
+        "config": {
+            "envoyGateway": {
+                "extensionApis": {"enableBackend": True},
+                "extensionManager": {
+                    "hooks": {
+                        "xdsTranslator": {
+                            "translation": {
+                                part: {"includeAll": True}
+                                for part in ("listener", "route", "cluster", "secret")
+                            },
+                            "post": ["Translation", "Cluster", "Route"],
+                        }
+                    },
+                    "service": {"fqdn": {"hostname": AI_GATEWAY_CONTROLLER, "port": 1063}},
+                    "backendResources": [
+                        {
+                            "group": "inference.networking.k8s.io",
+                            "kind": "InferencePool",
+                            "version": "v1",
+                        }
+                    ],
+                },
+            }
+        }
+    }
+
+
+def _prometheus_values() -> dict[str, Any]:
+    envoy_proxy_job = {
+        "job_name": "envoy-gateway-proxy",
+        "metrics_path": "/stats/prometheus",
+        "kubernetes_sd_configs": [
+            {"role": "pod", "namespaces": {"names": ["envoy-gateway-system"]}}
+        ],
+        "relabel_configs": [
+            {
+                "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
+                "regex": "proxy",
+                "action": "keep",
+            },
+            {
+                "source_labels": ["__meta_kubernetes_pod_container_port_number"],
+                "regex": "19001",
+                "action": "keep",
+            },
+        ],
+    }
+    return {
+        "fullnameOverride": "prometheus",
+        "grafana": {"enabled": False},
+        "alertmanager": {"enabled": False},
+        "prometheus": {
+            "prometheusSpec": {
+                # Pick up PodMonitors/ServiceMonitors from every namespace, not only the
+                # chart's own release label.
+                "podMonitorSelectorNilUsesHelmValues": False,
+                "serviceMonitorSelectorNilUsesHelmValues": False,
+                "podMonitorNamespaceSelector": {},
+                "serviceMonitorNamespaceSelector": {},
+                "additionalScrapeConfigs": [envoy_proxy_job],
+            }
+        },
+    }
+
+
+def _dra_driver_values(nvidia_driver_root: str) -> dict[str, Any]:
+    # The chart's default node affinity relies on NFD's NVIDIA PCI label (missing on some GKE
+    # nodes); modelplane's GPU pools also carry modelplane.ai/gpu, so accept either.
+    affinity_terms = [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+        for key, value in (
+            ("feature.node.kubernetes.io/pci-10de.present", "true"),
+            ("feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"),
+            ("nvidia.com/gpu.present", "true"),
+        )
+    ] + [{"matchExpressions": [{"key": "modelplane.ai/gpu", "operator": "Exists"}]}]
+    return {
+        "nvidiaDriverRoot": nvidia_driver_root,
+        "gpuResourcesEnabledOverride": True,
+        "resources": {"gpus": {"enabled": True}, "computeDomains": {"enabled": False}},
+        "kubeletPlugin": {
+            "tolerations": [GPU_TOLERATION],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": affinity_terms
+                    }
+                }
+            },
+        },
+    }
+
+
+def chart_values(key: str, *, nvidia_driver_root: str = "/") -> dict[str, Any]:
+    """The Helm values modelplane sets for chart ``key``."""
+    if key == "certManager":
+        return {"crds": {"enabled": True, "keep": False}}
+    if key == "envoyGateway":
+        return _envoy_gateway_values()
+    if key == "prometheus":
+        return _prometheus_values()
+    if key == "nodeFeatureDiscovery":
+        return {"worker": {"tolerations": [GPU_TOLERATION]}}
+    if key == "nvidiaDraDriver":
+        return _dra_driver_values(nvidia_driver_root)
+    return {}
+
+
+def _first_address(status: Any) -> str | None:
+    if not isinstance(status, Mapping):
+        return None
+    for address in status.get("addresses") or []:
+        if isinstance(address, Mapping) and address.get("value"):
+            return str(address["value"])
+    return None
+
+
+class ServingStack(pulumi.ComponentResource):
+    """The per-cluster serving stack on ``provider`` (see the module docstring).
+
+    Outputs: ``gateway_address`` (None until the Gateway has an address), ``releases``
+    (release names by chart key).
+    """
+
+    gateway_address: pulumi.Output[str | None]
+
+    def __init__(
+        self,
+        name: str,
+        options: ServingStackOptions,
+        *,
+        provider: kubernetes.Provider,
+        nvidia_driver_root: str = "/",
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        versions = dict(options.versions)
+        check_version_keys(versions)
+        gateway_api_files = crd_files("gatewayApi", versions)
+        gaie_files = crd_files("inferenceExtension", versions)
+        super().__init__("modelplane:cluster:ServingStack", name, None, opts)
+        self._name = name
+        self._provider = provider
+        self._options = options
+        self._versions = versions
+
+        self.gateway_api_crds = kubernetes.yaml.v2.ConfigGroup(
+            f"{name}-gateway-api-crds", files=gateway_api_files, opts=self._opts()
+        )
+        self.inference_extension_crds = kubernetes.yaml.v2.ConfigGroup(
+            f"{name}-inference-extension-crds", files=gaie_files, opts=self._opts()
+        )
+        crds: list[pulumi.Resource] = [self.gateway_api_crds, self.inference_extension_crds]
+
+        self.releases: dict[str, kubernetes.helm.v3.Release] = {}
+        self._release("certManager")
+        self._release("envoyGateway", depends_on=crds)
+        self._release("envoyAiGatewayCrds")
+        self._release(
+            "envoyAiGateway",
+            depends_on=[
+                self.releases["envoyGateway"],
+                self.releases["envoyAiGatewayCrds"],
+                self.inference_extension_crds,
+            ],
+        )
+        self._release("prometheus")
+        self._release("leaderWorkerSet")
+        self._release("nodeFeatureDiscovery")
+
+        # The DRA kubelet plugin runs at system-node-critical priority; GKE admits such pods
+        # outside kube-system only where a ResourceQuota allows them.
+        dra = CHARTS["nvidiaDraDriver"]
+        dra_namespace = kubernetes.core.v1.Namespace(
+            f"{name}-{dra.namespace}", metadata={"name": dra.namespace}, opts=self._opts()
+        )
+        critical_pods = kubernetes.core.v1.ResourceQuota(
+            f"{name}-allow-critical-pods",
+            metadata={"name": "allow-critical-pods", "namespace": dra.namespace},
+            spec={
+                "hard": {"pods": "1000"},
+                "scopeSelector": {
+                    "matchExpressions": [
+                        {
+                            "scopeName": "PriorityClass",
+                            "operator": "In",
+                            "values": ["system-node-critical", "system-cluster-critical"],
+                        }
+                    ]
+                },
+            },
+            opts=self._opts(depends_on=[dra_namespace]),
+        )
+        self._release(
+            "nvidiaDraDriver",
+            values=chart_values("nvidiaDraDriver", nvidia_driver_root=nvidia_driver_root),
+            create_namespace=False,
+            depends_on=[critical_pods, self.releases["nodeFeatureDiscovery"]],
+        )
+        self._release("keda")
+
+        # modelplane-system is shared with other stacks on the same cluster (the gateway stack
+        # puts its objects there too), so it is kept when this stack is destroyed.
+        namespace = kubernetes.core.v1.Namespace(
+            f"{name}-{SYSTEM_NAMESPACE}",
+            metadata={"name": SYSTEM_NAMESPACE},
+            opts=self._opts(retain_on_delete=True),
+        )
+        self.gateway_class = kubernetes.apiextensions.CustomResource(
+            f"{name}-gatewayclass",
+            api_version="gateway.networking.k8s.io/v1",
+            kind="GatewayClass",
+            metadata={"name": GATEWAY_CLASS_NAME},
+            spec={"controllerName": GATEWAY_CONTROLLER},
+            opts=self._opts(depends_on=[self.gateway_api_crds, self.releases["envoyGateway"]]),
+        )
+        # A plain CustomResource so that `status` is an output (the address).
+        self.gateway = pulumi.CustomResource(
+            "kubernetes:gateway.networking.k8s.io/v1:Gateway",
+            f"{name}-gateway",
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "Gateway",
+                "metadata": {
+                    "name": GATEWAY_NAME,
+                    "namespace": SYSTEM_NAMESPACE,
+                    "annotations": {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"},
+                },
+                "spec": {
+                    "gatewayClassName": GATEWAY_CLASS_NAME,
+                    "listeners": [
+                        {
+                            "name": "http",
+                            "protocol": "HTTP",
+                            "port": 80,
+                            "allowedRoutes": {"namespaces": {"from": "All"}},
+                        }
+                    ],
+                },
+                "status": None,
+            },
+            self._opts(depends_on=[self.gateway_class, namespace, self.releases["envoyAiGateway"]]),
+        )
+        self.gateway_address = self.gateway.status.apply(_first_address)  # type: ignore[attr-defined]
+        self.release_names = {key: CHARTS[key].release_name for key in self.releases}
+        self.register_outputs(
+            {"gateway_address": self.gateway_address, "releases": self.release_names}
+        )
+
+    def _opts(self, **kwargs: Any) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self._provider, **kwargs)
+
+    def _release(
+        self,
+        key: str,
+        *,
+        values: Mapping[str, Any] | None = None,
+        create_namespace: bool = True,
+        depends_on: Sequence[pulumi.Resource] = (),
+    ) -> kubernetes.helm.v3.Release:
+        chart = resolve_chart(key, self._versions, self._options.chart_repository)
+        release = kubernetes.helm.v3.Release(
+            f"{self._name}-{chart.spec.release_name}",
+            name=chart.spec.release_name,
+            chart=chart.chart,
+            version=chart.version,
+            repository_opts=(
+                kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
+                if chart.repository
+                else None
+            ),
+            namespace=chart.spec.namespace,
+            create_namespace=create_namespace,
+            values=dict(values) if values is not None else chart_values(key),
+            timeout=RELEASE_TIMEOUT_SECONDS,
+            opts=self._opts(depends_on=list(depends_on)),
+        )
+        self.releases[key] = release
+        return release
