@@ -202,7 +202,6 @@ class EKSCluster(pulumi.ComponentResource):
         args: EKSClusterArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
         pools = list(args.node_pools)
         if not any(p.role == "System" for p in pools):
             pools.insert(0, system_pool())
@@ -210,6 +209,7 @@ class EKSCluster(pulumi.ComponentResource):
         if len(set(names)) != len(names):
             raise ValueError(f"EKSCluster {name!r}: node pool names must be unique: {names}")
         plans = plan_subnets(args.region, pools, args.networking)
+        super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
         cluster_name = args.cluster_name or name
 
         provider = _aws_provider_in(opts) or aws.Provider(

@@ -145,13 +145,13 @@ class GKECluster(pulumi.ComponentResource):
         args: GKEClusterArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        super().__init__("modelplane:cloud:GKECluster", name, None, opts)
         pools = list(args.node_pools)
         if not any(p.role == "System" for p in pools):
             pools.insert(0, system_pool())
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
             raise ValueError(f"GKECluster {name!r}: node pool names must be unique: {names}")
+        super().__init__("modelplane:cloud:GKECluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         net = args.networking
         cluster_name = child_name(name, limit=GKE_NAME_LIMIT)
