@@ -14,8 +14,9 @@ the placement lock and the clusters they are on; it creates one
   serving pods with an llm-d endpoint picker, and a routing sidecar in decode
   pods (components/workload/disaggregation.py), plus a Service over decode.
 
-Namespaces: the deployment's namespace is registered on each cluster (shared,
-retained on delete -- see `ensure_namespace`). Every object carries
+Namespaces: the deployment's namespace is ensured on each cluster as a
+`NamespacePatch` (created when missing, shared with other stacks, never deleted
+by one of them -- see `ensure_namespace`). Every object carries
 `modelplane.ai/deployment` and `modelplane.ai/replica`; pods also
 `modelplane.ai/role`. Names are derived with `child_name` (at most 63).
 """

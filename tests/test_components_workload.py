@@ -385,6 +385,9 @@ def test_single_node_worker_is_a_deployment_with_service_and_route() -> None:
             if r.get("kind") != "Namespace":
                 assert labels["modelplane.ai/deployment"] == "small"
                 assert labels["modelplane.ai/replica"] == name
+    [namespace] = run.of_type("kubernetes:core/v1:NamespacePatch")
+    assert namespace.get("metadata.name") == "ml-team"
+    assert dep.depends_on(namespace) or run.by_urn(dep.parent).depends_on(namespace)
     [endpoint] = run.value(comp.endpoints)
     assert endpoint["url"] == f"http://gw.west.example.com/ml-team/{name}/"
     assert endpoint["rewritePath"] == f"/ml-team/{name}/"

@@ -132,14 +132,17 @@ def ensure_namespace(
 ) -> pulumi.CustomResource | None:
     """The namespace, shared by every stack that puts objects in it.
 
-    Each stack registers it (server-side apply makes that an upsert) with
-    `retain_on_delete`, so destroying one stack never deletes a namespace that
-    another stack's objects still live in. Built-in namespaces are not touched.
+    Registered as a `NamespacePatch` (server-side apply): it creates the
+    namespace when it is missing and co-owns it when another stack (or the
+    serving stack, or the platform team) already made it. A plain `Namespace`
+    would fail with AlreadyExists in the second stack (pulumi-kubernetes creates
+    client-side since v4.29), and deleting it with one stack would delete every
+    other stack's objects in it; deleting a patch only gives up its fields.
+    Built-in namespaces are not touched.
     """
     if namespace in PREEXISTING_NAMESPACES:
         return None
-    return register(
-        namespace_manifest(namespace),
-        pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=True)),
-        scope=scope,
+    manifest = namespace_manifest(namespace)
+    return k8s.core.v1.NamespacePatch(
+        resource_name(scope, manifest), metadata=manifest["metadata"], opts=opts
     )
