@@ -86,6 +86,13 @@ def endpoint_record(
         # Unknown until the cluster's gateway has an address (a renderTo cluster never has one).
         "url": f"http://{gateway_address}{prefix}" if gateway_address else None,
         "rewritePath": prefix,
+        # The replica's own Service: what a gateway on the same cluster can route to directly.
+        "service": {
+            "name": dns1035(replica.name, "decode")
+            if deployment.spec.disaggregated
+            else dns1035(replica.name),
+            "port": 8000,
+        },
         "labels": {
             **deployment.template_labels(),
             DEPLOYMENT: deployment.metadata.name,

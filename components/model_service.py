@@ -54,9 +54,13 @@ class EndpointInfo:
 
     name: str
     namespace: str
-    url: str
+    url: str | None
     rewrite_path: str = "/"
     labels: Mapping[str, str] = field(default_factory=dict)
+    # A replica on the gateway's own cluster whose cluster gateway has no address
+    # (a renderTo cluster): the gateway routes straight to the replica's Service.
+    service: str | None = None
+    service_port: int = 8000
 
     @property
     def key(self) -> str:
@@ -64,6 +68,8 @@ class EndpointInfo:
 
     @property
     def parsed(self) -> ParsedURL:
+        if self.url is None:
+            raise ValueError(f"endpoint {self.key} has no url")
         return parse_endpoint_url(self.url)
 
     @classmethod
@@ -77,15 +83,35 @@ class EndpointInfo:
         )
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> EndpointInfo:
-        """From a deployment stack's `endpoints` output entry."""
-        return cls(
-            str(record["name"]),
-            str(record["namespace"]),
-            str(record["url"]),
-            str(record.get("rewritePath") or "/"),
-            {str(k): str(v) for k, v in (record.get("labels") or {}).items()},
-        )
+    def from_record(
+        cls, record: Mapping[str, Any], *, gateway_cluster: str | None = None
+    ) -> EndpointInfo | None:
+        """From a deployment stack's `endpoints` output entry.
+
+        An entry without a url is usable only on its own cluster (through its
+        Service); elsewhere it is None (not routable yet).
+        """
+        labels = {str(k): str(v) for k, v in (record.get("labels") or {}).items()}
+        if record.get("url"):
+            return cls(
+                str(record["name"]),
+                str(record["namespace"]),
+                str(record["url"]),
+                str(record.get("rewritePath") or "/"),
+                labels,
+            )
+        service = record.get("service") or {}
+        if gateway_cluster and record.get("cluster") == gateway_cluster and service.get("name"):
+            return cls(
+                str(record["name"]),
+                str(record["namespace"]),
+                None,
+                "/",
+                labels,
+                service=str(service["name"]),
+                service_port=int(service.get("port") or 8000),
+            )
+        return None
 
 
 def uses_envoy_backend(url: ParsedURL, backend: Backend) -> bool:
@@ -99,6 +125,13 @@ def endpoint_object_name(endpoint: EndpointInfo) -> str:
 
 
 def backend_ref(endpoint: EndpointInfo, backend: Backend) -> dict[str, Any]:
+    if endpoint.service is not None:
+        return {
+            "group": "",
+            "kind": "Service",
+            "name": endpoint.service,
+            "port": endpoint.service_port,
+        }
     url = endpoint.parsed
     name = endpoint_object_name(endpoint)
     if uses_envoy_backend(url, backend):
@@ -107,6 +140,8 @@ def backend_ref(endpoint: EndpointInfo, backend: Backend) -> dict[str, Any]:
 
 
 def endpoint_manifests(endpoint: EndpointInfo, backend: Backend) -> list[Manifest]:
+    if endpoint.service is not None:
+        return []  # the replica's own Service already exists on this cluster
     url = endpoint.parsed
     name = endpoint_object_name(endpoint)
     object_labels = labels({ENDPOINT: endpoint.name})
@@ -148,14 +183,18 @@ def service_backends(
     out: list[EndpointBackend] = []
     for key, weight in weights.items():
         ep = by_key[key]
-        url = ep.parsed
+        if ep.service is not None:
+            host, address_type = None, "Service"
+        else:
+            url = ep.parsed
+            host, address_type = url.host, url.address_type
         out.append(
             EndpointBackend(
                 key=key,
                 backend=backend_ref(ep, backend),
                 rewrite_path=ep.rewrite_path,
-                host=url.host,
-                address_type=url.address_type,
+                host=host,
+                address_type=address_type,  # type: ignore[arg-type]
                 weight=weight,
             )
         )

@@ -335,8 +335,15 @@ async def run_gateway(ctx: Context) -> None:
     for key in ctx.fleet.deployments:
         records = await up.require(deploy_stack(key), "endpoints")
         for record in records or []:
-            if record.get("url"):
-                endpoints.append(EndpointInfo.from_record(record))
+            info = EndpointInfo.from_record(record, gateway_cluster=ref)
+            if info is None:
+                pulumi.log.warn(
+                    f"endpoint {record.get('namespace')}/{record.get('name')} on cluster "
+                    f"{record.get('cluster')!r} has no url (its cluster gateway has no address "
+                    "yet): left out of ModelService routes"
+                )
+            else:
+                endpoints.append(info)
     in_namespace = pulumi.ResourceOptions(provider=provider)
     namespaces: dict[str, pulumi.Resource | None] = {}
     for ns in sorted(
@@ -387,6 +394,7 @@ def _endpoint_export(ep: Any) -> Mapping[str, Any]:
         "namespace": ep.namespace,
         "url": ep.url,
         "rewritePath": ep.rewrite_path,
+        "service": ep.service,
         "labels": dict(ep.labels),
     }
 

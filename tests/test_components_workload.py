@@ -791,3 +791,14 @@ def test_render_layout(tmp_path: Path) -> None:
         assert list(manifest)[:3] == ["apiVersion", "kind", "metadata"]
     outputs = yaml.safe_load((tmp_path / "gateway" / "outputs.yaml").read_text())
     assert outputs["services"]["demo/qwen"].endswith("/demo/qwen/")
+    # The renderTo cluster has no workload gateway; the inference gateway is on the same
+    # cluster, so the ModelService routes straight to the replica's Service.
+    route = yaml.safe_load(
+        next((tmp_path / "gateway" / "manifests").glob("*_httproute_demo_qwen.yaml")).read_text()
+    )
+    [ref] = route["spec"]["rules"][0]["backendRefs"]
+    replica = yaml.safe_load((tmp_path / "modelplane.lock.yaml").read_text())["deployments"][
+        "demo/qwen"
+    ]["replicas"][0]["name"]
+    assert (ref["kind"], ref["name"], ref["port"]) == ("Service", replica, 8000)
+    assert ref["filters"][0]["urlRewrite"]["path"]["replacePrefixMatch"] == "/"

@@ -113,8 +113,9 @@ class EndpointBackend:
     key: str  # `ns/name`
     backend: dict[str, Any]  # the backendRef (Service or Envoy Backend)
     rewrite_path: str
-    host: str
-    address_type: Literal["IPv4", "IPv6", "FQDN"]
+    host: str | None
+    # "Service": a workload Service on the gateway's own cluster, routed to directly.
+    address_type: Literal["IPv4", "IPv6", "FQDN", "Service"]
     weight: int = 1
     extra_filters: tuple[dict[str, Any], ...] = field(default=())
 

@@ -255,7 +255,8 @@ def _review_outputs(unit: StackUnit, outputs: StackOutputs) -> StackOutputs:
         return outputs
     values = dict(outputs.values)
     secret = set(outputs.secret)
-    if not values.get("gatewayAddress"):
+    if not values.get("gatewayAddress") and not values.get("renderTo"):
+        # (a renderTo cluster has no workload gateway at all: nothing to stand in for)
         values["gatewayAddress"] = f"gateway.{unit.key}.render.invalid"
     if not values.get("kubeconfig") and not values.get("renderTo"):
         # A provisioned cluster's kubeconfig exists only once the cloud has made it.
