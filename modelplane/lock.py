@@ -10,7 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from modelplane.api.errors import FleetInvalid, SpecError
-from modelplane.api.loader import LOCK_FILE, validation_errors, Document
+from modelplane.api.loader import LOCK_FILE, Document, validation_errors
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 
 ROLE_ORDER = ("unified", "prefill", "decode")
@@ -29,13 +29,17 @@ def read_lock(path: str | Path) -> PlacementLock:
     try:
         body = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise FleetInvalid([SpecError(str(path), 0, "PlacementLock", "", f"unreadable lock: {exc}")]) from None
+        raise FleetInvalid(
+            [SpecError(str(path), 0, "PlacementLock", "", f"unreadable lock: {exc}")]
+        ) from None
     if body is None:
         return PlacementLock()
     try:
         return PlacementLock.model_validate(body)
     except ValidationError as exc:
-        raise FleetInvalid(validation_errors(Document(str(path), 0, body), "PlacementLock", exc)) from None
+        raise FleetInvalid(
+            validation_errors(Document(str(path), 0, body), "PlacementLock", exc)
+        ) from None
 
 
 def _scalar(value: str) -> str:

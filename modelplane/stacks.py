@@ -73,11 +73,15 @@ def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
         ref = dep.spec.model_cache_ref
         if ref is not None and f"{dep.metadata.namespace}/{ref.name}" in fleet.caches:
             deps.append(cache_stack(f"{dep.metadata.namespace}/{ref.name}"))
-        units.append(StackUnit(deploy_stack(key), Tier.DEPLOYMENTS, "ModelDeployment", key, tuple(deps)))
+        units.append(
+            StackUnit(deploy_stack(key), Tier.DEPLOYMENTS, "ModelDeployment", key, tuple(deps))
+        )
     if fleet.gateway is not None:
         deps = [deploy_stack(k) for k in fleet.deployments]
         ref = fleet.gateway.spec.cluster.inference_cluster_ref
         if ref is not None:
             deps.insert(0, cluster_stack(ref))
-        units.append(StackUnit(GATEWAY_STACK, Tier.GATEWAY, "InferenceGateway", "default", tuple(deps)))
+        units.append(
+            StackUnit(GATEWAY_STACK, Tier.GATEWAY, "InferenceGateway", "default", tuple(deps))
+        )
     return sorted(units, key=lambda u: (u.tier, u.name))

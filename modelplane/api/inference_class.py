@@ -36,7 +36,7 @@ class DeviceAttribute(Strict):
 
     @property
     def kind(self) -> str:
-        """"string", "version", "bool" or "int"."""
+        """ "string", "version", "bool" or "int"."""
         return next(wire for wire, attr in _ATTRIBUTE_KINDS if getattr(self, attr) is not None)
 
     @property
@@ -44,7 +44,12 @@ class DeviceAttribute(Strict):
         return next(getattr(self, a) for _, a in _ATTRIBUTE_KINDS if getattr(self, a) is not None)
 
 
-_ATTRIBUTE_KINDS = (("string", "string"), ("version", "version"), ("bool", "bool_"), ("int", "int_"))
+_ATTRIBUTE_KINDS = (
+    ("string", "string"),
+    ("version", "version"),
+    ("bool", "bool_"),
+    ("int", "int_"),
+)
 
 
 class DeviceCapacity(Strict):

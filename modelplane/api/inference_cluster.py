@@ -157,7 +157,9 @@ class Taint(Strict):
     effect: Effect
 
     def describe(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
 
 
 class ServingStackOptions(Strict):

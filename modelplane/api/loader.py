@@ -110,7 +110,10 @@ def _parse(
     if body.get("apiVersion") != API_VERSION:
         errors.append(
             SpecError(
-                doc.file, doc.index, str(kind or ""), "apiVersion",
+                doc.file,
+                doc.index,
+                str(kind or ""),
+                "apiVersion",
                 f"must be {API_VERSION} (got {body.get('apiVersion')!r})",
             )
         )
@@ -118,7 +121,10 @@ def _parse(
     if kind not in KINDS:
         errors.append(
             SpecError(
-                doc.file, doc.index, "", "kind",
+                doc.file,
+                doc.index,
+                "",
+                "kind",
                 f"unknown kind {kind!r}; expected one of {', '.join(sorted(KINDS))}",
             )
         )
@@ -130,8 +136,13 @@ def _parse(
             body = {**body, "metadata": {**meta, "namespace": meta.get("namespace") or "default"}}
         elif "namespace" in meta:
             errors.append(
-                SpecError(doc.file, doc.index, obj, "metadata.namespace",
-                          f"{kind} is cluster-scoped and takes no namespace")
+                SpecError(
+                    doc.file,
+                    doc.index,
+                    obj,
+                    "metadata.namespace",
+                    f"{kind} is cluster-scoped and takes no namespace",
+                )
             )
             return None
     try:
@@ -170,7 +181,8 @@ def load_fleet(root: str | Path) -> LoadResult:
     render_dirs = [
         (base / m.spec.cluster.existing.render_to).resolve()
         for _, _, m in parsed
-        if m.kind == "InferenceCluster" and m.spec.cluster.existing is not None  # type: ignore[attr-defined]
+        if m.kind == "InferenceCluster"
+        and m.spec.cluster.existing is not None  # type: ignore[attr-defined]
         and m.spec.cluster.existing.render_to  # type: ignore[attr-defined]
     ]
     if render_dirs:
@@ -186,8 +198,12 @@ def load_fleet(root: str | Path) -> LoadResult:
             first = seen[(kind, key)]
             errors.append(
                 SpecError(
-                    doc.file, doc.index, obj, "metadata.name",
-                    f"duplicate {kind} {key}: also defined in {first.file} (document {first.index})",
+                    doc.file,
+                    doc.index,
+                    obj,
+                    "metadata.name",
+                    f"duplicate {kind} {key}: also defined in {first.file} "
+                    f"(document {first.index})",
                 )
             )
             continue
@@ -197,8 +213,13 @@ def load_fleet(root: str | Path) -> LoadResult:
             if fleet.gateway is not None:
                 other = fleet.sources[("InferenceGateway", fleet.gateway.metadata.name)]
                 errors.append(
-                    SpecError(doc.file, doc.index, obj, "metadata.name",
-                              f"a fleet has at most one InferenceGateway; also {other[0]}")
+                    SpecError(
+                        doc.file,
+                        doc.index,
+                        obj,
+                        "metadata.name",
+                        f"a fleet has at most one InferenceGateway; also {other[0]}",
+                    )
                 )
                 continue
             fleet.gateway = model  # type: ignore[assignment]

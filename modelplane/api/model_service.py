@@ -75,7 +75,9 @@ def parse_endpoint_url(url: str) -> ParsedURL:
             and not lbl.endswith("-")
             for lbl in labels
         ):
-            raise ValueError(f"url {url!r}: host {host!r} is not an IP address or DNS name") from None
+            raise ValueError(
+                f"url {url!r}: host {host!r} is not an IP address or DNS name"
+            ) from None
         kind = "FQDN"
     return ParsedURL(parts.scheme, host.lower(), port, parts.path or "/", kind)
 

@@ -125,9 +125,7 @@ class TemplateSpec(Strict):
     def _one_engine(cls, containers: list[Container]) -> list[Container]:
         engines = [c for c in containers if c.name == "engine"]
         if len(engines) != 1:
-            raise ValueError(
-                f"exactly one container must be named 'engine' (found {len(engines)})"
-            )
+            raise ValueError(f"exactly one container must be named 'engine' (found {len(engines)})")
         names = [c.name for c in containers]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

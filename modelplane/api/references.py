@@ -23,15 +23,23 @@ def _pool_classes(fleet: FleetSpec) -> Iterator[SpecError]:
             if cls is None and fleet.declared("InferenceClass", pool.class_name):
                 continue
             if cls is None:
-                yield _err(fleet, "InferenceCluster", name, path,
-                           f"InferenceClass {pool.class_name!r} does not exist")
+                yield _err(
+                    fleet,
+                    "InferenceCluster",
+                    name,
+                    path,
+                    f"InferenceClass {pool.class_name!r} does not exist",
+                )
                 continue
             if source == "Existing":
                 continue
             prov = cls.spec.provisioning
             if prov is None or prov.provider != source:
                 yield _err(
-                    fleet, "InferenceCluster", name, path,
+                    fleet,
+                    "InferenceCluster",
+                    name,
+                    path,
                     f"InferenceClass {pool.class_name!r} has no provisioning recipe for "
                     f"{source}; pools of a provisioned cluster need one",
                 )
@@ -42,16 +50,31 @@ def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
     if gw is None:
         if fleet.services:
             key = next(iter(fleet.services))
-            yield _err(fleet, "ModelService", key, "",
-                       "ModelServices need an InferenceGateway named 'default' in the fleet")
+            yield _err(
+                fleet,
+                "ModelService",
+                key,
+                "",
+                "ModelServices need an InferenceGateway named 'default' in the fleet",
+            )
         return
     if gw.metadata.name != "default":
-        yield _err(fleet, "InferenceGateway", gw.metadata.name, "metadata.name",
-                   "the InferenceGateway must be named 'default'")
+        yield _err(
+            fleet,
+            "InferenceGateway",
+            gw.metadata.name,
+            "metadata.name",
+            "the InferenceGateway must be named 'default'",
+        )
     ref = gw.spec.cluster.inference_cluster_ref
     if ref is not None and not fleet.declared("InferenceCluster", ref):
-        yield _err(fleet, "InferenceGateway", gw.metadata.name, "spec.cluster.inferenceClusterRef",
-                   f"InferenceCluster {ref!r} does not exist")
+        yield _err(
+            fleet,
+            "InferenceGateway",
+            gw.metadata.name,
+            "spec.cluster.inferenceClusterRef",
+            f"InferenceCluster {ref!r} does not exist",
+        )
 
 
 def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:
@@ -61,9 +84,13 @@ def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:
         ref = dep.spec.model_cache_ref
         cache_key = f"{dep.metadata.namespace}/{ref.name}" if ref else ""
         if ref is not None and not fleet.declared("ModelCache", cache_key):
-            yield _err(fleet, "ModelDeployment", key, "spec.modelCacheRef.name",
-                       f"ModelCache {ref.name!r} does not exist in namespace "
-                       f"{dep.metadata.namespace!r}")
+            yield _err(
+                fleet,
+                "ModelDeployment",
+                key,
+                "spec.modelCacheRef.name",
+                f"ModelCache {ref.name!r} does not exist in namespace {dep.metadata.namespace!r}",
+            )
         for role_name, role in dep.spec.roles.items():
             if role.node_selector is None:
                 continue
@@ -74,7 +101,9 @@ def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:
                         compile_selector(sel.cel)
                     except CelCompileError as exc:
                         yield _err(
-                            fleet, "ModelDeployment", key,
+                            fleet,
+                            "ModelDeployment",
+                            key,
                             f"{prefix}nodeSelector.devices[{i}].selectors[{j}].cel",
                             f"CEL expression {sel.cel!r} does not compile: {exc}",
                         )

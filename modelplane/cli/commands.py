@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -17,13 +17,15 @@ from modelplane.lock import write_lock
 from modelplane.planning import plan_fleet
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     table = "table"
     json = "json"
 
 
 FleetDir = Annotated[Path, typer.Argument(help="The fleet directory (or a single spec file).")]
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table for people, json for machines.")]
+OutputOpt = Annotated[
+    Output, typer.Option("--output", "-o", help="table for people, json for machines.")
+]
 
 
 @app.command()
@@ -54,7 +56,9 @@ def plan(
     ] = None,
     output: OutputOpt = Output.table,
     write: Annotated[bool, typer.Option("--write", help="Update the lock file.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 when a deployment is short.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when a deployment is short.")
+    ] = False,
 ) -> None:
     """Schedule every replica onto a cluster and pool (a dry run unless --write).
 
@@ -100,7 +104,9 @@ def _plan_table(deployments: dict) -> Table:
 
 @app.command()
 def schema(
-    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path("schemas"),
+    out: Annotated[Path, typer.Option(help="Directory for the JSON Schema files.")] = Path(
+        "schemas"
+    ),
 ) -> None:
     """Write a JSON Schema per kind, for editors (`# yaml-language-server: $schema=...`)."""
     from modelplane.api.kinds import KINDS
