@@ -1,0 +1,503 @@
+"""The engine bootstrap: pure parts (versions, cache layout, wrapper modules, preference order)
+and, marked `engine`, the built binaries themselves (no network: they come from the cache,
+which `ensure_engine()` fills the first time, as set-up)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from modelplane.engine import cache, gobuild, sources
+from modelplane.engine.__main__ import main as engine_main
+from modelplane.engine.bootstrap import SETUP_COMMAND, EngineNotFound, candidate_keys, find_engine
+from modelplane.engine.gomod import (
+    GoMod,
+    Replace,
+    WrapperModule,
+    go_version_at_least,
+    merge_go_sum,
+    parse_go_mod,
+)
+from modelplane.engine.gotool import go_env
+from modelplane.engine.installed import find_installed
+from modelplane.engine.versions import (
+    EngineVersions,
+    cache_key,
+    parse_cli_version,
+    wanted_versions,
+)
+
+WANTED = EngineVersions(pulumi="3.272.0", kubernetes="4.34.2")
+
+
+def executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def fake_pulumi(bin_dir: Path, version: str) -> Path:
+    """A `pulumi` script printing `version`, with the language host and shim beside it."""
+    executable(bin_dir / "pulumi-language-python", "#!/bin/sh\nexit 0\n")
+    executable(bin_dir / "pulumi-language-python-exec", "#!/bin/sh\nexit 0\n")
+    return executable(bin_dir / "pulumi", f"#!/bin/sh\necho {version}\n")
+
+
+def fake_engine(root: Path, pulumi: str = "3.272.0", kubernetes: str = "4.34.2") -> Path:
+    for name in cache.BINARIES:
+        executable(root / "bin" / name, "#!/bin/sh\nexit 0\n")
+    cache.write_manifest(root, {"pulumi": pulumi, "kubernetes": kubernetes, "source": "test"})
+    return root
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty engine cache and a PATH with no pulumi on it."""
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path / "cache"))
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("PULUMI_HOME", str(tmp_path / "pulumi-home"))
+    return tmp_path / "cache" / "engine"
+
+
+# -- versions and cache layout ------------------------------------------------------------------
+
+
+def test_cache_key_names_both_versions() -> None:
+    assert cache_key("3.272.0", "4.34.2") == "pulumi-v3.272.0-k8s-v4.34.2"
+    assert cache_key("v3.272.0", "v4.34.2") == "pulumi-v3.272.0-k8s-v4.34.2"
+    assert WANTED.key == "pulumi-v3.272.0-k8s-v4.34.2"
+
+
+def test_wanted_versions_are_the_installed_packages() -> None:
+    wanted = wanted_versions()
+    assert wanted.pulumi == importlib.metadata.version("pulumi")
+    assert wanted.kubernetes == importlib.metadata.version("pulumi-kubernetes")
+
+
+@pytest.mark.parametrize(
+    ("output", "version"),
+    [
+        ("v3.272.0\n", "3.272.0"),
+        ("warning: something\nv3.1.0\n", "3.1.0"),
+        ("v3.273.0-alpha.1+dirty\n", "3.273.0-alpha.1+dirty"),
+        ("\n", None),
+        ("not a version\n", None),
+    ],
+)
+def test_parse_cli_version(output: str, version: str | None) -> None:
+    assert parse_cli_version(output) == version
+
+
+def test_cache_base_precedence(tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path / "home")}
+    assert cache.cache_base(home) == tmp_path / "home" / ".cache" / "modelplane" / "engine"
+    xdg = {**home, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert cache.cache_base(xdg) == tmp_path / "xdg" / "modelplane" / "engine"
+    own = {**xdg, "MODELPLANE_CACHE_DIR": str(tmp_path / "own")}
+    assert cache.cache_base(own) == tmp_path / "own" / "engine"
+
+
+def test_publish_is_atomic_and_incomplete_engines_do_not_count(tmp_path: Path) -> None:
+    base = tmp_path / "engine"
+    staging = cache.staging_dir("k", base)
+    assert staging.parent == base and staging.name.startswith(".staging-")
+    assert not cache.is_complete(staging)  # no binaries, no manifest yet
+    fake_engine(staging)
+    root = cache.publish(staging, "k", base)
+    assert root == base / "k" and cache.is_complete(root) and not staging.exists()
+    (root / "bin" / "pulumi").unlink()
+    assert not cache.is_complete(root)
+
+
+def test_stale_staging_folders_are_cleaned(tmp_path: Path) -> None:
+    base = tmp_path / "engine"
+    staging = cache.staging_dir("k", base)
+    with cache.locked(base):
+        cache.clean_stale_staging(base)
+    assert not staging.exists()
+
+
+def test_candidate_keys_exact_first_then_pinned_fallback() -> None:
+    keys = candidate_keys(WANTED)
+    assert keys[0] == WANTED.key
+    assert keys[1] == sources.fallback_sources(WANTED).versions.key
+
+
+# -- wrapper modules ------------------------------------------------------------------------------
+
+UPSTREAM_GO_MOD = """\
+module github.com/pulumi/pulumi/pkg/v3
+
+go 1.25.11
+
+replace github.com/pulumi/pulumi/sdk/v3 => ../sdk
+
+replace (
+\tgithub.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e
+\tgolang.org/x/text v0.1.0 => golang.org/x/text v0.39.0 // pinned
+)
+
+require (
+\tgithub.com/pulumi/pulumi/sdk/v3 v3.259.0
+)
+"""
+
+
+def test_parse_go_mod_separates_path_and_module_replaces() -> None:
+    mod = parse_go_mod(UPSTREAM_GO_MOD)
+    assert mod.module == "github.com/pulumi/pulumi/pkg/v3"
+    assert mod.go == "1.25.11"
+    assert [r.old for r in mod.replaces] == [
+        "github.com/pulumi/pulumi/sdk/v3",
+        "github.com/atotto/clipboard",
+        "golang.org/x/text",
+    ]
+    assert [r.render() for r in mod.module_replaces] == [
+        "github.com/atotto/clipboard => github.com/tgummerer/clipboard "
+        "v0.0.0-20241001131231-d02d263e614e",
+        "golang.org/x/text v0.1.0 => golang.org/x/text v0.39.0",
+    ]
+
+
+def test_wrapper_go_mod_requires_upstream_and_copies_only_module_replaces() -> None:
+    pkg = parse_go_mod(UPSTREAM_GO_MOD)
+    sdk = GoMod(
+        module="github.com/pulumi/pulumi/sdk/v3",
+        go="1.26.6",
+        replaces=(Replace("github.com/atotto/clipboard", "example.com/other", None, "v1.0.0"),),
+    )
+    wrapper = WrapperModule(
+        path="modelplane.local/engine/pulumi",
+        requires=((sources.PKG_MODULE, "v3.259.0"), (sources.SDK_MODULE, "v3.259.0")),
+        upstream=(pkg, sdk),
+    )
+    text = wrapper.render()
+    assert text.startswith("module modelplane.local/engine/pulumi\n")
+    assert "\ngo 1.26.6\n" in text  # the highest upstream go line
+    assert "\tgithub.com/pulumi/pulumi/pkg/v3 v3.259.0\n" in text
+    assert "\tgithub.com/pulumi/pulumi/sdk/v3 v3.259.0\n" in text
+    assert "=> ../sdk" not in text  # path replaces make no sense outside the upstream repo
+    assert text.count("replace github.com/atotto/clipboard") == 1  # first upstream wins
+    assert "github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e" in text
+    assert "replace golang.org/x/text v0.1.0 => golang.org/x/text v0.39.0" in text
+
+
+def test_wrapper_copies_godebug_lines() -> None:
+    mod = parse_go_mod("module k8s.io/x\n\ngo 1.24.0\n\ngodebug default=go1.24\n")
+    text = WrapperModule(path="w", requires=(("k8s.io/x", "v1.0.0"),), upstream=(mod,)).render()
+    assert "godebug (\n\tdefault=go1.24\n)" in text
+
+
+def test_go_sum_merge_dedupes_and_pins() -> None:
+    merged = merge_go_sum("b h1:2=\na h1:1=\n", ["a h1:1=", *sources.FALLBACK_PINNED_SUMS])
+    lines = merged.splitlines()
+    assert lines == sorted(set(lines)) and "a h1:1=" in lines
+    assert all(line in lines for line in sources.FALLBACK_PINNED_SUMS)
+
+
+def test_go_version_comparison() -> None:
+    assert go_version_at_least("1.26.8", "1.26.6")
+    assert go_version_at_least("1.26.8", "1.24.7")
+    assert not go_version_at_least("1.25.3", "1.26.0")
+
+
+def test_provider_main_embeds_generated_files() -> None:
+    old = gobuild.provider_main_go(with_helm_mapping=False)
+    assert (
+        "//go:embed schema-embed.json" in old and "//go:embed terraform-mapping-embed.json" in old
+    )
+    assert 'provider.Serve("kubernetes", version.Version, schema, terraformMapping)' in old
+    new = gobuild.provider_main_go(with_helm_mapping=True)
+    assert "//go:embed helm-mapping.json" in new and "terraformMapping, helmMapping)" in new
+
+
+def test_ldflags_and_tools_file() -> None:
+    flags = gobuild.ldflags((sources.PULUMI_VERSION_VAR, "v3.259.0"))
+    assert flags == f"-s -w -X {sources.PULUMI_VERSION_VAR}=v3.259.0"
+    tools = gobuild.tools_go(sources.CLI_PACKAGE)
+    assert tools.startswith("//go:build tools\n") and f'_ "{sources.CLI_PACKAGE}"' in tools
+
+
+def test_go_sources_ship_with_the_package() -> None:
+    assert "RegisterLanguageRuntimeServer" in gobuild.go_source("langhost/main.go")
+    assert "schema.PackageSpec" in gobuild.go_source("embedgen/main.go")
+
+
+def test_go_env_is_local_toolchain_without_cgo() -> None:
+    env = go_env({"GOFLAGS": "-buildvcs=false -mod=vendor", "GOTOOLCHAIN": "auto", "PATH": "/x"})
+    assert env["GOTOOLCHAIN"] == "local" and env["CGO_ENABLED"] == "0"
+    assert env["GOFLAGS"].split() == ["-buildvcs=false", "-mod=mod"]
+    assert env["PATH"] == "/x"
+
+
+def test_pseudo_version_from_tag_commit() -> None:
+    version = sources.pseudo_version(
+        "v3", "2026-08-20T08:44:10Z", "a05d88f24d05726fa3beae771bfdedb0c0c6a94a"
+    )
+    assert version == "v3.0.0-20260820084410-a05d88f24d05"
+
+
+def test_fallback_sources_are_pinned_and_named_by_what_they_build() -> None:
+    fallback = sources.fallback_sources(WANTED)
+    assert fallback.exec_shim_sdk_version == WANTED.pulumi  # the shim matches the Python SDK
+    assert fallback.host_module_version is None  # modelplane's own host
+    assert fallback.versions.key == cache_key(fallback.cli_version, fallback.provider.stamp)
+    assert any(fallback.provider.module_version in line for line in fallback.pinned_sums)
+
+
+# -- preference order -----------------------------------------------------------------------------
+
+
+def test_installed_pulumi_of_the_wrong_version_is_rejected(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    fake_pulumi(bin_dir, "v3.1.0")
+    messages: list[str] = []
+    found = find_installed(
+        WANTED, path=str(bin_dir), home=tmp_path / "home", progress=messages.append
+    )
+    assert found is None
+    assert any("version 3.1.0, want 3.272.0" in m for m in messages)
+
+
+def test_installed_pulumi_of_the_right_version_is_accepted(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    pulumi = fake_pulumi(bin_dir, "v3.272.0")
+    home = tmp_path / "home"
+    provider = executable(
+        home / "plugins" / "resource-kubernetes-v4.34.2" / "pulumi-resource-kubernetes",
+        "#!/bin/sh\nexit 0\n",
+    )
+    found = find_installed(WANTED, path=str(bin_dir), home=home, progress=lambda _m: None)
+    assert found == {
+        "pulumi": pulumi,
+        "pulumi-language-python": bin_dir / "pulumi-language-python",
+        "pulumi-language-python-exec": bin_dir / "pulumi-language-python-exec",
+        "pulumi-resource-kubernetes": provider,
+    }
+
+
+def test_installed_provider_on_path_must_have_the_right_version(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    fake_pulumi(bin_dir, "v3.272.0")
+    provider = executable(bin_dir / "pulumi-resource-kubernetes", "#!/bin/sh\nexit 0\n")
+    quiet = {"path": str(bin_dir), "home": tmp_path / "home", "progress": lambda _m: None}
+    wrong = find_installed(WANTED, provider_version_of=lambda _p: "4.0.0", **quiet)
+    assert wrong is None
+    right = find_installed(WANTED, provider_version_of=lambda _p: "4.34.2", **quiet)
+    assert right is not None and right["pulumi-resource-kubernetes"] == provider
+
+
+def test_installed_engine_without_language_host_is_rejected(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    executable(bin_dir / "pulumi", "#!/bin/sh\necho v3.272.0\n")
+    found = find_installed(WANTED, path=str(bin_dir), home=tmp_path, progress=lambda _m: None)
+    assert found is None
+
+
+def test_cached_exact_engine_wins_over_path(
+    isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_engine(isolated / WANTED.key)
+    fake_pulumi(tmp_path / "other", "v3.272.0")
+    monkeypatch.setenv("PATH", str(tmp_path / "other"))
+    assert find_engine(WANTED, isolated) == isolated / WANTED.key
+
+
+def test_installed_engine_is_linked_into_the_cache(
+    isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "installed"
+    fake_pulumi(bin_dir, "v3.272.0")
+    plugin_dir = tmp_path / "pulumi-home" / "plugins" / "resource-kubernetes-v4.34.2"
+    executable(plugin_dir / "pulumi-resource-kubernetes", "#!/bin/sh\nexit 0\n")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    root = find_engine(WANTED, isolated)
+    assert root == isolated / WANTED.key
+    assert (root / "bin" / "pulumi").resolve() == (bin_dir / "pulumi").resolve()
+    assert cache.read_manifest(root)["source"] == "installed"
+
+
+def test_fallback_build_is_used_when_nothing_exact_exists(isolated: Path) -> None:
+    fallback = sources.fallback_sources(WANTED).versions
+    fake_engine(isolated / fallback.key, fallback.pulumi, fallback.kubernetes)
+    assert find_engine(WANTED, isolated) == isolated / fallback.key
+
+
+def test_engine_root_and_env_without_an_engine_say_what_to_run(isolated: Path) -> None:
+    from modelplane.engine import engine_env, engine_root
+
+    with pytest.raises(EngineNotFound, match=SETUP_COMMAND):
+        engine_root()
+    with pytest.raises(EngineNotFound):
+        engine_env()
+
+
+def test_engine_env_puts_the_bin_dir_first(isolated: Path) -> None:
+    from modelplane.engine import engine_env
+
+    root = fake_engine(isolated / wanted_versions().key)
+    env = engine_env()
+    assert env["PATH"].split(os.pathsep)[0] == str(root / "bin")
+    assert env["PULUMI_SKIP_UPDATE_CHECK"] == "true"
+    assert env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
+
+
+def test_cli_where_without_engine_fails_clearly(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert engine_main(["where"]) == 1
+    err = capsys.readouterr().err
+    assert SETUP_COMMAND in err and "Traceback" not in err
+
+
+# -- the built engine (no network: from the cache, built by ensure_engine the first time) --------
+
+
+@pytest.fixture(scope="session")
+def built_engine() -> Path:
+    from modelplane.engine import EngineBuildFailed, ensure_engine
+    from modelplane.engine.gotool import GoError
+
+    try:
+        return ensure_engine(progress=lambda _m: None)
+    except (EngineNotFound, EngineBuildFailed, GoError) as exc:
+        pytest.fail(f"the Pulumi engine is not set up ({exc}); run `{SETUP_COMMAND}`")
+
+
+def engine_versions(root: Path) -> EngineVersions:
+    manifest = cache.read_manifest(root)
+    return EngineVersions(pulumi=manifest["pulumi"], kubernetes=manifest["kubernetes"])
+
+
+def expected_versions(root: Path) -> EngineVersions:
+    """The packages' versions, unless this is the pinned fallback build (then its versions)."""
+    wanted = wanted_versions()
+    if root.name == wanted.key:
+        return wanted
+    fallback = sources.fallback_sources(wanted).versions
+    assert root.name == fallback.key, f"unexpected engine folder {root}"
+    return fallback
+
+
+@pytest.mark.engine
+def test_built_pulumi_prints_its_stamped_version(built_engine: Path) -> None:
+    expected = expected_versions(built_engine)
+    assert engine_versions(built_engine) == expected
+    proc = subprocess.run(
+        [str(built_engine / "bin" / "pulumi"), "version"],
+        env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert proc.stdout.strip() == f"v{expected.pulumi}"
+
+
+@pytest.mark.engine
+def test_pulumi_command_passes_the_version_check(
+    built_engine: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pulumi.automation import PulumiCommand
+
+    from modelplane.engine import engine_root
+
+    monkeypatch.delenv("PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK", raising=False)
+    assert engine_root() == built_engine
+    command = PulumiCommand(root=str(engine_root()))
+    assert command.command == str(built_engine / "bin" / "pulumi")
+    assert str(command.version) == expected_versions(built_engine).pulumi
+
+
+@pytest.mark.engine
+def test_plugins_answer_with_their_versions(built_engine: Path) -> None:
+    from modelplane.engine.plugininfo import plugin_version
+
+    expected = expected_versions(built_engine)
+    bin_dir = built_engine / "bin"
+    assert plugin_version(bin_dir / "pulumi-resource-kubernetes", "resource") == expected.kubernetes
+    assert plugin_version(bin_dir / "pulumi-language-python", "language") == expected.pulumi
+    assert os.access(bin_dir / "pulumi-language-python-exec", os.X_OK)
+
+
+@pytest.mark.engine
+def test_cli_check_passes(built_engine: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert engine_main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert f"pulumi version: {expected_versions(built_engine).pulumi}" in out
+
+
+PROGRAM = """\
+import pulumi
+import pulumi_kubernetes as k8s
+
+provider = k8s.Provider("render", render_yaml_to_directory={out!r})
+k8s.core.v1.ConfigMap(
+    "settings",
+    metadata={{"name": "settings", "namespace": "default"}},
+    data={{"greeting": "hello"}},
+    opts=pulumi.ResourceOptions(provider=provider),
+)
+"""
+
+
+@pytest.mark.engine
+def test_local_python_project_renders_and_destroys_a_manifest(
+    built_engine: Path, tmp_path: Path
+) -> None:
+    """`pulumi up` / `destroy` of a Pulumi.yaml project (the language host path), offline."""
+    import sys
+
+    project = tmp_path / "project"
+    out = tmp_path / "out"
+    project.mkdir()
+    venv = Path(sys.prefix)
+    (project / "Pulumi.yaml").write_text(
+        "name: enginecheck\n"
+        f"runtime:\n  name: python\n  options:\n    virtualenv: {json.dumps(str(venv))}\n"
+    )
+    (project / "__main__.py").write_text(PROGRAM.format(out=str(out)))
+    # No KUBECONFIG: the Python SDK forwards $KUBECONFIG as the provider's `kubeconfig`, which
+    # provider releases before 4.32 reject next to renderYamlToDirectory.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_") and k != "KUBECONFIG"}
+    env.update(
+        PATH=f"{built_engine / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        PULUMI_SKIP_UPDATE_CHECK="true",
+        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
+        PULUMI_BACKEND_URL=(tmp_path / "state").as_uri(),
+        PULUMI_CONFIG_PASSPHRASE="test",
+        PULUMI_HOME=str(tmp_path / "pulumi-home"),
+    )
+    (tmp_path / "state").mkdir()
+
+    def pulumi(*args: str) -> str:
+        proc = subprocess.run(
+            ["pulumi", *args, "--non-interactive"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    pulumi("stack", "init", "dev")
+    pulumi("up", "--yes", "--skip-preview")
+    rendered = out / "1-manifest" / "v1-configmap-default-settings.yaml"
+    assert rendered.is_file(), sorted(str(p) for p in out.rglob("*"))
+    assert "greeting: hello" in rendered.read_text()
+    pulumi("up", "--yes", "--skip-preview")  # a second run keeps the manifest
+    assert rendered.is_file()
+    pulumi("destroy", "--yes", "--skip-preview")
+    assert not rendered.exists()
