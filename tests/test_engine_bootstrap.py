@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -34,6 +35,7 @@ from modelplane.engine.versions import (
 )
 
 WANTED = EngineVersions(pulumi="3.272.0", kubernetes="4.34.2")
+GO = shutil.which("go")  # before any fixture empties PATH
 
 
 def executable(path: Path, text: str) -> Path:
@@ -124,6 +126,44 @@ def test_stale_staging_folders_are_cleaned(tmp_path: Path) -> None:
     with cache.locked(base):
         cache.clean_stale_staging(base)
     assert not staging.exists()
+
+
+def test_a_second_bootstrap_waits_for_the_lock_and_says_so(tmp_path: Path) -> None:
+    import fcntl
+    import threading
+
+    base = tmp_path / "engine"
+    base.mkdir()
+    holder = open(base / ".lock", "w")  # noqa: SIM115 - released by the timer below
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    threading.Timer(0.3, holder.close).start()
+    messages: list[str] = []
+    with cache.locked(base, on_wait=messages.append):
+        pass
+    assert len(messages) == 1 and "waiting for another engine bootstrap" in messages[0]
+
+
+def test_a_failed_build_leaves_no_engine_behind(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modelplane.engine import bootstrap
+    from modelplane.engine.gotool import GoError
+
+    if GO is None:
+        pytest.skip("needs the Go toolchain (only `go env` runs: no build, no network)")
+    monkeypatch.setenv(bootstrap.SOURCES_ENV, "fallback")
+    monkeypatch.setenv(bootstrap.OFFICIAL_ENV, "0")
+    monkeypatch.setenv("PATH", str(Path(GO).parent))
+
+    def half_build(self: gobuild.EngineBuilder) -> None:
+        executable(self.bin / "pulumi", "#!/bin/sh\necho half\n")
+        raise GoError("pulumi: go build failed (simulated)")
+
+    monkeypatch.setattr(gobuild.EngineBuilder, "build_all", half_build)
+    with pytest.raises(GoError, match="simulated"):
+        bootstrap.ensure_engine(progress=lambda _m: None)
+    left = sorted(p.name for p in isolated.iterdir())
+    assert left == [".lock", "last-failed-build.log"]
 
 
 def test_candidate_keys_exact_first_then_pinned_fallback() -> None:
@@ -294,6 +334,24 @@ def test_installed_provider_on_path_must_have_the_right_version(tmp_path: Path) 
     assert wrong is None
     right = find_installed(WANTED, provider_version_of=lambda _p: "4.34.2", **quiet)
     assert right is not None and right["pulumi-resource-kubernetes"] == provider
+
+
+def test_pulumi_from_the_engine_cache_is_not_an_installed_engine(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "cache" / "engine" / "some-key" / "bin"
+    fake_pulumi(bin_dir, "v3.272.0")
+
+    def must_not_run(_path: Path) -> str | None:
+        raise AssertionError("the cache's own pulumi was asked for its version")
+
+    found = find_installed(
+        WANTED,
+        path=str(bin_dir),
+        home=tmp_path,
+        progress=lambda _m: None,
+        cli_version_of=must_not_run,
+        skip_under=tmp_path / "cache" / "engine",
+    )
+    assert found is None
 
 
 def test_installed_engine_without_language_host_is_rejected(tmp_path: Path) -> None:

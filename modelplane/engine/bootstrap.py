@@ -60,7 +60,7 @@ def find_engine(
     root = cache.engine_dir(exact, base)
     if cache.is_complete(root):
         return root
-    installed = find_installed(wanted, progress=progress)
+    installed = find_installed(wanted, progress=progress, skip_under=base)
     if installed is not None:
         return _record_installed(wanted, installed, base, progress)
     for key in others:
@@ -111,7 +111,7 @@ def ensure_engine(progress: Progress = print, rebuild: bool = False) -> Path:
     found = None if rebuild else find_engine(wanted, base, progress)
     if found is not None:
         return found
-    with cache.locked(base):
+    with cache.locked(base, on_wait=progress):
         for key in [] if rebuild else candidate_keys(wanted):
             if cache.is_complete(cache.engine_dir(key, base)):
                 return cache.engine_dir(key, base)
@@ -170,7 +170,11 @@ def _build_from_go(
         )
         root = cache.publish(staging, built.key, base)
     except BaseException:
-        progress(f"[engine] build failed; its log stays in {staging / 'build.log'}")
+        log = base / "last-failed-build.log"
+        if (staging / "build.log").is_file():
+            shutil.copyfile(staging / "build.log", log)
+            progress(f"[engine] build failed; the Go commands' output is in {log}")
+        shutil.rmtree(staging, ignore_errors=True)
         raise
     progress(f"[engine] engine ready in {root} (built in {format_elapsed(elapsed)})")
     return root

@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +56,19 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def locked(base: Path | None = None) -> Iterator[None]:
+def locked(
+    base: Path | None = None, on_wait: Callable[[str], None] | None = None
+) -> Iterator[None]:
     """An exclusive lock over the whole cache, so two bootstraps never build at once."""
     base = base or cache_base()
     base.mkdir(parents=True, exist_ok=True)
     with open(base / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait(f"[engine] waiting for another engine bootstrap ({base / '.lock'}) ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

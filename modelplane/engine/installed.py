@@ -34,19 +34,23 @@ def find_installed(
     progress: Progress = print,
     cli_version_of: VersionOf = _cli_version,
     provider_version_of: VersionOf = _provider_version,
+    skip_under: Path | None = None,
 ) -> dict[str, Path] | None:
     """The binaries of an installed engine matching `wanted`, or None.
 
     `pulumi` on PATH must print the wanted version, with `pulumi-language-python` and its `-exec`
     shim beside it (where the CLI looks for bundled plugins) or on PATH; the provider is
     `pulumi-resource-kubernetes` on PATH of the wanted version, or the plugin cache's
-    `$PULUMI_HOME/plugins/resource-kubernetes-v<version>/`.
+    `$PULUMI_HOME/plugins/resource-kubernetes-v<version>/`. A `pulumi` that resolves into
+    `skip_under` (modelplane's own cache, e.g. put on PATH by the driver) does not count.
     """
     path = os.environ.get("PATH", "") if path is None else path
     found = shutil.which("pulumi", path=path)
     if not found:
         return None
     cli = Path(found)
+    if skip_under is not None and cli.resolve().is_relative_to(skip_under.resolve()):
+        return None
     version = cli_version_of(cli)
     if version != wanted.pulumi:
         progress(f"[engine] {cli}: version {version or 'unknown'}, want {wanted.pulumi}: not used")
