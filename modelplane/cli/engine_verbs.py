@@ -124,6 +124,9 @@ def _report(run: RunResult, output: Output) -> None:
     else:
         out.print(summary_table(run))
         for r in run.results:
+            for warning in r.warnings:
+                err.print(f"[yellow]{r.stack}[/] warning: {warning}", highlight=False)
+        for r in run.results:
             if r.error:
                 err.print(f"[bold red]{r.stack}[/] {r.outcome.value}:\n{r.error}", highlight=False)
     if not run.ok:

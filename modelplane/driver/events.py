@@ -15,8 +15,14 @@ from modelplane.driver.results import PropertyChange, ResourceChange
 
 # Steps that are part of a `replace` (reported once, as the replace itself).
 _REPLACE_PARTS = {"create-replacement", "delete-replaced", "discard-replaced"}
-_CHANGE_OPS = {"create", "update", "replace", "delete", "import", "read", "discard"}
+# `read` is left out: stack references and data sources are read on every run.
+_CHANGE_OPS = {"create", "update", "replace", "delete", "import", "discard"}
 _COUNTED = ("create", "update", "replace", "delete", "same")
+
+
+def _noise(message: str) -> bool:
+    """Engine chatter that says nothing about the fleet (the engine's plugins are ambient)."""
+    return " from $PATH at " in message
 
 
 def urn_type_and_name(urn: str) -> tuple[str, str]:
@@ -62,6 +68,7 @@ class StackProgress:
     summary: dict[str, int] | None = None
     steps: list[ResourceChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     failed_resources: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -95,10 +102,11 @@ class StackProgress:
             self.failed_resources.append(failed.metadata.urn)
             return
         diag = getattr(event, "diagnostic_event", None)
-        if diag is not None and diag.severity == "error":
+        if diag is not None and diag.severity in ("error", "warning"):
             message = (diag.message or "").strip()
-            if message and message not in self.errors:
-                self.errors.append(message)
+            target = self.errors if diag.severity == "error" else self.warnings
+            if message and message not in target and not _noise(message):
+                target.append(message)
             return
         summary = getattr(event, "summary_event", None)
         if summary is not None:

@@ -50,8 +50,10 @@ def digest(value: Any) -> str:
 
 
 def secret_env_name(name: str, key: str) -> str:
-    """``MODELPLANE_SECRET_<NAME>_<KEY>``: upper-cased, ``-`` and ``.`` as ``_``."""
-    return "MODELPLANE_SECRET_" + re.sub(r"[-.]", "_", f"{name}_{key}").upper()
+    """``MODELPLANE_SECRET_<NAME>_<KEY>`` (the stack program's rule, modelplane.secrets)."""
+    from modelplane.secrets import env_var
+
+    return env_var(name, key)
 
 
 def secret_refs(fleet: FleetSpec, unit: StackUnit) -> list[tuple[str, str]]:
@@ -76,22 +78,28 @@ def secret_refs(fleet: FleetSpec, unit: StackUnit) -> list[tuple[str, str]]:
 
 
 def secret_digests(
-    fleet: FleetSpec, unit: StackUnit, environ: Mapping[str, str] | None = None
+    fleet: FleetSpec,
+    unit: StackUnit,
+    environ: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
 ) -> dict[str, str | None]:
-    """Hashes of the secret values a stack would read from the environment or files."""
+    """Hashes of the secret values a stack reads from the environment or from files.
+
+    (Secrets in stack config are covered by the stack's config, hashed as stored.)
+    """
+    from modelplane.secrets import SecretNotFound, resolve_secret
+
     environ = os.environ if environ is None else environ
     out: dict[str, str | None] = {}
     for name, key in secret_refs(fleet, unit):
-        value: bytes | None = None
-        env = environ.get(secret_env_name(name, key))
-        if env is not None:
-            value = env.encode()
-        elif name.startswith("file:"):
-            try:
-                value = Path(name.removeprefix("file:")).expanduser().read_bytes()
-            except OSError:
-                value = None
-        out[f"{name}/{key}"] = hashlib.sha256(value).hexdigest() if value is not None else None
+        try:
+            value = resolve_secret(
+                name, key, config=lambda _k: None, env=environ, base_dir=base_dir
+            ).value
+        except SecretNotFound:
+            out[f"{name}/{key}"] = None
+            continue
+        out[f"{name}/{key}"] = hashlib.sha256(value.encode()).hexdigest()
     return out
 
 
@@ -173,6 +181,7 @@ def stack_fingerprint(
     *,
     extra_config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
     program: str | None = None,
 ) -> str:
     """The digest of every input of one stack (see the module docstring)."""
@@ -181,7 +190,7 @@ def stack_fingerprint(
             "stack": unit.name,
             "inputs": owned_inputs(fleet, lock, unit),
             "upstream": {name: upstream_outputs.get(name) for name in sorted(unit.depends_on)},
-            "secrets": secret_digests(fleet, unit, environ),
+            "secrets": secret_digests(fleet, unit, environ, base_dir),
             "config": dict(extra_config or {}),
             "program": program if program is not None else program_digest(),
         }

@@ -182,6 +182,7 @@ class Fleet:
         plan_lock.parent.mkdir(parents=True, exist_ok=True)
         write_lock(plan_lock, plan.lock)
         units = self._select(self.stacks(plan), only)
+        session.list_stacks()  # initialises a fresh backend before stacks run in parallel
         ctx = self._context(session, plan.lock, plan_lock, on_event, observer)
         return self._run(
             "preview",
@@ -214,6 +215,8 @@ class Fleet:
         observer = observer or Observer()
         session = self._session(observer)
         units = self._select(self.stacks(plan), only)
+        # Listing the stacks first also initialises a fresh backend before stacks run in parallel.
+        existing = session.list_stacks()
         written = write_lock(self.lock_path, plan.lock)
         self.previous = plan.lock
         observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
@@ -223,7 +226,8 @@ class Fleet:
         )
         run.lock_path, run.lock_written = str(self.lock_path), written
         if only is None:
-            orphans = self._orphans(session, units)
+            names = {u.name for u in units}
+            orphans = [self._orphan_unit(n) for n in existing if n not in names]
             if orphans and prune:
                 pruned = self._run(
                     "destroy",
@@ -378,10 +382,6 @@ class Fleet:
         run_result.duration = time.monotonic() - started
         observer.run_finished(run_result)
         return run_result
-
-    def _orphans(self, session: EngineSession, units: list[StackUnit]) -> list[StackUnit]:
-        names = {u.name for u in units}
-        return [self._orphan_unit(n) for n in session.list_stacks() if n not in names]
 
     @staticmethod
     def _orphan_unit(name: str) -> StackUnit:

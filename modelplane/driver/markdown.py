@@ -156,7 +156,13 @@ def preview_markdown(plan: Plan, run: RunResult, *, title: str = "modelplane pre
         + (f"; **{len(failed)} stack(s) did not preview**: {', '.join(failed)}" if failed else ""),
         "",
     ]
-    body = head + placement_section(plan) + [""] + stacks_section(run)
+    note = [
+        "",
+        "<sub>Each stack previews against the current outputs of the stacks it reads, so "
+        "changes that reach it through them (new endpoints in the gateway's routes, a new "
+        "cluster's kubeconfig) appear once `up` has run those stacks first.</sub>",
+    ]
+    body = head + placement_section(plan) + [""] + stacks_section(run) + note
     text = "\n".join(body).rstrip() + "\n"
     if len(text) > GITHUB_LIMIT:
         cut = text[: GITHUB_LIMIT - 200]

@@ -118,7 +118,23 @@ def _failure(
         duration=time.monotonic() - started,
         error=error_text(exc, progress),
         resources=progress.changes() if progress else [],
+        warnings=list(progress.warnings) if progress else [],
     )
+
+
+def upstream_outputs(ctx: RunContext, unit: StackUnit) -> dict[str, dict[str, Any]]:
+    """The outputs of the stacks ``unit`` reads (fetched when this run did not touch them)."""
+    from pulumi.automation.errors import StackNotFoundError
+
+    out: dict[str, dict[str, Any]] = {}
+    for dep in unit.depends_on:
+        if dep not in ctx.outputs:
+            try:
+                ctx.remember(dep, ctx.session.stack(dep, create=False).outputs())
+            except StackNotFoundError:
+                ctx.outputs[dep], ctx.masked[dep] = {}, {}
+        out[dep] = ctx.outputs[dep]
+    return out
 
 
 def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
@@ -126,9 +142,10 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         ctx.fleet,
         ctx.lock,
         unit,
-        {dep: ctx.outputs.get(dep, {}) for dep in unit.depends_on},
+        upstream_outputs(ctx, unit),
         extra_config=ctx.session.extra_config(unit.name),
         environ=ctx.session.env,
+        base_dir=ctx.fleet_dir,
     )
 
 
@@ -170,6 +187,7 @@ def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackR
             duration=time.monotonic() - started,
             outputs=ctx.masked[unit.name],
             resources=progress.changes(),
+            warnings=list(progress.warnings),
         )
     except CommandError as exc:
         return _failure(unit, exc, progress, started, ctx.session.backend)
@@ -197,6 +215,7 @@ def preview_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
             changes=progress.change_counts(),
             duration=time.monotonic() - started,
             resources=progress.changes(),
+            warnings=list(progress.warnings),
         )
     except CommandError as exc:
         return _failure(unit, exc, progress, started, ctx.session.backend)
@@ -221,6 +240,7 @@ def refresh_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
             duration=time.monotonic() - started,
             outputs=ctx.masked[unit.name],
             resources=progress.changes(),
+            warnings=list(progress.warnings),
         )
     except CommandError as exc:
         return _failure(unit, exc, progress, started, ctx.session.backend)

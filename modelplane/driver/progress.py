@@ -215,19 +215,34 @@ def status_tables(status: Any) -> list[Table]:
             name, Text("orphaned (no longer in the fleet)", style="yellow"), "", "", "", ""
         )
     tables = [placement, stacks]
-    endpoints = Table(title="endpoints", title_justify="left")
-    endpoints.add_column("stack")
-    endpoints.add_column("output")
-    endpoints.add_column("value", overflow="fold")
-    rows = 0
+    endpoints = Table(title="endpoints (replicas)", title_justify="left")
+    for col in ("stack", "endpoint", "cluster", "url", "path"):
+        endpoints.add_column(col, overflow="fold")
     for stack, value in status.endpoints.items():
-        endpoints.add_row(stack, "endpoints", _fmt(value))
-        rows += 1
-    for key, value in status.gateway.items():
-        endpoints.add_row("gateway", key, _fmt(value))
-        rows += 1
-    if rows:
+        for ep in value if isinstance(value, list) else [value]:
+            if isinstance(ep, dict):
+                endpoints.add_row(
+                    stack,
+                    str(ep.get("name", "")),
+                    str(ep.get("cluster", "")),
+                    str(ep.get("url") or "(no gateway address yet)"),
+                    str(ep.get("rewritePath", "")),
+                )
+            else:
+                endpoints.add_row(stack, _fmt(ep), "", "", "")
+    if endpoints.row_count:
         tables.append(endpoints)
+    gateway = status.gateway
+    services = Table(title="model services", title_justify="left")
+    services.add_column("service")
+    services.add_column("address", overflow="fold")
+    if isinstance(gateway.get("services"), dict):
+        for key, address in sorted(gateway["services"].items()):
+            services.add_row(key, _fmt(address) if address else "(no gateway address yet)")
+    if "address" in gateway:
+        services.add_row("(gateway)", _fmt(gateway["address"]) if gateway["address"] else "-")
+    if services.row_count:
+        tables.append(services)
     return tables
 
 

@@ -62,6 +62,7 @@ class StackResult:
     outputs: dict[str, Any] = field(default_factory=dict)  # secrets masked
     resources: list[ResourceChange] = field(default_factory=list)
     note: str | None = None  # why it was skipped / unchanged / what else happened
+    warnings: list[str] = field(default_factory=list)  # the engine's warning diagnostics
 
     @property
     def ok(self) -> bool:
@@ -83,6 +84,7 @@ class StackResult:
             "duration": round(self.duration, 2),
             "error": self.error,
             "note": self.note,
+            "warnings": self.warnings,
             "outputs": self.outputs,
             "resources": [r.as_json() for r in self.resources],
         }

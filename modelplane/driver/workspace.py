@@ -121,6 +121,11 @@ class EngineSession:
             env = engine_environment(base_env, self.backend, self._environ)
             for key, value in self._environ.items():
                 env.setdefault(key, value)
+            # modelplane never uses the ambient kubeconfig (every provider gets its cluster
+            # explicitly); a KUBECONFIG in the environment would also make the Kubernetes
+            # provider reject renderYamlToDirectory ("kubeconfig arg is not compatible").
+            # Empty, not absent: the Automation API lays these over os.environ.
+            env["KUBECONFIG"] = ""
             if "virtualenv" not in project_settings()["runtime"]["options"]:
                 env.setdefault("PULUMI_PYTHON_CMD", sys.executable)
             self._env = env
