@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from components.workload.objects import Manifest, metadata
+from components.workload.objects import SKIP_AWAIT, Manifest, metadata
 from components.workload.pods import port_arg
 from components.workload.routes import INFERENCE_GROUP
 from modelplane.api.model_deployment import ModelDeployment
@@ -225,7 +225,7 @@ def epp_manifests(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": metadata(name, namespace, object_labels),
+            "metadata": metadata(name, namespace, object_labels, SKIP_AWAIT),
             "spec": {
                 "replicas": 1,
                 "selector": {"matchLabels": selector},
