@@ -294,6 +294,61 @@ def test_fallback_sources_are_pinned_and_named_by_what_they_build() -> None:
     assert any(fallback.provider.module_version in line for line in fallback.pinned_sums)
 
 
+class FakeGo:
+    """`go mod download -json` answers of a module proxy that serves only `served`."""
+
+    log = Path("fake-go.log")
+
+    def __init__(self, served: dict[str, dict[str, object]]) -> None:
+        self.served = served
+
+    def try_json(self, args: list[str], cwd: Path) -> dict[str, object] | None:
+        return self.served.get(args[-1])
+
+
+K8S_COMMIT = "b" * 40
+PKG_COMMIT = "a" * 40
+FULL_PROXY = {
+    f"{sources.PKG_MODULE}@v3.272.0": {"Origin": {"Hash": PKG_COMMIT}},
+    f"{sources.HOST_MODULE}@{PKG_COMMIT}": {"Version": "v3.0.0-20261022190000-aaaaaaaaaaaa"},
+    f"{sources.K8S_ROOT_MODULE}@v4.34.2+incompatible": {"Origin": {"Hash": K8S_COMMIT}},
+    f"{sources.K8S_PROVIDER_MODULE}@{K8S_COMMIT}": {
+        "Version": "v4.0.0-20260901000000-bbbbbbbbbbbb"
+    },
+    f"{sources.K8S_SDK_MODULE}@v4.34.2": {"Version": "v4.34.2"},
+}
+
+
+def test_exact_sources_when_the_proxy_serves_everything(tmp_path: Path) -> None:
+    from modelplane.engine.resolve import choose_sources
+
+    chosen = choose_sources(FakeGo(FULL_PROXY), WANTED, tmp_path, "auto")  # type: ignore[arg-type]
+    assert chosen.versions == WANTED
+    assert chosen.host_module_version == "v3.0.0-20261022190000-aaaaaaaaaaaa"
+    assert chosen.provider == sources.ProviderSource(
+        module_version="v4.0.0-20260901000000-bbbbbbbbbbbb", sdk_version="v4.34.2", stamp="4.34.2"
+    )
+
+
+def test_exact_cli_with_modelplane_host_when_the_host_module_is_refused(tmp_path: Path) -> None:
+    from modelplane.engine.resolve import choose_sources
+
+    served = {k: v for k, v in FULL_PROXY.items() if not k.startswith(sources.HOST_MODULE)}
+    chosen = choose_sources(FakeGo(served), WANTED, tmp_path, "auto")  # type: ignore[arg-type]
+    assert chosen.versions == WANTED and chosen.host_module_version is None
+
+
+def test_refused_versions_fall_back_unless_exact_is_demanded(tmp_path: Path) -> None:
+    from modelplane.engine.resolve import choose_sources
+
+    served = {k: v for k, v in FULL_PROXY.items() if not k.startswith(sources.PKG_MODULE)}
+    fake = FakeGo(served)
+    chosen = choose_sources(fake, WANTED, tmp_path, "auto")  # type: ignore[arg-type]
+    assert chosen == sources.fallback_sources(WANTED)
+    with pytest.raises(LookupError, match="does not serve pulumi 3.272.0"):
+        choose_sources(fake, WANTED, tmp_path, "exact")  # type: ignore[arg-type]
+
+
 # -- preference order -----------------------------------------------------------------------------
 
 
