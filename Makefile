@@ -26,6 +26,11 @@ setup: engine
 local: setup
 	PULUMI_CONFIG_PASSPHRASE="$${PULUMI_CONFIG_PASSPHRASE-modelplane-local}" \
 		$(BIN)/modelplane up specs/local
+	@echo
+	@echo "manifests:  specs/local/rendered/1-manifest/ ($$(ls specs/local/rendered/1-manifest | wc -l) files)"
+	@echo "state:      specs/local/.modelplane/state (Pulumi file backend)"
+	@echo "placement:  specs/local/modelplane.lock.yaml"
+	@echo "next:       .venv/bin/modelplane status specs/local   (with PULUMI_CONFIG_PASSPHRASE=modelplane-local)"
 
 test: setup
 	$(BIN)/python -m pytest -q
