@@ -280,7 +280,7 @@ def epp_manifests(
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": metadata(name, namespace, object_labels),
+            "metadata": metadata(name, namespace, object_labels, SKIP_AWAIT),
             "spec": {
                 "type": "ClusterIP",
                 "selector": selector,

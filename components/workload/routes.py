@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from components.workload.objects import (
+    SKIP_AWAIT,
     SYSTEM_NAMESPACE,
     WORKLOAD_GATEWAY,
     Manifest,
@@ -67,7 +68,8 @@ def service_manifest(
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(name, namespace, object_labels),
+        # Pulumi would wait for ready endpoints, i.e. for the model to load: never block up.
+        "metadata": metadata(name, namespace, object_labels, SKIP_AWAIT),
         "spec": spec,
     }
 
