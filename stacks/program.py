@@ -315,6 +315,8 @@ async def run_gateway(ctx: Context) -> None:
             install = False
         elif gateway.spec.backend == "EnvoyGateway" and cluster.spec.serving_stack.install:
             install = False  # the serving stack's mp-envoy-gateway is already there
+        elif not cluster.spec.serving_stack.install:
+            install = False  # the platform team runs the cluster's stack, gateway controller too
     else:
         existing = gateway.spec.cluster.existing
         assert existing is not None
