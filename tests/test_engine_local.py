@@ -199,6 +199,17 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     assert all(s["lastResult"] == "succeeded" and s["inSync"] for s in st["stacks"]), st
     assert st["placement"]["demo/qwen"]
     assert "deploy-demo-qwen" in st["endpoints"]
+    # A deployment removed from the specs leaves an orphaned stack until --prune.
+    (fleet_dir / "qwen.yaml").unlink()
+    orphaned = runner.invoke(app, ["up", str(fleet_dir), "-o", "json"], env=cli_env)
+    assert orphaned.exit_code == 0, orphaned.output
+    assert json.loads(orphaned.output)["orphans"] == ["deploy-demo-qwen"]
+    pruned = runner.invoke(app, ["up", str(fleet_dir), "--prune", "-o", "json"], env=cli_env)
+    assert pruned.exit_code == 0, pruned.output
+    result = {s["stack"]: s for s in json.loads(pruned.output)["stacks"]}
+    assert result["deploy-demo-qwen"]["result"] == "succeeded"
+    assert result["deploy-demo-qwen"]["changes"]["delete"] > 0
+    assert not any("qwen" in name for name in manifests(fleet_dir / "rendered"))
     down = runner.invoke(app, ["destroy", str(fleet_dir), "--yes"], env=cli_env)
     assert down.exit_code == 0, down.output
     assert not manifests(fleet_dir / "rendered")

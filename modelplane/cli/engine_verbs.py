@@ -23,6 +23,7 @@ from modelplane.cli.output import EXIT_INVALID, error_table, print_json
 
 if TYPE_CHECKING:
     from modelplane.driver.fleet import Fleet
+    from modelplane.driver.plan import Plan
     from modelplane.driver.results import RunResult
 
 EXIT_FAILED = 1
@@ -116,16 +117,35 @@ def _run(output: Output, action: Callable[[Any], RunResult]) -> RunResult:
     return action(observer)
 
 
-def _report(run: RunResult, output: Output) -> None:
+def _shortfalls(plan: Plan, output: Output) -> None:
+    """Say which deployments the plan cannot place completely, and why (table mode)."""
+    if output is Output.json:
+        return
+    for key, report in plan.report.items():
+        if report.unplaced:
+            err.print(
+                f"[yellow]short[/] {key}: {report.unplaced} of {report.desired} replica(s) "
+                "not placed" + "".join(f"\n  {reason}" for reason in report.reasons),
+                highlight=False,
+            )
+
+
+def _report(run: RunResult, output: Output, plan: Plan | None = None) -> None:
     from modelplane.driver.progress import summary_table
 
     if output is Output.json:
-        print_json(run.as_json())
+        data = run.as_json()
+        if plan is not None:
+            data["plan"] = plan.as_json()
+        print_json(data)
     else:
         out.print(summary_table(run))
+        seen: dict[str, list[str]] = {}
         for r in run.results:
             for warning in r.warnings:
-                err.print(f"[yellow]{r.stack}[/] warning: {warning}", highlight=False)
+                seen.setdefault(warning, []).append(r.stack)
+        for warning, where in seen.items():
+            err.print(f"[yellow]warning[/] ({', '.join(where)}): {warning}", highlight=False)
         for r in run.results:
             if r.error:
                 err.print(f"[bold red]{r.stack}[/] {r.outcome.value}:\n{r.error}", highlight=False)
@@ -170,6 +190,7 @@ def preview(
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
         plan = f.plan()
+        _shortfalls(plan, output)
         run = _run(output, lambda obs: f.preview(plan, parallel=parallel, only=stack, observer=obs))
         if markdown is not None:
             from modelplane.driver.markdown import preview_markdown
@@ -181,7 +202,7 @@ def preview(
             )
             if output is Output.table:
                 err.print(f"wrote {markdown}", highlight=False)
-    _report(run, output)
+    _report(run, output, plan)
 
 
 def up(
@@ -211,13 +232,20 @@ def up(
     """
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
+        plan = f.plan()
+        _shortfalls(plan, output)
         run = _run(
             output,
             lambda obs: f.up(
-                parallel=parallel, all_stacks=all_stacks, only=stack, prune=prune, observer=obs
+                plan,
+                parallel=parallel,
+                all_stacks=all_stacks,
+                only=stack,
+                prune=prune,
+                observer=obs,
             ),
         )
-    _report(run, output)
+    _report(run, output, plan)
 
 
 def destroy(

@@ -17,6 +17,8 @@ from modelplane.driver.results import PropertyChange, ResourceChange
 _REPLACE_PARTS = {"create-replacement", "delete-replaced", "discard-replaced"}
 # `read` is left out: stack references and data sources are read on every run.
 _CHANGE_OPS = {"create", "update", "replace", "delete", "import", "discard"}
+# The stack itself and the engine's built-in provider (used by stack references).
+_NOT_SHOWN = {"pulumi:pulumi:Stack", "pulumi:providers:pulumi"}
 _COUNTED = ("create", "update", "replace", "delete", "same")
 
 
@@ -81,9 +83,9 @@ class StackProgress:
         if pre is not None:
             md = pre.metadata
             op = _value(md.op)
-            if op != "same":
+            if op != "same" and md.type not in _NOT_SHOWN:
                 self.in_flight[md.urn] = op
-            if op in _CHANGE_OPS and _value(md.type) != "pulumi:pulumi:Stack":
+            if op in _CHANGE_OPS and md.type not in _NOT_SHOWN:
                 self.steps.append(resource_change(md))
             return
         out = getattr(event, "res_outputs_event", None)

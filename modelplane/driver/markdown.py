@@ -123,7 +123,7 @@ def stacks_section(run: RunResult) -> list[str]:
                 r.error or r.note or "",
                 "```",
             ]
-        changes = [c for c in r.resources if c.op != "same"]
+        changes = [c for c in r.resources if c.op != "same"] if r.ok else []
         if not changes:
             continue
         lines += [
@@ -144,7 +144,8 @@ def stacks_section(run: RunResult) -> list[str]:
 def preview_markdown(plan: Plan, run: RunResult, *, title: str = "modelplane preview") -> str:
     """The whole comment, with a marker so a bot can update it in place."""
     total = {
-        k: sum(r.count(k) for r in run.results) for k in ("create", "update", "replace", "delete")
+        k: sum(r.count(k) for r in run.results if r.ok)
+        for k in ("create", "update", "replace", "delete")
     }
     failed = [r.stack for r in run.results if not r.ok]
     head = [

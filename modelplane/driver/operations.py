@@ -7,6 +7,7 @@ short message; only bugs raise.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,10 @@ from modelplane.stacks import StackUnit
 
 EventSink = Callable[[StackUnit, StackProgress, Any], None]
 SECRET_MASK = "[secret]"
+# The engine's closing line after the program's own error message says nothing new.
+_GENERIC = re.compile(
+    r"an unhandled error occurred: Program exited with non-zero exit code|^update failed$"
+)
 
 
 @dataclass
@@ -81,7 +86,8 @@ def locked_message(stack: str, backend: str) -> str:
 def error_text(exc: Exception, progress: StackProgress | None) -> str:
     """The engine's own error diagnostics, else the tail of its stderr."""
     if progress is not None and progress.errors:
-        return "\n".join(_short(e) for e in progress.errors)
+        specific = [e for e in progress.errors if not _GENERIC.search(e)]
+        return "\n".join(_short(e) for e in specific or progress.errors)
     stderr = getattr(getattr(exc, "args", [None])[0], "stderr", None)
     text = str(exc)
     if "stderr:" in text:
