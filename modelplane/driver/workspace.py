@@ -102,14 +102,20 @@ class EngineSession:
             if self._command is not None:
                 return
             try:
-                from modelplane.engine import EngineNotFound, engine_env, engine_root, ensure_engine
+                from modelplane.engine import (
+                    EngineBuildFailed,
+                    EngineNotFound,
+                    engine_env,
+                    engine_root,
+                    ensure_engine,
+                )
             except ImportError as exc:  # pragma: no cover
                 raise EngineUnavailable(f"the engine bootstrap is missing: {exc}") from None
             try:
                 ensure_engine(progress=self._progress)
                 root = engine_root()
                 base_env = engine_env()
-            except EngineNotFound as exc:
+            except (EngineNotFound, EngineBuildFailed) as exc:
                 raise EngineUnavailable(str(exc)) from None
             from pulumi.automation import PulumiCommand
             from pulumi.automation.errors import InvalidVersionError
