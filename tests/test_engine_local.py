@@ -176,9 +176,7 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
 
 def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     """`modelplane up specs/local` (a copy) through the CLI: summary, JSON, exit codes."""
-    from modelplane.cli import app, engine_verbs
-
-    engine_verbs.register(app)
+    from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     runner = CliRunner()
     cli_env = {**env, "COLUMNS": "200"}
@@ -219,9 +217,7 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 def test_preview_markdown_on_a_changed_fleet(tmp_path: Path, env: dict[str, str]) -> None:
-    from modelplane.cli import app, engine_verbs
-
-    engine_verbs.register(app)
+    from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     check(Fleet.load(fleet_dir, env=env).up())
     lock_before = (fleet_dir / "modelplane.lock.yaml").read_text()
@@ -322,9 +318,7 @@ def test_concurrent_update_of_one_stack_is_reported_as_locked(
 def test_no_plaintext_secret_in_state_lock_logs_or_manifests(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
-    from modelplane.cli import app, engine_verbs
-
-    engine_verbs.register(app)
+    from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     # A second, tainted Existing cluster whose kubeconfig (with a token) comes from the
     # environment, and a config secret on the local cluster's stack.
