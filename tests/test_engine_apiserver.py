@@ -19,7 +19,6 @@ import pytest
 from kubernetes.client import ApiClient, ApiException, CoreV1Api, CustomObjectsApi
 
 from modelplane.driver.fleet import Fleet
-from modelplane.driver.observer import Observer
 from modelplane.driver.results import Outcome, RunResult
 from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
 
@@ -343,12 +342,6 @@ def write_fleet(fleet_dir: Path, clusters: str, deployments: str) -> None:
     (fleet_dir / "models.yaml").write_text(deployments)
 
 
-def stack_resources(fleet: Fleet, stack: str) -> list[dict[str, Any]]:
-    session = fleet._session(Observer())
-    deployment = session.stack(stack, create=False).export_stack().deployment or {}
-    return list(deployment.get("resources") or [])
-
-
 def test_apply_update_destroy_on_a_real_api_server(
     tmp_path: Path, engine_ready: Path, cluster: Any, api: ApiClient, garbage_collector: Any
 ) -> None:
@@ -435,7 +428,7 @@ def test_apply_update_destroy_on_a_real_api_server(
     check(fleet.destroy())
     assert objects(api) == {}
     for r in run.results:
-        assert stack_resources(fleet, r.stack) == []
+        assert fleet.resources(r.stack) == []
 
 
 def test_moving_a_replica_between_clusters(

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -92,12 +93,6 @@ def check(run: RunResult) -> RunResult:
     return run
 
 
-def stack_resources(fleet: Fleet, stack: str) -> list[dict[str, Any]]:
-    session = fleet._session(Observer())
-    deployment = session.stack(stack, create=False).export_stack().deployment or {}
-    return list(deployment.get("resources") or [])
-
-
 # --- up, up again, change, destroy on the local fleet ----------------------------------------
 
 
@@ -171,12 +166,13 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert [r.stack for r in gone.results] == ["gateway", "deploy-demo-qwen", "cluster-local"]
     assert not [p for p in manifests(rendered)], manifests(rendered).keys()
     for stack in ("gateway", "deploy-demo-qwen", "cluster-local"):
-        assert stack_resources(fleet, stack) == []
+        assert fleet.resources(stack) == []
 
 
 def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     """`modelplane up specs/local` (a copy) through the CLI: summary, JSON, exit codes."""
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     runner = CliRunner()
     cli_env = {**env, "COLUMNS": "200"}
@@ -218,6 +214,7 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
 
 def test_preview_markdown_on_a_changed_fleet(tmp_path: Path, env: dict[str, str]) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     check(Fleet.load(fleet_dir, env=env).up())
     lock_before = (fleet_dir / "modelplane.lock.yaml").read_text()
@@ -319,6 +316,7 @@ def test_no_plaintext_secret_in_state_lock_logs_or_manifests(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     # A second, tainted Existing cluster whose kubeconfig (with a token) comes from the
     # environment, and a config secret on the local cluster's stack.
@@ -353,6 +351,8 @@ contexts:
 current-context: remote
 """
     run_env = {**env, "MODELPLANE_SECRET_REMOTE_KUBE_KUBECONFIG": kubeconfig, "COLUMNS": "200"}
+    temp = Path(tempfile.gettempdir())
+    temp_before = {p.name for p in temp.iterdir()}
     events: list[dict[str, Any]] = []
     fleet = Fleet.load(fleet_dir, env=run_env)
     run = fleet.up(on_event=lambda stack, e: events.append(event_to_json(e)))
@@ -371,6 +371,12 @@ current-context: remote
     for path in fleet_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():
             places[str(path.relative_to(fleet_dir))] = path.read_bytes().decode("utf-8", "replace")
+    # The Kubernetes provider writes kubeconfigs to temporary files: the driver gives it a
+    # private temporary directory and removes it after each run.
+    for path in temp.iterdir():
+        if path.name not in temp_before and path.is_file():
+            places[str(path)] = path.read_bytes().decode("utf-8", "replace")
+    assert not [p for p in temp.iterdir() if p.name.startswith("modelplane-engine-")]
     leaks = [where for where, text in places.items() if CANARY in text]
     assert not leaks, f"plaintext secret found in: {leaks}"
     # The state really holds the secret (encrypted): the stack exports it.

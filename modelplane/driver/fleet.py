@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,21 +178,21 @@ class Fleet:
         locks. The plan's lock goes to ``.modelplane/plan/`` for the program to read."""
         plan = plan or self.plan()
         observer = observer or Observer()
-        session = self._session(observer)
-        plan_lock = self.state_dir / "plan" / LOCK_FILE
-        plan_lock.parent.mkdir(parents=True, exist_ok=True)
-        write_lock(plan_lock, plan.lock)
-        units = self._select(self.stacks(plan), only)
-        session.list_stacks()  # initialises a fresh backend before stacks run in parallel
-        ctx = self._context(session, plan.lock, plan_lock, on_event, observer)
-        return self._run(
-            "preview",
-            units,
-            lambda u: ops.preview_stack(ctx, u),
-            parallel,
-            observer,
-            blocking=lambda r: False,
-        )
+        with self._session(observer) as session:
+            plan_lock = self.state_dir / "plan" / LOCK_FILE
+            plan_lock.parent.mkdir(parents=True, exist_ok=True)
+            write_lock(plan_lock, plan.lock)
+            units = self._select(self.stacks(plan), only)
+            session.list_stacks()  # initialises a fresh backend before stacks run in parallel
+            ctx = self._context(session, plan.lock, plan_lock, on_event, observer)
+            return self._run(
+                "preview",
+                units,
+                lambda u: ops.preview_stack(ctx, u),
+                parallel,
+                observer,
+                blocking=lambda r: False,
+            )
 
     def up(
         self,
@@ -213,37 +214,38 @@ class Fleet:
         started = time.monotonic()
         plan = plan or self.plan()
         observer = observer or Observer()
-        session = self._session(observer)
-        units = self._select(self.stacks(plan), only)
-        # Listing the stacks first also initialises a fresh backend before stacks run in parallel.
-        existing = session.list_stacks()
-        written = write_lock(self.lock_path, plan.lock)
-        self.previous = plan.lock
-        observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
-        ctx = self._context(session, plan.lock, self.lock_path, on_event, observer)
-        run = self._run(
-            "up", units, lambda u: ops.up_stack(ctx, u, force=all_stacks), parallel, observer
-        )
-        run.lock_path, run.lock_written = str(self.lock_path), written
-        if only is None:
-            names = {u.name for u in units}
-            orphans = [self._orphan_unit(n) for n in existing if n not in names]
-            if orphans and prune:
-                pruned = self._run(
-                    "destroy",
-                    orphans,
-                    lambda u: ops.destroy_stack(ctx, u, remove=True),
-                    parallel,
-                    observer,
-                    reverse=True,
-                )
-                for r in pruned.results:
-                    r.note = "no longer in the fleet: destroyed and removed"
-                run.results.extend(pruned.results)
-            else:
-                run.orphans = [u.name for u in orphans]
-        run.duration = time.monotonic() - started
-        return run
+        with self._session(observer) as session:
+            units = self._select(self.stacks(plan), only)
+            # Listing the stacks first also initialises a fresh backend before stacks run
+            # in parallel.
+            existing = session.list_stacks()
+            written = write_lock(self.lock_path, plan.lock)
+            self.previous = plan.lock
+            observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
+            ctx = self._context(session, plan.lock, self.lock_path, on_event, observer)
+            run = self._run(
+                "up", units, lambda u: ops.up_stack(ctx, u, force=all_stacks), parallel, observer
+            )
+            run.lock_path, run.lock_written = str(self.lock_path), written
+            if only is None:
+                names = {u.name for u in units}
+                orphans = [self._orphan_unit(n) for n in existing if n not in names]
+                if orphans and prune:
+                    pruned = self._run(
+                        "destroy",
+                        orphans,
+                        lambda u: ops.destroy_stack(ctx, u, remove=True),
+                        parallel,
+                        observer,
+                        reverse=True,
+                    )
+                    for r in pruned.results:
+                        r.note = "no longer in the fleet: destroyed and removed"
+                    run.results.extend(pruned.results)
+                else:
+                    run.orphans = [u.name for u in orphans]
+            run.duration = time.monotonic() - started
+            return run
 
     def destroy(
         self,
@@ -257,22 +259,22 @@ class Fleet:
         """Destroy every stack of the fleet that exists in the backend (also stacks the
         fleet no longer derives), in reverse tier order; ``remove`` deletes the stacks too."""
         observer = observer or Observer()
-        session = self._session(observer)
-        existing = set(session.list_stacks())
-        derived = self.stacks()
-        names = {u.name for u in derived}
-        units = [u for u in derived if u.name in existing]
-        units += [self._orphan_unit(n) for n in sorted(existing - names)]
-        units = self._select(units, only, known=[u.name for u in derived] + sorted(existing))
-        ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
-        return self._run(
-            "destroy",
-            units,
-            lambda u: ops.destroy_stack(ctx, u, remove=remove),
-            parallel,
-            observer,
-            reverse=True,
-        )
+        with self._session(observer) as session:
+            existing = set(session.list_stacks())
+            derived = self.stacks()
+            names = {u.name for u in derived}
+            units = [u for u in derived if u.name in existing]
+            units += [self._orphan_unit(n) for n in sorted(existing - names)]
+            units = self._select(units, only, known=[u.name for u in derived] + sorted(existing))
+            ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+            return self._run(
+                "destroy",
+                units,
+                lambda u: ops.destroy_stack(ctx, u, remove=remove),
+                parallel,
+                observer,
+                reverse=True,
+            )
 
     def refresh(
         self,
@@ -284,48 +286,67 @@ class Fleet:
     ) -> RunResult:
         """``pulumi refresh`` of every existing stack: read the real state of its resources."""
         observer = observer or Observer()
-        session = self._session(observer)
-        existing = set(session.list_stacks())
-        units = [u for u in self._select(self.stacks(), only) if u.name in existing]
-        ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
-        return self._run(
-            "refresh",
-            units,
-            lambda u: ops.refresh_stack(ctx, u),
-            parallel,
-            observer,
-            blocking=lambda r: False,
-        )
+        with self._session(observer) as session:
+            existing = set(session.list_stacks())
+            units = [u for u in self._select(self.stacks(), only) if u.name in existing]
+            ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+            return self._run(
+                "refresh",
+                units,
+                lambda u: ops.refresh_stack(ctx, u),
+                parallel,
+                observer,
+                blocking=lambda r: False,
+            )
 
     def status(self, *, parallel: int = DEFAULT_PARALLEL) -> FleetStatus:
         """Placement from the lock plus every stack's last result, sync state and outputs."""
-        session = self._session(Observer())
-        existing = set(session.list_stacks())
-        units = self.stacks()
-        ctx = self._context(session, self.previous, self.lock_path, None, Observer())
-        statuses: dict[str, ops.StackStatus] = {}
+        with self._session(Observer()) as session:
+            existing = set(session.list_stacks())
+            units = self.stacks()
+            ctx = self._context(session, self.previous, self.lock_path, None, Observer())
+            statuses: dict[str, ops.StackStatus] = {}
 
-        def one(unit: StackUnit) -> StackResult:
-            statuses[unit.name] = ops.status_stack(ctx, unit, existing)
-            return StackResult(unit.name, unit.tier, Outcome.SUCCEEDED)
+            def one(unit: StackUnit) -> StackResult:
+                statuses[unit.name] = ops.status_stack(ctx, unit, existing)
+                return StackResult(unit.name, unit.tier, Outcome.SUCCEEDED)
 
-        run_tiers(units, one, parallel=parallel, blocking=lambda r: False)
-        return FleetStatus(
-            self.backend,
-            self.previous,
-            [statuses[u.name] for u in units],
-            sorted(existing - {u.name for u in units}),
-        )
+            run_tiers(units, one, parallel=parallel, blocking=lambda r: False)
+            return FleetStatus(
+                self.backend,
+                self.previous,
+                [statuses[u.name] for u in units],
+                sorted(existing - {u.name for u in units}),
+            )
+
+    def resources(self, stack: str) -> list[dict[str, Any]]:
+        """The resources in a stack's state (``pulumi stack export``; secrets stay encrypted).
+
+        Empty when the stack does not exist or holds nothing (e.g. after ``destroy``).
+        """
+        from pulumi.automation.errors import StackNotFoundError
+
+        with self._session(Observer()) as session:
+            try:
+                exported = session.stack(stack, create=False).export_stack()
+            except StackNotFoundError:
+                return []
+        return list((exported.deployment or {}).get("resources") or [])
 
     # -- internals -------------------------------------------------------------------------
 
-    def _session(self, observer: Observer) -> EngineSession:
+    @contextmanager
+    def _session(self, observer: Observer) -> Iterator[EngineSession]:
+        """Check secrets and the engine (before any stack runs); clean up after the run."""
         secrets = resolve_secrets(self.backend, self.secrets_provider, self.env)
         session = EngineSession(
             self.state_dir / "workspaces", self.backend, secrets, self.env, observer.message
         )
-        session.start()
-        return session
+        try:
+            session.start()
+            yield session
+        finally:
+            session.close()
 
     def _context(
         self,

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -92,6 +94,7 @@ class EngineSession:
         self._command: PulumiCommand | None = None
         self._env: dict[str, str] | None = None
         self._program: Path | None = None
+        self._tmp: Path | None = None
         self._lock = threading.Lock()
 
     # -- engine ---------------------------------------------------------------------------
@@ -134,11 +137,23 @@ class EngineSession:
             env["KUBECONFIG"] = ""
             if "virtualenv" not in project_settings()["runtime"]["options"]:
                 env.setdefault("PULUMI_PYTHON_CMD", sys.executable)
+            # The Kubernetes provider writes each kubeconfig it is given to a temporary file
+            # (for Helm) and leaves it there: give the engine a private temporary directory
+            # (mode 0700) that close() removes, so no plaintext kubeconfig outlives the run.
+            self._tmp = Path(tempfile.mkdtemp(prefix="modelplane-engine-"))
+            env["TMPDIR"] = str(self._tmp)
             self._env = env
             self._program = program_dir()
             state_dir = local_state_dir(self.backend)
             if state_dir is not None:
                 state_dir.mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        """Remove the engine's temporary directory (idempotent)."""
+        with self._lock:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                self._tmp = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -192,8 +207,6 @@ class EngineSession:
         return {k: v for k, v in config.items() if k not in DRIVER_CONFIG}
 
     def remove_work_dir(self, stack: str) -> None:
-        import shutil
-
         work_dir = self.work_dir(stack)
         if work_dir.is_dir() and work_dir.parent == self.work_root:
             shutil.rmtree(work_dir)
