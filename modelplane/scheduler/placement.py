@@ -73,8 +73,10 @@ class Placement:
             dep = self.deployments.get(dep_key)
             if dep is None:
                 continue
+            # The whole entry is the sort key, so duplicates resolve the same in any order.
             replicas = sorted(
-                previous.deployments[dep_key].replicas, key=lambda r: (r.cluster, r.index, r.name)
+                previous.deployments[dep_key].replicas,
+                key=lambda r: (r.cluster, r.index, r.name, sorted(r.pools.items())),
             )
             for replica in replicas:
                 if (replica.cluster, replica.index) in self.placed[dep_key]:
