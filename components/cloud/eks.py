@@ -30,6 +30,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from components.cloud.pools import with_system_pool
+
 POOL_LABEL = "modelplane.ai/pool"
 GPU_LABEL = "modelplane.ai/gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -202,12 +204,7 @@ class EKSCluster(pulumi.ComponentResource):
         args: EKSClusterArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        pools = list(args.node_pools)
-        if not any(p.role == "System" for p in pools):
-            pools.insert(0, system_pool())
-        names = [p.name for p in pools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"EKSCluster {name!r}: node pool names must be unique: {names}")
+        pools = with_system_pool("EKSCluster", name, args.node_pools, system_pool)
         plans = plan_subnets(args.region, pools, args.networking)
         super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
         cluster_name = args.cluster_name or name

@@ -19,6 +19,7 @@ from typing import Literal
 import pulumi
 import pulumi_gcp as gcp
 
+from components.cloud.pools import with_system_pool
 from modelplane.api.names import child_name
 
 POOL_LABEL = "modelplane.ai/pool"
@@ -145,12 +146,7 @@ class GKECluster(pulumi.ComponentResource):
         args: GKEClusterArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        pools = list(args.node_pools)
-        if not any(p.role == "System" for p in pools):
-            pools.insert(0, system_pool())
-        names = [p.name for p in pools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"GKECluster {name!r}: node pool names must be unique: {names}")
+        pools = with_system_pool("GKECluster", name, args.node_pools, system_pool)
         super().__init__("modelplane:cloud:GKECluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         net = args.networking
