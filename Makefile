@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # The Pulumi CLI, the Python language host and the Kubernetes provider, cached per user
 # (built from Go modules when not installed; minutes the first time, seconds after).
 engine: $(STAMP)
-	$(BIN)/python -m modelplane.engine install
+	$(BIN)/python -m modelplane.toolchain install
 
 setup: engine
 

@@ -42,7 +42,13 @@ from components.cloud.gke import (
     GKENodePool,
 )
 from components.providers import cluster_provider
-from components.serving_stack import ServingStack
+from components.serving_stack import (
+    SYSTEM_NAMESPACE,
+    ServingStack,
+    gateway_address,
+    workload_gateway,
+)
+from components.workload.objects import ensure_namespace
 from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster, NodePool
 
@@ -287,6 +293,20 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address
+        elif spec.serving_stack.gateway is not None and render_to is None:
+            # The platform runs the gateway controller; modelplane owns the workload Gateway.
+            own = spec.serving_stack.gateway
+            namespace = ensure_namespace(SYSTEM_NAMESPACE, k8s_child, scope=name)
+            self.workload_gateway = workload_gateway(
+                name,
+                own.class_name,
+                own.port,
+                pulumi.ResourceOptions.merge(
+                    k8s_child,
+                    pulumi.ResourceOptions(depends_on=[namespace] if namespace else []),
+                ),
+            )
+            self.gateway_address = gateway_address(self.workload_gateway, own.port)
         else:
             self.gateway_address = pulumi.Output.from_input(None)
 

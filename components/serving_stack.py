@@ -163,6 +163,56 @@ def _first_address(status: Any) -> str | None:
     return None
 
 
+def workload_gateway(
+    name: str,
+    class_name: str,
+    port: int,
+    opts: pulumi.ResourceOptions,
+) -> pulumi.CustomResource:
+    """The cluster's workload Gateway `modelplane-system/inference-gateway` of ``class_name``:
+    a plain CustomResource so that `status` is an output, and Pulumi waits for an address."""
+    return pulumi.CustomResource(
+        "kubernetes:gateway.networking.k8s.io/v1:Gateway",
+        f"{name}-gateway",
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {
+                "name": GATEWAY_NAME,
+                "namespace": SYSTEM_NAMESPACE,
+                "annotations": {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"},
+            },
+            "spec": {
+                "gatewayClassName": class_name,
+                "listeners": [
+                    {
+                        "name": "http",
+                        "protocol": "HTTP",
+                        "port": port,
+                        "allowedRoutes": {"namespaces": {"from": "All"}},
+                    }
+                ],
+            },
+            "status": None,
+        },
+        opts,
+    )
+
+
+def gateway_address(gateway: pulumi.CustomResource, port: int = 80) -> pulumi.Output[str | None]:
+    """The Gateway's first address, with ``:port`` when the listener is not on 80 (the
+    replica endpoint URLs are ``http://<gateway address>/...``)."""
+
+    def with_port(status: Any) -> str | None:
+        address = _first_address(status)
+        if address is None or port == 80:
+            return address
+        host = f"[{address}]" if ":" in address else address
+        return f"{host}:{port}"
+
+    return gateway.status.apply(with_port)  # type: ignore[attr-defined]
+
+
 class ServingStack(pulumi.ComponentResource):
     """The per-cluster serving stack on ``provider`` (see the module docstring).
 
@@ -261,34 +311,13 @@ class ServingStack(pulumi.ComponentResource):
             spec={"controllerName": GATEWAY_CONTROLLER},
             opts=self._opts(depends_on=[self.gateway_api_crds, self.releases["envoyGateway"]]),
         )
-        # A plain CustomResource so that `status` is an output (the address).
-        self.gateway = pulumi.CustomResource(
-            "kubernetes:gateway.networking.k8s.io/v1:Gateway",
-            f"{name}-gateway",
-            {
-                "apiVersion": "gateway.networking.k8s.io/v1",
-                "kind": "Gateway",
-                "metadata": {
-                    "name": GATEWAY_NAME,
-                    "namespace": SYSTEM_NAMESPACE,
-                    "annotations": {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"},
-                },
-                "spec": {
-                    "gatewayClassName": GATEWAY_CLASS_NAME,
-                    "listeners": [
-                        {
-                            "name": "http",
-                            "protocol": "HTTP",
-                            "port": 80,
-                            "allowedRoutes": {"namespaces": {"from": "All"}},
-                        }
-                    ],
-                },
-                "status": None,
-            },
+        self.gateway = workload_gateway(
+            name,
+            GATEWAY_CLASS_NAME,
+            80,
             self._opts(depends_on=[self.gateway_class, namespace, self.releases["envoyAiGateway"]]),
         )
-        self.gateway_address = self.gateway.status.apply(_first_address)  # type: ignore[attr-defined]
+        self.gateway_address = gateway_address(self.gateway)
         self.release_names = {key: CHARTS[key].release_name for key in self.releases}
         self.register_outputs(
             {"gateway_address": self.gateway_address, "releases": self.release_names}

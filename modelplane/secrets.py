@@ -3,7 +3,9 @@
 Order: the stack config secret `modelplane:secrets.<name>.<key>`, then the
 environment variable `MODELPLANE_SECRET_<NAME>_<KEY>` (upper-cased, `-` and `.`
 as `_`), then, for a name written `file:<path>`, the file's content (a relative
-path is relative to the fleet directory).
+path is relative to the fleet directory; `$VAR` and `${VAR}` in the path are
+environment variables, and `MODELPLANE_DEV_FLEET_STATE` defaults to the dev
+fleet's default state directory, `.modelplane/dev-fleet` of the current directory).
 
 Pure: no Pulumi import. The caller passes a config lookup (the stack program
 hands in Pulumi's raw config getter) and wraps the value as a secret output.
@@ -19,6 +21,8 @@ from pathlib import Path
 
 CONFIG_NAMESPACE = "modelplane"
 FILE_PREFIX = "file:"
+DEV_FLEET_STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 ConfigLookup = Callable[[str], str | None]
 
@@ -75,7 +79,11 @@ def resolve_secret(
     if value:
         return ResolvedSecret(value, "env")
     if name.startswith(FILE_PREFIX):
-        path = Path(name[len(FILE_PREFIX) :]).expanduser()
+        expanded, missing = expand_path_variables(name[len(FILE_PREFIX) :], env)
+        if missing:
+            tried.append(f"a file, once the environment variable(s) {', '.join(missing)} are set")
+            raise SecretNotFound(name, key, tried)
+        path = Path(expanded).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         tried.append(f"file {path}")
@@ -86,3 +94,24 @@ def resolve_secret(
     else:
         tried.append(f"a file, by naming the secret 'file:<path>' instead of {name!r}")
     raise SecretNotFound(name, key, tried)
+
+
+def expand_path_variables(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """``$VAR``/``${VAR}`` replaced from ``env``; the names that are not set.
+
+    ``MODELPLANE_DEV_FLEET_STATE`` falls back to ``.modelplane/dev-fleet`` of the current
+    directory, as `modelplane dev-fleet` does.
+    """
+    missing: list[str] = []
+
+    def value(match: re.Match[str]) -> str:
+        var = match.group(1) or match.group(2)
+        found = env.get(var)
+        if not found and var == DEV_FLEET_STATE_ENV:
+            found = str(Path.cwd() / ".modelplane" / "dev-fleet")
+        if not found:
+            missing.append(var)
+            return match.group(0)
+        return found
+
+    return _VARIABLE.sub(value, text), missing

@@ -162,10 +162,27 @@ class Taint(Strict):
         )
 
 
+class WorkloadGateway(Strict):
+    """A platform-run gateway controller's class, for clusters without the installed stack."""
+
+    class_name: DNSSubdomain
+    port: int = Field(default=80, ge=1, le=65535)
+
+
 class ServingStackOptions(Strict):
     install: bool = True
     chart_repository: str = ""
     versions: dict[str, str] = Field(default_factory=dict)
+    gateway: WorkloadGateway | None = None
+
+    @model_validator(mode="after")
+    def _gateway_only_without_install(self) -> ServingStackOptions:
+        if self.install and self.gateway is not None:
+            raise ValueError(
+                "gateway is for clusters whose platform runs its own gateway controller: set "
+                "install: false, or remove gateway (the installed stack brings Envoy Gateway)"
+            )
+        return self
 
 
 class InferenceClusterSpec(Strict):

@@ -143,7 +143,9 @@ def cel_patch(v: Any) -> celtypes.IntType:
     return celtypes.IntType(_semver(v, "patch()").patch)
 
 
-# --- operators: Semver is ordered, Quantity only compares for equality ------------------------
+# --- operators: Quantity and Semver only compare for equality ---------------------------------
+# Kubernetes' CEL has no ordering overloads for either ("no matching overload for '_>=_'
+# applied to '(any, kubernetes.Semver)'"): they are ordered with compareTo and friends.
 _Op = Callable[[Any, Any], Any]
 
 
@@ -162,6 +164,11 @@ def _relation(name: str, ordering: bool) -> _Op:
                 raise TypeError(f"no such overload: {type(a).__name__} {name} {type(b).__name__}")
             if ordering and isinstance(a, Quantity):
                 raise TypeError("quantities are ordered with compareTo, isGreaterThan, isLessThan")
+            if ordering and isinstance(a, Semver):
+                raise TypeError(
+                    "semantic versions are ordered with compareTo, isGreaterThan, isLessThan "
+                    '(e.g. v.compareTo(semver("9.0.0")) >= 0)'
+                )
         return standard(a, b)
 
     relation.__name__ = f"relation{name}"

@@ -14,6 +14,14 @@ app = typer.Typer(
 
 
 def main() -> None:
+    import os
+    from pathlib import Path
+
     from modelplane.cli import commands  # noqa: F401  (registers the verbs)
 
+    # `file:${MODELPLANE_DEV_FLEET_STATE}/...` kubeconfigs (specs/dev) resolve against the dev
+    # fleet's default state here, also inside stack programs that run in other directories.
+    os.environ.setdefault(
+        "MODELPLANE_DEV_FLEET_STATE", str(Path.cwd().resolve() / ".modelplane" / "dev-fleet")
+    )
     app()

@@ -53,16 +53,26 @@ class Layout:
     least_used: int = 0  # what the items consume at least, however they are packed
 
     def copy(self) -> Layout:
-        return Layout(list(self.items), [row[:] for row in self.free], self.node_free[:],
-                      self.free_total, self.least_used)
+        return Layout(
+            list(self.items),
+            [row[:] for row in self.free],
+            self.node_free[:],
+            self.free_total,
+            self.least_used,
+        )
 
 
 class Pool:
     """One node pool of one cluster: its node shape and its current layout."""
 
     def __init__(
-        self, cluster: str, name: str, position: int, class_name: str,
-        shape: ClassShape | None, nodes: int,
+        self,
+        cluster: str,
+        name: str,
+        position: int,
+        class_name: str,
+        shape: ClassShape | None,
+        nodes: int,
     ) -> None:
         self.cluster = cluster
         self.name = name

@@ -57,15 +57,16 @@ class Eligibility:
         self._pools: dict[tuple[str, int], RolePools | str] = {}
         self._open: dict[tuple[str, int], RolePools | None] = {}
 
-    def open_for_new(self, dep_key: str, dep: ModelDeployment, cluster: str
-                     ) -> RolePools | None:
+    def open_for_new(self, dep_key: str, dep: ModelDeployment, cluster: str) -> RolePools | None:
         """Each role's pools if the cluster is open to new replicas of the deployment
         (selector, cache, NoSchedule and NoExecute taints, a matching pool per role)."""
         memo = (dep_key, self.profile_ids[cluster])
         if memo not in self._open:
             pools = None
-            if (self.selected(dep_key, dep, cluster)
-                    and self.blocked(dep_key, dep, cluster, BLOCKS_NEW) is None):
+            if (
+                self.selected(dep_key, dep, cluster)
+                and self.blocked(dep_key, dep, cluster, BLOCKS_NEW) is None
+            ):
                 found = self.role_pools(dep_key, dep, cluster)
                 pools = found if isinstance(found, RolePools) else None
             self._open[memo] = pools
@@ -80,8 +81,9 @@ class Eligibility:
             hit = self._selected[memo] = dep.spec.cluster_selector.matches(labels)
         return hit
 
-    def blocked(self, dep_key: str, dep: ModelDeployment, cluster: str,
-                effects: Sequence[str]) -> str | None:
+    def blocked(
+        self, dep_key: str, dep: ModelDeployment, cluster: str, effects: Sequence[str]
+    ) -> str | None:
         """Why the cluster is closed to the deployment (cache, then taints with `effects`),
         as a reason without the `<cluster>: ` prefix, or None."""
         memo = (dep_key, self.profile_ids[cluster], tuple(effects))
@@ -89,8 +91,9 @@ class Eligibility:
             self._blocked[memo] = self._why_blocked(dep, cluster, effects)
         return self._blocked[memo]
 
-    def _why_blocked(self, dep: ModelDeployment, cluster: str, effects: Sequence[str]
-                     ) -> str | None:
+    def _why_blocked(
+        self, dep: ModelDeployment, cluster: str, effects: Sequence[str]
+    ) -> str | None:
         spec = self.fleet.clusters[cluster]
         ref = dep.spec.model_cache_ref
         if ref is not None:
@@ -109,8 +112,9 @@ class Eligibility:
             hit = self._pools[memo] = self._resolve(dep_key, dep, self.profiles[cluster][2])
         return hit
 
-    def _resolve(self, dep_key: str, dep: ModelDeployment, classes: tuple[str, ...]
-                 ) -> RolePools | str:
+    def _resolve(
+        self, dep_key: str, dep: ModelDeployment, classes: tuple[str, ...]
+    ) -> RolePools | str:
         roles = []
         for role_name, role in dep.spec.roles.items():
             fits = [self.matcher.fit(dep_key, role_name, role, c) for c in classes]

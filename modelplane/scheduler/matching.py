@@ -131,9 +131,7 @@ class Matcher:
         devices = cls.spec.devices
         requests: list[Request] = []
         if role.node_selector is None:
-            kinds = tuple(
-                i for i, d in enumerate(devices) if d.claim == "DRA" and d.count >= gpus
-            )
+            kinds = tuple(i for i, d in enumerate(devices) if d.claim == "DRA" and d.count >= gpus)
             requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, kinds))
         else:
             for req in role.node_selector.devices:
@@ -158,9 +156,8 @@ class Matcher:
             workers=role.workers.count,
             devices_per_pod=sum(r.count for r in requests),
             pods=pods,
-            least_consumed=pods * sum(
-                r.count for r in requests if all(shape.consumed[k] for k in r.kinds)
-            ),
+            least_consumed=pods
+            * sum(r.count for r in requests if all(shape.consumed[k] for k in r.kinds)),
         )
         return RoleFit(demand)
 

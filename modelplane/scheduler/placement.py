@@ -97,8 +97,9 @@ class Placement:
             self._refresh_room(cluster)
         self._drop(failed)
 
-    def _keepable(self, dep_key: str, dep: ModelDeployment, replica: LockedReplica
-                  ) -> list[tuple[Pool, Item]] | None:
+    def _keepable(
+        self, dep_key: str, dep: ModelDeployment, replica: LockedReplica
+    ) -> list[tuple[Pool, Item]] | None:
         """The items a locked replica keeps on its pools, or None if it may not stay."""
         cluster = replica.cluster
         if cluster not in self.fleet.clusters:
@@ -117,8 +118,7 @@ class Placement:
             demand = self.matcher.fit(dep_key, role_name, role, pool.class_name).demand
             if demand is None:
                 return None
-            item = Item.make(dep.spec.priority, dep_key, replica.index, role_name, position,
-                             demand)
+            item = Item.make(dep.spec.priority, dep_key, replica.index, role_name, position, demand)
             kept.append((pool, item))
         return kept
 
@@ -230,8 +230,9 @@ class Placement:
             for _, matching in role_pools.roles
         )
 
-    def _fit(self, dep_key: str, dep: ModelDeployment, cluster: str, index: int,
-             role_pools: RolePools) -> RolePlan | None:
+    def _fit(
+        self, dep_key: str, dep: ModelDeployment, cluster: str, index: int, role_pools: RolePools
+    ) -> RolePlan | None:
         """Pools for every role of a new replica, or None. Each role takes its best fit
         (least room left after it, ties by pool order) given the roles before it; when a
         later role then finds no room, an earlier role tries its next-best pool."""

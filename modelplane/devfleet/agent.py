@@ -1,0 +1,198 @@
+"""The dev fleet's pod agent: a stand-in for kubelet + the model server, inside the namespace.
+
+kwok marks pods Running and gives them addresses, but nothing listens there. This agent
+watches every cluster's pods and, for each Running serving pod (a container port named
+``http``), runs a stand-in model server (``standin.py``) on the pod's IP and that port — so
+Services, EndpointSlices, Traefik and modelplane's routes lead to something that answers, and
+says which replica, role and cluster it is. When the pod goes away, so does its server.
+It also keeps ``/etc/netns/<ns>/hosts`` holding each pod's DNS name
+(``<hostname>.<subdomain>.<namespace>.svc.cluster.local``), so LWS leader addresses resolve.
+
+Production pods run the user's image on real kubelets; this exists only in the dev fleet.
+
+Run as ``python -m modelplane.devfleet.agent --state <dev-fleet state dir>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelplane.devcluster.rest import KubeRest, KubeRestError
+from modelplane.devfleet import netns
+
+POLL_SECONDS = 0.5
+SERVING_PORT_NAME = "http"
+REPLICA_LABEL = "modelplane.ai/replica"
+ROLE_LABEL = "modelplane.ai/role"
+DEPLOYMENT_LABEL = "modelplane.ai/deployment"
+CLUSTER_LABEL = "modelplane.ai/cluster"
+
+
+@dataclass(frozen=True)
+class PodServer:
+    """One stand-in to run: where, and who it says it is."""
+
+    key: str  # <cluster>/<namespace>/<pod>/<port>
+    ip: str
+    port: int
+    cluster: str
+    namespace: str
+    pod: str
+    replica: str
+    role: str
+    model: str
+    ready: bool
+
+
+def _model_name(container: Mapping[str, Any], fallback: str) -> str:
+    args = [str(a) for a in container.get("args", []) or []]
+    for prefix in ("--served-model-name=", "--model=", "--model-path="):
+        for arg in args:
+            if arg.startswith(prefix):
+                return arg[len(prefix) :]
+    return fallback
+
+
+def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
+    """The stand-ins a pod needs (none unless it is Running with an IP and a serving port)."""
+    meta = pod.get("metadata", {}) or {}
+    status = pod.get("status", {}) or {}
+    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return []
+    ip = status.get("podIP")
+    if not ip:
+        return []
+    labels = meta.get("labels", {}) or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions", []) or []
+    )
+    servers = []
+    for container in (pod.get("spec", {}) or {}).get("containers", []) or []:
+        for port in container.get("ports", []) or []:
+            if port.get("name") != SERVING_PORT_NAME:
+                continue
+            number = int(port.get("containerPort", 0))
+            name = str(meta.get("name", ""))
+            namespace = str(meta.get("namespace", "default"))
+            servers.append(
+                PodServer(
+                    key=f"{cluster}/{namespace}/{name}/{number}",
+                    ip=str(ip),
+                    port=number,
+                    cluster=str(labels.get(CLUSTER_LABEL, cluster)),
+                    namespace=namespace,
+                    pod=name,
+                    replica=str(labels.get(REPLICA_LABEL, name)),
+                    role=str(labels.get(ROLE_LABEL, "unified")),
+                    model=_model_name(container, str(labels.get(DEPLOYMENT_LABEL, name))),
+                    ready=ready,
+                )
+            )
+    return servers
+
+
+def pod_hosts(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """DNS names of pods with a hostname and subdomain (LWS/StatefulSet pods) -> pod IP."""
+    hosts: dict[str, str] = {}
+    for pod in pods:
+        spec, meta = pod.get("spec", {}) or {}, pod.get("metadata", {}) or {}
+        ip = (pod.get("status", {}) or {}).get("podIP")
+        hostname, subdomain = spec.get("hostname"), spec.get("subdomain")
+        if ip and hostname and subdomain:
+            ns = meta.get("namespace", "default")
+            hosts[f"{hostname}.{subdomain}.{ns}"] = ip
+            hosts[f"{hostname}.{subdomain}.{ns}.svc.cluster.local"] = ip
+    return hosts
+
+
+class Agent:
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        data = json.loads((state / "fleet.json").read_text())
+        self.netns = str(data["netns"])
+        self.clusters: list[tuple[str, KubeRest]] = []
+        for cluster in data["clusters"]:
+            workdir = Path(cluster["workdir"])
+            pki = workdir / "pki"
+            rest = KubeRest(cluster["server"], pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
+            self.clusters.append((str(cluster["name"]), rest))
+        from modelplane.devfleet.standin import StandinHostThread
+
+        self.host = StandinHostThread()
+        self.running: dict[str, PodServer] = {}
+        self.hosts: dict[str, dict[str, str]] = {}
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    def sync_cluster(self, name: str, rest: KubeRest) -> None:
+        try:
+            pods = rest.get("/api/v1/pods", timeout=5).get("items", [])
+        except (KubeRestError, OSError):
+            return  # a stopped control plane: keep what runs (its pods are not deleted)
+        wanted = {s.key: s for pod in pods for s in pod_servers(name, pod)}
+        with self.lock:
+            mine = {k: v for k, v in self.running.items() if k.startswith(f"{name}/")}
+            for key in sorted(set(mine) - set(wanted)):
+                self.host.remove(key)
+                del self.running[key]
+            for key, server in sorted(wanted.items()):
+                current = self.running.get(key)
+                if current == server:
+                    continue
+                if current is not None:
+                    if (current.ip, current.port) == (server.ip, server.port):
+                        self.host.set_ready(key, server.ready)
+                        self.running[key] = server
+                        continue
+                    self.host.remove(key)
+                try:
+                    self.host.add(key, server)
+                except OSError as exc:
+                    print(
+                        f"agent: cannot serve {key} on {server.ip}:{server.port}: {exc}", flush=True
+                    )
+                    continue
+                self.running[key] = server
+            hosts = pod_hosts(pods)
+            if hosts != self.hosts.get(name):
+                self.hosts[name] = hosts
+                merged: dict[str, str] = {}
+                for entries in self.hosts.values():
+                    merged.update(entries)
+                netns.write_hosts(self.netns, merged)
+
+    def run(self) -> None:
+        print("agent ready", flush=True)
+        while not self.stop.is_set():
+            for name, rest in self.clusters:
+                self.sync_cluster(name, rest)
+            self.stop.wait(POLL_SECONDS)
+        self.host.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m modelplane.devfleet.agent")
+    parser.add_argument("--state", required=True, type=Path)
+    args = parser.parse_args(argv)
+    data = json.loads((args.state / "fleet.json").read_text())
+    netns.enter(str(data["netns"]))
+    agent = Agent(args.state)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop.set())
+    agent.run()
+    return 0
+
+
+if __name__ == "__main__":
+    time.sleep(0)
+    sys.exit(main())

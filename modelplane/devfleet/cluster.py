@@ -1,0 +1,589 @@
+"""One dev-fleet cluster: a real control plane and its simulated nodes, inside the fleet's netns.
+
+Processes (each its own process group, logs under ``<cluster>/logs/``), all bound to the
+cluster's own addresses:
+
+- kine (SQLite) and kube-apiserver on ``api_host`` (a 127.x address, bridged to the host);
+- kube-controller-manager (every default controller: Deployments, ReplicaSets, the garbage
+  collector, the ResourceClaim controller, node lifecycle) and kube-scheduler (DRA on);
+- kwok, managing the Nodes annotated ``kwok.x-k8s.io/node=fake`` with the stages vendored from
+  the kwok module (node initialize + lease heartbeat, pod ready/complete/delete);
+- the LeaderWorkerSet controller, its webhooks served on ``api_host:9443`` with a certificate
+  from the cluster CA, registered with ``url`` client configs;
+- two Traefik instances with the Kubernetes Gateway provider: the *workload* gateway (class
+  ``modelplane-dev``, address ``gateway_ip`` — a private 10.x address, because EndpointSlices
+  refuse loopback) and the *front door* (the InferenceGateway's class, address ``api_host``,
+  which the host reaches through the bridge).
+
+Traefik and kwok authenticate with a static bearer token (``--token-auth-file``); everything
+else with the admin client certificate. Secrets stay in mode-0600 files under the cluster dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modelplane.devcluster.build import KubeBinaries
+from modelplane.devcluster.certs import KeyPair, PKIPaths, generate_serving_cert, write_pki
+from modelplane.devcluster.crds import install_crds
+from modelplane.devcluster.rest import KubeRest, KubeRestError
+from modelplane.devcluster.server import (
+    DevClusterError,
+    ManagedProcess,
+    _write_secret,
+    render_kubeconfig,
+    wait_until_ready,
+)
+from modelplane.devfleet import netns
+from modelplane.devfleet.binaries import FleetBinaries
+from modelplane.devfleet.nodes import KWOK_ANNOTATION, KWOK_VALUE, ClusterNodes
+
+KINE_PORT = 2379
+API_PORT = 6443
+WEBHOOK_PORT = 9443
+GATEWAY_PORT = 8000
+"""Traefik's `web` entrypoint, as in the Traefik Helm chart; the bridge serves port 80 too."""
+SERVICE_RANGE = "10.96.0.0/16"
+WORKLOAD_GATEWAY_CLASS = "modelplane-dev"
+WORKLOAD_CLASS_LABEL = "modelplane.ai/dev-fleet-gateway"
+FRONT_DOOR_SELECTOR = "modelplane.ai/gateway"
+TRAEFIK_CONTROLLER = "traefik.io/gateway-controller"
+LWS_NAMESPACE = "lws-system"
+COMPONENT_USER = "modelplane-dev-components"
+FIELD_MANAGER = "modelplane-dev-fleet"
+
+
+@dataclass(frozen=True)
+class ClusterAddresses:
+    """Where cluster ``index`` (1-based) of a fleet in host slot ``slot`` listens."""
+
+    name: str
+    index: int
+    slot: int
+
+    @property
+    def api_host(self) -> str:
+        return f"127.77.{self.slot}.{10 + self.index}"
+
+    @property
+    def server(self) -> str:
+        return f"https://{self.api_host}:{API_PORT}"
+
+    @property
+    def gateway_ip(self) -> str:
+        return f"10.255.{self.slot}.{10 + self.index}"
+
+    @property
+    def front_door(self) -> str:
+        return self.api_host
+
+    @property
+    def pod_range(self) -> str:
+        return f"10.{100 + self.index}.0.0/16"
+
+
+@dataclass
+class FleetCluster:
+    """A running cluster (paths and processes; the kubeconfig file holds the secret)."""
+
+    addresses: ClusterAddresses
+    workdir: Path
+    processes: list[ManagedProcess] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.addresses.name
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def pki(self) -> PKIPaths:
+        d = self.workdir / "pki"
+        return PKIPaths(
+            ca_cert=d / "ca.crt",
+            ca_key=d / "ca.key",
+            serving_cert=d / "apiserver.crt",
+            serving_key=d / "apiserver.key",
+            admin_cert=d / "admin.crt",
+            admin_key=d / "admin.key",
+            sa_public_key=d / "sa.pub",
+            sa_private_key=d / "sa.key",
+        )
+
+    def rest(self) -> KubeRest:
+        pki = self.pki
+        return KubeRest(self.addresses.server, pki.ca_cert, pki.admin_cert, pki.admin_key)
+
+    def process(self, name: str) -> ManagedProcess | None:
+        return next((p for p in self.processes if p.name == name), None)
+
+    def running(self) -> bool:
+        return bool(self.processes) and all(p.running() for p in self.processes)
+
+    def stop(self, only: tuple[str, ...] | None = None) -> None:
+        errors = []
+        for process in reversed(self.processes):
+            if only is not None and process.name not in only:
+                continue
+            try:
+                process.stop(timeout=10)
+            except DevClusterError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise DevClusterError("; ".join(errors))
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "index": self.addresses.index,
+            "slot": self.addresses.slot,
+            "workdir": str(self.workdir),
+            "server": self.addresses.server,
+            "gatewayAddress": self.addresses.gateway_ip,
+            "frontDoorAddress": self.addresses.front_door,
+            "nodes": list(self.nodes),
+            "processes": [p.to_state() for p in self.processes],
+        }
+
+    @classmethod
+    def from_state(cls, data: dict[str, Any]) -> FleetCluster:
+        return cls(
+            addresses=ClusterAddresses(str(data["name"]), int(data["index"]), int(data["slot"])),
+            workdir=Path(data["workdir"]),
+            processes=[ManagedProcess.from_state(p) for p in data["processes"]],
+            nodes=list(data.get("nodes", [])),
+        )
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _spawn(
+    name: str, argv: list[str], *, ns: str, cwd: Path, log_path: Path, env: dict[str, str]
+) -> ManagedProcess:
+    import subprocess
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            [*netns.exec_prefix(ns), *argv],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
+    # `ip netns exec` execs the command in place: the pid is the command's.
+    return ManagedProcess(name, popen.pid, argv[0], log_path, popen)
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "PULUMI"))}
+    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env.pop(proxy, None)
+    env["NO_PROXY"] = "*"
+    return env
+
+
+def _wait_listening(
+    cluster: FleetCluster, process: ManagedProcess, check: Any, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if not process.running():
+            raise DevClusterError(
+                f"{cluster.name}: {process.name} exited during startup; log: {process.log_path}\n"
+                f"{process.log_tail()}"
+            )
+        try:
+            if check():
+                return
+        except (KubeRestError, OSError) as exc:
+            last = str(exc)[:300]
+        time.sleep(0.2)
+    raise DevClusterError(
+        f"{cluster.name}: {process.name} not ready after {timeout:.0f}s ({last}); "
+        f"log: {process.log_path}"
+    )
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def kwok_config(stages_dir: Path) -> str:
+    """KwokConfiguration plus the vendored stages, one multi-document file."""
+    docs = [
+        {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            "options": {
+                "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION}={KWOK_VALUE}",
+                "nodeLeaseDurationSeconds": 40,
+                "enableCRDs": [],
+            },
+        }
+    ]
+    text = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
+    for stage in sorted(stages_dir.glob("*.yaml")):
+        text += "---\n" + stage.read_text()
+    return text
+
+
+def lws_config(host: str, cert_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"host": host, "port": WEBHOOK_PORT, "certDir": str(cert_dir)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": "0"},
+    }
+
+
+def lws_webhooks(host: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """The LWS controller's admission webhooks (paths and rules as its manifests declare),
+    pointing at its loopback server."""
+    import base64
+
+    bundle = base64.b64encode(ca_pem).decode()
+
+    def hook(name: str, path: str, group: str, resource: str, ops: list[str], pods: bool):
+        entry: dict[str, Any] = {
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "clientConfig": {"url": f"https://{host}:{WEBHOOK_PORT}{path}", "caBundle": bundle},
+            "rules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": ["v1"],
+                    "operations": ops,
+                    "resources": [resource],
+                }
+            ],
+        }
+        if pods:
+            entry["objectSelector"] = {
+                "matchExpressions": [
+                    {"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}
+                ]
+            }
+        return entry
+
+    lws_group = "leaderworkerset.x-k8s.io"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "lws-mutating-webhook-configuration"},
+            "webhooks": [
+                hook(
+                    "mleaderworkerset.kb.io",
+                    "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                    lws_group,
+                    "leaderworkersets",
+                    ["CREATE", "UPDATE"],
+                    False,
+                ),
+                hook("mpod.kb.io", "/mutate--v1-pod", "", "pods", ["CREATE"], True),
+            ],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "lws-validating-webhook-configuration"},
+            "webhooks": [
+                hook(
+                    "vleaderworkerset.kb.io",
+                    "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                    lws_group,
+                    "leaderworkersets",
+                    ["CREATE", "UPDATE"],
+                    False,
+                ),
+                hook("vpod.kb.io", "/validate--v1-pod", "", "pods", ["CREATE", "UPDATE"], True),
+            ],
+        },
+    ]
+
+
+def gateway_classes() -> list[dict[str, Any]]:
+    """The workload GatewayClass the dev fleet's clusters advertise (``servingStack.gateway``)."""
+    return [
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "GatewayClass",
+            "metadata": {
+                "name": WORKLOAD_GATEWAY_CLASS,
+                "labels": {WORKLOAD_CLASS_LABEL: "workload"},
+            },
+            "spec": {"controllerName": TRAEFIK_CONTROLLER},
+        }
+    ]
+
+
+def traefik_argv(
+    traefik: Path, *, server: str, token_file: Path, ca: Path, address: str, selector: str
+) -> list[str]:
+    return [
+        str(traefik),
+        "--global.checkNewVersion=false",
+        "--global.sendAnonymousUsage=false",
+        f"--entryPoints.web.address={address}:{GATEWAY_PORT}",
+        "--providers.kubernetesgateway=true",
+        f"--providers.kubernetesgateway.endpoint={server}",
+        f"--providers.kubernetesgateway.token={token_file}",
+        f"--providers.kubernetesgateway.certAuthFilePath={ca}",
+        f"--providers.kubernetesgateway.labelSelector={selector}",
+        f"--providers.kubernetesgateway.statusAddress.ip={address}",
+        "--providers.kubernetesgateway.throttleDuration=0s",
+        "--log.level=WARN",
+    ]
+
+
+# --------------------------------------------------------------------------- start
+
+
+def start_control_plane(
+    cluster: FleetCluster, kube: KubeBinaries, ns: str, *, timeout: float = 90.0
+) -> None:
+    """kine + kube-apiserver, ready, CRDs installed, kubeconfig and token written."""
+    a = cluster.addresses
+    w = cluster.workdir
+    for stale in ("kine", "pki", "apiserver-certs", "logs", "lws-certs"):
+        shutil.rmtree(w / stale, ignore_errors=True)
+    (w / "kine").mkdir(parents=True)
+    pki = write_pki(w / "pki", hosts=(a.api_host, "localhost"))
+    (w / "apiserver-certs").mkdir(mode=0o700)
+    token = secrets.token_urlsafe(32)
+    _write_secret(w / "token", token)
+    _write_secret(
+        w / "pki" / "tokens.csv", f'{token},{COMPONENT_USER},{COMPONENT_USER},"system:masters"\n'
+    )
+    env = _clean_env()
+    kine = _spawn(
+        "kine",
+        [
+            str(kube.kine),
+            f"--listen-address={a.api_host}:{KINE_PORT}",
+            f"--endpoint=sqlite://{w / 'kine' / 'state.db'}?_journal_mode=WAL&_busy_timeout=30000"
+            "&_synchronous=NORMAL&_txlock=immediate&cache=shared",
+            "--metrics-bind-address=0",
+        ],
+        ns=ns,
+        cwd=w / "kine",
+        log_path=w / "logs" / "kine.log",
+        env=env,
+    )
+    cluster.processes.append(kine)
+    apiserver = _spawn(
+        "kube-apiserver",
+        [
+            str(kube.kube_apiserver),
+            f"--etcd-servers=http://{a.api_host}:{KINE_PORT}",
+            f"--bind-address={a.api_host}",
+            f"--advertise-address={a.api_host}",
+            f"--secure-port={API_PORT}",
+            f"--cert-dir={w / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--token-auth-file={w / 'pki' / 'tokens.csv'}",
+            f"--service-account-issuer=https://{a.api_host}:{API_PORT}",
+            f"--service-account-key-file={pki.sa_public_key}",
+            f"--service-account-signing-key-file={pki.sa_private_key}",
+            f"--service-cluster-ip-range={SERVICE_RANGE}",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ],
+        ns=ns,
+        cwd=w,
+        log_path=w / "logs" / "kube-apiserver.log",
+        env=env,
+    )
+    cluster.processes.append(apiserver)
+    rest = cluster.rest()
+
+    def kine_alive() -> None:
+        if not kine.running():
+            raise DevClusterError(
+                f"{cluster.name}: kine exited; log: {kine.log_path}\n{kine.log_tail()}"
+            )
+
+    wait_until_ready(rest, apiserver, timeout, check=kine_alive)
+    _write_secret(
+        cluster.kubeconfig_path,
+        render_kubeconfig(
+            name=cluster.name,
+            server=a.server,
+            ca_cert_pem=pki.ca_cert.read_bytes(),
+            client_cert_pem=pki.admin_cert.read_bytes(),
+            client_key_pem=pki.admin_key.read_bytes(),
+        ),
+    )
+    install_crds(rest)
+
+
+def apply(rest: KubeRest, manifest: dict[str, Any]) -> None:
+    """Server-side apply one object (cluster-scoped or namespaced)."""
+    rest.apply(manifest, field_manager=FIELD_MANAGER)
+
+
+def start_controllers(
+    cluster: FleetCluster,
+    kube: KubeBinaries,
+    fleet: FleetBinaries,
+    ns: str,
+    simulated: ClusterNodes,
+    *,
+    timeout: float = 60.0,
+) -> None:
+    """Controller manager, scheduler, kwok, LWS (+ webhooks), both Traefiks; then the nodes."""
+    a = cluster.addresses
+    w = cluster.workdir
+    pki = cluster.pki
+    env = _clean_env()
+    rest = cluster.rest()
+    kubeconfig = str(cluster.kubeconfig_path)
+
+    def spawn(name: str, argv: list[str]) -> ManagedProcess:
+        process = _spawn(name, argv, ns=ns, cwd=w, log_path=w / "logs" / f"{name}.log", env=env)
+        cluster.processes.append(process)
+        return process
+
+    spawn(
+        "kube-controller-manager",
+        [
+            str(kube.kube_controller_manager),
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--controllers=*",
+            f"--service-account-private-key-file={pki.sa_private_key}",
+            f"--root-ca-file={pki.ca_cert}",
+            f"--cluster-signing-cert-file={pki.ca_cert}",
+            f"--cluster-signing-key-file={pki.ca_key}",
+            "--use-service-account-credentials=false",
+            f"--bind-address={a.api_host}",
+            "--secure-port=0",
+            "--allocate-node-cidrs=false",
+            "--node-monitor-period=2s",
+            "--node-monitor-grace-period=20s",
+            "--concurrent-gc-syncs=5",
+            "--profiling=false",
+        ],
+    )
+    spawn(
+        "kube-scheduler",
+        [
+            str(kube.kube_scheduler),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            f"--bind-address={a.api_host}",
+            "--secure-port=10259",
+            "--profiling=false",
+        ],
+    )
+    (w / "kwok.yaml").write_text(kwok_config(fleet.stages_dir))
+    spawn(
+        "kwok",
+        [
+            str(fleet.kwok),
+            f"--kubeconfig={kubeconfig}",
+            f"--config={w / 'kwok.yaml'}",
+            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_VALUE}",
+            f"--cidr={a.pod_range}",
+            f"--node-ip={a.gateway_ip}",
+            "--server-address=",
+        ],
+    )
+    # LWS: namespace, serving certificate from the cluster CA, webhooks, controller.
+    apply(rest, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LWS_NAMESPACE}})
+    cert_dir = w / "lws-certs"
+    cert_dir.mkdir(mode=0o700, exist_ok=True)
+    ca = KeyPair(pki.ca_cert.read_bytes(), pki.ca_key.read_bytes())
+    serving = generate_serving_cert(ca, hosts=(a.api_host,), common_name="lws-webhook")
+    (cert_dir / "tls.crt").write_bytes(serving.cert_pem)
+    _write_secret(cert_dir / "tls.key", serving.key_pem.decode())
+    (w / "lws-config.yaml").write_text(yaml.safe_dump(lws_config(a.api_host, cert_dir)))
+    lws = spawn(
+        "lws-controller",
+        [
+            str(fleet.lws_controller),
+            f"--config={w / 'lws-config.yaml'}",
+            f"--kubeconfig={kubeconfig}",
+            "--zap-log-level=info",
+        ],
+    )
+    for webhook in lws_webhooks(a.api_host, pki.ca_cert.read_bytes()):
+        apply(rest, webhook)
+    for gateway_class in gateway_classes():
+        apply(rest, gateway_class)
+    token = w / "token"
+    spawn(
+        "traefik-workload",
+        traefik_argv(
+            fleet.traefik,
+            server=a.server,
+            token_file=token,
+            ca=pki.ca_cert,
+            address=a.gateway_ip,
+            selector=f"{WORKLOAD_CLASS_LABEL}=workload",
+        ),
+    )
+    spawn(
+        "traefik-front-door",
+        traefik_argv(
+            fleet.traefik,
+            server=a.server,
+            token_file=token,
+            ca=pki.ca_cert,
+            address=a.front_door,
+            selector=FRONT_DOOR_SELECTOR,
+        ),
+    )
+    # The simulated hardware.
+    for manifest in simulated.device_classes:
+        apply(rest, manifest)
+    for node in simulated.nodes:
+        _create_node(rest, node)
+    for resource_slice in simulated.slices:
+        apply(rest, resource_slice)
+    cluster.nodes = simulated.node_names()
+    # The webhook port is only reachable inside the namespace: wait for the controller to say
+    # it serves (pods and LWS objects cannot be admitted before that).
+    _wait_listening(cluster, lws, lambda: "Serving webhook server" in lws.log_tail(400), timeout)
+
+
+def _create_node(rest: KubeRest, node: dict[str, Any]) -> None:
+    try:
+        rest.request("POST", "/api/v1/nodes", body=node)
+    except KubeRestError as exc:
+        if exc.status != 409:
+            raise
+        rest.request("PUT", f"/api/v1/nodes/{node['metadata']['name']}", body=node)
+
+
+def save(cluster: FleetCluster) -> None:
+    (cluster.workdir / "cluster.json").write_text(json.dumps(cluster.to_state(), indent=2) + "\n")
