@@ -1,3 +1,4 @@
-"""Shared pytest configuration: the real kube-apiserver fixture lives in tests/fixtures."""
+"""Shared pytest configuration: the real kube-apiserver and dev-fleet fixtures live in
+tests/fixtures."""
 
-pytest_plugins = ["tests.fixtures.apiserver"]
+pytest_plugins = ["tests.fixtures.apiserver", "tests.fixtures.devfleet"]
