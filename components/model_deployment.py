@@ -12,7 +12,9 @@ the placement lock and the clusters they are on; it creates one
   `inference-gateway` matching `/<ns>/<replica>/`, rewritten to `/`;
 - prefill/decode: the same route, to a GAIE InferencePool over both roles'
   serving pods with an llm-d endpoint picker, and a routing sidecar in decode
-  pods (components/workload/disaggregation.py), plus a Service over decode.
+  pods (components/workload/disaggregation.py), plus a Service over decode. On a
+  cluster whose workload gateway is the platform's own (`servingStack.gateway`),
+  which cannot route to an InferencePool, the route goes to the decode Service.
 
 Namespaces: the deployment's namespace is ensured on each cluster as a
 `NamespacePatch` (created when missing, shared with other stacks, never deleted
@@ -202,7 +204,13 @@ def replica_manifests(
             target_port=pd.POOL_PORT,
         )
     )
-    out.append(replica_route(route_name, ns, base, prefix, pd.pool_backend(pool_name)))
+    if target.inference_pools:
+        out.append(replica_route(route_name, ns, base, prefix, pd.pool_backend(pool_name)))
+    else:
+        # A gateway without InferencePool support (a platform's own controller): the decode
+        # pods' routing sidecars take the traffic directly (docs/architecture.md).
+        decode_svc = dns1035(replica.name, "decode")
+        out.append(replica_route(route_name, ns, base, prefix, service_backend(decode_svc)))
     return out
 
 

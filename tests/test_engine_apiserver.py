@@ -3,14 +3,15 @@
 An Existing cluster whose kubeconfig is the dev cluster's, given as a secret (the environment
 variable ``MODELPLANE_SECRET_DEV_KUBE_KUBECONFIG``, architecture.md "Secrets"). Every object
 the stacks create is read back with the kubernetes Python client. The dev cluster has no
-controllers or nodes: the API server accepts, defaults, stores and deletes objects, which is
-exactly what is under test (workloads skip Pulumi's readiness await).
+nodes or scheduler: the API server accepts, defaults, stores and deletes objects, which is
+exactly what is under test (workloads skip Pulumi's readiness await). kube-controller-manager
+runs beside it, so Pulumi's foreground deletions are completed by the real garbage collector
+(pods that run are the dev fleet's business: tests/test_devfleet.py).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,85 +190,6 @@ def api(cluster: Any) -> Iterator[ApiClient]:
         client.close()
 
 
-# Collections whose objects modelplane creates (and deletes) on a workload cluster.
-COLLECTIONS = (
-    "/api/v1/services",
-    "/api/v1/serviceaccounts",
-    "/api/v1/configmaps",
-    "/apis/apps/v1/deployments",
-    "/apis/rbac.authorization.k8s.io/v1/roles",
-    "/apis/rbac.authorization.k8s.io/v1/rolebindings",
-    "/apis/discovery.k8s.io/v1/endpointslices",
-    "/apis/gateway.networking.k8s.io/v1/httproutes",
-    "/apis/gateway.networking.k8s.io/v1/gateways",
-    "/apis/gateway.networking.k8s.io/v1/gatewayclasses",
-    "/apis/resource.k8s.io/v1/resourceclaimtemplates",
-    "/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets",
-    "/apis/inference.networking.k8s.io/v1/inferencepools",
-)
-
-
-class ForegroundFinalizer(threading.Thread):
-    """Stands in for kube-controller-manager's garbage collector, which the dev cluster lacks.
-
-    Pulumi deletes with foreground propagation: the API server marks the object with the
-    `foregroundDeletion` finalizer and the garbage collector removes it once the object's
-    dependents are gone. No controller runs here, so no object has dependents (no
-    ReplicaSets, no Pods); removing the finalizer from objects being deleted is exactly what
-    the collector would do. (Once the dev cluster runs a controller manager this finds nothing.)
-    """
-
-    def __init__(self, cluster: Any) -> None:
-        super().__init__(daemon=True, name="foreground-finalizer")
-        self.rest = cluster.rest()
-        self.done = threading.Event()
-        self.released: list[str] = []
-
-    def run(self) -> None:
-        from modelplane.devcluster.rest import KubeRestError
-
-        while not self.done.wait(0.5):
-            for collection in COLLECTIONS:
-                try:
-                    items = self.rest.get(collection).get("items", [])
-                except KubeRestError:
-                    continue
-                for item in items:
-                    meta = item["metadata"]
-                    finalizers = meta.get("finalizers") or []
-                    if not meta.get("deletionTimestamp") or "foregroundDeletion" not in finalizers:
-                        continue
-                    ns = meta.get("namespace")
-                    base, plural = collection.rsplit("/", 1)
-                    path = (
-                        f"{base}/namespaces/{ns}/{plural}/{meta['name']}"
-                        if ns
-                        else (f"{collection}/{meta['name']}")
-                    )
-                    keep = [f for f in finalizers if f != "foregroundDeletion"]
-                    try:
-                        self.rest.request(
-                            "PATCH",
-                            path,
-                            body={"metadata": {"finalizers": keep or None}},
-                            content_type="application/merge-patch+json",
-                        )
-                        self.released.append(path)
-                    except KubeRestError:
-                        pass
-
-
-@pytest.fixture
-def garbage_collector(cluster: Any) -> Iterator[ForegroundFinalizer]:
-    thread = ForegroundFinalizer(cluster)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        thread.done.set()
-        thread.join(5)
-
-
 def make_env(tmp_path: Path, kubeconfig: str) -> dict[str, str]:
     home = tmp_path / "pulumi-home"
     home.mkdir(exist_ok=True)
@@ -343,7 +265,7 @@ def write_fleet(fleet_dir: Path, clusters: str, deployments: str) -> None:
 
 
 def test_apply_update_destroy_on_a_real_api_server(
-    tmp_path: Path, engine_ready: Path, cluster: Any, api: ApiClient, garbage_collector: Any
+    tmp_path: Path, engine_ready: Path, cluster: Any, api: ApiClient
 ) -> None:
     env = make_env(tmp_path, cluster.kubeconfig_text)
     fleet_dir = tmp_path / "fleet"
@@ -432,7 +354,7 @@ def test_apply_update_destroy_on_a_real_api_server(
 
 
 def test_moving_a_replica_between_clusters(
-    tmp_path: Path, engine_ready: Path, cluster: Any, api: ApiClient, garbage_collector: Any
+    tmp_path: Path, engine_ready: Path, cluster: Any, api: ApiClient
 ) -> None:
     """Two InferenceClusters on one API server; a NoExecute taint moves the replica."""
     env = make_env(tmp_path, cluster.kubeconfig_text)

@@ -26,6 +26,9 @@ class ClusterTarget:
     labels: Mapping[str, str] = field(default_factory=dict)
     pool_devices: Mapping[str, Sequence[ClassDevice]] = field(default_factory=dict)
     storage_class_name: pulumi.Input[str] | None = None
+    # The workload gateway routes to GAIE InferencePools (the installed stack's Envoy Gateway
+    # with the AI Gateway extension); a platform's own gateway gets the decode Service instead.
+    inference_pools: bool = True
 
     @classmethod
     def from_spec(
@@ -49,4 +52,5 @@ class ClusterTarget:
             labels=dict(cluster.metadata.labels),
             pool_devices=pools,
             storage_class_name=storage_class_name,
+            inference_pools=cluster.spec.serving_stack.install,
         )

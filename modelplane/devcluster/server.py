@@ -303,7 +303,7 @@ class DevCluster:
         return [p.pid for p in self.processes]
 
     def stop(self) -> None:
-        """Terminate kube-apiserver, then kine (idempotent)."""
+        """Terminate the controllers, kube-apiserver, then kine (idempotent)."""
         errors: list[str] = []
         for process in reversed(self.processes):  # apiserver first, then its store
             try:
@@ -407,6 +407,25 @@ def apiserver_argv(
         "--disable-admission-plugins=ServiceAccount",
         # Endpoints may not point at loopback; there is no network to reconcile anyway.
         "--endpoint-reconciler-type=none",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_argv(
+    kube_controller_manager: Path, *, kubeconfig: Path, pki: PKIPaths
+) -> list[str]:
+    """Every default controller (the garbage collector among them), no serving port."""
+    return [
+        str(kube_controller_manager),
+        f"--kubeconfig={kubeconfig}",
+        "--leader-elect=false",
+        "--controllers=*",
+        f"--service-account-private-key-file={pki.sa_private_key}",
+        f"--root-ca-file={pki.ca_cert}",
+        f"--cluster-signing-cert-file={pki.ca_cert}",
+        f"--cluster-signing-key-file={pki.ca_key}",
+        f"--bind-address={LOOPBACK}",
+        "--secure-port=0",
         "--profiling=false",
     ]
 
@@ -539,6 +558,20 @@ def _start_once(
                 client_key_pem=pki.admin_key.read_bytes(),
             ),
         )
+        if binaries.kube_controller_manager.exists():
+            say("starting kube-controller-manager (garbage collector and the other controllers)")
+            cluster.processes.append(
+                _spawn(
+                    "kube-controller-manager",
+                    controller_manager_argv(
+                        binaries.kube_controller_manager,
+                        kubeconfig=cluster.kubeconfig_path,
+                        pki=pki,
+                    ),
+                    cwd=workdir,
+                    log_path=logs / "kube-controller-manager.log",
+                )
+            )
         if crds:
             say("installing CRDs (LeaderWorkerSet, Gateway API, Inference Extension)")
             cluster.crds = install_crds(cluster.rest(), crds_dir)
