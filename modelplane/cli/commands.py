@@ -124,12 +124,13 @@ def schema(
 
 def _mount() -> None:
     """Attach the engine verbs and the sub-apps (their modules import Pulumi lazily)."""
-    from modelplane.cli import dev_cluster, dev_fleet, engine_verbs, render
+    from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, render
 
     engine_verbs.register(app)
     app.registered_commands.extend(render.app.registered_commands)
     app.add_typer(dev_cluster.app, name="dev-cluster")
     app.add_typer(dev_fleet.app, name="dev-fleet")
+    app.command("call")(call.call)
 
 
 _mount()

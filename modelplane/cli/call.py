@@ -1,0 +1,148 @@
+"""`modelplane call DIR <namespace>/<service>`: one chat completion through the front door.
+
+The service's URL is the gateway stack's ``services`` output (the InferenceGateway's address
+plus ``/<namespace>/<service>/``). Prints who answered (the replica, role and cluster a model
+server reports in ``x-modelplane-*`` headers, as the dev fleet's stand-in does) and the reply.
+Exit 0 on HTTP 200; otherwise the status and body, and exit 1 (3 when the service has no URL).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from modelplane.cli.engine_verbs import (
+    BackendOpt,
+    FleetDir,
+    LockOpt,
+    SecretsOpt,
+    _expected_failures,
+    _load,
+)
+
+EXIT_NO_URL = 3
+IDENTITY_HEADERS = ("x-modelplane-replica", "x-modelplane-role", "x-modelplane-cluster")
+
+out = Console(highlight=False, soft_wrap=True)
+
+
+@dataclass
+class CallResult:
+    url: str
+    status: int
+    body: str
+    headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+    def answered_by(self) -> dict[str, str]:
+        who = {
+            h.removeprefix("x-modelplane-"): self.headers[h]
+            for h in IDENTITY_HEADERS
+            if h in self.headers
+        }
+        if not who:
+            try:
+                who = {
+                    k: str(v) for k, v in (json.loads(self.body).get("modelplane") or {}).items()
+                }
+            except (ValueError, AttributeError):
+                who = {}
+        return who
+
+    def reply(self) -> str:
+        try:
+            data = json.loads(self.body)
+            return str(data["choices"][0]["message"]["content"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            return self.body
+
+
+def chat_completion(
+    base_url: str, prompt: str, *, model: str | None = None, timeout: float = 30.0
+) -> CallResult:
+    """POST ``<base_url>v1/chat/completions`` (``model`` from ``v1/models`` when not given)."""
+    base = base_url if base_url.endswith("/") else base_url + "/"
+    if model is None:
+        models = _request("GET", base + "v1/models", None, timeout)
+        try:
+            model = str(json.loads(models.body)["data"][0]["id"]) if models.ok else "default"
+        except (ValueError, KeyError, IndexError, TypeError):
+            model = "default"
+    payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    return _request("POST", base + "v1/chat/completions", payload, timeout)
+
+
+def _request(method: str, url: str, payload: Any, timeout: float) -> CallResult:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = resp.read().decode(errors="replace")
+            headers = {k.lower(): v for k, v in resp.headers.items()}
+            return CallResult(url, resp.status, body, headers, time.monotonic() - started)
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace")
+        headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+        return CallResult(url, exc.code, body, headers, time.monotonic() - started)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return CallResult(url, 0, f"no answer: {reason}", {}, time.monotonic() - started)
+
+
+def call(
+    fleet: FleetDir,
+    service: Annotated[str, typer.Argument(help="<namespace>/<name> of a ModelService.")],
+    prompt: Annotated[str, typer.Option("--prompt", help="The user message.")] = "Say hello.",
+    model: Annotated[
+        str | None, typer.Option("--model", help="The model name (default: from /v1/models).")
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 30.0,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+) -> None:
+    """Send one chat completion to a ModelService through the fleet's front door and print
+    who answered (exit 0 on HTTP 200)."""
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        if service not in f.spec.services:
+            known = ", ".join(sorted(f.spec.services)) or "none"
+            out.print(
+                f"error: no ModelService {escape(service)} in {escape(str(fleet))} "
+                f"(the fleet has: {escape(known)})"
+            )
+            raise typer.Exit(2)
+        urls = f.status().gateway.get("services") or {}
+    url = urls.get(service)
+    if not url:
+        out.print(
+            f"error: {escape(service)} has no URL yet: the gateway stack has not run, or its "
+            "Gateway has no address (`modelplane up` then `modelplane status`)"
+        )
+        raise typer.Exit(EXIT_NO_URL)
+    result = chat_completion(url, prompt, model=model, timeout=timeout)
+    who = result.answered_by()
+    answered = ", ".join(f"{k}={v}" for k, v in who.items()) or "unknown"
+    if result.ok:
+        out.print(f"HTTP 200 from {escape(url)} in {result.seconds * 1000:.0f} ms")
+        out.print(f"answered by: {escape(answered)}")
+        out.print(escape(result.reply()))
+        return
+    status = result.status or "no answer"
+    out.print(f"HTTP {status} from {escape(url)}: {escape(result.body[:2000])}")
+    raise typer.Exit(1)
