@@ -462,9 +462,21 @@ SELECTORS: list[tuple[str, Device, bool]] = [
     # The design's examples.
     ('device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("140Gi")) >= 0', H200, True),
     ('device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("142Gi")) >= 0', H200, False),
-    ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("9.0.0")) >= 0', H200, True),
-    ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("10.0.0")) >= 0', H200, False),
-    ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.isLessThan(semver("10.0.0"))', H200, True),
+    (
+        'device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("9.0.0")) >= 0',
+        H200,
+        True,
+    ),
+    (
+        'device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("10.0.0")) >= 0',
+        H200,
+        False,
+    ),
+    (
+        'device.attributes["gpu.nvidia.com"].cudaComputeCapability.isLessThan(semver("10.0.0"))',
+        H200,
+        True,
+    ),
     ('device.attributes["gpu.nvidia.com"].cudaComputeCapability == semver("9.0.0")', H200, True),
     ('device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"', H200, True),
     ('device.attributes["gpu.nvidia.com"].architecture in ["Hopper", "Blackwell"]', H200, True),

@@ -44,7 +44,9 @@ def dev_specs() -> Any:
         ("dev-3", {"system": 1, "l4": 3}),
     ],
 )
-def test_nodes_follow_the_cluster_pools(dev_specs: Any, cluster: str, pools: dict[str, int]) -> None:
+def test_nodes_follow_the_cluster_pools(
+    dev_specs: Any, cluster: str, pools: dict[str, int]
+) -> None:
     sim = cluster_nodes(cluster, dev_specs.clusters[cluster], dev_specs.classes, "10.101.0.0/16")
     seen: dict[str, int] = {}
     for node in sim.nodes:
@@ -86,10 +88,19 @@ def test_slices_per_driver_and_synthetic_devices_unpublished() -> None:
             "metadata": {"name": "mixed"},
             "spec": {
                 "devices": [
-                    {"name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com",
-                     "count": 2},
-                    {"name": "nic", "driver": "dra.net", "deviceClassName": "dra.net", "count": 4,
-                     "attributes": {"linkType": {"string": "efa"}}},
+                    {
+                        "name": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "deviceClassName": "gpu.nvidia.com",
+                        "count": 2,
+                    },
+                    {
+                        "name": "nic",
+                        "driver": "dra.net",
+                        "deviceClassName": "dra.net",
+                        "count": 4,
+                        "attributes": {"linkType": {"string": "efa"}},
+                    },
                     {"name": "fpga", "driver": "example.com", "claim": "Synthetic"},
                 ]
             },
@@ -155,8 +166,10 @@ def _pod(**overrides: Any) -> dict[str, Any]:
         (_pod(status__phase="Pending"), []),
         (_pod(status__podIP=None), []),
         (_pod(metadata__deletionTimestamp="2026-01-01T00:00:00Z"), []),
-        (_pod(status__conditions=[{"type": "Ready", "status": "False"}]),
-         [("dev-1/demo/qwen-abc-0/8000", "10.101.1.5", 8000, False)]),
+        (
+            _pod(status__conditions=[{"type": "Ready", "status": "False"}]),
+            [("dev-1/demo/qwen-abc-0/8000", "10.101.1.5", 8000, False)],
+        ),
     ],
 )
 def test_pod_servers(pod: dict[str, Any], expected: list[tuple[str, str, int, bool]]) -> None:
@@ -204,14 +217,20 @@ def test_fleet_wrapper_gomod_replaces_what_the_proxy_cannot_serve() -> None:
     text = render_fleet_gomod(kwok_gomod=KWOK_GOMOD, traefik_gomod=TRAEFIK_GOMOD)
     lines = [line.strip() for line in text.splitlines()]
     assert "go 1.26.0" in lines
-    assert "sigs.k8s.io/kwok/cmd/kwok" in lines and "github.com/traefik/traefik/v3/cmd/traefik" in lines
+    assert (
+        "sigs.k8s.io/kwok/cmd/kwok" in lines
+        and "github.com/traefik/traefik/v3/cmd/traefik" in lines
+    )
     assert "github.com/traefik/traefik/dynamic/ext => ./ext" in lines
     assert "github.com/go-acme/lego/v5 => ./lego" in lines
     assert (
         "github.com/abbot/go-http-auth => github.com/containous/go-http-auth "
         "v0.4.1-0.20200324110947-a37a7636d23e"
     ) in lines
-    assert "github.com/gorilla/mux => github.com/containous/mux v0.0.0-20250523120546-41b6ec3aed59" in lines
+    assert (
+        "github.com/gorilla/mux => github.com/containous/mux v0.0.0-20250523120546-41b6ec3aed59"
+        in lines
+    )
     assert "github.com/tencentcloud/tencentcloud-sdk-go v3.0.83+incompatible" in lines
     assert "./pkg/config" not in text  # no path into the upstream repository survives
 
@@ -255,8 +274,12 @@ def test_lws_webhooks_point_at_the_loopback_server() -> None:
 @pytest.mark.parametrize(
     ("text", "env", "expected", "missing"),
     [
-        ("${MODELPLANE_DEV_FLEET_STATE}/dev-1/kubeconfig", {"MODELPLANE_DEV_FLEET_STATE": "/s"},
-         "/s/dev-1/kubeconfig", []),
+        (
+            "${MODELPLANE_DEV_FLEET_STATE}/dev-1/kubeconfig",
+            {"MODELPLANE_DEV_FLEET_STATE": "/s"},
+            "/s/dev-1/kubeconfig",
+            [],
+        ),
         ("$HOME/k", {"HOME": "/h"}, "/h/k", []),
         ("${NOPE}/k", {}, "${NOPE}/k", ["NOPE"]),
         ("plain/path", {}, "plain/path", []),

@@ -30,6 +30,9 @@ from modelplane.devcluster.rest import KubeRest, KubeRestError
 from modelplane.devfleet import netns
 
 POLL_SECONDS = 0.5
+EXTERNALS_FILE = "externals.json"
+"""Stand-ins for endpoints outside the fleet (a test's external ModelEndpoints): a JSON list of
+``{ip, port, replica, cluster, hostname?}`` in the state directory, read every poll."""
 SERVING_PORT_NAME = "http"
 REPLICA_LABEL = "modelplane.ai/replica"
 ROLE_LABEL = "modelplane.ai/role"
@@ -140,8 +143,13 @@ class Agent:
         except (KubeRestError, OSError):
             return  # a stopped control plane: keep what runs (its pods are not deleted)
         wanted = {s.key: s for pod in pods for s in pod_servers(name, pod)}
+        self._converge(f"{name}/", wanted, name, pod_hosts(pods))
+
+    def _converge(
+        self, prefix: str, wanted: dict[str, PodServer], name: str, hosts: dict[str, str]
+    ) -> None:
         with self.lock:
-            mine = {k: v for k, v in self.running.items() if k.startswith(f"{name}/")}
+            mine = {k: v for k, v in self.running.items() if k.startswith(prefix)}
             for key in sorted(set(mine) - set(wanted)):
                 self.host.remove(key)
                 del self.running[key]
@@ -163,7 +171,6 @@ class Agent:
                     )
                     continue
                 self.running[key] = server
-            hosts = pod_hosts(pods)
             if hosts != self.hosts.get(name):
                 self.hosts[name] = hosts
                 merged: dict[str, str] = {}
@@ -171,11 +178,38 @@ class Agent:
                     merged.update(entries)
                 netns.write_hosts(self.netns, merged)
 
+    def sync_externals(self) -> None:
+        path = self.state / EXTERNALS_FILE
+        try:
+            entries = json.loads(path.read_text()) if path.is_file() else []
+        except (OSError, ValueError):
+            return
+        wanted: dict[str, PodServer] = {}
+        hosts: dict[str, str] = {}
+        for e in entries:
+            server = PodServer(
+                key=f"external/{e['ip']}/{e['port']}",
+                ip=str(e["ip"]),
+                port=int(e["port"]),
+                cluster=str(e.get("cluster", "outside")),
+                namespace="",
+                pod="",
+                replica=str(e.get("replica", e["ip"])),
+                role=str(e.get("role", "external")),
+                model=str(e.get("model", "external")),
+                ready=True,
+            )
+            wanted[server.key] = server
+            if e.get("hostname"):
+                hosts[str(e["hostname"])] = server.ip
+        self._converge("external/", wanted, "external", hosts)
+
     def run(self) -> None:
         print("agent ready", flush=True)
         while not self.stop.is_set():
             for name, rest in self.clusters:
                 self.sync_cluster(name, rest)
+            self.sync_externals()
             self.stop.wait(POLL_SECONDS)
         self.host.close()
 

@@ -1,0 +1,285 @@
+"""Requests through the fleet's front door on the dev fleet (issue 16).
+
+client (host) -> bridge -> front-door Traefik (InferenceGateway, cluster dev-1) -> the
+ModelService's HTTPRoute (weights, rewrite) -> the replica's cluster gateway (Traefik, class
+modelplane-dev) or the replica's Service on dev-1 -> pod IP, where the pod agent's stand-in
+model server answers. External ModelEndpoints (an IP and a name) are stand-ins too.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane.cli.call import chat_completion
+from modelplane.devfleet import fleet as devfleet
+from modelplane.devfleet.agent import EXTERNALS_FILE
+from modelplane.driver.fleet import Fleet
+from modelplane.driver.results import RunResult
+from tests.fixtures.devfleet import REPO, Deployer, wait_for
+
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+
+EXTERNAL_IP = "10.254.0.10"
+EXTERNAL_NAME = "external.modelplane.test"
+EXTERNAL_NAME_IP = "10.254.0.11"
+
+SPLIT = """---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelDeployment
+metadata: {name: split, namespace: web}
+spec:
+  replicas: REPLICAS
+  nodeSelector:
+    devices:
+    - name: gpu
+      selectors:
+      - cel: device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("16Gi")) >= 0
+  workers:
+    topology: {tensor: 1}
+    resources: {cpu: "2", memory: 8Gi}
+    template:
+      spec:
+        containers:
+        - name: engine
+          image: vllm/vllm-openai:v0.11.0
+          args: ["--model=split-model", "--port=8000"]
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: partner-ip
+  namespace: web
+  labels: {provider: partner-ip}
+spec:
+  url: http://EXTERNAL_IP:9000/
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: partner-name
+  namespace: web
+  labels: {provider: partner-name}
+spec:
+  url: http://EXTERNAL_NAME:9000/
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelService
+metadata: {name: split, namespace: web}
+spec:
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: split}}
+    weight: 80
+  - selector: {matchLabels: {provider: partner-ip}}
+    weight: 20
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelService
+metadata: {name: partner, namespace: web}
+spec:
+  endpoints:
+  - selector: {matchLabels: {provider: partner-name}}
+"""
+
+
+def check(run: RunResult) -> RunResult:
+    failed = {r.stack: r.error or r.note for r in run.results if not r.ok}
+    assert not failed, f"{run.operation} failed: {failed}"
+    return run
+
+
+@pytest.fixture(scope="module")
+def served(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
+    """specs/dev plus the split services, deployed, with external stand-ins running."""
+    (dev_fleet.root / EXTERNALS_FILE).write_text(
+        json.dumps(
+            [
+                {"ip": EXTERNAL_IP, "port": 9000, "replica": "partner-ip", "cluster": "outside"},
+                {
+                    "ip": EXTERNAL_NAME_IP,
+                    "port": 9000,
+                    "replica": "partner-name",
+                    "cluster": "outside",
+                    "hostname": EXTERNAL_NAME,
+                },
+            ]
+        )
+    )
+    fleet_dir = deployer.copy_specs(REPO / "specs" / "dev", "datapath")
+    write_split(fleet_dir, replicas=3)
+    fleet = Fleet.load(fleet_dir, env=deployer.env())
+    check(fleet.up())
+    services = wait_for(
+        "service URLs", lambda: fleet.status().gateway.get("services") or {}, timeout=60
+    )
+    return {"dir": fleet_dir, "services": services, "env": deployer.env()}
+
+
+def write_split(fleet_dir: Path, replicas: int) -> None:
+    text = (
+        SPLIT.replace("REPLICAS", str(replicas))
+        .replace("EXTERNAL_IP", EXTERNAL_IP)
+        .replace("EXTERNAL_NAME", EXTERNAL_NAME)
+    )
+    (fleet_dir / "split.yaml").write_text(text)
+
+
+def post(
+    url: str, path: str, payload: dict[str, Any], timeout: float = 10.0
+) -> tuple[int, Any, dict[str, str]]:
+    req = urllib.request.Request(
+        url + path,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            body = resp.read().decode()
+            return resp.status, body, {k.lower(): v for k, v in resp.headers.items()}
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace"), {}
+
+
+def answered(url: str, path: str = "v1/chat/completions") -> int:
+    status, _, _ = post(
+        url,
+        path,
+        {"model": "any", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    )
+    return status
+
+
+@pytest.mark.parametrize("service", ["demo/chat", "web/split", "web/partner"])
+def test_chat_and_messages_through_the_front_door(served: dict[str, Any], service: str) -> None:
+    url = served["services"][service]
+    assert url.startswith("http://127.77.") and url.endswith(f"/{service}/")
+    wait_for(f"{service} answering", lambda: answered(url) == 200, timeout=60)
+    status, body, headers = post(
+        url, "v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status == 200, body
+    assert json.loads(body)["choices"][0]["message"]["content"]
+    assert headers.get("x-modelplane-replica")
+    status, body, _ = post(
+        url,
+        "v1/messages",
+        {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert status == 200, body
+    assert json.loads(body)["type"] == "message"
+
+
+def test_streamed_chat_completion(served: dict[str, Any]) -> None:
+    url = served["services"]["demo/chat"]
+    req = urllib.request.Request(
+        url + "v1/chat/completions",
+        data=json.dumps(
+            {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers.get("Content-Type", "").startswith("text/event-stream")
+        events = [line for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) >= 3
+    chunk = json.loads(events[0].removeprefix("data: "))
+    assert chunk["object"] == "chat.completion.chunk"
+
+
+def test_call_command_reports_who_answered(served: dict[str, Any]) -> None:
+    result = chat_completion(served["services"]["demo/chat"], "hello")
+    assert result.ok, result.body
+    who = result.answered_by()
+    assert who["replica"].startswith(("qwen-", "mistral-pd-")) and who["cluster"].startswith("dev-")
+
+
+def _shares(url: str, n: int) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    for _ in range(n):
+        status, _, headers = post(
+            url,
+            "v1/chat/completions",
+            {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
+        assert status == 200
+        seen[headers["x-modelplane-replica"]] += 1
+    return seen
+
+
+def test_weights_hold_over_2000_requests(served: dict[str, Any]) -> None:
+    url = served["services"]["web/split"]
+    wait_for("web/split answering", lambda: answered(url) == 200, timeout=60)
+    seen = _shares(url, 2000)
+    assert len(seen) == 4, seen
+    shares = {k: 100 * v / 2000 for k, v in seen.items()}
+    assert abs(shares.pop("partner-ip") - 20) <= 3, seen
+    for share in shares.values():  # 80 split evenly over 3 replicas
+        assert abs(share - 80 / 3) <= 3, seen
+
+
+def test_adding_a_replica_shifts_the_split_without_failed_requests(
+    served: dict[str, Any],
+) -> None:
+    url = served["services"]["web/split"]
+    failures: list[str] = []
+    sent = Counter[str]()
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                status, body, headers = post(
+                    url,
+                    "v1/chat/completions",
+                    {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                )
+            except OSError as exc:
+                failures.append(str(exc))
+                continue
+            if status != 200:
+                failures.append(f"{status}: {body[:200]}")
+            else:
+                sent[headers["x-modelplane-replica"]] += 1
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        write_split(served["dir"], replicas=4)
+        check(Fleet.load(served["dir"], env=served["env"]).up())
+        wait_for("4 replicas answering", lambda: len(_shares(url, 200)) == 5, timeout=120)
+        time.sleep(2)
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not failures, failures[:5]
+    assert sum(sent.values()) > 100
+
+
+def test_prefill_decode_requests_reach_decode_pods(served: dict[str, Any]) -> None:
+    """The dev fleet's Traefik cannot route to an InferencePool (no llm-d endpoint picker
+    here), so the replica route targets the decode Service (docs/architecture.md)."""
+    lock = (served["dir"] / "modelplane.lock.yaml").read_text()
+    assert "mistral-pd" in lock
+    url = served["services"]["demo/chat"]
+    roles = Counter[str]()
+    for _ in range(200):
+        status, _, headers = post(
+            url,
+            "v1/chat/completions",
+            {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
+        assert status == 200
+        if headers["x-modelplane-replica"].startswith("mistral-pd"):
+            roles[headers["x-modelplane-role"]] += 1
+    assert roles and set(roles) == {"decode"}, roles
