@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from modelplane.devcluster.rest import KubeRest, KubeRestError
 from modelplane.devfleet import netns
 
 POLL_SECONDS = 0.5
+REMOVE_GRACE = 2.0
 EXTERNALS_FILE = "externals.json"
 """Stand-ins for endpoints outside the fleet (a test's external ModelEndpoints): a JSON list of
 ``{ip, port, replica, cluster, hostname?}`` in the state directory, read every poll."""
@@ -131,7 +133,9 @@ class Agent:
             self.clusters.append((str(cluster["name"]), rest))
         from modelplane.devfleet.standin import StandinHostThread
 
-        self.host = StandinHostThread()
+        self.host = StandinHostThread(grace=REMOVE_GRACE).start()
+        # Draining a removed stand-in takes up to the grace period: off the sync loop.
+        self.removals = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-remove")
         self.running: dict[str, PodServer] = {}
         self.hosts: dict[str, dict[str, str]] = {}
         self.stop = threading.Event()
@@ -151,7 +155,7 @@ class Agent:
         with self.lock:
             mine = {k: v for k, v in self.running.items() if k.startswith(prefix)}
             for key in sorted(set(mine) - set(wanted)):
-                self.host.remove(key)
+                self.removals.submit(self.host.remove, key)
                 del self.running[key]
             for key, server in sorted(wanted.items()):
                 current = self.running.get(key)
@@ -162,10 +166,10 @@ class Agent:
                         self.host.set_ready(key, server.ready)
                         self.running[key] = server
                         continue
-                    self.host.remove(key)
+                    self.host.remove(key, 0.0)
                 try:
-                    self.host.add(key, server)
-                except OSError as exc:
+                    self._add(server)
+                except (OSError, ValueError) as exc:
                     print(
                         f"agent: cannot serve {key} on {server.ip}:{server.port}: {exc}", flush=True
                     )
@@ -177,6 +181,20 @@ class Agent:
                 for entries in self.hosts.values():
                     merged.update(entries)
                 netns.write_hosts(self.netns, merged)
+
+    def _add(self, server: PodServer) -> None:
+        from modelplane.devfleet.standin import StandinConfig, StandinIdentity
+
+        identity = StandinIdentity(
+            replica=server.replica,
+            role=server.role,
+            cluster=server.cluster,
+            model=server.model,
+            pod=server.pod,
+            namespace=server.namespace,
+        )
+        config = StandinConfig(ready=server.ready, prefix_tolerant=True)
+        self.host.add(server.key, server.ip, server.port, identity, config)
 
     def sync_externals(self) -> None:
         path = self.state / EXTERNALS_FILE
@@ -211,7 +229,8 @@ class Agent:
                 self.sync_cluster(name, rest)
             self.sync_externals()
             self.stop.wait(POLL_SECONDS)
-        self.host.close()
+        self.removals.shutdown(wait=True)
+        self.host.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
