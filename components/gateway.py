@@ -143,7 +143,9 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
 
     `provider` is the gateway cluster's. `install_controller=False` skips the Helm
     release (renderTo clusters, or Envoy Gateway already installed by the
-    cluster's serving stack). Outputs: `address` (the Gateway's first status
+    cluster's serving stack). `await_address` makes Pulumi wait until the Gateway
+    has an address (when a controller is known to program it), so ModelService
+    URLs are filled in by the same `up`. Outputs: `address` (the Gateway's first status
     address once the controller has published it, else None), `gateway_name`,
     `gateway_namespace`, `backend`.
     """
@@ -160,6 +162,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         provider: pulumi.ProviderResource,
         *,
         install_controller: bool = True,
+        await_address: bool = True,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -192,9 +195,15 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
             deps.append(ns)
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=deps or None)
         gw_class = _GatewayObject(f"gateway/{s['class']}", gateway_class_manifest(backend), after)
+        gw_manifest = gateway_manifest(backend)
+        if await_address:
+            # Services' URLs are built from this address: `up` waits until it is published.
+            gw_manifest["metadata"].setdefault("annotations", {})[
+                "pulumi.com/waitFor"
+            ] = "jsonpath={.status.addresses[0].value}"
         gw = _GatewayObject(
             f"gateway/{SYSTEM_NAMESPACE}/{GATEWAY_NAME}",
-            gateway_manifest(backend),
+            gw_manifest,
             pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[gw_class, *deps]),
         )
         self.address = gw.status.apply(_first_address)

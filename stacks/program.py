@@ -307,12 +307,18 @@ async def run_gateway(ctx: Context) -> None:
     up = Upstream(ctx.organization)
     ref = gateway.spec.cluster.inference_cluster_ref
     install = True
+    # Wait for the Gateway's address when something is known to program it: the controller
+    # modelplane installs, or a cluster whose platform declares its gateway controller.
+    await_address = True
     if ref is not None:
         conn = await cluster_connection(up, ref)
         provider = provider_for("gateway-k8s", conn)
         cluster = ctx.fleet.clusters[ref]
+        if not cluster.spec.serving_stack.install:
+            await_address = cluster.spec.serving_stack.gateway is not None
         if conn.render_to:
             install = False
+            await_address = False
         elif gateway.spec.backend == "EnvoyGateway" and cluster.spec.serving_stack.install:
             install = False  # the serving stack's mp-envoy-gateway is already there
         elif not cluster.spec.serving_stack.install:
@@ -330,7 +336,11 @@ async def run_gateway(ctx: Context) -> None:
 
         provider = cluster_provider("gateway-k8s", kubeconfig=kubeconfig, render_to=None, opts=None)
     igw = InferenceGatewayComponent(
-        gateway.metadata.name, gateway, provider, install_controller=install
+        gateway.metadata.name,
+        gateway,
+        provider,
+        install_controller=install,
+        await_address=await_address,
     )
     backend = gateway.spec.backend
     endpoints = [EndpointInfo.from_spec(e) for e in ctx.fleet.endpoints.values()]

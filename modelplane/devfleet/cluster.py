@@ -51,7 +51,10 @@ KINE_PORT = 2379
 API_PORT = 6443
 WEBHOOK_PORT = 9443
 GATEWAY_PORT = 8000
-"""Traefik's `web` entrypoint, as in the Traefik Helm chart; the bridge serves port 80 too."""
+"""The front door's `web` entrypoint, as in the Traefik Helm chart (the InferenceGateway's
+Gateway listens on 8000); the bridge serves it on port 80 to the host, like the chart's Service."""
+WORKLOAD_GATEWAY_PORT = 80
+"""The workload gateway's entrypoint: the `port` specs/dev gives in `servingStack.gateway`."""
 SERVICE_RANGE = "10.96.0.0/16"
 WORKLOAD_GATEWAY_CLASS = "modelplane-dev"
 WORKLOAD_CLASS_LABEL = "modelplane.ai/dev-fleet-gateway"
@@ -232,8 +235,19 @@ def kwok_config(stages_dir: Path) -> str:
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokConfiguration",
             "options": {
+                # The binary does not default a configuration file's options: set them all.
                 "manageNodesWithAnnotationSelector": f"{KWOK_ANNOTATION}={KWOK_VALUE}",
+                "manageAllNodes": False,
                 "nodeLeaseDurationSeconds": 40,
+                "nodeLeaseParallelism": 4,
+                "podPlayStageParallelism": 4,
+                "nodePlayStageParallelism": 4,
+                "podsOnNodeSyncParallelism": 2,
+                "enablePodsOnNodeSyncListPager": True,
+                "enablePodsOnNodeSyncStreamWatch": False,
+                "enableDebuggingHandlers": False,
+                "enableContentionProfiling": False,
+                "enableProfilingHandler": False,
                 "enableCRDs": [],
             },
         }
@@ -340,13 +354,20 @@ def gateway_classes() -> list[dict[str, Any]]:
 
 
 def traefik_argv(
-    traefik: Path, *, server: str, token_file: Path, ca: Path, address: str, selector: str
+    traefik: Path,
+    *,
+    server: str,
+    token_file: Path,
+    ca: Path,
+    address: str,
+    port: int,
+    selector: str,
 ) -> list[str]:
     return [
         str(traefik),
         "--global.checkNewVersion=false",
         "--global.sendAnonymousUsage=false",
-        f"--entryPoints.web.address={address}:{GATEWAY_PORT}",
+        f"--entryPoints.web.address={address}:{port}",
         "--providers.kubernetesgateway=true",
         f"--providers.kubernetesgateway.endpoint={server}",
         f"--providers.kubernetesgateway.token={token_file}",
@@ -355,6 +376,7 @@ def traefik_argv(
         f"--providers.kubernetesgateway.statusAddress.ip={address}",
         "--providers.kubernetesgateway.throttleDuration=0s",
         "--log.level=WARN",
+        "--log.noColor=true",
     ]
 
 
@@ -549,6 +571,7 @@ def start_controllers(
             token_file=token,
             ca=pki.ca_cert,
             address=a.gateway_ip,
+            port=WORKLOAD_GATEWAY_PORT,
             selector=f"{WORKLOAD_CLASS_LABEL}=workload",
         ),
     )
@@ -560,6 +583,7 @@ def start_controllers(
             token_file=token,
             ca=pki.ca_cert,
             address=a.front_door,
+            port=GATEWAY_PORT,
             selector=FRONT_DOOR_SELECTOR,
         ),
     )

@@ -245,6 +245,7 @@ def up(
     if clusters < 1 or clusters > 50:
         raise DevFleetError(f"--clusters must be between 1 and 50, not {clusters}")
     root = root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
     existing = DevFleet.load(root)
     if existing is not None:
         if existing.running() and len(existing.clusters) == clusters:
@@ -324,6 +325,7 @@ def up(
     except BaseException:
         fleet.save()
         fleet.stop()
+        (root / STATE_FILE).unlink(missing_ok=True)
         raise
 
 
