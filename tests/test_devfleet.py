@@ -62,17 +62,21 @@ def lock_of(fleet_dir: Path) -> dict[str, Any]:
 
 
 def serving_pods(api: ApiClient) -> list[Any]:
-    pods = CoreV1Api(api).list_namespaced_pod(NS, label_selector="modelplane.ai/replica")
+    pods = CoreV1Api(api).list_namespaced_pod(NS, label_selector="modelplane.ai/role")
     return list(pods.items)
 
 
-def all_running(apis: dict[str, ApiClient], expected: int) -> list[Any] | None:
+def all_running(apis: dict[str, ApiClient], expected: int) -> list[Any] | Exception:
+    """The serving pods once ``expected`` of them are bound and Running, else what there is."""
     pods = [p for api in apis.values() for p in serving_pods(api)]
-    if len(pods) != expected:
-        return None
-    if all(p.spec.node_name and p.status.phase == "Running" for p in pods):
+    if len(pods) == expected and all(
+        p.spec.node_name and p.status.phase == "Running" for p in pods
+    ):
         return pods
-    return None
+    return RuntimeError(
+        f"{len(pods)} of {expected} pods: "
+        + ", ".join(f"{p.metadata.name}@{p.spec.node_name}:{p.status.phase}" for p in pods)
+    )
 
 
 # --------------------------------------------------------------------------- the fleet itself
@@ -106,7 +110,7 @@ def deployed(
     run = check(Fleet.load(fleet_dir, env=deployer.env()).up())
     lock = lock_of(fleet_dir)
     # qwen 3 pods, llama one LWS group of 2, mistral-pd one prefill + one decode pod
-    pods = wait_for("every serving pod bound and Running", lambda: all_running(apis, 9), 180)
+    pods = wait_for("every serving pod bound and Running", lambda: all_running(apis, 7), 180)
     return {"run": run, "lock": lock, "pods": pods}
 
 
@@ -189,3 +193,103 @@ def test_gateways_are_programmed_with_addresses(
         "modelplane-system/modelplane"
     ]
     assert front["programmed"] and front["addresses"][0].startswith("127.77.")
+
+
+# --------------------------------------------------------------------------- changes follow
+
+
+def set_qwen_replicas(fleet_dir: Path, replicas: int) -> None:
+    path = fleet_dir / "models.yaml"
+    text = path.read_text()
+    text = re.sub(
+        r"(name: qwen\n  namespace: demo\nspec:\n  replicas: )\d+", rf"\g<1>{replicas}", text
+    )
+    path.write_text(text)
+
+
+def qwen_pods(apis: dict[str, ApiClient]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for cluster, api in apis.items():
+        for pod in serving_pods(api):
+            if pod.metadata.labels.get("modelplane.ai/deployment") == "qwen" and (
+                pod.status.phase == "Running" and not pod.metadata.deletion_timestamp
+            ):
+                found.setdefault(cluster, []).append(pod.spec.node_name)
+    return found
+
+
+def claims(apis: dict[str, ApiClient]) -> int:
+    return sum(
+        len(
+            CustomObjectsApi(api).list_namespaced_custom_object(
+                "resource.k8s.io", "v1", NS, "resourceclaims"
+            )["items"]
+        )
+        for api in apis.values()
+    )
+
+
+def test_scale_up_and_down_pods_and_claims_follow(
+    deployed: dict[str, Any], deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+) -> None:
+    set_qwen_replicas(fleet_dir, 5)
+    check(Fleet.load(fleet_dir, env=deployer.env()).up())
+    wait_for("5 qwen pods", lambda: sum(map(len, qwen_pods(apis).values())) == 5, 120)
+    wait_for("claims for 9 pods", lambda: claims(apis) == 9, 60)
+    set_qwen_replicas(fleet_dir, 3)
+    check(Fleet.load(fleet_dir, env=deployer.env()).up())
+    wait_for("3 qwen pods", lambda: sum(map(len, qwen_pods(apis).values())) == 3, 120)
+    # the garbage collector removes the claims of the deleted pods
+    wait_for("claims back to 7", lambda: claims(apis) == 7, 60)
+
+
+def test_a_noexecute_taint_moves_the_replica(
+    deployed: dict[str, Any], deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+) -> None:
+    assert "dev-3" in qwen_pods(apis)
+    path = fleet_dir / "fleet.yaml"
+    text = path.read_text()
+    tainted = text.replace(
+        "  nodePools:\n  - {name: l4, className: l4, nodeCount: 3}",
+        '  taints:\n  - {key: modelplane.ai/maintenance, value: "on", effect: NoExecute}\n'
+        "  nodePools:\n  - {name: l4, className: l4, nodeCount: 3}",
+    )
+    assert tainted != text
+    path.write_text(tainted)
+    check(Fleet.load(fleet_dir, env=deployer.env()).up())
+    moved = wait_for(
+        "qwen off dev-3",
+        lambda: (lambda p: p if "dev-3" not in p and sum(map(len, p.values())) == 3 else None)(
+            qwen_pods(apis)
+        ),
+        120,
+    )
+    assert set(moved) == {"dev-1", "dev-2"}
+
+
+def test_destroy_leaves_nothing_behind(
+    deployed: dict[str, Any], deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+) -> None:
+    run = Fleet.load(fleet_dir, env=deployer.env()).destroy()
+    assert all(r.ok for r in run.results), [(r.stack, r.error) for r in run.results]
+
+    def leftovers() -> list[str] | None:
+        left = []
+        for cluster, api in apis.items():
+            core = CoreV1Api(api)
+            left += [f"{cluster}/pod/{p.metadata.name}" for p in core.list_namespaced_pod(NS).items]
+            custom = CustomObjectsApi(api)
+            for group, version, plural in (
+                ("resource.k8s.io", "v1", "resourceclaims"),
+                ("resource.k8s.io", "v1", "resourceclaimtemplates"),
+                ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+                ("apps", "v1", "deployments"),
+                ("apps", "v1", "replicasets"),
+                ("apps", "v1", "statefulsets"),
+                ("gateway.networking.k8s.io", "v1", "httproutes"),
+            ):
+                items = custom.list_namespaced_custom_object(group, version, NS, plural)["items"]
+                left += [f"{cluster}/{plural}/{i['metadata']['name']}" for i in items]
+        return None if left else ["clean"]
+
+    wait_for("nothing left in the demo namespace", leftovers, 120)
