@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -41,6 +41,7 @@ CLUSTER = "dev-1"
 MEM = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("{}Gi")) >= 0'
 BIND_TIMEOUT = 30.0
 SETTLE = 6.0  # how long a forced pod must stay unbound
+FORCED_POOL = "any-pool"
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,13 @@ def _workloads(
         spec.classes,
         None,  # type: ignore[arg-type]
     )
+    if not pin:
+        # An unplaced replica has no pool: its claim asks for the same devices (class and CEL
+        # selectors) from any node, so give the claim builder a device kind with room enough.
+        gpu = next(iter(spec.classes.values())).spec.devices[0]
+        devices = dict(target.pool_devices)
+        devices[FORCED_POOL] = (gpu.model_copy(update={"count": 64}),)
+        target = replace(target, pool_devices=devices)
     out = []
     for manifest in replica_manifests(spec.deployments[key], replica, target):
         if manifest["kind"] not in ("ResourceClaimTemplate", "Deployment"):
@@ -200,7 +208,7 @@ def test_modelplane_and_kube_scheduler_agree(one_cluster: devfleet.DevFleet, see
                     name=f"{key.split('/')[1]}-unplaced-{extra}",
                     cluster=CLUSTER,
                     index=1000 + extra,
-                    pools={"unified": "p0"},
+                    pools={"unified": FORCED_POOL},
                 )
                 unplaced += _workloads(generated.spec, key, ghost, forced_ns, pin=False)
         _create(rest, placed, placed_ns)

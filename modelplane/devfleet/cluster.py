@@ -353,6 +353,41 @@ def gateway_classes() -> list[dict[str, Any]]:
     ]
 
 
+def scheduler_config(kubeconfig: Path) -> dict[str, Any]:
+    """kube-scheduler packs nodes (NodeResourcesFit MostAllocated) instead of spreading.
+
+    The default LeastAllocated spreads pods over nodes; with GPU pools that strands devices
+    (three 2-GPU pods on three 4-GPU nodes leave no node for a 4-GPU pod), while modelplane's
+    capacity model -- and GKE's optimize-utilization profile -- pack. Every modelplane pod
+    requests CPU and memory, so packing by them packs the GPU nodes too.
+    """
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "pluginConfig": [
+                    {
+                        "name": "NodeResourcesFit",
+                        "args": {
+                            "scoringStrategy": {
+                                "type": "MostAllocated",
+                                "resources": [
+                                    {"name": "cpu", "weight": 1},
+                                    {"name": "memory", "weight": 1},
+                                ],
+                            }
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
 def traefik_argv(
     traefik: Path,
     *,
@@ -514,14 +549,14 @@ def start_controllers(
             "--profiling=false",
         ],
     )
+    (w / "scheduler.yaml").write_text(yaml.safe_dump(scheduler_config(cluster.kubeconfig_path)))
     spawn(
         "kube-scheduler",
         [
             str(kube.kube_scheduler),
-            f"--kubeconfig={kubeconfig}",
+            f"--config={w / 'scheduler.yaml'}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
-            "--leader-elect=false",
             f"--bind-address={a.api_host}",
             "--secure-port=10259",
             "--profiling=false",
