@@ -175,20 +175,22 @@ def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) ->
         return ClusterObservation(
             name, reachable=False, error=str(exc), duration=time.monotonic() - started
         )
+    # The API answers: what cannot be read below is reported, the cluster stays reachable.
+    problems = []
+    address = None
+    replicas: dict[str, ReplicaObservation] = {}
     try:
         address = cluster.gateway_address()
+    except KubeError as exc:
+        problems.append(f"gateway: {exc}")
+    try:
         replicas = cluster.replicas(namespaces)
     except (KubeError, KeyError, TypeError, ValueError) as exc:
-        return ClusterObservation(
-            name,
-            reachable=False,
-            error=f"incomplete answer: {exc}",
-            pools=pools,
-            duration=time.monotonic() - started,
-        )
+        problems.append(f"replicas: {exc}")
     return ClusterObservation(
         name,
         reachable=True,
+        error="; ".join(problems) or None,
         pools=pools,
         gateway_address=address,
         replicas=replicas,

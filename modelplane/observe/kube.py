@@ -12,6 +12,7 @@ import json
 import os
 import ssl
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+RETRIES = 2
+RETRY_PAUSE = 0.25
 
 
 class KubeError(Exception):
@@ -146,16 +150,22 @@ class KubeReader:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         request = urllib.request.Request(url, headers=headers)
-        try:
-            with urllib.request.urlopen(
-                request, context=self._context, timeout=self.timeout
-            ) as resp:
-                return dict(json.loads(resp.read()))
-        except urllib.error.HTTPError as exc:
-            raise KubeError(exc.code, f"{path}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise KubeError(0, f"cannot reach {self.server}: {reason}") from None
+        for attempt in range(RETRIES + 1):
+            try:
+                with urllib.request.urlopen(
+                    request, context=self._context, timeout=self.timeout
+                ) as resp:
+                    return dict(json.loads(resp.read()))
+            except urllib.error.HTTPError as exc:
+                # Throttled or a version not yet established (a CRD just installed): retry.
+                if exc.code in (429, 503) and attempt < RETRIES:
+                    time.sleep(RETRY_PAUSE * (attempt + 1))
+                    continue
+                raise KubeError(exc.code, f"{path}: HTTP {exc.code} {exc.reason}") from None
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                raise KubeError(0, f"cannot reach {self.server}: {reason}") from None
+        raise AssertionError("unreachable")
 
     def items(self, path: str, **query: str) -> list[dict[str, Any]]:
         """A list's items; a resource the server does not serve (404) is an empty list."""
