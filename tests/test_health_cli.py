@@ -98,7 +98,9 @@ def test_plan_observe_keeps_new_replicas_off_an_unreachable_cluster(tmp_path: Pa
     dep = out["deployments"]["ml/m"]
     assert [r["cluster"] for r in dep["replicas"]] == ["rendered"]
     assert dep["unplaced"] == 1
-    assert dep["reasons"][0].startswith(f"down: API unreachable (cannot reach https://127.0.0.1:{port}")
+    assert dep["reasons"][0].startswith(
+        f"down: API unreachable (cannot reach https://127.0.0.1:{port}"
+    )
     assert dep["reasons"][0].endswith("): no new replicas")
     assert dep["reasons"][1] == "rendered: pool l4 has 0 free nodes, unified needs 1"
     assert list(out["unhealthy"]) == ["down"]
@@ -112,8 +114,16 @@ def test_plan_observe_keeps_new_replicas_off_an_unreachable_cluster(tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30s", 30), ("5m", 300), ("1h", 3600), ("1m30s", 90), ("250ms", 0.25), ("45", 45),
-     ("0.5", 0.5), ("0s", 0)],
+    [
+        ("30s", 30),
+        ("5m", 300),
+        ("1h", 3600),
+        ("1m30s", 90),
+        ("250ms", 0.25),
+        ("45", 45),
+        ("0.5", 0.5),
+        ("0s", 0),
+    ],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
