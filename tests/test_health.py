@@ -82,6 +82,13 @@ def obs(*clusters: ClusterObservation) -> Observation:
             "no-gateway-address",
             "no gateway address (inference-gateway has none)",
         ),
+        (
+            ClusterObservation(
+                "a", reachable=True, pools={"gpu": PoolObservation(2, 2, 16)}, gateway_found=False
+            ),
+            None,
+            None,
+        ),
         (healthy("a", ready={"gpu": 1}), None, None),
     ],
     ids=[
@@ -91,6 +98,7 @@ def obs(*clusters: ClusterObservation) -> Observation:
         "nodes-not-ready",
         "no-nodes",
         "no-gateway",
+        "gateway-not-created-yet",
         "partly-ready-is-healthy",
     ],
 )

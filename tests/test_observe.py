@@ -124,7 +124,8 @@ def test_observe_a_real_cluster(objects: DevCluster, tmp_path: Path) -> None:
     assert seen.reachable, seen.error
     assert seen.pools["gpu"] == PoolObservation(nodes=2, ready_nodes=1, devices=0)
     assert seen.pools["small"] == PoolObservation(nodes=1, ready_nodes=1, devices=0)
-    assert seen.gateway_address is None  # no Gateway API served: no address, no error
+    # no Gateway API served: no Gateway, no address, no error
+    assert (seen.gateway_found, seen.gateway_address, seen.error) == (False, None, None)
     assert (seen.replicas["m-r0"].pods, seen.replicas["m-r0"].ready_pods) == (1, 1)
     assert (seen.replicas["m-r1"].pods, seen.replicas["m-r1"].ready_pods) == (1, 0)
     assert seen.replicas["m-r1"].reasons == ("m-r1-a: Ready False",)

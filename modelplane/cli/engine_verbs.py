@@ -253,17 +253,24 @@ def up(
                 observer=obs,
             ),
         )
+    late: list[str] = []
     if wait and run.ok:
-        _wait(f, plan, run, output, timeout)
+        late = _wait(f, plan, run, output, timeout)
     _report(run, output, plan)
+    if late:
+        raise typer.Exit(EXIT_FAILED)
 
 
-def _wait(f: Fleet, plan: Plan, run: RunResult, output: Output, timeout: str) -> None:
-    """`up --wait`: observe until every deployment is READY; say who is not and why."""
+def _wait(f: Fleet, plan: Plan, run: RunResult, output: Output, timeout: str) -> list[str]:
+    """`up --wait`: observe until every deployment whose stack changed is READY; say who
+    is not and why."""
     from modelplane.cli.health import parse_duration, wait_ready
 
     limit = parse_duration(timeout)
-    keys = list(plan.report)
+    ran = {r.stack for r in run.results if r.outcome.value == "succeeded"}
+    keys = [u.key for u in f.stacks(plan) if u.kind == "ModelDeployment" and u.name in ran]
+    if not keys:
+        return []
     view = wait_ready(f, keys, limit)
     late = [d for d in view.deployments if d.key in keys and d.ready < d.desired]
     if output is not Output.json:
@@ -272,18 +279,7 @@ def _wait(f: Fleet, plan: Plan, run: RunResult, output: Output, timeout: str) ->
             err.print(f"[yellow]not ready[/] {d.key} after {limit:.0f}s: {why}", highlight=False)
         if not late:
             err.print(f"ready: {len(keys)} deployment(s)", highlight=False)
-    if late:
-        from modelplane.driver.results import Outcome, StackResult
-        from modelplane.stacks import Tier
-
-        run.results.append(
-            StackResult(
-                "wait",
-                Tier.GATEWAY,
-                Outcome.FAILED,
-                error="not READY: " + ", ".join(f"{d.key} {d.ready}/{d.desired}" for d in late),
-            )
-        )
+    return [d.key for d in late]
 
 
 def destroy(

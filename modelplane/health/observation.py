@@ -61,6 +61,7 @@ class ClusterObservation:
     error: str | None = None  # why it is unreachable / not observed (never a secret)
     pools: dict[str, PoolObservation] = field(default_factory=dict)
     gateway_address: str | None = None
+    gateway_found: bool = True  # False: no inference-gateway Gateway (not set up yet)
     replicas: dict[str, ReplicaObservation] = field(default_factory=dict)  # by replica name
     duration: float = 0.0
 
@@ -72,6 +73,7 @@ class ClusterObservation:
             "error": self.error,
             "pools": {k: v.as_json() for k, v in sorted(self.pools.items())},
             "gatewayAddress": self.gateway_address,
+            "gatewayFound": self.gateway_found,
             "replicas": {k: v.as_json() for k, v in sorted(self.replicas.items())},
             "duration": round(self.duration, 3),
         }
@@ -107,6 +109,7 @@ class Observation:
                     for p, v in (c.get("pools") or {}).items()
                 },
                 gateway_address=c.get("gatewayAddress"),
+                gateway_found=bool(c.get("gatewayFound", True)),
                 replicas={
                     r: ReplicaObservation(
                         int(v["pods"]),

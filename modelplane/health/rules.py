@@ -60,7 +60,9 @@ def cluster_health(cluster: InferenceCluster, seen: ClusterObservation | None) -
     if ready == 0 and (nodes > 0 or must_have):
         what = f"0 of {nodes} nodes Ready" if nodes else "no nodes in its node pools"
         return ClusterHealth(NOT_READY, f"not Ready ({what})")
-    if expects_gateway(cluster) and not seen.gateway_address:
+    # A cluster whose Gateway does not exist yet is being set up (its cluster stack creates
+    # it): only a Gateway without an address keeps replicas off.
+    if expects_gateway(cluster) and seen.gateway_found and not seen.gateway_address:
         return ClusterHealth(NO_GATEWAY, "no gateway address (inference-gateway has none)")
     return ClusterHealth()
 

@@ -99,17 +99,18 @@ class ClusterReader:
                     counts[pool][2] += len(spec.get("devices") or [])
         return {p: PoolObservation(*c) for p, c in sorted(counts.items())}
 
-    def gateway_address(self) -> str | None:
+    def gateway_address(self) -> tuple[bool, str | None]:
+        """Whether the workload Gateway exists, and its first address."""
         try:
             gw = self.reader.get(GATEWAY_PATH)
         except KubeError as exc:
             if exc.status == 404:
-                return None
+                return False, None
             raise
         for address in (gw.get("status") or {}).get("addresses") or []:
             if address.get("value"):
-                return str(address["value"])
-        return None
+                return True, str(address["value"])
+        return True, None
 
     def replicas(self, namespaces: Iterable[str]) -> dict[str, ReplicaObservation]:
         pods: dict[str, list[dict[str, Any]]] = {}
@@ -177,10 +178,10 @@ def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) ->
         )
     # The API answers: what cannot be read below is reported, the cluster stays reachable.
     problems = []
-    address = None
+    found, address = True, None
     replicas: dict[str, ReplicaObservation] = {}
     try:
-        address = cluster.gateway_address()
+        found, address = cluster.gateway_address()
     except KubeError as exc:
         problems.append(f"gateway: {exc}")
     try:
@@ -193,6 +194,7 @@ def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) ->
         error="; ".join(problems) or None,
         pools=pools,
         gateway_address=address,
+        gateway_found=found,
         replicas=replicas,
         duration=time.monotonic() - started,
     )
