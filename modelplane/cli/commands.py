@@ -14,7 +14,7 @@ from modelplane.api.loader import load_fleet
 from modelplane.cli import app
 from modelplane.cli.output import EXIT_INVALID, console, error_table, print_json
 from modelplane.lock import write_lock
-from modelplane.planning import plan_fleet
+from modelplane.planning import PlanOutcome, plan_fleet
 
 
 class Output(StrEnum):
@@ -59,6 +59,16 @@ def plan(
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 1 when a deployment is short.")
     ] = False,
+    observe: Annotated[
+        bool,
+        typer.Option(
+            "--observe",
+            help="Observe the clusters and apply the health rules (docs/scheduling.md).",
+        ),
+    ] = False,
+    grace: Annotated[
+        str, typer.Option("--grace", help="With --observe: the grace period (e.g. 5m).")
+    ] = "5m",
 ) -> None:
     """Schedule every replica onto a cluster and pool (a dry run unless --write).
 
@@ -66,12 +76,17 @@ def plan(
     reason per cluster. Exit 0 when valid, 2 on validation errors.
     """
     outcome = plan_fleet(fleet, lock)
+    health: dict[str, str] = {}
+    if observe and not outcome.errors:
+        health = _observe(fleet, outcome, grace)
     if output is Output.json:
-        print_json(outcome.as_json())
+        print_json({**outcome.as_json(), **({"unhealthy": health} if observe else {})})
     elif outcome.errors:
         console.print(error_table(outcome.errors))
     else:
         console.print(_plan_table(outcome.as_json()["deployments"]))
+        for name, problem in health.items():
+            console.print(f"[yellow]unhealthy[/] {name}: {problem}", highlight=False)
     if outcome.errors:
         raise typer.Exit(EXIT_INVALID)
     assert outcome.result is not None
@@ -83,6 +98,30 @@ def plan(
             )
     if strict and outcome.shortfall:
         raise typer.Exit(1)
+
+
+def _observe(fleet: Path, outcome: PlanOutcome, grace: str) -> dict[str, str]:
+    """Re-plan `outcome` on the observed clusters; the unhealthy ones and why."""
+    from modelplane.cli.health import parse_duration
+    from modelplane.driver.settings import state_root
+    from modelplane.health.rules import observed_schedule
+    from modelplane.observe import observe_fleet, read_since
+
+    observation = observe_fleet(outcome.fleet, fleet, lock=outcome.previous)
+    since = read_since(state_root(fleet.resolve()))
+    outcome.result, view = observed_schedule(
+        outcome.fleet,
+        outcome.previous,
+        observation,
+        since,
+        observation.at,
+        parse_duration(grace),
+    )
+    return {
+        name: h.problem + (" (past the grace period: re-placing)" if name in view.evicting else "")
+        for name, h in view.health.items()
+        if h.problem
+    }
 
 
 def _plan_table(deployments: dict) -> Table:
@@ -127,6 +166,9 @@ def _mount() -> None:
     from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, render
 
     engine_verbs.register(app)
+    from modelplane.cli import health
+
+    app.command("reconcile", help=engine_verbs._help(health.reconcile.__doc__))(health.reconcile)
     app.registered_commands.extend(render.app.registered_commands)
     app.add_typer(dev_cluster.app, name="dev-cluster")
     app.add_typer(dev_fleet.app, name="dev-fleet")

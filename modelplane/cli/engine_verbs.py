@@ -31,6 +31,7 @@ EXIT_FAILED = 1
 
 class Output(StrEnum):
     table = "table"
+    wide = "wide"
     json = "json"
 
 
@@ -113,7 +114,7 @@ def _run(output: Output, action: Callable[[Any], RunResult]) -> RunResult:
     from modelplane.driver.observer import Observer
     from modelplane.driver.progress import LiveProgress
 
-    observer = LiveProgress(err) if output is Output.table else Observer()
+    observer = LiveProgress(err) if output is not Output.json else Observer()
     return action(observer)
 
 
@@ -220,6 +221,13 @@ def up(
     parallel: ParallelOpt = 4,
     stack: StackOpt = None,
     output: OutputOpt = Output.table,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Then wait until every deployment is READY (see `status`)."),
+    ] = False,
+    timeout: Annotated[
+        str, typer.Option("--timeout", help="How long --wait waits (e.g. 10m).")
+    ] = "10m",
 ) -> None:
     """Plan, write the lock, then deploy every stack in order.
 
@@ -245,7 +253,33 @@ def up(
                 observer=obs,
             ),
         )
+    late: list[str] = []
+    if wait and run.ok:
+        late = _wait(f, plan, run, output, timeout)
     _report(run, output, plan)
+    if late:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _wait(f: Fleet, plan: Plan, run: RunResult, output: Output, timeout: str) -> list[str]:
+    """`up --wait`: observe until every deployment whose stack changed is READY; say who
+    is not and why."""
+    from modelplane.cli.health import parse_duration, wait_ready
+
+    limit = parse_duration(timeout)
+    ran = {r.stack for r in run.results if r.outcome.value == "succeeded"}
+    keys = [u.key for u in f.stacks(plan) if u.kind == "ModelDeployment" and u.name in ran]
+    if not keys:
+        return []
+    view = wait_ready(f, keys, limit)
+    late = [d for d in view.deployments if d.key in keys and d.ready < d.desired]
+    if output is not Output.json:
+        for d in late:
+            why = next((c.message for c in d.conditions if c.status != "True"), "")
+            err.print(f"[yellow]not ready[/] {d.key} after {limit:.0f}s: {why}", highlight=False)
+        if not late:
+            err.print(f"ready: {len(keys)} deployment(s)", highlight=False)
+    return [d.key for d in late]
 
 
 def destroy(
@@ -311,21 +345,28 @@ def status(
     parallel: ParallelOpt = 4,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Show the placement, each stack's last result, endpoints and ModelService addresses.
+    """Show whether the models serve, then each stack's last result, endpoints and addresses.
 
+    Readiness (observed on the clusters): per deployment READY n/m, placed, clusters, age
+    and conditions with reasons; `-o wide` adds one row per replica (cluster, pool, phase,
+    reason); per ModelService its URL and routable endpoints; per cluster its health.
     Placement comes from the lock; for each derived stack: its last operation and result,
     whether its inputs changed since (so `up` would run it), and its outputs (secrets are
     shown as [secret]). Stacks left in the backend that the fleet no longer has are listed.
     """
+    from modelplane.cli.health import fleet_readiness, readiness_tables
+
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
         st = f.status(parallel=parallel)
+        services = st.gateway.get("services")
+        view = fleet_readiness(f, services if isinstance(services, dict) else None)
     if output is Output.json:
-        print_json(st.as_json())
+        print_json({**st.as_json(), "readiness": view.as_json()})
         return
     from modelplane.driver.progress import status_tables
 
-    for table in status_tables(st):
+    for table in [*readiness_tables(view, wide=output is Output.wide), *status_tables(st)]:
         out.print(table)
 
 

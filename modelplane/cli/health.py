@@ -1,0 +1,282 @@
+"""What the CLI shows of the fleet's health: the readiness tables, `reconcile`, waiting.
+
+`status` prints `readiness_tables` above the stack tables; `plan --observe` and `reconcile`
+schedule on the observation (scheduling.md, "Health-aware scheduling").
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from modelplane.health.readiness import READY, FleetReadiness, readiness
+from modelplane.health.rules import DEFAULT_GRACE
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """`30s`, `5m`, `1h`, `1m30s`, `250ms` or plain seconds (`45`, `0.5`)."""
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", raw)
+        if not parts or "".join(n + u for n, u in parts) != raw:
+            raise typer.BadParameter(
+                f"{text!r} is not a duration (e.g. 30s, 5m, 1h, 1m30s)"
+            ) from None
+        value = sum(float(n) * _UNITS[u] for n, u in parts)
+    if value < 0:
+        raise typer.BadParameter(f"{text!r} is negative")
+    return value
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]:
+    """Deployments (READY n/m ...), then per replica (wide), services and clusters."""
+    deployments = Table(title="deployments", title_justify="left")
+    for col in ("NAME", "READY", "PLACED", "CLUSTERS", "AGE", "CONDITIONS"):
+        deployments.add_column(col, overflow="fold")
+    for d in view.deployments:
+        conditions = Text()
+        for c in d.conditions:
+            style = "green" if c.status == "True" else "yellow"
+            if conditions:
+                conditions.append("\n")
+            conditions.append(f"{c.type}={c.status}", style=style)
+            if c.status != "True":
+                conditions.append(f" {c.reason}: {c.message}")
+        ready = Text(f"{d.ready}/{d.desired}", style="green" if d.ready >= d.desired else "yellow")
+        deployments.add_row(
+            d.key,
+            ready,
+            f"{d.placed}/{d.desired}",
+            ",".join(d.clusters) or "-",
+            _age(d.age),
+            conditions,
+        )
+    tables = [deployments]
+    if wide:
+        replicas = Table(title="replicas", title_justify="left")
+        for col in ("DEPLOYMENT", "REPLICA", "CLUSTER", "POOL", "PHASE", "PODS", "AGE", "REASON"):
+            replicas.add_column(col, overflow="fold")
+        for d in view.deployments:
+            for r in d.replicas:
+                phase = Text(r.phase, style="green" if r.phase == READY else "yellow")
+                replicas.add_row(
+                    d.key,
+                    r.name,
+                    r.cluster,
+                    ",".join(f"{k}={v}" for k, v in r.pools.items()),
+                    phase,
+                    f"{r.ready_pods}/{r.expected_pods}",
+                    _age(r.age),
+                    r.reason,
+                )
+        tables.append(replicas)
+    if view.services:
+        services = Table(title="services", title_justify="left")
+        for col in ("NAME", "URL", "ROUTABLE", "NOT ROUTABLE"):
+            services.add_column(col, overflow="fold")
+        for s in view.services:
+            services.add_row(
+                s.key,
+                s.url or "(no address yet)",
+                f"{s.routable}/{s.endpoints}",
+                "\n".join(s.unroutable),
+            )
+        tables.append(services)
+    clusters = Table(title="clusters", title_justify="left")
+    for col in ("NAME", "HEALTH", "NODES READY", "GATEWAY", "MESSAGE"):
+        clusters.add_column(col, overflow="fold")
+    for c in view.clusters:
+        health = Text(c.health, style="green" if c.health == "Healthy" else "yellow")
+        clusters.add_row(c.name, health, c.nodes or "-", c.gateway_address or "-", c.message)
+    tables.append(clusters)
+    return tables
+
+
+def fleet_readiness(
+    fleet: Any,
+    service_urls: dict[str, Any] | None = None,
+    *,
+    grace: float = DEFAULT_GRACE,
+    timeout: float = 5.0,
+) -> FleetReadiness:
+    """Observe the clusters of a loaded `modelplane.Fleet` and build its readiness view."""
+    from modelplane.health.rules import observed_schedule
+    from modelplane.observe import observe_fleet, read_since
+
+    observation = observe_fleet(
+        fleet.spec, fleet.path, lock=fleet.previous, env=fleet.env, timeout=timeout
+    )
+    since = read_since(fleet.state_dir)
+    result, _ = observed_schedule(
+        fleet.spec, fleet.previous, observation, since, observation.at, grace
+    )
+    shortfall = {k: r.reasons for k, r in result.report.items() if r.unplaced}
+    urls = {k: v if isinstance(v, str) else None for k, v in (service_urls or {}).items()}
+    return readiness(
+        fleet.spec,
+        fleet.previous,
+        observation,
+        shortfall=shortfall,
+        service_urls=urls,
+        since=since,
+    )
+
+
+# --------------------------------------------------------------------------- reconcile
+
+GraceOpt = Annotated[
+    str,
+    typer.Option(
+        "--grace",
+        help="How long replicas stay on an unhealthy cluster before they are re-placed "
+        "(e.g. 5m, 90s).",
+    ),
+]
+
+
+def reconcile(
+    fleet: Annotated[Path, typer.Argument(help="The fleet directory.", show_default=False)],
+    interval: Annotated[
+        str, typer.Option("--interval", help="Time between rounds (e.g. 30s, 2m).")
+    ] = "30s",
+    once: Annotated[bool, typer.Option("--once", help="One round, then exit.")] = False,
+    grace: GraceOpt = "5m",
+    timeout: Annotated[
+        str, typer.Option("--timeout", help="Per-request timeout when observing a cluster.")
+    ] = "5s",
+    lock: Annotated[Path | None, typer.Option(help="Placement lock.", show_default=False)] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Pulumi backend URL.", show_default=False)
+    ] = None,
+    secrets_provider: Annotated[
+        str | None, typer.Option("--secrets-provider", show_default=False)
+    ] = None,
+    parallel: Annotated[int, typer.Option("--parallel", "-p", min=1)] = 4,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="table (one line per event) or json (lines).")
+    ] = "table",
+) -> None:
+    """Keep the fleet converged: observe every cluster, plan, `up` what changed, repeat.
+
+    Each round re-reads the specs and the lock, observes the clusters (API, Ready nodes per
+    pool, gateway address, replicas), schedules with the health rules (no new replicas on
+    an unhealthy cluster; replicas there are re-placed after --grace), writes the lock when
+    it changes and runs only the stacks whose inputs changed. A stack locked by another
+    update (e.g. CI running `up`) is retried next round. SIGTERM or Ctrl-C stops after the
+    current round. With --once: exit 1 if the round failed.
+    """
+    from modelplane.cli.output import print_json
+    from modelplane.driver.reconcile import Reconciler
+
+    if output not in ("table", "json"):
+        raise typer.BadParameter("--output is table or json")
+    every = parse_duration(interval)
+    reconciler = Reconciler(
+        fleet,
+        lock=lock,
+        backend=backend,
+        secrets_provider=secrets_provider,
+        grace=parse_duration(grace),
+        timeout=parse_duration(timeout),
+        parallel=parallel,
+    )
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    from modelplane.cli.engine_verbs import err, out
+
+    while True:
+        current = reconciler.round()
+        if output == "json":
+            print_json(current.as_json())
+        else:
+            _say_round(current, out, err)
+        if once:
+            if not current.ok:
+                raise typer.Exit(1)
+            return
+        if stop.wait(every):
+            err.print("reconcile: stopped", highlight=False)
+            return
+
+
+def _say_round(current: Any, out: Any, err: Any) -> None:
+    stamp = time.strftime("%H:%M:%S", time.localtime(current.started))
+    head = f"{stamp} round {current.number}"
+    if current.error:
+        err.print(f"{head}: [bold red]error[/] {current.error}", highlight=False)
+        return
+    view = current.view
+    for name, h in view.health.items() if view else []:
+        if h.problem:
+            state = "evicting" if name in view.evicting else "keeping its replicas (grace)"
+            out.print(f"{head}: cluster {name} {h.problem}; {state}", highlight=False)
+    for name in current.moved:
+        out.print(f"{head}: removed replica {name}", highlight=False)
+    for name in current.added:
+        out.print(f"{head}: placed replica {name}", highlight=False)
+    if current.plan is not None:
+        for key, rep in current.plan.report.items():
+            if rep.unplaced:
+                out.print(
+                    f"{head}: short {key}: {rep.unplaced} of {rep.desired} not placed: "
+                    + "; ".join(rep.reasons),
+                    highlight=False,
+                )
+    run = current.run
+    if current.skipped_up:
+        out.print(f"{head}: nothing changed ({current.duration:.1f}s)", highlight=False)
+    elif run is not None:
+        ran = [r.stack for r in run.results if r.outcome.value == "succeeded"]
+        out.print(
+            f"{head}: up {'ok' if run.ok else 'FAILED'} in {run.duration:.1f}s; ran "
+            f"{', '.join(ran) or 'nothing'}" + ("; lock written" if run.lock_written else ""),
+            highlight=False,
+        )
+        for name in current.locked:
+            err.print(
+                f"{head}: stack {name} is locked by another update; retrying next round",
+                highlight=False,
+            )
+        for r in run.results:
+            if r.error and r.outcome.value != "locked":
+                err.print(f"{head}: {r.stack} {r.outcome.value}: {r.error}", highlight=False)
+
+
+def wait_ready(
+    fleet: Any, keys: list[str], timeout: float, *, interval: float = 2.0
+) -> FleetReadiness:
+    """Observe until every deployment in `keys` is READY or `timeout` passed; the last view."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = fleet_readiness(fleet)
+        pending = [d for d in view.deployments if d.key in keys and d.ready < d.desired]
+        if not pending or time.monotonic() >= deadline:
+            return view
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))

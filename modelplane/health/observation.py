@@ -1,0 +1,129 @@
+"""What `modelplane/observe` saw on the clusters: plain data, the input of the pure rules.
+
+Built by `modelplane.observe` (the only code that reads clusters); tests build it by hand.
+JSON-ready through `as_json` / `from_json` (the shape of `status --output json`'s
+`observation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """One node pool as seen: nodes labelled `modelplane.ai/pool=<pool>`."""
+
+    nodes: int = 0
+    ready_nodes: int = 0
+    devices: int = 0  # DRA devices published in ResourceSlices of the pool's nodes
+
+    def as_json(self) -> dict[str, int]:
+        return {"nodes": self.nodes, "readyNodes": self.ready_nodes, "devices": self.devices}
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    """One replica's pods, claims and LeaderWorkerSet groups on its cluster."""
+
+    pods: int = 0
+    ready_pods: int = 0
+    claims: int = 0
+    allocated_claims: int = 0
+    groups: int = 0  # LeaderWorkerSet groups (multi-node workers); 0 for Deployments
+    ready_groups: int = 0
+    reasons: tuple[str, ...] = ()  # why pods are not Ready: `<pod>: <reason>`
+    created: float | None = None  # the oldest pod's creation time (epoch seconds)
+    running_pods: int = 0  # pods in phase Running (the others are Pending or finished)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "created": self.created,
+            "runningPods": self.running_pods,
+            "pods": self.pods,
+            "readyPods": self.ready_pods,
+            "claims": self.claims,
+            "allocatedClaims": self.allocated_claims,
+            "groups": self.groups,
+            "readyGroups": self.ready_groups,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class ClusterObservation:
+    """One cluster. `observed` False: modelplane had no way to reach it (no kubeconfig)."""
+
+    name: str
+    observed: bool = True
+    reachable: bool = False
+    error: str | None = None  # why it is unreachable / not observed (never a secret)
+    pools: dict[str, PoolObservation] = field(default_factory=dict)
+    gateway_address: str | None = None
+    gateway_found: bool = True  # False: no inference-gateway Gateway (not set up yet)
+    replicas: dict[str, ReplicaObservation] = field(default_factory=dict)  # by replica name
+    duration: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "observed": self.observed,
+            "reachable": self.reachable,
+            "error": self.error,
+            "pools": {k: v.as_json() for k, v in sorted(self.pools.items())},
+            "gatewayAddress": self.gateway_address,
+            "gatewayFound": self.gateway_found,
+            "replicas": {k: v.as_json() for k, v in sorted(self.replicas.items())},
+            "duration": round(self.duration, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Every cluster of the fleet at one time (`at`: seconds since the epoch)."""
+
+    at: float
+    clusters: dict[str, ClusterObservation] = field(default_factory=dict)
+
+    def cluster(self, name: str) -> ClusterObservation | None:
+        return self.clusters.get(name)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "clusters": {k: v.as_json() for k, v in sorted(self.clusters.items())},
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Observation:
+        clusters = {}
+        for name, c in (data.get("clusters") or {}).items():
+            clusters[name] = ClusterObservation(
+                name=name,
+                observed=bool(c.get("observed", True)),
+                reachable=bool(c.get("reachable")),
+                error=c.get("error"),
+                pools={
+                    p: PoolObservation(int(v["nodes"]), int(v["readyNodes"]), int(v["devices"]))
+                    for p, v in (c.get("pools") or {}).items()
+                },
+                gateway_address=c.get("gatewayAddress"),
+                gateway_found=bool(c.get("gatewayFound", True)),
+                replicas={
+                    r: ReplicaObservation(
+                        int(v["pods"]),
+                        int(v["readyPods"]),
+                        int(v["claims"]),
+                        int(v["allocatedClaims"]),
+                        int(v["groups"]),
+                        int(v["readyGroups"]),
+                        tuple(v.get("reasons") or ()),
+                        v.get("created"),
+                        int(v.get("runningPods", 0)),
+                    )
+                    for r, v in (c.get("replicas") or {}).items()
+                },
+                duration=float(c.get("duration", 0.0)),
+            )
+        return Observation(float(data.get("at", 0.0)), clusters)

@@ -1,0 +1,352 @@
+"""The readiness view of `modelplane status` (pure): specs + lock + observation -> rows.
+
+One entry per ModelDeployment (READY n/m, placed, clusters, age, conditions with reasons),
+per replica (cluster, pools, phase, reason), per ModelService (URL, routable endpoints)
+and per cluster (health). `as_json` is the documented `status --output json` shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.placement_lock import LockedReplica, PlacementLock
+from modelplane.health.observation import Observation
+from modelplane.health.rules import NOT_READY, UNREACHABLE, ClusterHealth, cluster_health
+
+READY = "Ready"
+NOT_READY_PHASE = "NotReady"
+PENDING = "Pending"
+UNKNOWN = "Unknown"
+
+# The labels a replica's composed ModelEndpoint carries (api.md, "ModelEndpoint").
+DEPLOYMENT_LABEL = "modelplane.ai/deployment"
+CLUSTER_LABEL = "modelplane.ai/cluster"
+INDEX_LABEL = "modelplane.ai/replica-index"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str  # True | False | Unknown
+    reason: str
+    message: str
+
+    def as_json(self) -> dict[str, str]:
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    name: str
+    cluster: str
+    index: int
+    pools: dict[str, str]
+    phase: str
+    reason: str
+    pods: int
+    ready_pods: int
+    expected_pods: int
+    age: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cluster": self.cluster,
+            "index": self.index,
+            "pools": dict(self.pools),
+            "phase": self.phase,
+            "reason": self.reason,
+            "pods": self.pods,
+            "readyPods": self.ready_pods,
+            "expectedPods": self.expected_pods,
+            "age": None if self.age is None else round(self.age, 1),
+        }
+
+
+@dataclass(frozen=True)
+class DeploymentStatus:
+    key: str
+    desired: int
+    placed: int
+    ready: int
+    clusters: list[str]
+    age: float | None
+    conditions: list[Condition]
+    replicas: list[ReplicaStatus]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ready": f"{self.ready}/{self.desired}",
+            "readyReplicas": self.ready,
+            "desired": self.desired,
+            "placed": self.placed,
+            "clusters": self.clusters,
+            "age": None if self.age is None else round(self.age, 1),
+            "conditions": [c.as_json() for c in self.conditions],
+            "replicas": [r.as_json() for r in self.replicas],
+        }
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    key: str
+    url: str | None
+    endpoints: int
+    routable: int
+    unroutable: list[str]  # `<endpoint>: <why>`
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "endpoints": self.endpoints,
+            "routable": self.routable,
+            "unroutable": list(self.unroutable),
+        }
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    health: str  # Healthy | Unreachable | NotReady | NoGatewayAddress | NotObserved
+    message: str
+    nodes: str  # `ready/total` over its node pools
+    gateway_address: str | None
+    unhealthy_since: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "health": self.health,
+            "message": self.message,
+            "nodes": self.nodes,
+            "gatewayAddress": self.gateway_address,
+            "unhealthySince": self.unhealthy_since,
+        }
+
+
+@dataclass
+class FleetReadiness:
+    at: float
+    clusters: list[ClusterStatus] = field(default_factory=list)
+    deployments: list[DeploymentStatus] = field(default_factory=list)
+    services: list[ServiceStatus] = field(default_factory=list)
+
+    def deployment(self, key: str) -> DeploymentStatus:
+        return next(d for d in self.deployments if d.key == key)
+
+    def service(self, key: str) -> ServiceStatus:
+        return next(s for s in self.services if s.key == key)
+
+    @property
+    def all_ready(self) -> bool:
+        return all(d.ready >= d.desired for d in self.deployments)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "observedAt": self.at,
+            "clusters": {c.name: c.as_json() for c in self.clusters},
+            "deployments": {d.key: d.as_json() for d in self.deployments},
+            "services": {s.key: s.as_json() for s in self.services},
+        }
+
+
+_HEALTH_NAMES = {
+    None: "Healthy",
+    UNREACHABLE: "Unreachable",
+    NOT_READY: "NotReady",
+    "no-gateway-address": "NoGatewayAddress",
+}
+
+
+def expected_pods(dep: ModelDeployment) -> int:
+    """Pods of one replica: per role, workers x nodes per worker."""
+    return sum(
+        r.workers.count * r.workers.topology.shape.nodes_per_worker for r in dep.spec.roles.values()
+    )
+
+
+def _replica(
+    dep: ModelDeployment,
+    replica: LockedReplica,
+    observation: Observation,
+    health: Mapping[str, ClusterHealth],
+    now: float,
+) -> ReplicaStatus:
+    expected = expected_pods(dep)
+    seen = observation.cluster(replica.cluster)
+    h = health.get(replica.cluster)
+
+    def row(phase: str, reason: str, pods: int = 0, ready: int = 0, age: float | None = None):
+        return ReplicaStatus(
+            replica.name,
+            replica.cluster,
+            replica.index,
+            dict(replica.pools),
+            phase,
+            reason,
+            pods,
+            ready,
+            expected,
+            age,
+        )
+
+    if h is None:
+        return row(UNKNOWN, f"cluster {replica.cluster} is not in the fleet")
+    if seen is None or not seen.observed:
+        return row(UNKNOWN, f"cluster not observed: {seen.error if seen else 'no observation'}")
+    if not seen.reachable:
+        return row(UNKNOWN, f"cluster {h.problem}")
+    got = seen.replicas.get(replica.name)
+    if got is None or got.pods == 0:
+        return row(PENDING, "no pods yet")
+    age = None if got.created is None else max(0.0, now - got.created)
+    groups_ok = got.groups == 0 or got.ready_groups >= got.groups
+    if got.ready_pods >= expected and groups_ok:
+        if h.code == NOT_READY:
+            return row(NOT_READY_PHASE, f"cluster {h.problem}", got.pods, got.ready_pods, age)
+        return row(READY, "", got.pods, got.ready_pods, age)
+    why = list(got.reasons[:3])
+    if got.claims and got.allocated_claims < got.claims:
+        why.insert(0, f"{got.allocated_claims} of {got.claims} device claims allocated")
+    if got.groups and got.ready_groups < got.groups:
+        why.append(f"{got.ready_groups} of {got.groups} LeaderWorkerSet groups ready")
+    if not why:
+        why = [f"{got.ready_pods} of {expected} pods Ready"]
+    phase = PENDING if got.running_pods < got.pods or got.pods < expected else NOT_READY_PHASE
+    return row(phase, "; ".join(why), got.pods, got.ready_pods, age)
+
+
+def _conditions(
+    dep: ModelDeployment, replicas: Sequence[ReplicaStatus], shortfall: Sequence[str]
+) -> list[Condition]:
+    desired, placed = dep.spec.replicas, len(replicas)
+    ready = sum(1 for r in replicas if r.phase == READY)
+    if placed >= desired:
+        scheduled = Condition(
+            "ReplicasScheduled", "True", "AllPlaced", f"{placed} of {desired} placed"
+        )
+    else:
+        why = "; ".join(shortfall)
+        scheduled = Condition(
+            "ReplicasScheduled",
+            "False",
+            "Shortfall",
+            f"{placed} of {desired} placed" + (f": {why}" if why else ""),
+        )
+    not_ready = [
+        f"{r.name} ({r.cluster}): {r.phase}, {r.reason}" for r in replicas if r.phase != READY
+    ]
+    if ready >= desired:
+        status, reason = "True", "AllReady"
+    elif any(r.phase == UNKNOWN for r in replicas):
+        status, reason = "False", "ClusterUnreachable"
+    else:
+        status, reason = "False", "ReplicasNotReady" if placed else "NothingPlaced"
+    message = f"{ready} of {desired} ready" + (f": {'; '.join(not_ready)}" if not_ready else "")
+    return [scheduled, Condition("ReplicasReady", status, reason, message)]
+
+
+def readiness(
+    fleet: FleetSpec,
+    lock: PlacementLock,
+    observation: Observation,
+    *,
+    shortfall: Mapping[str, Sequence[str]] | None = None,
+    service_urls: Mapping[str, str | None] | None = None,
+    since: Mapping[str, float] | None = None,
+) -> FleetReadiness:
+    """The readiness view at `observation.at` (`shortfall`: the plan's reasons per
+    deployment; `service_urls`: the gateway stack's `services` output)."""
+    now = observation.at
+    health = {n: cluster_health(c, observation.cluster(n)) for n, c in fleet.clusters.items()}
+    out = FleetReadiness(at=now)
+    for name in fleet.clusters:
+        h, seen = health[name], observation.cluster(name)
+        nodes = ""
+        if seen is not None and seen.reachable:
+            pools = [seen.pools.get(p.name) for p in fleet.clusters[name].spec.node_pools]
+            nodes = f"{sum(p.ready_nodes for p in pools if p)}/{sum(p.nodes for p in pools if p)}"
+        if not h.observed:
+            state, message = "NotObserved", (seen.error if seen else None) or "not observed"
+        else:
+            state, message = _HEALTH_NAMES.get(h.code, h.code or ""), h.problem or ""
+        out.clusters.append(
+            ClusterStatus(
+                name,
+                state,
+                message,
+                nodes,
+                seen.gateway_address if seen else None,
+                (since or {}).get(name),
+            )
+        )
+    ready_endpoints: dict[tuple[str, str, int], ReplicaStatus] = {}
+    for key, dep in fleet.deployments.items():
+        rows = [_replica(dep, r, observation, health, now) for r in lock.replicas_of(key)]
+        for r in rows:
+            ready_endpoints[(key, r.cluster, r.index)] = r
+        ages = [r.age for r in rows if r.age is not None]
+        out.deployments.append(
+            DeploymentStatus(
+                key=key,
+                desired=dep.spec.replicas,
+                placed=len(rows),
+                ready=sum(1 for r in rows if r.phase == READY),
+                clusters=sorted({r.cluster for r in rows}),
+                age=max(ages) if ages else None,
+                conditions=_conditions(dep, rows, (shortfall or {}).get(key, ())),
+                replicas=rows,
+            )
+        )
+    for key, svc in fleet.services.items():
+        out.services.append(_service(fleet, key, svc, ready_endpoints, health, service_urls))
+    return out
+
+
+def _service(fleet, key, svc, rows, health, urls) -> ServiceStatus:  # type: ignore[no-untyped-def]
+    """Endpoints the service selects (first entry wins, as in routing) and which are
+    routable: a Ready replica on a cluster with a gateway address, or a static endpoint."""
+    ns = svc.metadata.namespace
+    candidates: list[tuple[str, dict[str, str], ReplicaStatus | None]] = []
+    for dep_key, dep in fleet.deployments.items():
+        if dep.metadata.namespace != ns:
+            continue
+        for (k, cluster, index), row in sorted(rows.items()):
+            if k != dep_key:
+                continue
+            labels = {
+                **dep.template_labels(),
+                DEPLOYMENT_LABEL: dep.metadata.name,
+                CLUSTER_LABEL: cluster,
+                INDEX_LABEL: str(index),
+            }
+            candidates.append((row.name, labels, row))
+    for ep in fleet.endpoints.values():
+        if ep.metadata.namespace == ns:
+            candidates.append((ep.metadata.name, dict(ep.metadata.labels), None))
+    chosen: list[tuple[str, ReplicaStatus | None]] = []
+    seen: set[str] = set()
+    for entry in svc.spec.endpoints:
+        for name, labels, row in candidates:
+            if name not in seen and entry.selector.matches(labels):
+                seen.add(name)
+                chosen.append((name, row))
+    unroutable = []
+    for name, row in chosen:
+        if row is None:
+            continue  # a static ModelEndpoint: not observed, counted as routable
+        h = health.get(row.cluster)
+        if row.phase != READY:
+            unroutable.append(f"{name}: {row.phase}, {row.reason}".rstrip(", "))
+        elif h is not None and not h.healthy:
+            unroutable.append(f"{name}: cluster {row.cluster} {h.problem}")
+    url = (urls or {}).get(key)
+    return ServiceStatus(key, url, len(chosen), len(chosen) - len(unroutable), unroutable)

@@ -1,0 +1,146 @@
+"""Observe the fleet's clusters: the only modelplane code (besides Pulumi) that reads them.
+
+    observation = observe_fleet(fleet_spec, fleet_dir)
+
+Every cluster is read in its own thread, each request bounded by ``timeout`` seconds and
+the whole cluster by ``deadline``; a cluster that is down is an observation with its error
+(never a traceback). Kubeconfigs come from each InferenceCluster's ``secretRef`` (resolved
+as the stacks do: ``MODELPLANE_SECRET_*``, then ``file:``) or from ``kubeconfigs`` (e.g. a
+cloud cluster's stack output); they are secrets, never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.health.observation import ClusterObservation, Observation
+from modelplane.observe.cluster import observe_cluster
+from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
+from modelplane.secrets import SecretNotFound, resolve_secret
+
+DEFAULT_TIMEOUT = 5.0
+HEALTH_FILE = "health.json"
+
+__all__ = ["observe_fleet", "read_since", "write_since"]
+
+
+def _kubeconfig(
+    fleet: FleetSpec,
+    name: str,
+    fleet_dir: Path,
+    env: Mapping[str, str],
+    kubeconfigs: Mapping[str, str],
+) -> tuple[str | None, str]:
+    """The cluster's kubeconfig text, or None and why not."""
+    if name in kubeconfigs:
+        return kubeconfigs[name], ""
+    source = fleet.clusters[name].spec.cluster
+    existing = source.existing
+    if existing is None:
+        return None, f"{source.source} cluster: its kubeconfig is a stack output"
+    if existing.secret_ref is None:
+        return None, "renderTo cluster: nothing to observe"
+    ref = existing.secret_ref
+    try:
+        found = resolve_secret(
+            ref.name, ref.key, config=lambda _k: None, env=env, base_dir=fleet_dir
+        )
+    except SecretNotFound as exc:
+        return None, f"no kubeconfig: {exc}"
+    return found.value, ""
+
+
+def _namespaces(fleet: FleetSpec, lock: PlacementLock | None, cluster: str) -> list[str]:
+    if lock is None:
+        return sorted({d.metadata.namespace or "default" for d in fleet.deployments.values()})
+    out = set()
+    for key, dep in lock.deployments.items():
+        if any(r.cluster == cluster for r in dep.replicas):
+            out.add(key.split("/", 1)[0])
+    return sorted(out)
+
+
+def observe_fleet(
+    fleet: FleetSpec,
+    fleet_dir: str | Path,
+    *,
+    lock: PlacementLock | None = None,
+    env: Mapping[str, str] | None = None,
+    kubeconfigs: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    deadline: float | None = None,
+    now: float | None = None,
+) -> Observation:
+    """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
+    4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
+    deployment's namespace)."""
+    env = os.environ if env is None else env
+    fleet_dir = Path(fleet_dir)
+    limit = deadline if deadline is not None else 4 * timeout
+    at = time.time() if now is None else now
+    results: dict[str, ClusterObservation] = {}
+    threads: dict[str, threading.Thread] = {}
+
+    def one(name: str, text: str) -> None:
+        started = time.monotonic()
+        try:
+            reader = KubeReader(parse_kubeconfig(text, str(fleet_dir)), timeout=timeout)
+        except KubeError as exc:
+            results[name] = ClusterObservation(name, observed=False, error=str(exc))
+            return
+        observed = observe_cluster(name, reader, _namespaces(fleet, lock, name))
+        if time.monotonic() - started <= limit:
+            results[name] = observed
+
+    for name in fleet.clusters:
+        text, why = _kubeconfig(fleet, name, fleet_dir, env, kubeconfigs or {})
+        if text is None:
+            results[name] = ClusterObservation(name, observed=False, error=why)
+            continue
+        thread = threading.Thread(
+            target=one, args=(name, text), daemon=True, name=f"observe-{name}"
+        )
+        threads[name] = thread
+        thread.start()
+    end = time.monotonic() + limit
+    for name, thread in threads.items():
+        thread.join(max(0.0, end - time.monotonic()))
+        if name not in results:
+            results[name] = ClusterObservation(
+                name,
+                reachable=False,
+                error=f"no complete answer within {limit:.0f}s",
+                duration=limit,
+            )
+    return Observation(at, {n: results[n] for n in sorted(results)})
+
+
+def health_path(state_dir: Path) -> Path:
+    return state_dir / HEALTH_FILE
+
+
+def read_since(state_dir: Path) -> dict[str, float]:
+    """Since when each cluster has been unhealthy (written by `reconcile`)."""
+    try:
+        data = json.loads(health_path(state_dir).read_text(encoding="utf-8"))
+        return {str(k): float(v) for k, v in (data.get("unhealthySince") or {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def write_since(state_dir: Path, since: Mapping[str, float]) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = health_path(state_dir)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps({"unhealthySince": dict(sorted(since.items()))}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    tmp.replace(path)

@@ -1,0 +1,200 @@
+"""Observe one cluster: nodes per pool, devices, gateway address, each replica's pods."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from modelplane.health.observation import ClusterObservation, PoolObservation, ReplicaObservation
+from modelplane.observe.kube import KubeError, KubeReader
+
+POOL_LABEL = "modelplane.ai/pool"
+REPLICA_LABEL = "modelplane.ai/replica"
+ROLE_LABEL = "modelplane.ai/role"
+SERVING_ROLES = ("unified", "prefill", "decode")
+GATEWAY_PATH = (
+    "/apis/gateway.networking.k8s.io/v1/namespaces/modelplane-system/gateways/inference-gateway"
+)
+RESOURCE_API = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+
+
+def _ready(obj: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def _epoch(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _pod_reason(pod: dict[str, Any]) -> str | None:
+    """Why a pod is not Ready, in one line (None when it is)."""
+    if _ready(pod):
+        return None
+    name = pod.get("metadata", {}).get("name", "?")
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return f"{name}: {waiting['reason']}"
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True" and cond.get("type") in ("PodScheduled", "Ready"):
+            text = cond.get("reason") or f"{cond.get('type')} False"
+            if cond.get("message"):
+                text += f" ({str(cond['message'])[:160]})"
+            return f"{name}: {text}"
+    return f"{name}: {status.get('phase') or 'not Ready'}"
+
+
+class ClusterReader:
+    """Everything `observe` reads from one cluster, through one `KubeReader`."""
+
+    def __init__(self, reader: KubeReader) -> None:
+        self.reader = reader
+        self._resource_api: str | None = None
+
+    def resource_api(self) -> str | None:
+        """The served resource.k8s.io version (None: no DRA on this cluster)."""
+        if self._resource_api is None:
+            for version in RESOURCE_API:
+                try:
+                    self.reader.get(f"/apis/{version}")
+                except KubeError as exc:
+                    if exc.status == 404:
+                        continue
+                    raise
+                self._resource_api = version
+                break
+        return self._resource_api
+
+    def pools(self) -> dict[str, PoolObservation]:
+        nodes = self.reader.items("/api/v1/nodes")
+        pool_of: dict[str, str] = {}
+        counts: dict[str, list[int]] = {}
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            pool = (meta.get("labels") or {}).get(POOL_LABEL)
+            if not pool:
+                continue
+            pool_of[str(meta.get("name"))] = pool
+            entry = counts.setdefault(pool, [0, 0, 0])
+            entry[0] += 1
+            entry[1] += 1 if _ready(node) else 0
+        api = self.resource_api()
+        if api is not None:
+            for rs in self.reader.items(f"/apis/{api}/resourceslices"):
+                spec = rs.get("spec") or {}
+                pool = pool_of.get(str(spec.get("nodeName")))
+                if pool is not None:
+                    counts[pool][2] += len(spec.get("devices") or [])
+        return {p: PoolObservation(*c) for p, c in sorted(counts.items())}
+
+    def gateway_address(self) -> tuple[bool, str | None]:
+        """Whether the workload Gateway exists, and its first address."""
+        try:
+            gw = self.reader.get(GATEWAY_PATH)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False, None
+            raise
+        for address in (gw.get("status") or {}).get("addresses") or []:
+            if address.get("value"):
+                return True, str(address["value"])
+        return True, None
+
+    def replicas(self, namespaces: Iterable[str]) -> dict[str, ReplicaObservation]:
+        pods: dict[str, list[dict[str, Any]]] = {}
+        claims: dict[str, list[bool]] = {}
+        groups: dict[str, list[int]] = {}
+        api = None
+        for ns in sorted(set(namespaces)):
+            for pod in self.reader.items(
+                f"/api/v1/namespaces/{ns}/pods", labelSelector=REPLICA_LABEL
+            ):
+                labels = (pod.get("metadata") or {}).get("labels") or {}
+                if labels.get(ROLE_LABEL) in SERVING_ROLES:
+                    pods.setdefault(labels[REPLICA_LABEL], []).append(pod)
+            api = api or self.resource_api()
+            if api is not None:
+                for claim in self.reader.items(
+                    f"/apis/{api}/namespaces/{ns}/resourceclaims", labelSelector=REPLICA_LABEL
+                ):
+                    replica = claim["metadata"]["labels"][REPLICA_LABEL]
+                    allocated = bool((claim.get("status") or {}).get("allocation"))
+                    claims.setdefault(replica, []).append(allocated)
+            for lws in self.reader.items(
+                f"/apis/{LWS_API}/namespaces/{ns}/leaderworkersets", labelSelector=REPLICA_LABEL
+            ):
+                replica = lws["metadata"]["labels"][REPLICA_LABEL]
+                want = int((lws.get("spec") or {}).get("replicas") or 1)
+                ready = int((lws.get("status") or {}).get("readyReplicas") or 0)
+                entry = groups.setdefault(replica, [0, 0])
+                entry[0] += want
+                entry[1] += ready
+        out = {}
+        for replica in sorted({*pods, *claims, *groups}):
+            mine = pods.get(replica, [])
+            reasons = tuple(sorted(r for r in (_pod_reason(p) for p in mine) if r))
+            created = [
+                t for t in (_epoch(p["metadata"].get("creationTimestamp")) for p in mine) if t
+            ]
+            c = claims.get(replica, [])
+            g = groups.get(replica, [0, 0])
+            out[replica] = ReplicaObservation(
+                pods=len(mine),
+                ready_pods=sum(1 for p in mine if _ready(p)),
+                claims=len(c),
+                allocated_claims=sum(c),
+                groups=g[0],
+                ready_groups=g[1],
+                reasons=reasons,
+                created=min(created) if created else None,
+                running_pods=sum(
+                    1 for p in mine if (p.get("status") or {}).get("phase") == "Running"
+                ),
+            )
+        return out
+
+
+def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) -> ClusterObservation:
+    """One cluster; an unreachable one is an observation with the error, never a raise."""
+    started = time.monotonic()
+    cluster = ClusterReader(reader)
+    try:
+        pools = cluster.pools()
+    except KubeError as exc:
+        return ClusterObservation(
+            name, reachable=False, error=str(exc), duration=time.monotonic() - started
+        )
+    # The API answers: what cannot be read below is reported, the cluster stays reachable.
+    problems = []
+    found, address = True, None
+    replicas: dict[str, ReplicaObservation] = {}
+    try:
+        found, address = cluster.gateway_address()
+    except KubeError as exc:
+        problems.append(f"gateway: {exc}")
+    try:
+        replicas = cluster.replicas(namespaces)
+    except (KubeError, KeyError, TypeError, ValueError) as exc:
+        problems.append(f"replicas: {exc}")
+    return ClusterObservation(
+        name,
+        reachable=True,
+        error="; ".join(problems) or None,
+        pools=pools,
+        gateway_address=address,
+        gateway_found=found,
+        replicas=replicas,
+        duration=time.monotonic() - started,
+    )

@@ -1,0 +1,177 @@
+"""A read-only Kubernetes client from a kubeconfig (standard library only).
+
+The kubeconfig is a secret: it is never logged, and errors never quote it. Client
+certificate and key data are written to files (mode 0600) in a private temporary
+directory only for as long as ``ssl`` needs to load them, then deleted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+RETRIES = 2
+RETRY_PAUSE = 0.25
+
+
+class KubeError(Exception):
+    """The cluster could not be asked (``status`` 0) or answered an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """What a request needs from a kubeconfig's current context (secrets inside)."""
+
+    server: str
+    ca_data: bytes | None = None
+    insecure: bool = False
+    cert_data: bytes | None = None
+    key_data: bytes | None = None
+    token: str | None = None
+
+    def __repr__(self) -> str:  # never show credentials
+        return f"KubeTarget(server={self.server!r})"
+
+
+def _named(items: Any, name: str, what: str) -> dict[str, Any]:
+    for item in items or []:
+        if isinstance(item, dict) and item.get("name") == name:
+            return dict(item.get(what) or {})
+    raise KubeError(0, f"the kubeconfig has no {what} named {name!r}")
+
+
+def _data(block: dict[str, Any], key: str, base_dir: str | None) -> bytes | None:
+    if block.get(f"{key}-data"):
+        return base64.b64decode(block[f"{key}-data"])
+    path = block.get(key)
+    if path:
+        if base_dir and not os.path.isabs(path):
+            path = os.path.join(base_dir, path)
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise KubeError(0, f"the kubeconfig names {key} {path}: {exc.strerror}") from None
+    return None
+
+
+def parse_kubeconfig(text: str, base_dir: str | None = None) -> KubeTarget:
+    """The current context's server and credentials (exec plugins are not supported)."""
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise KubeError(0, "the kubeconfig is not valid YAML") from None
+    if not isinstance(config, dict):
+        raise KubeError(0, "the kubeconfig is not a YAML mapping")
+    current = config.get("current-context")
+    contexts = config.get("contexts") or []
+    if not current and contexts:
+        current = contexts[0].get("name")
+    context = _named(contexts, str(current), "context")
+    cluster = _named(config.get("clusters"), str(context.get("cluster")), "cluster")
+    user = (
+        _named(config.get("users"), str(context.get("user")), "user") if context.get("user") else {}
+    )
+    server = str(cluster.get("server") or "")
+    if not server:
+        raise KubeError(0, "the kubeconfig's cluster has no server")
+    if user.get("exec") or user.get("auth-provider"):
+        raise KubeError(0, "the kubeconfig uses an exec/auth-provider plugin (not supported)")
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        try:
+            with open(user["tokenFile"], encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise KubeError(0, f"the kubeconfig's tokenFile: {exc.strerror}") from None
+    return KubeTarget(
+        server=server.rstrip("/"),
+        ca_data=_data(cluster, "certificate-authority", base_dir),
+        insecure=bool(cluster.get("insecure-skip-tls-verify")),
+        cert_data=_data(user, "client-certificate", base_dir),
+        key_data=_data(user, "client-key", base_dir),
+        token=token or None,
+    )
+
+
+def ssl_context(target: KubeTarget) -> ssl.SSLContext:
+    if target.insecure:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif target.ca_data:
+        context = ssl.create_default_context(cadata=target.ca_data.decode("ascii", "replace"))
+    else:
+        context = ssl.create_default_context()
+    if target.cert_data and target.key_data:
+        with tempfile.TemporaryDirectory(prefix="modelplane-observe-") as private:
+            os.chmod(private, 0o700)
+            cert, key = os.path.join(private, "cert.pem"), os.path.join(private, "key.pem")
+            for path, data in ((cert, target.cert_data), (key, target.key_data)):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+            try:
+                context.load_cert_chain(cert, key)
+            except (ssl.SSLError, OSError):
+                raise KubeError(0, "the kubeconfig's client certificate/key is invalid") from None
+    return context
+
+
+class KubeReader:
+    """GETs JSON from one API server; every call bounded by ``timeout`` seconds."""
+
+    def __init__(self, target: KubeTarget, timeout: float = 5.0) -> None:
+        self.server = target.server
+        self.timeout = timeout
+        self._token = target.token
+        self._context = ssl_context(target) if target.server.startswith("https") else None
+
+    def get(self, path: str, **query: str) -> dict[str, Any]:
+        url = self.server + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = {"Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(url, headers=headers)
+        for attempt in range(RETRIES + 1):
+            try:
+                with urllib.request.urlopen(
+                    request, context=self._context, timeout=self.timeout
+                ) as resp:
+                    return dict(json.loads(resp.read()))
+            except urllib.error.HTTPError as exc:
+                # Throttled or a version not yet established (a CRD just installed): retry.
+                if exc.code in (429, 503) and attempt < RETRIES:
+                    time.sleep(RETRY_PAUSE * (attempt + 1))
+                    continue
+                raise KubeError(exc.code, f"{path}: HTTP {exc.code} {exc.reason}") from None
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                raise KubeError(0, f"cannot reach {self.server}: {reason}") from None
+        raise AssertionError("unreachable")
+
+    def items(self, path: str, **query: str) -> list[dict[str, Any]]:
+        """A list's items; a resource the server does not serve (404) is an empty list."""
+        try:
+            return list(self.get(path, **query).get("items") or [])
+        except KubeError as exc:
+            if exc.status == 404:
+                return []
+            raise

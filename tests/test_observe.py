@@ -1,0 +1,223 @@
+"""`modelplane.observe` against a real kube-apiserver, a closed port and a silent server."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.devcluster import DevCluster
+from modelplane.health.observation import PoolObservation
+from modelplane.observe import observe_fleet, read_since, write_since
+from modelplane.observe.kube import KubeError, parse_kubeconfig
+from tests.factories import cluster, deployment, fleet, inference_class, pool
+
+NS = "observe-test"
+
+
+def _fleet_with_secret(name: str, secret: str) -> Any:
+    spec = cluster(name, [pool("gpu", "h100", 2), pool("small", "h100", 1)])
+    existing = spec.spec.cluster.existing.model_copy(  # type: ignore[union-attr]
+        update={"render_to": None, "secret_ref": {"name": secret, "key": "kubeconfig"}}
+    )
+    existing = type(existing).model_validate(
+        {"secretRef": {"name": secret, "key": "kubeconfig"}}, by_alias=True
+    )
+    spec = spec.model_copy(
+        update={
+            "spec": spec.spec.model_copy(
+                update={"cluster": spec.spec.cluster.model_copy(update={"existing": existing})}
+            )
+        }
+    )
+    return fleet([inference_class("h100", 8)], [spec], [deployment("m", 1, namespace=NS)])
+
+
+def _node(name: str, pool_name: str, ready: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"modelplane.ai/pool": pool_name}},
+    }
+
+
+def _set_ready(rest: Any, path: str, ready: bool, extra: dict[str, Any] | None = None) -> None:
+    status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    status.update(extra or {})
+    rest.request(
+        "PATCH",
+        path + "/status",
+        body={"status": status},
+        content_type="application/merge-patch+json",
+    )
+
+
+@pytest.fixture(scope="module")
+def objects(dev_cluster: DevCluster) -> Iterator[DevCluster]:
+    rest = dev_cluster.rest()
+    created = []
+    for name, p, ready in (
+        ("obs-g0", "gpu", True),
+        ("obs-g1", "gpu", False),
+        ("obs-s0", "small", True),
+    ):
+        rest.request("POST", "/api/v1/nodes", body=_node(name, p, ready))
+        _set_ready(rest, f"/api/v1/nodes/{name}", ready)
+        created.append(f"/api/v1/nodes/{name}")
+    rest.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+    )
+    for pod, ready in (("m-r0-a", True), ("m-r1-a", False)):
+        replica = pod.rsplit("-", 1)[0]
+        rest.request(
+            "POST",
+            f"/api/v1/namespaces/{NS}/pods",
+            body={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod,
+                    "labels": {
+                        "modelplane.ai/replica": replica,
+                        "modelplane.ai/role": "unified",
+                        "modelplane.ai/deployment": "m",
+                    },
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "engine", "image": "x"}],
+                },
+            },
+        )
+        _set_ready(
+            rest,
+            f"/api/v1/namespaces/{NS}/pods/{pod}",
+            ready,
+            {"phase": "Running"},
+        )
+    try:
+        yield dev_cluster
+    finally:
+        for path in created:
+            rest.request("DELETE", path)
+
+
+@pytest.mark.apiserver
+def test_observe_a_real_cluster(objects: DevCluster, tmp_path: Path) -> None:
+    f = _fleet_with_secret("c1", f"file:{objects.kubeconfig_path}")
+    private = tmp_path / "tmp"
+    private.mkdir()
+    saved, tempfile.tempdir = tempfile.tempdir, str(private)
+    try:
+        observation = observe_fleet(f, tmp_path, env={})
+    finally:
+        tempfile.tempdir = saved
+    seen = observation.clusters["c1"]
+    assert seen.reachable, seen.error
+    assert seen.pools["gpu"] == PoolObservation(nodes=2, ready_nodes=1, devices=0)
+    assert seen.pools["small"] == PoolObservation(nodes=1, ready_nodes=1, devices=0)
+    # no Gateway API served: no Gateway, no address, no error
+    assert (seen.gateway_found, seen.gateway_address, seen.error) == (False, None, None)
+    assert (seen.replicas["m-r0"].pods, seen.replicas["m-r0"].ready_pods) == (1, 1)
+    assert (seen.replicas["m-r1"].pods, seen.replicas["m-r1"].ready_pods) == (1, 0)
+    assert seen.replicas["m-r1"].reasons == ("m-r1-a: Ready False",)
+    assert list(private.iterdir()) == []  # the client key's temp files are gone
+    # Replicas are read only in the namespaces the lock has on this cluster.
+    empty = observe_fleet(f, tmp_path, env={}, lock=PlacementLock())
+    assert empty.clusters["c1"].replicas == {}
+
+
+@pytest.mark.apiserver
+def test_observation_never_contains_the_kubeconfig(objects: DevCluster, tmp_path: Path) -> None:
+    f = _fleet_with_secret("c1", "kube-c1")
+    secret = objects.kubeconfig_text
+    observation = observe_fleet(f, tmp_path, env={"MODELPLANE_SECRET_KUBE_C1_KUBECONFIG": secret})
+    assert observation.clusters["c1"].reachable
+    text = str(observation.as_json())
+    target = parse_kubeconfig(secret)
+    assert target.key_data is not None
+    for part in (secret, target.key_data.decode()[40:80]):
+        assert part not in text
+    assert "key" not in repr(target).lower()
+
+
+def _kubeconfig(server: str) -> str:
+    return (
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        f"clusters: [{{name: x, cluster: {{server: '{server}', insecure-skip-tls-verify: true}}}}]\n"
+        "contexts: [{name: x, context: {cluster: x, user: x}}]\n"
+        "users: [{name: x, user: {token: abc}}]\n"
+    )
+
+
+def test_a_cluster_that_is_down_is_an_observation_not_an_error(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "kc").write_text(_kubeconfig(f"https://127.0.0.1:{port}"))
+    f = _fleet_with_secret("c1", "file:kc")
+    started = time.monotonic()
+    seen = observe_fleet(f, tmp_path, env={}).clusters["c1"]
+    assert time.monotonic() - started < 3
+    assert (seen.observed, seen.reachable) == (True, False)
+    assert f"cannot reach https://127.0.0.1:{port}" in (seen.error or "")
+
+
+def test_a_silent_cluster_is_bounded_by_the_timeout(tmp_path: Path) -> None:
+    with socket.socket() as silent:  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        (tmp_path / "kc").write_text(_kubeconfig(f"https://127.0.0.1:{port}"))
+        f = _fleet_with_secret("c1", "file:kc")
+        started = time.monotonic()
+        seen = observe_fleet(f, tmp_path, env={}, timeout=0.5, deadline=1.5).clusters["c1"]
+        elapsed = time.monotonic() - started
+    assert elapsed < 2.5
+    assert not seen.reachable and seen.error
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[", "the kubeconfig is not valid YAML"),
+        ("- a", "the kubeconfig is not a YAML mapping"),
+        ("current-context: x\ncontexts: []\n", "the kubeconfig has no context named 'x'"),
+        (
+            "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+            "clusters: [{name: c, cluster: {server: https://h}}]\n"
+            "users: [{name: u, user: {exec: {command: aws}}}]\n",
+            "the kubeconfig uses an exec/auth-provider plugin (not supported)",
+        ),
+    ],
+)
+def test_bad_kubeconfigs_say_why(text: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(KubeError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        parse_kubeconfig(text)
+    (tmp_path / "kc").write_text(text)
+    seen = observe_fleet(_fleet_with_secret("c1", "file:kc"), tmp_path, env={}).clusters["c1"]
+    assert (seen.observed, seen.error) == (False, message)
+
+
+def test_clusters_without_a_kubeconfig_are_not_observed(tmp_path: Path) -> None:
+    f = fleet([inference_class("h100", 8)], [cluster("r", [pool("gpu", "h100")])])
+    seen = observe_fleet(f, tmp_path, env={}).clusters["r"]
+    assert (seen.observed, seen.error) == (False, "renderTo cluster: nothing to observe")
+    missing = observe_fleet(_fleet_with_secret("c1", "nope"), tmp_path, env={}).clusters["c1"]
+    assert not missing.observed and "MODELPLANE_SECRET_NOPE_KUBECONFIG" in (missing.error or "")
+
+
+def test_health_memory_round_trips(tmp_path: Path) -> None:
+    assert read_since(tmp_path) == {}
+    write_since(tmp_path / "state", {"b": 12.5, "a": 3.0})
+    assert read_since(tmp_path / "state") == {"a": 3.0, "b": 12.5}
+    (tmp_path / "state" / "health.json").write_text("{not json")
+    assert read_since(tmp_path / "state") == {}
