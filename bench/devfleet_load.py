@@ -46,7 +46,7 @@ async def _client(url: str, stop: float, latencies: list[float], errors: list[st
                     if resp.status != 200:
                         errors.append(str(resp.status))
                         continue
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 errors.append(type(exc).__name__)
                 continue
             latencies.append(time.perf_counter() - started)
@@ -111,10 +111,17 @@ def main() -> int:
         fleet = devfleet.up(state, clusters=3, specs=ROOT / "specs" / "dev")
         try:
             specs = Path(tmp) / "dev"
-            shutil.copytree(ROOT / "specs" / "dev", specs,
-                            ignore=shutil.ignore_patterns(".modelplane", "*.lock.yaml"))
-            env = {**os.environ, "PULUMI_CONFIG_PASSPHRASE": "bench", "KUBECONFIG": "",
-                   "PULUMI_HOME": str(Path(tmp) / "pulumi-home")}
+            shutil.copytree(
+                ROOT / "specs" / "dev",
+                specs,
+                ignore=shutil.ignore_patterns(".modelplane", "*.lock.yaml"),
+            )
+            env = {
+                **os.environ,
+                "PULUMI_CONFIG_PASSPHRASE": "bench",
+                "KUBECONFIG": "",
+                "PULUMI_HOME": str(Path(tmp) / "pulumi-home"),
+            }
             f = Fleet.load(specs, env=env)
             run = f.up()
             assert all(r.ok for r in run.results), [(r.stack, r.error) for r in run.results]
@@ -123,7 +130,9 @@ def main() -> int:
             host = front.split("//", 1)[1].split("/", 1)[0]
             front = front.replace(host, f"{host}:8000", 1) + "/v1/chat/completions"
             rest = fleet.cluster("dev-1").rest()
-            pods = rest.get("/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai/deployment=qwen")
+            pods = rest.get(
+                "/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai/deployment=qwen"
+            )
             ip = pods["items"][0]["status"]["podIP"]
             direct = f"http://{ip}:8000/v1/chat/completions"
             time.sleep(2)
@@ -133,10 +142,14 @@ def main() -> int:
     d, g = result["direct"], result["front door"]
     print(f"{args.clients} clients x {args.seconds:.0f} s, inside the fleet's network namespace")
     for name, r in result.items():
-        print(f"  {name:10} {r['rps']:8.0f} req/s  p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms"
-              f"  errors {r['errors']} of {r['requests'] + r['errors']}")
-    print(f"  added by the two gateway hops: p50 {g['p50'] - d['p50']:.2f} ms, "
-          f"p99 {g['p99'] - d['p99']:.2f} ms (goal p99 < 5 ms)")
+        print(
+            f"  {name:10} {r['rps']:8.0f} req/s  p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms"
+            f"  errors {r['errors']} of {r['requests'] + r['errors']}"
+        )
+    print(
+        f"  added by the two gateway hops: p50 {g['p50'] - d['p50']:.2f} ms, "
+        f"p99 {g['p99'] - d['p99']:.2f} ms (goal p99 < 5 ms)"
+    )
     return 0
 
 

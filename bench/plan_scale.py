@@ -19,41 +19,68 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.scheduler import schedule
 
 API = "modelplane.ai/v1alpha1"
-GPU_KINDS = [("l4", 1, "24Gi", "8.9.0"), ("a100", 8, "80Gi", "8.0.0"), ("h100", 8, "80Gi", "9.0.0"),
-             ("h200", 8, "141Gi", "9.0.0")]
+GPU_KINDS = [
+    ("l4", 1, "24Gi", "8.9.0"),
+    ("a100", 8, "80Gi", "8.0.0"),
+    ("h100", 8, "80Gi", "9.0.0"),
+    ("h200", 8, "141Gi", "9.0.0"),
+]
 
 
 def build_fleet(clusters: int, deployments: int, replicas: int) -> FleetSpec:
     fleet = FleetSpec()
     for name, count, mem, cc in GPU_KINDS:
-        fleet.classes[name] = InferenceClass.model_validate({
-            "apiVersion": API, "kind": "InferenceClass", "metadata": {"name": name},
-            "spec": {"devices": [{
-                "name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com",
-                "count": count, "attributes": {"cudaComputeCapability": {"version": cc}},
-                "capacity": {"memory": {"value": mem}}}]},
-        })
+        fleet.classes[name] = InferenceClass.model_validate(
+            {
+                "apiVersion": API,
+                "kind": "InferenceClass",
+                "metadata": {"name": name},
+                "spec": {
+                    "devices": [
+                        {
+                            "name": "gpu",
+                            "driver": "gpu.nvidia.com",
+                            "deviceClassName": "gpu.nvidia.com",
+                            "count": count,
+                            "attributes": {"cudaComputeCapability": {"version": cc}},
+                            "capacity": {"memory": {"value": mem}},
+                        }
+                    ]
+                },
+            }
+        )
     for i in range(clusters):
         name = f"cluster-{i:04d}"
-        fleet.clusters[name] = InferenceCluster.model_validate({
-            "apiVersion": API, "kind": "InferenceCluster",
-            "metadata": {"name": name, "labels": {"modelplane.ai/region": f"r{i % 10}"}},
-            "spec": {
-                "cluster": {"source": "Existing", "existing": {"renderTo": f"out/{name}"}},
-                "nodePools": [{"name": f"pool-{k}", "className": GPU_KINDS[k][0], "nodeCount": 4}
-                              for k in range(4)],
-            },
-        })
+        fleet.clusters[name] = InferenceCluster.model_validate(
+            {
+                "apiVersion": API,
+                "kind": "InferenceCluster",
+                "metadata": {"name": name, "labels": {"modelplane.ai/region": f"r{i % 10}"}},
+                "spec": {
+                    "cluster": {"source": "Existing", "existing": {"renderTo": f"out/{name}"}},
+                    "nodePools": [
+                        {"name": f"pool-{k}", "className": GPU_KINDS[k][0], "nodeCount": 4}
+                        for k in range(4)
+                    ],
+                },
+            }
+        )
     per = replicas // deployments
     for d in range(deployments):
         tensor = (1, 2, 4, 8)[d % 4]
-        selectors = [{"cel": 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("'
-                      f'{(16, 40, 80, 120)[d % 4]}Gi")) >= 0'}]
+        selectors = [
+            {
+                "cel": 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("'
+                f'{(16, 40, 80, 120)[d % 4]}Gi")) >= 0'
+            }
+        ]
         dep: dict = {
-            "apiVersion": API, "kind": "ModelDeployment",
+            "apiVersion": API,
+            "kind": "ModelDeployment",
             "metadata": {"name": f"model-{d:03d}", "namespace": f"team-{d % 7}"},
             "spec": {
-                "replicas": per, "priority": d % 3,
+                "replicas": per,
+                "priority": d % 3,
                 "nodeSelector": {"devices": [{"name": "gpu", "selectors": selectors}]},
                 "workers": {
                     "topology": {"tensor": tensor, "pipeline": 2 if d % 10 == 0 else 1},
@@ -99,10 +126,14 @@ def main() -> None:
     assert again.lock == result.lock, "re-planning the written lock changed it"
 
     placed = sum(len(d.replicas) for d in result.lock.deployments.values())
-    print(f"fleet: {args.clusters} clusters x 4 pools, {args.deployments} deployments, "
-          f"{args.replicas} replicas wanted (built in {built:.2f} s)")
-    print(f"plan (empty lock):  {first:.3f} s wall, {first_cpu:.3f} s CPU, {placed} placed, "
-          f"{placed / first:,.0f} replicas/s, peak traced memory {peak / 2**20:.1f} MiB")
+    print(
+        f"fleet: {args.clusters} clusters x 4 pools, {args.deployments} deployments, "
+        f"{args.replicas} replicas wanted (built in {built:.2f} s)"
+    )
+    print(
+        f"plan (empty lock):  {first:.3f} s wall, {first_cpu:.3f} s CPU, {placed} placed, "
+        f"{placed / first:,.0f} replicas/s, peak traced memory {peak / 2**20:.1f} MiB"
+    )
     print(f"plan (kept lock):   {replan:.3f} s, {placed / replan:,.0f} replicas/s")
 
 

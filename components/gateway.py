@@ -198,9 +198,9 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         gw_manifest = gateway_manifest(backend)
         if await_address:
             # Services' URLs are built from this address: `up` waits until it is published.
-            gw_manifest["metadata"].setdefault("annotations", {})[
-                "pulumi.com/waitFor"
-            ] = "jsonpath={.status.addresses[0].value}"
+            gw_manifest["metadata"].setdefault("annotations", {})["pulumi.com/waitFor"] = (
+                "jsonpath={.status.addresses[0].value}"
+            )
         gw = _GatewayObject(
             f"gateway/{SYSTEM_NAMESPACE}/{GATEWAY_NAME}",
             gw_manifest,
