@@ -107,6 +107,21 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
                 "\n".join(s.unroutable),
             )
         tables.append(services)
+    if view.caches:
+        caches = Table(title="model caches", title_justify="left")
+        for col in ("NAME", "HYDRATED", "NOT HYDRATED"):
+            caches.add_column(col, overflow="fold")
+        for c in view.caches:
+            caches.add_row(
+                c.key,
+                f"{c.hydrated}/{len(c.clusters)}",
+                "\n".join(
+                    f"{name}: {state}" + (f" ({why})" if why else "")
+                    for name, (state, why) in c.clusters.items()
+                    if state != "Hydrated"
+                ),
+            )
+        tables.append(caches)
     clusters = Table(title="clusters", title_justify="left")
     for col in ("NAME", "HEALTH", "NODES READY", "GATEWAY", "MESSAGE"):
         clusters.add_column(col, overflow="fold")
