@@ -56,6 +56,7 @@ ENVOY = {
     "port": 80,
 }
 GATEWAY_LABELS = labels({"modelplane.ai/gateway": "default"})
+WAIT_FOR_ADDRESS = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
 
 
 def backend_settings(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any]:
@@ -96,7 +97,9 @@ def gateway_manifest(backend: Literal["Traefik", "EnvoyGateway"]) -> Manifest:
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "Gateway",
-        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+        # Wait for the controller to publish an address (as the serving stack's Gateway
+        # does), so that service URLs are known at the end of the same `up`.
+        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, WAIT_FOR_ADDRESS),
         "spec": {
             "gatewayClassName": s["class"],
             "listeners": [

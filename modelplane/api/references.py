@@ -109,5 +109,29 @@ def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:
                         )
 
 
+def _lws_names(fleet: FleetSpec) -> Iterator[SpecError]:
+    """Multi-node roles become LeaderWorkerSets whose derived names must leave room for
+    the worker StatefulSets' revision labels (api.md, "ModelDeployment")."""
+    from modelplane.api.names import lws_name_budget, lws_name_length
+
+    for key, dep in fleet.deployments.items():
+        for role_name, role in dep.spec.roles.items():
+            if role.workers.topology.shape.nodes_per_worker <= 1:
+                continue
+            length = lws_name_length(dep.metadata.name, role_name)
+            budget = lws_name_budget(role.workers.count)
+            if length > budget:
+                yield _err(
+                    fleet,
+                    "ModelDeployment",
+                    key,
+                    "metadata.name",
+                    f"name too long for a multi-node {role_name} role: its LeaderWorkerSets "
+                    f"would be named with {length} characters, at most {budget} leave room "
+                    f"for the worker pods' revision label; shorten the name by "
+                    f"{length - budget} characters",
+                )
+
+
 def check_references(fleet: FleetSpec) -> list[SpecError]:
-    return [*_pool_classes(fleet), *_gateway(fleet), *_deployments(fleet)]
+    return [*_pool_classes(fleet), *_gateway(fleet), *_deployments(fleet), *_lws_names(fleet)]
