@@ -14,7 +14,8 @@ Traefik (chart `traefik`, its Kubernetes Gateway provider on) or Envoy Gateway
   under one name would fight); only the GatewayClass and Gateway are added.
 
 Traefik is the default because per-backend path rewrites in one weighted rule
-work there and not on Envoy Gateway (envoyproxy/gateway#7099).
+work there; on Envoy Gateway (envoyproxy/gateway#7099) a service is one rule with
+one rewrite and replicas named by header (`components.workload.routes`).
 """
 
 from __future__ import annotations

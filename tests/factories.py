@@ -54,19 +54,23 @@ def nic_device(count: int = 16, *, link: str = "efa", claim: str = "Synthetic") 
     return device
 
 
-def inference_class(name: str, gpus: int = 8, *, devices: list[dict[str, Any]] | None = None,
-                    **gpu: Any) -> InferenceClass:
+def inference_class(
+    name: str, gpus: int = 8, *, devices: list[dict[str, Any]] | None = None, **gpu: Any
+) -> InferenceClass:
     """A class whose node carries `devices`, by default one DRA GPU kind of `gpus` devices."""
-    return InferenceClass.model_validate({
-        "apiVersion": "modelplane.ai/v1alpha1",
-        "kind": "InferenceClass",
-        "metadata": {"name": name},
-        "spec": {"devices": devices if devices is not None else [gpu_device(gpus, **gpu)]},
-    })
+    return InferenceClass.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceClass",
+            "metadata": {"name": name},
+            "spec": {"devices": devices if devices is not None else [gpu_device(gpus, **gpu)]},
+        }
+    )
 
 
-def pool(name: str, class_name: str, nodes: int = 1, max_nodes: int | None = None
-         ) -> dict[str, Any]:
+def pool(
+    name: str, class_name: str, nodes: int = 1, max_nodes: int | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"name": name, "className": class_name, "nodeCount": nodes}
     if max_nodes is not None:
         spec["maxNodeCount"] = max_nodes
@@ -77,19 +81,26 @@ def taint(key: str, value: str = "", effect: str = "NoSchedule") -> dict[str, An
     return {"key": key, "value": value, "effect": effect}
 
 
-def cluster(name: str, pools: Iterable[dict[str, Any]], *, labels: Mapping[str, str] | None = None,
-            taints: Iterable[dict[str, Any]] = ()) -> InferenceCluster:
+def cluster(
+    name: str,
+    pools: Iterable[dict[str, Any]],
+    *,
+    labels: Mapping[str, str] | None = None,
+    taints: Iterable[dict[str, Any]] = (),
+) -> InferenceCluster:
     """An Existing cluster (rendered to a directory) with the given node pools."""
-    return InferenceCluster.model_validate({
-        "apiVersion": "modelplane.ai/v1alpha1",
-        "kind": "InferenceCluster",
-        "metadata": {"name": name, "labels": dict(labels or {})},
-        "spec": {
-            "cluster": {"source": "Existing", "existing": {"renderTo": f"out/{name}"}},
-            "nodePools": list(pools),
-            "taints": list(taints),
-        },
-    })
+    return InferenceCluster.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceCluster",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {
+                "cluster": {"source": "Existing", "existing": {"renderTo": f"out/{name}"}},
+                "nodePools": list(pools),
+                "taints": list(taints),
+            },
+        }
+    )
 
 
 def request(name: str = "gpu", count: int | None = None, *cel: str) -> dict[str, Any]:
@@ -99,14 +110,25 @@ def request(name: str = "gpu", count: int | None = None, *cel: str) -> dict[str,
     return spec
 
 
-def role(tensor: int = 1, *, pipeline: int = 1, data: int = 1, data_local: int = 1,
-         workers: int = 1, devices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def role(
+    tensor: int = 1,
+    *,
+    pipeline: int = 1,
+    data: int = 1,
+    data_local: int = 1,
+    workers: int = 1,
+    devices: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A role: `workers` workers of the given topology, with an optional nodeSelector."""
     spec: dict[str, Any] = {
         "workers": {
             "count": workers,
-            "topology": {"tensor": tensor, "pipeline": pipeline, "data": data,
-                         "dataLocal": data_local},
+            "topology": {
+                "tensor": tensor,
+                "pipeline": pipeline,
+                "data": data,
+                "dataLocal": data_local,
+            },
             "resources": {"cpu": "4", "memory": "16Gi"},
             "template": {"spec": {"containers": [{"name": "engine", "image": "vllm/vllm:1"}]}},
         }
@@ -145,20 +167,31 @@ def deployment(
     if prefill is not None or decode is not None:
         spec["prefill"], spec["decode"] = prefill, decode
     else:
-        spec.update(role(tensor, pipeline=pipeline, data=data, data_local=data_local,
-                         workers=workers, devices=devices))
+        spec.update(
+            role(
+                tensor,
+                pipeline=pipeline,
+                data=data,
+                data_local=data_local,
+                workers=workers,
+                devices=devices,
+            )
+        )
     if cache is not None:
         spec["modelCacheRef"] = {"name": cache}
-    return ModelDeployment.model_validate({
-        "apiVersion": "modelplane.ai/v1alpha1",
-        "kind": "ModelDeployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    })
+    return ModelDeployment.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+    )
 
 
-def model_cache(name: str, *, namespace: str = "ml",
-                selector: Mapping[str, Any] | None = None) -> ModelCache:
+def model_cache(
+    name: str, *, namespace: str = "ml", selector: Mapping[str, Any] | None = None
+) -> ModelCache:
     spec: dict[str, Any] = {
         "source": "HuggingFace",
         "huggingFace": {"repo": "org/model"},
@@ -166,12 +199,14 @@ def model_cache(name: str, *, namespace: str = "ml",
     }
     if selector is not None:
         spec["clusterSelector"] = dict(selector)
-    return ModelCache.model_validate({
-        "apiVersion": "modelplane.ai/v1alpha1",
-        "kind": "ModelCache",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    })
+    return ModelCache.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelCache",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+    )
 
 
 def fleet(
@@ -189,14 +224,20 @@ def fleet(
     )
 
 
-def lock(deployments: Mapping[str, Iterable[tuple[str, str, int, Mapping[str, str]]]]
-         ) -> PlacementLock:
+def lock(
+    deployments: Mapping[str, Iterable[tuple[str, str, int, Mapping[str, str]]]],
+) -> PlacementLock:
     """A lock from {deployment key: [(name, cluster, index, pools), ...]}."""
-    return PlacementLock.model_validate({
-        "deployments": {
-            key: {"replicas": [
-                {"name": n, "cluster": c, "index": i, "pools": dict(p)} for n, c, i, p in reps
-            ]}
-            for key, reps in deployments.items()
+    return PlacementLock.model_validate(
+        {
+            "deployments": {
+                key: {
+                    "replicas": [
+                        {"name": n, "cluster": c, "index": i, "pools": dict(p)}
+                        for n, c, i, p in reps
+                    ]
+                }
+                for key, reps in deployments.items()
+            }
         }
-    })
+    )

@@ -32,7 +32,10 @@ def gpu_class(name: str = "l4", count: int = 1, provider: str | None = None) -> 
     if provider == "GKE":
         doc["spec"]["provisioning"] = {
             "provider": "GKE",
-            "gke": {"machineType": "g2-standard-8", "accelerator": {"type": "nvidia-l4", "count": count}},
+            "gke": {
+                "machineType": "g2-standard-8",
+                "accelerator": {"type": "nvidia-l4", "count": count},
+            },
         }
     return doc
 
@@ -56,9 +59,7 @@ def deployment(name: str = "m", ns: str = "team", tensor: int = 1, **spec: Any) 
             "topology": {"tensor": tensor},
             "resources": {"cpu": "1", "memory": "1Gi"},
             "template": {
-                "spec": {
-                    "containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]
-                }
+                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]}
             },
         },
     }

@@ -39,76 +39,224 @@ def _engine_args(args: list[str]) -> Callable[[Docs], None]:
 
 CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
     # (id, mutation, object, field path, message fragment)
-    ("unknown-field", _set("InferenceCluster:spec.colour", "blue"),
-     "InferenceCluster c1", "spec.colour", "unknown field"),
-    ("bad-name", _set("InferenceClass:metadata.name", "L4_GPU"),
-     "InferenceClass L4_GPU", "metadata.name", "DNS-1123"),
-    ("source-block-missing", _set("InferenceCluster:spec.cluster", {"source": "GKE"}),
-     "InferenceCluster c1", "spec.cluster", "'gke' block is required"),
-    ("source-enum", _set("InferenceCluster:spec.cluster.source", "AKS"),
-     "InferenceCluster c1", "spec.cluster.source", "GKE"),
-    ("pool-class-missing", _set("InferenceCluster:spec.nodePools.0.className", "h100"),
-     "InferenceCluster c1", "spec.nodePools[0].className", "'h100' does not exist"),
-    ("pool-name-too-long", _set("InferenceCluster:spec.nodePools.0.name", "p" * 41),
-     "InferenceCluster c1", "spec.nodePools[0].name", "40"),
-    ("pool-max-below-count", _set("InferenceCluster:spec.nodePools.0.maxNodeCount", 1),
-     "InferenceCluster c1", "spec.nodePools[0]", "greater than maxNodeCount"),
-    ("capacity-block-pattern",
-     _set("InferenceCluster:spec.nodePools.0.capacityBlock", {"capacityReservationId": "ab-12"}),
-     "InferenceCluster c1", "spec.nodePools[0].capacityBlock.capacityReservationId", "pattern"),
-    ("capacity-block-not-eks",
-     _set("InferenceCluster:spec.nodePools.0.capacityBlock", {"capacityReservationId": "cr-0a"}),
-     "InferenceCluster c1", "spec.nodePools[0].capacityBlock", "only supported on EKS"),
-    ("taint-effect", _set("InferenceCluster:spec.taints", [{"key": "a", "effect": "PreferNoSchedule"}]),
-     "InferenceCluster c1", "spec.taints[0].effect", "NoSchedule"),
-    ("device-count-range", _set("InferenceClass:spec.devices.0.count", 65),
-     "InferenceClass l4", "spec.devices[0].count", "64"),
-    ("dra-needs-class", _set("InferenceClass:spec.devices.0.deviceClassName", None),
-     "InferenceClass l4", "spec.devices[0]", "deviceClassName is required"),
-    ("attribute-one-of",
-     _set("InferenceClass:spec.devices.0.attributes", {"x": {"string": "a", "int": 3}}),
-     "InferenceClass l4", "spec.devices[0].attributes.x", "exactly one"),
-    ("attribute-version", _set("InferenceClass:spec.devices.0.attributes", {"cc": {"version": "9.0"}}),
-     "InferenceClass l4", "spec.devices[0].attributes.cc", "semantic version"),
-    ("capacity-quantity", _set("InferenceClass:spec.devices.0.capacity", {"memory": {"value": "lots"}}),
-     "InferenceClass l4", "spec.devices[0].capacity.memory.value", "quantity"),
-    ("replicas-range", _set("ModelDeployment:spec.replicas", 1001),
-     "ModelDeployment team/m", "spec.replicas", "1000"),
-    ("data-multiple", _set("ModelDeployment:spec.workers.topology", {"tensor": 1, "data": 3, "dataLocal": 2}),
-     "ModelDeployment team/m", "spec.workers.topology", "multiple of dataLocal"),
-    ("no-engine", _set("ModelDeployment:spec.workers.template.spec.containers.0.name", "vllm"),
-     "ModelDeployment team/m", "spec.workers.template.spec.containers", "named 'engine'"),
-    ("reserved-label",
-     _set("ModelDeployment:spec.workers.template.metadata", {"labels": {"modelplane.ai/pool": "x"}}),
-     "ModelDeployment team/m", "spec.workers.template.metadata.labels", "reserved prefix"),
-    ("tp-disagrees", _engine_args(["--tensor-parallel-size=2"]),
-     "ModelDeployment team/m", "spec.workers.template.spec.containers[engine].args", "topology.tensor=1"),
-    ("pp-space-form", _engine_args(["--pipeline-parallel-size", "4"]),
-     "ModelDeployment team/m", "spec.workers.template.spec.containers[engine].args", "topology.pipeline=1"),
-    ("both-shapes", lambda docs: docs[2]["spec"].update(prefill={"workers": docs[2]["spec"]["workers"]}),
-     "ModelDeployment team/m", "spec", "not both"),
-    ("prefill-without-decode", _only_prefill,
-     "ModelDeployment team/m", "spec.decode", "must both be set"),
-    ("cel-compile",
-     _set("ModelDeployment:spec.nodeSelector", {"devices": [{"name": "gpu", "selectors": [{"cel": "device.driver =="}]}]}),
-     "ModelDeployment team/m", "spec.nodeSelector.devices[0].selectors[0].cel", "does not compile"),
-    ("other-device-needs-count",
-     _set("ModelDeployment:spec.nodeSelector", {"devices": [{"name": "gpu"}, {"name": "nic"}]}),
-     "ModelDeployment team/m", "spec.nodeSelector.devices[1].count", "required"),
-    ("cache-ref-missing", _set("ModelDeployment:spec.modelCacheRef", {"name": "weights"}),
-     "ModelDeployment team/m", "spec.modelCacheRef.name", "ModelCache 'weights' does not exist"),
-    ("gateway-name", _set("InferenceGateway:metadata.name", "front"),
-     "InferenceGateway front", "metadata.name", "must be named 'default'"),
-    ("gateway-cluster-missing", _set("InferenceGateway:spec.cluster", {"inferenceClusterRef": "nope"}),
-     "InferenceGateway default", "spec.cluster.inferenceClusterRef", "does not exist"),
-    ("gpu-limit", _set("ModelDeployment:spec.workers.template.spec.containers.0.resources",
-                       {"limits": {"nvidia.com/gpu": "1"}}),
-     "ModelDeployment team/m", "spec.workers.template.spec.containers[0].resources", "DRA"),
+    (
+        "unknown-field",
+        _set("InferenceCluster:spec.colour", "blue"),
+        "InferenceCluster c1",
+        "spec.colour",
+        "unknown field",
+    ),
+    (
+        "bad-name",
+        _set("InferenceClass:metadata.name", "L4_GPU"),
+        "InferenceClass L4_GPU",
+        "metadata.name",
+        "DNS-1123",
+    ),
+    (
+        "source-block-missing",
+        _set("InferenceCluster:spec.cluster", {"source": "GKE"}),
+        "InferenceCluster c1",
+        "spec.cluster",
+        "'gke' block is required",
+    ),
+    (
+        "source-enum",
+        _set("InferenceCluster:spec.cluster.source", "AKS"),
+        "InferenceCluster c1",
+        "spec.cluster.source",
+        "GKE",
+    ),
+    (
+        "pool-class-missing",
+        _set("InferenceCluster:spec.nodePools.0.className", "h100"),
+        "InferenceCluster c1",
+        "spec.nodePools[0].className",
+        "'h100' does not exist",
+    ),
+    (
+        "pool-name-too-long",
+        _set("InferenceCluster:spec.nodePools.0.name", "p" * 41),
+        "InferenceCluster c1",
+        "spec.nodePools[0].name",
+        "40",
+    ),
+    (
+        "pool-max-below-count",
+        _set("InferenceCluster:spec.nodePools.0.maxNodeCount", 1),
+        "InferenceCluster c1",
+        "spec.nodePools[0]",
+        "greater than maxNodeCount",
+    ),
+    (
+        "capacity-block-pattern",
+        _set("InferenceCluster:spec.nodePools.0.capacityBlock", {"capacityReservationId": "ab-12"}),
+        "InferenceCluster c1",
+        "spec.nodePools[0].capacityBlock.capacityReservationId",
+        "pattern",
+    ),
+    (
+        "capacity-block-not-eks",
+        _set("InferenceCluster:spec.nodePools.0.capacityBlock", {"capacityReservationId": "cr-0a"}),
+        "InferenceCluster c1",
+        "spec.nodePools[0].capacityBlock",
+        "only supported on EKS",
+    ),
+    (
+        "taint-effect",
+        _set("InferenceCluster:spec.taints", [{"key": "a", "effect": "PreferNoSchedule"}]),
+        "InferenceCluster c1",
+        "spec.taints[0].effect",
+        "NoSchedule",
+    ),
+    (
+        "device-count-range",
+        _set("InferenceClass:spec.devices.0.count", 65),
+        "InferenceClass l4",
+        "spec.devices[0].count",
+        "64",
+    ),
+    (
+        "dra-needs-class",
+        _set("InferenceClass:spec.devices.0.deviceClassName", None),
+        "InferenceClass l4",
+        "spec.devices[0]",
+        "deviceClassName is required",
+    ),
+    (
+        "attribute-one-of",
+        _set("InferenceClass:spec.devices.0.attributes", {"x": {"string": "a", "int": 3}}),
+        "InferenceClass l4",
+        "spec.devices[0].attributes.x",
+        "exactly one",
+    ),
+    (
+        "attribute-version",
+        _set("InferenceClass:spec.devices.0.attributes", {"cc": {"version": "9.0"}}),
+        "InferenceClass l4",
+        "spec.devices[0].attributes.cc",
+        "semantic version",
+    ),
+    (
+        "capacity-quantity",
+        _set("InferenceClass:spec.devices.0.capacity", {"memory": {"value": "lots"}}),
+        "InferenceClass l4",
+        "spec.devices[0].capacity.memory.value",
+        "quantity",
+    ),
+    (
+        "replicas-range",
+        _set("ModelDeployment:spec.replicas", 1001),
+        "ModelDeployment team/m",
+        "spec.replicas",
+        "1000",
+    ),
+    (
+        "data-multiple",
+        _set("ModelDeployment:spec.workers.topology", {"tensor": 1, "data": 3, "dataLocal": 2}),
+        "ModelDeployment team/m",
+        "spec.workers.topology",
+        "multiple of dataLocal",
+    ),
+    (
+        "no-engine",
+        _set("ModelDeployment:spec.workers.template.spec.containers.0.name", "vllm"),
+        "ModelDeployment team/m",
+        "spec.workers.template.spec.containers",
+        "named 'engine'",
+    ),
+    (
+        "reserved-label",
+        _set(
+            "ModelDeployment:spec.workers.template.metadata",
+            {"labels": {"modelplane.ai/pool": "x"}},
+        ),
+        "ModelDeployment team/m",
+        "spec.workers.template.metadata.labels",
+        "reserved prefix",
+    ),
+    (
+        "tp-disagrees",
+        _engine_args(["--tensor-parallel-size=2"]),
+        "ModelDeployment team/m",
+        "spec.workers.template.spec.containers[engine].args",
+        "topology.tensor=1",
+    ),
+    (
+        "pp-space-form",
+        _engine_args(["--pipeline-parallel-size", "4"]),
+        "ModelDeployment team/m",
+        "spec.workers.template.spec.containers[engine].args",
+        "topology.pipeline=1",
+    ),
+    (
+        "both-shapes",
+        lambda docs: docs[2]["spec"].update(prefill={"workers": docs[2]["spec"]["workers"]}),
+        "ModelDeployment team/m",
+        "spec",
+        "not both",
+    ),
+    (
+        "prefill-without-decode",
+        _only_prefill,
+        "ModelDeployment team/m",
+        "spec.decode",
+        "must both be set",
+    ),
+    (
+        "cel-compile",
+        _set(
+            "ModelDeployment:spec.nodeSelector",
+            {"devices": [{"name": "gpu", "selectors": [{"cel": "device.driver =="}]}]},
+        ),
+        "ModelDeployment team/m",
+        "spec.nodeSelector.devices[0].selectors[0].cel",
+        "does not compile",
+    ),
+    (
+        "other-device-needs-count",
+        _set("ModelDeployment:spec.nodeSelector", {"devices": [{"name": "gpu"}, {"name": "nic"}]}),
+        "ModelDeployment team/m",
+        "spec.nodeSelector.devices[1].count",
+        "required",
+    ),
+    (
+        "cache-ref-missing",
+        _set("ModelDeployment:spec.modelCacheRef", {"name": "weights"}),
+        "ModelDeployment team/m",
+        "spec.modelCacheRef.name",
+        "ModelCache 'weights' does not exist",
+    ),
+    (
+        "gateway-name",
+        _set("InferenceGateway:metadata.name", "front"),
+        "InferenceGateway front",
+        "metadata.name",
+        "must be named 'default'",
+    ),
+    (
+        "gateway-cluster-missing",
+        _set("InferenceGateway:spec.cluster", {"inferenceClusterRef": "nope"}),
+        "InferenceGateway default",
+        "spec.cluster.inferenceClusterRef",
+        "does not exist",
+    ),
+    (
+        "gpu-limit",
+        _set(
+            "ModelDeployment:spec.workers.template.spec.containers.0.resources",
+            {"limits": {"nvidia.com/gpu": "1"}},
+        ),
+        "ModelDeployment team/m",
+        "spec.workers.template.spec.containers[0].resources",
+        "DRA",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("mutate", "obj", "path", "fragment"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("mutate", "obj", "path", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_bad_spec_is_reported_with_file_object_and_field(tmp_path, mutate, obj, path, fragment):
     docs = base_fleet()
     mutate(docs)
@@ -180,8 +328,10 @@ def test_provisioned_cluster_needs_a_recipe_for_its_cloud(tmp_path):
     cluster["spec"]["nodePools"][0]["zones"] = ["us-central1-a"]
     write_fleet(tmp_path, [gpu_class(), cluster])
     errors = load_fleet(tmp_path).errors
-    assert any(e.path == "spec.nodePools[0].className" and "no provisioning recipe" in e.message
-               for e in errors)
+    assert any(
+        e.path == "spec.nodePools[0].className" and "no provisioning recipe" in e.message
+        for e in errors
+    )
 
 
 def test_invalid_yaml_and_wrong_api_version(tmp_path):
@@ -195,13 +345,16 @@ def test_invalid_yaml_and_wrong_api_version(tmp_path):
 def test_rendered_manifests_inside_render_dir_are_not_specs(tmp_path):
     write_fleet(tmp_path, base_fleet())
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    (tmp_path / "out" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+    )
     assert load_fleet(tmp_path).errors == []
 
 
 def test_invalid_endpoint_url(tmp_path):
     ep = {
-        "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelEndpoint",
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelEndpoint",
         "metadata": {"name": "ext", "namespace": "team"},
         "spec": {"url": "ftp://example.com/"},
     }

@@ -17,8 +17,13 @@ FLEETS = sorted(p.name for p in (ROOT / "specs").iterdir() if p.is_dir())
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "modelplane", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "modelplane", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("fleet", FLEETS)
@@ -62,8 +67,12 @@ def test_validate_reports_every_error_without_traceback(tmp_path):
     assert as_json.returncode == 2
     errors = json.loads(as_json.stdout)["errors"]
     assert {(e["object"], e["path"]) for e in errors} >= {
-        ("InferenceCluster c1", "spec.colour"), ("ModelDeployment team/m", "spec.replicas")}
-    assert all(e["file"].endswith("fleet.yaml") and "message" in e and "document" in e for e in errors)
+        ("InferenceCluster c1", "spec.colour"),
+        ("ModelDeployment team/m", "spec.replicas"),
+    }
+    assert all(
+        e["file"].endswith("fleet.yaml") and "message" in e and "document" in e for e in errors
+    )
 
 
 def test_plan_json_shape_with_errors(tmp_path):

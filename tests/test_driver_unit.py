@@ -307,6 +307,7 @@ def test_engine_environment_never_downloads_or_checks_updates() -> None:
 
 def test_cli_refuses_to_run_without_a_passphrase(fleet_dir: Path) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
     result = CliRunner().invoke(
         app,
         ["up", str(fleet_dir)],
@@ -324,6 +325,7 @@ def test_cli_refuses_to_run_without_a_passphrase(fleet_dir: Path) -> None:
 
 def test_cli_invalid_fleet_exits_2_without_traceback(fleet_dir: Path) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
     edit(fleet_dir / "fleet.yaml", "className: l4, nodeCount: 2}", "className: nope, nodeCount: 2}")
     result = CliRunner().invoke(app, ["preview", str(fleet_dir)])
     assert result.exit_code == 2
@@ -332,6 +334,7 @@ def test_cli_invalid_fleet_exits_2_without_traceback(fleet_dir: Path) -> None:
 
 def test_stacks_verb_is_pure(fleet_dir: Path) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
     result = CliRunner().invoke(app, ["stacks", str(fleet_dir), "--planned", "-o", "json"])
     assert result.exit_code == 0, result.output
     names = [s["name"] for s in json.loads(result.output)]

@@ -11,11 +11,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PURE = ["modelplane/api", "modelplane/cel", "modelplane/scheduler", "modelplane/lock.py",
-        "modelplane/routing.py", "modelplane/stacks.py", "modelplane/planning.py",
-        "modelplane/secrets.py"]
-FORBIDDEN = ("pulumi", "pulumi_kubernetes", "pulumi_gcp", "pulumi_aws", "pulumi_eks", "boto3",
-             "google.cloud", "kubernetes")
+PURE = [
+    "modelplane/api",
+    "modelplane/cel",
+    "modelplane/scheduler",
+    "modelplane/lock.py",
+    "modelplane/routing.py",
+    "modelplane/stacks.py",
+    "modelplane/planning.py",
+    "modelplane/secrets.py",
+]
+FORBIDDEN = (
+    "pulumi",
+    "pulumi_kubernetes",
+    "pulumi_gcp",
+    "pulumi_aws",
+    "pulumi_eks",
+    "boto3",
+    "google.cloud",
+    "kubernetes",
+)
 
 
 def _imports(path: Path) -> set[str]:

@@ -15,8 +15,12 @@ LOCK = {
         "ml-team/alpha": {
             "replicas": [
                 {"name": "alpha-22222", "cluster": "b", "index": 0, "pools": {"unified": "p"}},
-                {"name": "alpha-11111", "cluster": "a", "index": 1,
-                 "pools": {"decode": "d", "prefill": "p"}},
+                {
+                    "name": "alpha-11111",
+                    "cluster": "a",
+                    "index": 1,
+                    "pools": {"decode": "d", "prefill": "p"},
+                },
                 {"name": "alpha-00000", "cluster": "a", "index": 0, "pools": {"unified": "p"}},
             ]
         },
@@ -67,12 +71,18 @@ def test_missing_lock_is_empty(tmp_path):
 @pytest.mark.parametrize(
     ("text", "path"),
     [
-        ("deployments: {a/b: {replicas: [{name: X, cluster: c, index: 0, pools: {unified: p}}]}}",
-         "deployments.a/b.replicas[0].name"),
-        ("deployments: {a/b: {replicas: [{name: x, cluster: c, index: -1, pools: {unified: p}}]}}",
-         "deployments.a/b.replicas[0].index"),
-        ("deployments: {a/b: {replicas: [{name: x, cluster: c, index: 0, pools: {prefill: p}}]}}",
-         "deployments.a/b.replicas[0].pools"),
+        (
+            "deployments: {a/b: {replicas: [{name: X, cluster: c, index: 0, pools: {unified: p}}]}}",
+            "deployments.a/b.replicas[0].name",
+        ),
+        (
+            "deployments: {a/b: {replicas: [{name: x, cluster: c, index: -1, pools: {unified: p}}]}}",
+            "deployments.a/b.replicas[0].index",
+        ),
+        (
+            "deployments: {a/b: {replicas: [{name: x, cluster: c, index: 0, pools: {prefill: p}}]}}",
+            "deployments.a/b.replicas[0].pools",
+        ),
     ],
 )
 def test_bad_lock_names_file_and_field(tmp_path, text, path):

@@ -177,3 +177,122 @@ def test_apiserver_tests_fail_in_ci_without_go(
 
 def test_ci_script_requires_the_apiserver() -> None:
     assert "export MODELPLANE_REQUIRE_APISERVER=1" in (ROOT / ".ci" / "run").read_text()
+
+
+# --- EnvoyGateway weights ---------------------------------------------------------------------
+
+
+def _backend(key: str, path: str, *, replica: bool = False, weight: int = 1) -> Any:
+    from components.workload.routes import EndpointBackend
+
+    return EndpointBackend(
+        key=key,
+        backend={"group": "", "kind": "Service", "name": key.split("/")[1], "port": 80},
+        rewrite_path=path,
+        host=None,
+        address_type="IPv4",
+        weight=weight,
+        replica=replica,
+    )
+
+
+@pytest.mark.parametrize(
+    ("paths", "error"),
+    [
+        ([("/ns/r-a/", True), ("/ns/r-b/", True), ("/", False)], None),  # replicas count as /
+        ([("/v1/", False), ("/v1/", False)], None),
+        ([("/ns/r-a/", True), ("/openai/", False)], "/, /openai/"),
+        ([("/a/", False), ("/b/", False)], "/a/, /b/"),
+    ],
+)
+def test_envoy_split_is_one_rule_or_an_error(
+    paths: list[tuple[str, bool]], error: str | None
+) -> None:
+    """The old grouping made one rule per rewritePath: the first took 100 %."""
+    from components.workload.routes import SplitError, service_route
+
+    eps = [_backend(f"ns/e{i}", p, replica=r, weight=10 + i) for i, (p, r) in enumerate(paths)]
+
+    def route() -> dict[str, Any]:
+        return service_route(
+            "svc", "ns", {}, "/ns/svc/", eps, backend="EnvoyGateway", gateway=("gw", "sys")
+        )
+
+    if error is not None:
+        with pytest.raises(SplitError, match=error):
+            route()
+        return
+    [rule] = route()["spec"]["rules"]
+    assert [r["weight"] for r in rule["backendRefs"]] == [10 + i for i in range(len(paths))]
+
+
+def test_replica_route_also_matches_its_endpoint_header() -> None:
+    dep = load_deployment(SMALL)
+    run = MockRun()
+    locked = replica(dep, {"unified": "mixed"})
+
+    def program() -> list[dict[str, Any]]:
+        provider = k8s.Provider("west-k8s", kubeconfig="kubeconfig-for-tests")
+        return replica_manifests(dep, locked, target(provider))
+
+    [route] = [m for m in run.run(program) if m["kind"] == "HTTPRoute"]
+    by_header = route["spec"]["rules"][1]
+    assert by_header["matches"] == [
+        {
+            "path": {"type": "PathPrefix", "value": "/"},
+            "headers": [
+                {
+                    "type": "Exact",
+                    "name": "x-modelplane-endpoint",
+                    "value": f"ml-team/{locked.name}",
+                }
+            ],
+        }
+    ]
+    assert "filters" not in by_header  # already rewritten to / by the control-plane gateway
+    assert by_header["backendRefs"] == route["spec"]["rules"][0]["backendRefs"]
+
+
+def _envoy_fleet(rewrite: str, replicas: int) -> list[dict[str, Any]]:
+    docs = base_fleet()
+    docs[2]["spec"]["replicas"] = replicas
+    docs[3]["spec"]["backend"] = "EnvoyGateway"
+    api = "modelplane.ai/v1alpha1"
+    docs.append(
+        {
+            "apiVersion": api,
+            "kind": "ModelEndpoint",
+            "metadata": {"name": "ext", "namespace": "team", "labels": {"p": "x"}},
+            "spec": {"url": "https://api.example.com/", "rewritePath": rewrite},
+        }
+    )
+    docs.append(
+        {
+            "apiVersion": api,
+            "kind": "ModelService",
+            "metadata": {"name": "svc", "namespace": "team"},
+            "spec": {
+                "endpoints": [
+                    {"selector": {"matchLabels": {"modelplane.ai/deployment": "m"}}, "weight": 80},
+                    {"selector": {"matchLabels": {"p": "x"}}, "weight": 20},
+                ]
+            },
+        }
+    )
+    return docs
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "replicas", "ok"),
+    [("/", 2, True), ("/openai/", 2, False), ("/openai/", 0, True)],
+)
+def test_envoy_gateway_split_needing_two_paths_fails_validation(
+    tmp_path: Path, rewrite: str, replicas: int, ok: bool
+) -> None:
+    errors = load_fleet(write_fleet(tmp_path, _envoy_fleet(rewrite, replicas))).errors
+    if ok:
+        assert errors == []
+    else:
+        [error] = errors
+        assert (error.object, error.path) == ("ModelService team/svc", "spec.endpoints")
+        assert "'/openai/' (ModelEndpoint ext)" in error.message

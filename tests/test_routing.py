@@ -10,7 +10,11 @@ CASES = [
     ("api-md-example", [(80, ["a", "b", "c"]), (20, ["d"])], {"a": 27, "b": 27, "c": 26, "d": 20}),
     ("single", [(5, ["a"])], {"a": 1}),
     ("equal-default", [(1, ["a", "b"])], {"a": 1, "b": 1}),
-    ("scale-up-so-each-gets-one", [(1, ["a", "b", "c"]), (1, ["d"])], {"a": 1, "b": 1, "c": 1, "d": 3}),
+    (
+        "scale-up-so-each-gets-one",
+        [(1, ["a", "b", "c"]), (1, ["d"])],
+        {"a": 1, "b": 1, "c": 1, "d": 3},
+    ),
     ("gcd-divides", [(50, ["a"]), (50, ["b"])], {"a": 1, "b": 1}),
     ("empty-entry-dropped", [(70, []), (30, ["a"])], {"a": 1}),
     ("first-entry-owns-shared", [(10, ["a", "b"]), (10, ["b", "c"])], {"a": 1, "b": 1, "c": 2}),

@@ -51,16 +51,22 @@ def gpu_clusters(*specs: tuple[str, int]) -> list[Any]:
 
 @pytest.mark.parametrize(
     ("cluster_name", "index", "expected"),
-    [("cluster-a", 0, "my-model-5ab63"), ("cluster-a", 1, "my-model-609c5"),
-     ("cluster-b", 0, "my-model-f0b76")],
+    [
+        ("cluster-a", 0, "my-model-5ab63"),
+        ("cluster-a", 1, "my-model-609c5"),
+        ("cluster-b", 0, "my-model-f0b76"),
+    ],
 )
 def test_replica_names(cluster_name: str, index: int, expected: str) -> None:
     assert replica_name("my-model", cluster_name, index) == expected
 
 
 def test_the_lock_names_replicas_by_the_sha256_rule() -> None:
-    f = fleet([H100], gpu_clusters(("cluster-a", 2), ("cluster-b", 1)),
-              [deployment("my-model", 3, tensor=8)])
+    f = fleet(
+        [H100],
+        gpu_clusters(("cluster-a", 2), ("cluster-b", 1)),
+        [deployment("my-model", 3, tensor=8)],
+    )
     replicas = schedule(f, None).lock.deployments["ml/my-model"].replicas
     assert [(r.name, r.cluster, r.index) for r in replicas] == [
         ("my-model-5ab63", "cluster-a", 0),
@@ -73,8 +79,9 @@ def test_the_lock_names_replicas_by_the_sha256_rule() -> None:
 
 
 def test_every_deployment_has_an_entry_sorted_and_reported() -> None:
-    f = fleet([H100], gpu_clusters(("a", 1)),
-              [deployment("zeta", 0), deployment("alpha", 2, tensor=8)])
+    f = fleet(
+        [H100], gpu_clusters(("a", 1)), [deployment("zeta", 0), deployment("alpha", 2, tensor=8)]
+    )
     result = schedule(f, None)
     assert list(result.lock.deployments) == ["ml/alpha", "ml/zeta"]
     assert list(result.report) == ["ml/alpha", "ml/zeta"]
@@ -85,8 +92,9 @@ def test_every_deployment_has_an_entry_sorted_and_reported() -> None:
     assert alpha.replicas == result.lock.deployments["ml/alpha"].replicas
     assert alpha.as_dict() == {
         "desired": 2,
-        "replicas": [{"name": alpha.replicas[0].name, "cluster": "a", "index": 0,
-                      "pools": {"unified": "p"}}],
+        "replicas": [
+            {"name": alpha.replicas[0].name, "cluster": "a", "index": 0, "pools": {"unified": "p"}}
+        ],
         "unplaced": 1,
         "reasons": ["a: pool p has 0 free nodes, unified needs 1"],
     }
@@ -108,8 +116,9 @@ def test_every_deployment_has_an_entry_sorted_and_reported() -> None:
         ([("a", 0), ("b", 2)], 2, [("b", 0), ("b", 1)]),
     ],
 )
-def test_spread_then_pack(clusters: list[tuple[str, int]], replicas: int,
-                          expected: list[tuple[str, int]]) -> None:
+def test_spread_then_pack(
+    clusters: list[tuple[str, int]], replicas: int, expected: list[tuple[str, int]]
+) -> None:
     f = fleet([H100], gpu_clusters(*clusters), [deployment("m", replicas, tensor=8)])
     assert where(schedule(f, None), "ml/m") == expected
 
@@ -129,8 +138,11 @@ def test_kept_replicas_do_not_move_when_a_better_cluster_appears() -> None:
 
 
 def test_planning_the_produced_lock_again_changes_nothing() -> None:
-    f = fleet([H100], gpu_clusters(("a", 2), ("b", 1)),
-              [deployment("m", 2, tensor=4), deployment("n", 3, tensor=2)])
+    f = fleet(
+        [H100],
+        gpu_clusters(("a", 2), ("b", 1)),
+        [deployment("m", 2, tensor=4), deployment("n", 3, tensor=2)],
+    )
     first = schedule(f, None)
     assert schedule(f, first.lock) == first
 
@@ -146,21 +158,28 @@ def test_planning_the_produced_lock_again_changes_nothing() -> None:
         ([("a", 0), ("b", 0)], 0, []),
     ],
 )
-def test_scale_down_order(locked: list[tuple[str, int]], replicas: int,
-                          expected: list[tuple[str, int]]) -> None:
-    f = fleet([H100], gpu_clusters(("a", 8), ("b", 8), ("c", 8)),
-              [deployment("m", replicas, tensor=8)])
-    previous = lock({"ml/m": [(replica_name("m", c, i), c, i, {"unified": "p"})
-                              for c, i in locked]})
+def test_scale_down_order(
+    locked: list[tuple[str, int]], replicas: int, expected: list[tuple[str, int]]
+) -> None:
+    f = fleet(
+        [H100], gpu_clusters(("a", 8), ("b", 8), ("c", 8)), [deployment("m", replicas, tensor=8)]
+    )
+    previous = lock(
+        {"ml/m": [(replica_name("m", c, i), c, i, {"unified": "p"}) for c, i in locked]}
+    )
     assert where(schedule(f, previous), "ml/m") == expected
 
 
 def test_lowest_free_index_is_reused() -> None:
     f = fleet([H100], gpu_clusters(("cluster-a", 4)), [deployment("my-model", 3, tensor=8)])
-    previous = lock({"ml/my-model": [
-        ("my-model-5ab63", "cluster-a", 0, {"unified": "p"}),
-        (replica_name("my-model", "cluster-a", 2), "cluster-a", 2, {"unified": "p"}),
-    ]})
+    previous = lock(
+        {
+            "ml/my-model": [
+                ("my-model-5ab63", "cluster-a", 0, {"unified": "p"}),
+                (replica_name("my-model", "cluster-a", 2), "cluster-a", 2, {"unified": "p"}),
+            ]
+        }
+    )
     result = schedule(f, previous)
     assert where(result, "ml/my-model") == [("cluster-a", 0), ("cluster-a", 1), ("cluster-a", 2)]
     assert result.lock.deployments["ml/my-model"].replicas[1].name == "my-model-609c5"
@@ -176,15 +195,27 @@ def test_replicas_of_removed_deployments_free_their_capacity() -> None:
 
 @pytest.mark.parametrize(
     "edit",
-    ["cluster removed", "labels no longer match", "pool removed", "class edited",
-     "maxNodeCount lowered", "shape grew", "became disaggregated"],
+    [
+        "cluster removed",
+        "labels no longer match",
+        "pool removed",
+        "class edited",
+        "maxNodeCount lowered",
+        "shape grew",
+        "became disaggregated",
+    ],
 )
 def test_drift_re_places_what_may_no_longer_stay(edit: str) -> None:
     """Pinned on a/p; after the edit it may not stay there, and lands on b."""
     big = inference_class("big", devices=[gpu_device(8, memory="80Gi")])
     labels = {"tier": "gold"}
-    dep = deployment("m", 1, tensor=4, devices=[request("gpu", None, MEM.format("80Gi"))],
-                     selector={"matchLabels": labels})
+    dep = deployment(
+        "m",
+        1,
+        tensor=4,
+        devices=[request("gpu", None, MEM.format("80Gi"))],
+        selector={"matchLabels": labels},
+    )
     a = cluster("a", [pool("p", "big", 1, max_nodes=2)], labels=labels)
     b = cluster("b", [pool("q", "big", 2)], labels=labels)
     other = deployment("other", 0, tensor=8)
@@ -204,32 +235,44 @@ def test_drift_re_places_what_may_no_longer_stay(edit: str) -> None:
         clusters = [cluster("a", [pool("p", "small", 1, max_nodes=2)], labels=labels), b]
     elif edit == "maxNodeCount lowered":  # the other deployment, kept, now fills a/p alone
         clusters = [cluster("a", [pool("p", "big", 1, max_nodes=1)], labels=labels), b]
-        other_locked = lock({"ml/other": [(replica_name("other", "a", 0), "a", 0,
-                                           {"unified": "p"})]})
+        other_locked = lock(
+            {"ml/other": [(replica_name("other", "a", 0), "a", 0, {"unified": "p"})]}
+        )
         deps = [dep, deployment("other", 1, tensor=8, priority=1)]
-        previous = PlacementLock(deployments={**first.lock.deployments,
-                                              **other_locked.deployments})
+        previous = PlacementLock(deployments={**first.lock.deployments, **other_locked.deployments})
         result = schedule(fleet(classes, clusters, deps), previous)
         assert where(result, "ml/other") == [("a", 0)]
         assert where(result, "ml/m") == [("b", 0)]
         return
     elif edit == "shape grew":  # 4 -> 8 GPUs per pod, and a/p has 1 node with a 4-GPU guest
-        deps = [deployment("m", 1, tensor=8, devices=[request("gpu", None, MEM.format("80Gi"))],
-                           selector={"matchLabels": labels}),
-                deployment("other", 1, tensor=4, priority=5)]
+        deps = [
+            deployment(
+                "m",
+                1,
+                tensor=8,
+                devices=[request("gpu", None, MEM.format("80Gi"))],
+                selector={"matchLabels": labels},
+            ),
+            deployment("other", 1, tensor=4, priority=5),
+        ]
         clusters = [cluster("a", [pool("p", "big", 1)], labels=labels), b]
-        previous = PlacementLock(deployments={
-            **first.lock.deployments,
-            **lock({"ml/other": [(replica_name("other", "a", 0), "a", 0,
-                                  {"unified": "p"})]}).deployments,
-        })
+        previous = PlacementLock(
+            deployments={
+                **first.lock.deployments,
+                **lock(
+                    {"ml/other": [(replica_name("other", "a", 0), "a", 0, {"unified": "p"})]}
+                ).deployments,
+            }
+        )
         result = schedule(fleet(classes, clusters, deps), previous)
         assert where(result, "ml/other") == [("a", 0)]
         assert where(result, "ml/m") == [("b", 0)]
         return
     elif edit == "became disaggregated":
-        deps = [deployment("m", 1, prefill=role(4), decode=role(4),
-                           selector={"matchLabels": labels}), other]
+        deps = [
+            deployment("m", 1, prefill=role(4), decode=role(4), selector={"matchLabels": labels}),
+            other,
+        ]
         clusters = [cluster("a", [pool("p", "big", 1)], labels=labels), b]
         result = schedule(fleet(classes, clusters, deps), first.lock)
         # not kept (no pools for the new roles): placed anew, a sorts first
@@ -245,8 +288,11 @@ def test_drift_re_places_what_may_no_longer_stay(edit: str) -> None:
 
 def test_kept_replicas_of_every_deployment_are_charged_before_filling() -> None:
     """A new high-priority deployment does not take capacity a kept replica holds."""
-    f = fleet([H100], gpu_clusters(("a", 1)),
-              [deployment("low", 1, tensor=8), deployment("high", 1, tensor=8, priority=10)])
+    f = fleet(
+        [H100],
+        gpu_clusters(("a", 1)),
+        [deployment("low", 1, tensor=8), deployment("high", 1, tensor=8, priority=10)],
+    )
     previous = lock({"ml/low": [(replica_name("low", "a", 0), "a", 0, {"unified": "p"})]})
     result = schedule(f, previous)
     assert where(result, "ml/low") == [("a", 0)]
@@ -255,8 +301,9 @@ def test_kept_replicas_of_every_deployment_are_charged_before_filling() -> None:
 
 
 def test_capacity_is_shared_across_deployments() -> None:
-    f = fleet([H100], gpu_clusters(("a", 2)),
-              [deployment("x", 1, tensor=8), deployment("y", 2, tensor=8)])
+    f = fleet(
+        [H100], gpu_clusters(("a", 2)), [deployment("x", 1, tensor=8), deployment("y", 2, tensor=8)]
+    )
     result = schedule(f, None)
     assert len(where(result, "ml/x")) + len(where(result, "ml/y")) == 2
     assert result.report["ml/y"].unplaced == 1
@@ -280,8 +327,11 @@ def test_sub_node_packing(tensors: list[int], placed: list[int]) -> None:
 
 def test_best_fit_nodes_keep_a_whole_node_free_for_a_gang() -> None:
     """Two 4-GPU replicas share one node, so a 2-node gang still finds 2 whole nodes."""
-    deps = [deployment("a4", 1, tensor=4, priority=2), deployment("b4", 1, tensor=4, priority=2),
-            deployment("gang", 1, tensor=8, pipeline=2, priority=1)]
+    deps = [
+        deployment("a4", 1, tensor=4, priority=2),
+        deployment("b4", 1, tensor=4, priority=2),
+        deployment("gang", 1, tensor=8, pipeline=2, priority=1),
+    ]
     result = schedule(fleet([H100], gpu_clusters(("a", 3)), deps), None)
     assert [len(where(result, f"ml/{d}")) for d in ("a4", "b4", "gang")] == [1, 1, 1]
 
@@ -310,11 +360,13 @@ def test_multi_node_gang_needs_distinct_nodes_with_room(
 
 def test_workers_of_a_role_may_share_a_node() -> None:
     """Four 2-GPU single-node workers fit one 8-GPU node; a fifth does not."""
-    four = schedule(fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=2,
-                                                                        workers=4)]), None)
+    four = schedule(
+        fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=2, workers=4)]), None
+    )
     assert where(four, "ml/m") == [("a", 0)]
-    five = schedule(fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=2,
-                                                                        workers=5)]), None)
+    five = schedule(
+        fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=2, workers=5)]), None
+    )
     # a "free node" has room for one more pod; the role needs one per pod
     assert five.report["ml/m"].reasons == ["a: pool p has 1 free node, unified needs 5"]
 
@@ -336,12 +388,16 @@ def test_data_local_topology_sets_gpus_per_node_and_nodes_per_worker() -> None:
         ("Synthetic", 17, 0),  # more than a node has: never matches
     ],
 )
-def test_synthetic_devices_are_matched_not_consumed(claim: str, nic_count: int,
-                                                    placed: int) -> None:
+def test_synthetic_devices_are_matched_not_consumed(
+    claim: str, nic_count: int, placed: int
+) -> None:
     cls = inference_class("efa", devices=[gpu_device(8), nic_device(16, claim=claim)])
-    dep = deployment("m", 10, tensor=1,
-                     devices=[request("gpu", None, MEM.format("40Gi")), request("nic", nic_count,
-                                                                               EFA)])
+    dep = deployment(
+        "m",
+        10,
+        tensor=1,
+        devices=[request("gpu", None, MEM.format("40Gi")), request("nic", nic_count, EFA)],
+    )
     result = schedule(fleet([cls], [cluster("a", [pool("p", "efa", 1)])], [dep]), None)
     assert len(where(result, "ml/m")) == placed
     if placed == 0:
@@ -350,17 +406,22 @@ def test_synthetic_devices_are_matched_not_consumed(claim: str, nic_count: int,
 
 def test_requests_of_one_pod_take_distinct_devices() -> None:
     """Two requests served by the same 8-GPU kind take 4 + 4 of it, not the same 4."""
-    dep = deployment("m", 3, tensor=4,
-                     devices=[request("gpu", None, MEM.format("40Gi")),
-                              request("more", 4, MEM.format("40Gi"))])
+    dep = deployment(
+        "m",
+        3,
+        tensor=4,
+        devices=[request("gpu", None, MEM.format("40Gi")), request("more", 4, MEM.format("40Gi"))],
+    )
     result = schedule(fleet([H100], gpu_clusters(("a", 2)), [dep]), None)
     assert where(result, "ml/m") == [("a", 0), ("a", 1)]
 
 
 def test_a_request_takes_the_first_device_kind_with_room() -> None:
     """Two GPU kinds on a node: when the first is used up, the second serves."""
-    cls = inference_class("mixed", devices=[gpu_device(2, name="g1", memory="80Gi"),
-                                            gpu_device(4, name="g2", memory="80Gi")])
+    cls = inference_class(
+        "mixed",
+        devices=[gpu_device(2, name="g1", memory="80Gi"), gpu_device(4, name="g2", memory="80Gi")],
+    )
     dep = deployment("m", 4, tensor=2, devices=[request("gpu", None, MEM.format("80Gi"))])
     result = schedule(fleet([cls], [cluster("a", [pool("p", "mixed", 1)])], [dep]), None)
     assert len(where(result, "ml/m")) == 3  # 2 from g1's 2 and g2's 4
@@ -370,11 +431,13 @@ def test_a_request_takes_the_first_device_kind_with_room() -> None:
     ("gpus", "tensor", "fits"),
     [(8, 8, True), (8, 4, True), (4, 8, False), (1, 1, True)],
 )
-def test_a_role_without_node_selector_needs_gpus_per_node(gpus: int, tensor: int,
-                                                          fits: bool) -> None:
+def test_a_role_without_node_selector_needs_gpus_per_node(
+    gpus: int, tensor: int, fits: bool
+) -> None:
     cls = inference_class("c", gpus)
-    result = schedule(fleet([cls], [cluster("a", [pool("p", "c", 1)])],
-                            [deployment("m", 1, tensor=tensor)]), None)
+    result = schedule(
+        fleet([cls], [cluster("a", [pool("p", "c", 1)])], [deployment("m", 1, tensor=tensor)]), None
+    )
     assert len(where(result, "ml/m")) == (1 if fits else 0)
     if not fits:
         assert result.report["ml/m"].reasons == ["a: no pool matches unified device gpu"]
@@ -382,8 +445,9 @@ def test_a_role_without_node_selector_needs_gpus_per_node(gpus: int, tensor: int
 
 def test_a_role_without_node_selector_ignores_synthetic_devices() -> None:
     cls = inference_class("c", devices=[gpu_device(8, claim="Synthetic")])
-    result = schedule(fleet([cls], [cluster("a", [pool("p", "c", 1)])],
-                            [deployment("m", 1, tensor=8)]), None)
+    result = schedule(
+        fleet([cls], [cluster("a", [pool("p", "c", 1)])], [deployment("m", 1, tensor=8)]), None
+    )
     assert where(result, "ml/m") == []
 
 
@@ -423,7 +487,7 @@ def test_best_fit_counts_what_is_already_used() -> None:
         ('device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"', "h200"),
         ('device.attributes["gpu.nvidia.com"].cudaComputeCapability >= semver("9.0.0")', "h100"),
         ('"unknown.example.com" in device.attributes', None),
-        ("device.attributes[\"gpu.nvidia.com\"].missing == 1", None),
+        ('device.attributes["gpu.nvidia.com"].missing == 1', None),
     ],
 )
 def test_cel_selectors_choose_pools(selector: str, expected: str | None) -> None:
@@ -439,9 +503,15 @@ def test_cel_selectors_choose_pools(selector: str, expected: str | None) -> None
 
 
 def test_qualified_attribute_names_use_their_own_domain() -> None:
-    cls = inference_class("c", devices=[{
-        **gpu_device(8), "attributes": {"resource.kubernetes.io/pcieRoot": {"string": "pci0"}},
-    }])
+    cls = inference_class(
+        "c",
+        devices=[
+            {
+                **gpu_device(8),
+                "attributes": {"resource.kubernetes.io/pcieRoot": {"string": "pci0"}},
+            }
+        ],
+    )
     sel = 'device.attributes["resource.kubernetes.io"].pcieRoot == "pci0"'
     dep = deployment("m", 1, tensor=8, devices=[request("gpu", None, sel)])
     result = schedule(fleet([cls], [cluster("a", [pool("p", "c", 1)])], [dep]), None)
@@ -451,13 +521,16 @@ def test_qualified_attribute_names_use_their_own_domain() -> None:
 # -- disaggregation -------------------------------------------------------------------------
 
 
-def _disagg(prefill_mem: str = "40Gi", decode_mem: str = "100Gi", decode_workers: int = 1,
-            replicas: int = 1) -> Any:
+def _disagg(
+    prefill_mem: str = "40Gi", decode_mem: str = "100Gi", decode_workers: int = 1, replicas: int = 1
+) -> Any:
     return deployment(
-        "pd", replicas,
+        "pd",
+        replicas,
         prefill=role(8, devices=[request("gpu", None, MEM.format(prefill_mem))]),
-        decode=role(8, workers=decode_workers,
-                    devices=[request("gpu", None, MEM.format(decode_mem))]),
+        decode=role(
+            8, workers=decode_workers, devices=[request("gpu", None, MEM.format(decode_mem))]
+        ),
     )
 
 
@@ -503,8 +576,9 @@ def test_a_shortfall_names_the_role_that_does_not_fit() -> None:
 
 
 def _tol(key: str = "", operator: str = "Equal", value: str = "", effect: str = "") -> Toleration:
-    return Toleration.model_validate({"key": key, "operator": operator, "value": value,
-                                      "effect": effect})
+    return Toleration.model_validate(
+        {"key": key, "operator": operator, "value": value, "effect": effect}
+    )
 
 
 MAINT = Taint.model_validate({"key": "maint", "value": "on", "effect": "NoSchedule"})
@@ -540,12 +614,18 @@ def test_toleration_semantics(toleration: Toleration, taint_: Taint, expected: b
         ("NoSchedule", [], [("a", 0), ("b", 0)], False),  # kept stays, new goes to b
         ("NoExecute", [], [("b", 0), ("b", 1)], True),  # kept is evicted and re-placed on b
         ("NoExecute", [{"key": "maint", "operator": "Exists"}], [("a", 0), ("b", 0)], False),
-        ("NoSchedule", [{"key": "maint", "operator": "Equal", "value": "on",
-                         "effect": "NoSchedule"}], [("a", 0), ("b", 0)], False),
+        (
+            "NoSchedule",
+            [{"key": "maint", "operator": "Equal", "value": "on", "effect": "NoSchedule"}],
+            [("a", 0), ("b", 0)],
+            False,
+        ),
     ],
 )
 def test_taints_block_new_replicas_and_no_execute_evicts(
-    effect: str, tolerations: list[dict[str, str]], expected: list[tuple[str, int]],
+    effect: str,
+    tolerations: list[dict[str, str]],
+    expected: list[tuple[str, int]],
     renamed: bool,
 ) -> None:
     a = cluster("a", [pool("p", "h100", 4)], taints=[taint("maint", "on", effect)])
@@ -559,10 +639,16 @@ def test_taints_block_new_replicas_and_no_execute_evicts(
 
 
 def test_an_untolerated_taint_is_a_reason() -> None:
-    a = cluster("byo-us-east", [pool("p", "h100", 4)],
-                taints=[taint("modelplane.ai/maintenance", "on", "NoSchedule")])
-    b = cluster("c", [pool("p", "h100", 4)],
-                taints=[taint("x", "", "NoExecute"), taint("y", "1", "NoSchedule")])
+    a = cluster(
+        "byo-us-east",
+        [pool("p", "h100", 4)],
+        taints=[taint("modelplane.ai/maintenance", "on", "NoSchedule")],
+    )
+    b = cluster(
+        "c",
+        [pool("p", "h100", 4)],
+        taints=[taint("x", "", "NoExecute"), taint("y", "1", "NoSchedule")],
+    )
     result = schedule(fleet([H100], [a, b], [deployment("m", 1, tensor=8)]), None)
     assert result.report["ml/m"].reasons == [
         "byo-us-east: taint modelplane.ai/maintenance=on:NoSchedule not tolerated",
@@ -572,10 +658,12 @@ def test_an_untolerated_taint_is_a_reason() -> None:
 
 # -- clusterSelector and ModelCache ---------------------------------------------------------
 
-LABELLED = [("a", {"cloud": "aws", "region": "us-west"}),
-            ("b", {"cloud": "gcp", "region": "us-east"}),
-            ("c", {"cloud": "aws", "region": "eu-west", "gpu": "h100"}),
-            ("d", {})]
+LABELLED = [
+    ("a", {"cloud": "aws", "region": "us-west"}),
+    ("b", {"cloud": "gcp", "region": "us-east"}),
+    ("c", {"cloud": "aws", "region": "eu-west", "gpu": "h100"}),
+    ("d", {}),
+]
 
 
 @pytest.mark.parametrize(
@@ -584,20 +672,34 @@ LABELLED = [("a", {"cloud": "aws", "region": "us-west"}),
         ({}, ["a", "b", "c", "d"]),
         ({"matchLabels": {"cloud": "aws"}}, ["a", "c"]),
         ({"matchLabels": {"cloud": "aws", "region": "us-west"}}, ["a"]),
-        ({"matchExpressions": [{"key": "region", "operator": "In",
-                                "values": ["us-west", "us-east"]}]}, ["a", "b"]),
-        ({"matchExpressions": [{"key": "region", "operator": "NotIn",
-                                "values": ["us-west"]}]}, ["b", "c", "d"]),
+        (
+            {
+                "matchExpressions": [
+                    {"key": "region", "operator": "In", "values": ["us-west", "us-east"]}
+                ]
+            },
+            ["a", "b"],
+        ),
+        (
+            {"matchExpressions": [{"key": "region", "operator": "NotIn", "values": ["us-west"]}]},
+            ["b", "c", "d"],
+        ),
         ({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}, ["c"]),
         ({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}, ["a", "b", "d"]),
-        ({"matchLabels": {"cloud": "aws"},
-          "matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}, ["a"]),
+        (
+            {
+                "matchLabels": {"cloud": "aws"},
+                "matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}],
+            },
+            ["a"],
+        ),
     ],
 )
 def test_cluster_selector(selector: dict[str, Any], expected: list[str]) -> None:
     clusters = [cluster(n, [pool("p", "h100", 4)], labels=lab) for n, lab in LABELLED]
-    result = schedule(fleet([H100], clusters, [deployment("m", 4, tensor=8, selector=selector)]),
-                      None)
+    result = schedule(
+        fleet([H100], clusters, [deployment("m", 4, tensor=8, selector=selector)]), None
+    )
     assert sorted({c for c, _ in where(result, "ml/m")}) == expected
 
 
@@ -605,17 +707,30 @@ def test_cluster_selector(selector: dict[str, Any], expected: list[str]) -> None
     ("cache_selector", "dep_selector", "expected", "reasons"),
     [
         (None, None, ["a", "b"], []),
-        ({"matchLabels": {"cloud": "aws"}}, None, ["a"],
-         ["b: not covered by ModelCache ml/weights"]),
-        ({"matchLabels": {"cloud": "aws"}}, {"matchLabels": {"cloud": "gcp"}}, [],
-         ["b: not covered by ModelCache ml/weights"]),
+        (
+            {"matchLabels": {"cloud": "aws"}},
+            None,
+            ["a"],
+            ["b: not covered by ModelCache ml/weights"],
+        ),
+        (
+            {"matchLabels": {"cloud": "aws"}},
+            {"matchLabels": {"cloud": "gcp"}},
+            [],
+            ["b: not covered by ModelCache ml/weights"],
+        ),
     ],
 )
-def test_model_cache_coverage(cache_selector: dict[str, Any] | None,
-                              dep_selector: dict[str, Any] | None,
-                              expected: list[str], reasons: list[str]) -> None:
-    clusters = [cluster("a", [pool("p", "h100", 1)], labels={"cloud": "aws"}),
-                cluster("b", [pool("p", "h100", 1)], labels={"cloud": "gcp"})]
+def test_model_cache_coverage(
+    cache_selector: dict[str, Any] | None,
+    dep_selector: dict[str, Any] | None,
+    expected: list[str],
+    reasons: list[str],
+) -> None:
+    clusters = [
+        cluster("a", [pool("p", "h100", 1)], labels={"cloud": "aws"}),
+        cluster("b", [pool("p", "h100", 1)], labels={"cloud": "gcp"}),
+    ]
     dep = deployment("m", 2, tensor=8, cache="weights", selector=dep_selector)
     cache = model_cache("weights", selector=cache_selector)
     result = schedule(fleet([H100], clusters, [dep], [cache]), None)
@@ -624,8 +739,10 @@ def test_model_cache_coverage(cache_selector: dict[str, Any] | None,
 
 
 def test_a_cache_that_stops_covering_a_cluster_drops_its_replicas() -> None:
-    clusters = [cluster("a", [pool("p", "h100", 1)], labels={"cloud": "aws"}),
-                cluster("b", [pool("p", "h100", 1)], labels={"cloud": "gcp"})]
+    clusters = [
+        cluster("a", [pool("p", "h100", 1)], labels={"cloud": "aws"}),
+        cluster("b", [pool("p", "h100", 1)], labels={"cloud": "gcp"}),
+    ]
     dep = deployment("m", 1, tensor=8, cache="weights")
     previous = lock({"ml/m": [(replica_name("m", "a", 0), "a", 0, {"unified": "p"})]})
     cache = model_cache("weights", selector={"matchLabels": {"cloud": "gcp"}})
@@ -641,8 +758,10 @@ def test_a_cache_that_stops_covering_a_cluster_drops_its_replicas() -> None:
     [((0, 0), "aaa"), ((0, 5), "zzz"), ((5, 0), "aaa"), ((-1, 0), "zzz")],
 )
 def test_priority_wins_scarce_capacity(priorities: tuple[int, int], winner: str) -> None:
-    deps = [deployment("aaa", 1, tensor=8, priority=priorities[0]),
-            deployment("zzz", 1, tensor=8, priority=priorities[1])]
+    deps = [
+        deployment("aaa", 1, tensor=8, priority=priorities[0]),
+        deployment("zzz", 1, tensor=8, priority=priorities[1]),
+    ]
     result = schedule(fleet([H100], gpu_clusters(("a", 1)), deps), None)
     assert {k for k, r in result.report.items() if r.replicas} == {f"ml/{winner}"}
 
@@ -661,25 +780,47 @@ def test_priority_order_packs_larger_pods_first_within_a_pool() -> None:
     ("clusters", "dep", "reasons"),
     [
         ([], deployment("m", 1, tensor=8), ["the fleet has no InferenceCluster"]),
-        ([cluster("a", [pool("p", "h100", 1)], labels={"x": "1"})],
-         deployment("m", 1, tensor=8, selector={"matchLabels": {"x": "2"}}),
-         ["no InferenceCluster matches clusterSelector"]),
-        ([cluster("gke-us-central", [pool("p", "h100", 1)])],
-         deployment("m", 1, prefill=role(8), decode=role(8, devices=[request(
-             "gpu", None, MEM.format("141Gi"))])),
-         ["gke-us-central: no pool matches decode device gpu"]),
-        ([cluster("eks-us-west", [pool("gpu-h200", "h100", 1)])],
-         deployment("m", 1, prefill=role(1), decode=role(8, pipeline=2)),
-         ["eks-us-west: pool gpu-h200 has 1 free node, decode needs 2"]),
-        ([cluster("b", [pool("p", "h100", 0)]), cluster("a", [pool("p", "h100", 0),
-                                                               pool("q", "h100", 1)])],
-         deployment("m", 1, tensor=8, pipeline=2),
-         ["a: pool q has 1 free node, unified needs 2",
-          "b: pool p has 0 free nodes, unified needs 2"]),
-        ([cluster("a", [pool("p", "h100", 1)])],
-         deployment("m", 1, tensor=4, devices=[request("gpu", None, MEM.format("40Gi")),
-                                              request("nic", 1, EFA)]),
-         ["a: no pool matches unified device nic"]),
+        (
+            [cluster("a", [pool("p", "h100", 1)], labels={"x": "1"})],
+            deployment("m", 1, tensor=8, selector={"matchLabels": {"x": "2"}}),
+            ["no InferenceCluster matches clusterSelector"],
+        ),
+        (
+            [cluster("gke-us-central", [pool("p", "h100", 1)])],
+            deployment(
+                "m",
+                1,
+                prefill=role(8),
+                decode=role(8, devices=[request("gpu", None, MEM.format("141Gi"))]),
+            ),
+            ["gke-us-central: no pool matches decode device gpu"],
+        ),
+        (
+            [cluster("eks-us-west", [pool("gpu-h200", "h100", 1)])],
+            deployment("m", 1, prefill=role(1), decode=role(8, pipeline=2)),
+            ["eks-us-west: pool gpu-h200 has 1 free node, decode needs 2"],
+        ),
+        (
+            [
+                cluster("b", [pool("p", "h100", 0)]),
+                cluster("a", [pool("p", "h100", 0), pool("q", "h100", 1)]),
+            ],
+            deployment("m", 1, tensor=8, pipeline=2),
+            [
+                "a: pool q has 1 free node, unified needs 2",
+                "b: pool p has 0 free nodes, unified needs 2",
+            ],
+        ),
+        (
+            [cluster("a", [pool("p", "h100", 1)])],
+            deployment(
+                "m",
+                1,
+                tensor=4,
+                devices=[request("gpu", None, MEM.format("40Gi")), request("nic", 1, EFA)],
+            ),
+            ["a: no pool matches unified device nic"],
+        ),
     ],
 )
 def test_reasons(clusters: list[Any], dep: Any, reasons: list[str]) -> None:
@@ -689,7 +830,6 @@ def test_reasons(clusters: list[Any], dep: Any, reasons: list[str]) -> None:
 
 
 def test_no_reasons_when_nothing_is_short() -> None:
-    result = schedule(fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=8)]),
-                      None)
+    result = schedule(fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=8)]), None)
     assert result.report["ml/m"].reasons == []
     assert not result.short

@@ -33,8 +33,11 @@ from tests.factories import (
     taint,
 )
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 MEM = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("{}Gi")) >= 0'
 EFA = 'device.attributes["dra.net"].linkType == "efa"'
@@ -111,29 +114,42 @@ roles_ = st.builds(
 
 @st.composite
 def fleets(draw: st.DrawFn) -> FleetDesc:
-    names = draw(st.lists(st.sampled_from("abcd"), min_size=draw(st.sampled_from([0, 1, 1, 1])),
-                          max_size=4, unique=True))
+    names = draw(
+        st.lists(
+            st.sampled_from("abcd"),
+            min_size=draw(st.sampled_from([0, 1, 1, 1])),
+            max_size=4,
+            unique=True,
+        )
+    )
     clusters = []
     for name in names:
-        pools = draw(st.lists(
-            st.tuples(st.sampled_from(sorted(KINDS)), st.integers(0, 3)), min_size=1, max_size=3))
-        clusters.append(ClusterSpec(
-            name=name,
-            pools=tuple((f"p{i}", cls, nodes) for i, (cls, nodes) in enumerate(pools)),
-            zone=draw(st.sampled_from([None, "x", "y"])),
-            taint=draw(st.sampled_from([None] * 6 + ["NoSchedule", "NoExecute"])),
-        ))
+        pools = draw(
+            st.lists(
+                st.tuples(st.sampled_from(sorted(KINDS)), st.integers(0, 3)), min_size=1, max_size=3
+            )
+        )
+        clusters.append(
+            ClusterSpec(
+                name=name,
+                pools=tuple((f"p{i}", cls, nodes) for i, (cls, nodes) in enumerate(pools)),
+                zone=draw(st.sampled_from([None, "x", "y"])),
+                taint=draw(st.sampled_from([None] * 6 + ["NoSchedule", "NoExecute"])),
+            )
+        )
     deps = []
     for i in range(draw(st.integers(1, 5))):
         disagg = draw(st.booleans()) and draw(st.booleans())
-        deps.append(DepSpec(
-            name=f"m{i}",
-            replicas=draw(st.integers(0, 4)),
-            roles=tuple(draw(roles_) for _ in range(2 if disagg else 1)),
-            priority=draw(st.integers(0, 2)),
-            zone=draw(st.sampled_from([None, None, None, "x", "y"])),
-            tolerate=draw(st.booleans()),
-        ))
+        deps.append(
+            DepSpec(
+                name=f"m{i}",
+                replicas=draw(st.integers(0, 4)),
+                roles=tuple(draw(roles_) for _ in range(2 if disagg else 1)),
+                priority=draw(st.integers(0, 2)),
+                zone=draw(st.sampled_from([None, None, None, "x", "y"])),
+                tolerate=draw(st.booleans()),
+            )
+        )
     return FleetDesc(tuple(clusters), tuple(deps))
 
 
@@ -154,13 +170,25 @@ def _deployment(spec: DepSpec) -> Any:
         "tolerations": [{"key": "maint", "operator": "Exists"}] if spec.tolerate else [],
     }
     if len(spec.roles) == 2:
-        return deployment(spec.name, spec.replicas, prefill=_role(spec.roles[0]),
-                          decode=_role(spec.roles[1]), **extra)
+        return deployment(
+            spec.name,
+            spec.replicas,
+            prefill=_role(spec.roles[0]),
+            decode=_role(spec.roles[1]),
+            **extra,
+        )
     r = _role(spec.roles[0])
     only = spec.roles[0]
     devices = r.get("nodeSelector", {}).get("devices")
-    return deployment(spec.name, spec.replicas, tensor=only.tensor, pipeline=only.pipeline,
-                      workers=only.workers, devices=devices, **extra)
+    return deployment(
+        spec.name,
+        spec.replicas,
+        tensor=only.tensor,
+        pipeline=only.pipeline,
+        workers=only.workers,
+        devices=devices,
+        **extra,
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -204,23 +232,31 @@ def edits(draw: st.DrawFn, desc: FleetDesc) -> FleetDesc:
         if draw(st.integers(0, 9)) == 0:
             continue
         pools = tuple(
-            (name, draw(st.sampled_from([cls, cls, cls, *sorted(KINDS)])),
-             max(0, nodes + draw(st.sampled_from([0, 0, 0, -1, 1]))))
+            (
+                name,
+                draw(st.sampled_from([cls, cls, cls, *sorted(KINDS)])),
+                max(0, nodes + draw(st.sampled_from([0, 0, 0, -1, 1]))),
+            )
             for name, cls, nodes in c.pools
         )
-        clusters.append(replace(
-            c, pools=pools,
-            zone=draw(st.sampled_from([c.zone] * 4 + [None, "x", "y"])),
-            taint=draw(st.sampled_from([c.taint] * 4 + [None, "NoSchedule", "NoExecute"])),
-        ))
+        clusters.append(
+            replace(
+                c,
+                pools=pools,
+                zone=draw(st.sampled_from([c.zone] * 4 + [None, "x", "y"])),
+                taint=draw(st.sampled_from([c.taint] * 4 + [None, "NoSchedule", "NoExecute"])),
+            )
+        )
     deps = []
     for d in desc.deployments:
-        deps.append(replace(
-            d,
-            replicas=draw(st.integers(0, 5)),
-            roles=d.roles if draw(st.integers(0, 3)) else tuple(draw(roles_) for _ in d.roles),
-            priority=draw(st.sampled_from([d.priority, d.priority, 0, 1, 2])),
-        ))
+        deps.append(
+            replace(
+                d,
+                replicas=draw(st.integers(0, 5)),
+                roles=d.roles if draw(st.integers(0, 3)) else tuple(draw(roles_) for _ in d.roles),
+                priority=draw(st.sampled_from([d.priority, d.priority, 0, 1, 2])),
+            )
+        )
     return FleetDesc(tuple(clusters), tuple(deps))
 
 
@@ -232,15 +268,29 @@ def previous_locks(draw: st.DrawFn, desc: FleetDesc) -> PlacementLock | None:
         return None
     lock = schedule(build(draw(edits(desc))), None).lock
     deployments = dict(lock.deployments)
-    junk = draw(st.lists(st.tuples(
-        st.sampled_from([d.name for d in desc.deployments]), st.sampled_from("abcde"),
-        st.integers(0, 3), st.sampled_from([("unified",), ("prefill", "decode")]),
-        st.sampled_from(["p0", "p1", "p2", "zz"])), max_size=3))
+    junk = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([d.name for d in desc.deployments]),
+                st.sampled_from("abcde"),
+                st.integers(0, 3),
+                st.sampled_from([("unified",), ("prefill", "decode")]),
+                st.sampled_from(["p0", "p1", "p2", "zz"]),
+            ),
+            max_size=3,
+        )
+    )
     for name, cluster_name, index, roles, pool_name in junk:
         key = f"ml/{name}"
         replicas = [r.model_dump() for r in deployments.get(key, LockedDeployment()).replicas]
-        replicas.append({"name": replica_name(name, cluster_name, index), "cluster": cluster_name,
-                         "index": index, "pools": dict.fromkeys(roles, pool_name)})
+        replicas.append(
+            {
+                "name": replica_name(name, cluster_name, index),
+                "cluster": cluster_name,
+                "index": index,
+                "pools": dict.fromkeys(roles, pool_name),
+            }
+        )
         deployments[key] = LockedDeployment.model_validate({"replicas": replicas})
     return PlacementLock(deployments=deployments)
 
@@ -254,15 +304,24 @@ def _request_kinds(class_name: str, spec: RoleSpec) -> list[tuple[int, tuple[int
     gpus = spec.tensor
     if spec.gpu_mem is None:
         return [(gpus, tuple(i for i, k in enumerate(kinds) if k[1] and k[2] >= gpus))]
-    out = [(gpus, tuple(i for i, k in enumerate(kinds)
-                        if k[3] is not None and k[3] >= spec.gpu_mem and k[2] >= gpus))]
+    out = [
+        (
+            gpus,
+            tuple(
+                i
+                for i, k in enumerate(kinds)
+                if k[3] is not None and k[3] >= spec.gpu_mem and k[2] >= gpus
+            ),
+        )
+    ]
     if spec.nic is not None:
         out.append((spec.nic, tuple(i for i, k in enumerate(kinds) if k[4] and k[2] >= spec.nic)))
     return out
 
 
-def feasible(class_name: str, nodes: int, workers: list[tuple[int, list[tuple[int, tuple[int,
-             ...]]]]]) -> bool:
+def feasible(
+    class_name: str, nodes: int, workers: list[tuple[int, list[tuple[int, tuple[int, ...]]]]]
+) -> bool:
     """Is there an assignment of every pod to a node, and of every request of a pod to a
     device kind with enough devices (DRA ones used up, Synthetic only matched), with the
     pods of one worker on distinct nodes? Exhaustive search."""
@@ -273,8 +332,9 @@ def feasible(class_name: str, nodes: int, workers: list[tuple[int, list[tuple[in
         pods += [(wid, requests)] * n_pods
     start = tuple(tuple(k[2] for k in kinds) for _ in range(nodes))
 
-    def pod_options(state: tuple[int, ...], requests: list[tuple[int, tuple[int, ...]]]
-                    ) -> set[tuple[int, ...]]:
+    def pod_options(
+        state: tuple[int, ...], requests: list[tuple[int, tuple[int, ...]]]
+    ) -> set[tuple[int, ...]]:
         results: set[tuple[int, ...]] = set()
 
         def go(i: int, left: list[int], own: list[int]) -> None:
@@ -312,7 +372,7 @@ def feasible(class_name: str, nodes: int, workers: list[tuple[int, list[tuple[in
             if node in used:
                 continue
             for after in pod_options(state[node], requests):
-                nxt = state[:node] + (after,) + state[node + 1:]
+                nxt = state[:node] + (after,) + state[node + 1 :]
                 if search(i + 1, nxt, used | {node}):
                     return True
         return False
@@ -335,7 +395,8 @@ def assert_capacity_respected(desc: FleetDesc, result: ScheduleResult) -> None:
                 requests = _request_kinds(cls, role_spec)
                 assert all(options for _, options in requests), "placed on a pool that can't fit"
                 load.setdefault((replica.cluster, replica.pools[role_name]), []).extend(  # type: ignore[index]
-                    [(role_spec.pipeline, requests)] * role_spec.workers)
+                    [(role_spec.pipeline, requests)] * role_spec.workers
+                )
     for (cluster_name, pool_name), workers in load.items():
         pools = {name: (cls, nodes) for name, cls, nodes in by_cluster[cluster_name].pools}
         cls, nodes = pools[pool_name]
@@ -373,8 +434,9 @@ def growths(draw: st.DrawFn, desc: FleetDesc) -> FleetDesc:
     """`desc` with only additions: more replicas, nodes, clusters and deployments."""
     deps = [replace(d, replicas=d.replicas + draw(st.integers(0, 2))) for d in desc.deployments]
     clusters = [
-        replace(c, pools=tuple((n, cls, nodes + draw(st.integers(0, 2)))
-                               for n, cls, nodes in c.pools))
+        replace(
+            c, pools=tuple((n, cls, nodes + draw(st.integers(0, 2))) for n, cls, nodes in c.pools)
+        )
         for c in desc.clusters
     ]
     extra = draw(fleets())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 MAX_NAME = 63
+DEPLOYMENT_LABEL = "modelplane.ai/deployment"  # on every composed endpoint (api.md)
 
 
 def short_hash(text: str, length: int = 5) -> str:

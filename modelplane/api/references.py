@@ -133,5 +133,48 @@ def _lws_names(fleet: FleetSpec) -> Iterator[SpecError]:
                 )
 
 
+def _envoy_splits(fleet: FleetSpec) -> Iterator[SpecError]:
+    """On EnvoyGateway a service is one weighted rule with one path rewrite (api.md,
+    "InferenceGateway"): the endpoints it can select must agree on it, replicas as '/'."""
+    if fleet.gateway is None or fleet.gateway.spec.backend != "EnvoyGateway":
+        return
+    from modelplane.api.names import DEPLOYMENT_LABEL
+
+    for key, svc in fleet.services.items():
+        ns = svc.metadata.namespace or "default"
+        paths: dict[str, str] = {}
+        for entry in svc.spec.endpoints:
+            for ep in fleet.endpoints.values():
+                if (ep.metadata.namespace or "default") == ns and entry.selector.matches(
+                    dict(ep.metadata.labels)
+                ):
+                    paths.setdefault(ep.spec.rewrite_path, f"ModelEndpoint {ep.metadata.name}")
+            for dep in fleet.deployments.values():
+                labels = {**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name}
+                if (
+                    (dep.metadata.namespace or "default") == ns
+                    and dep.spec.replicas > 0
+                    and entry.selector.matches(labels)
+                ):
+                    paths.setdefault("/", f"ModelDeployment {dep.metadata.name}")
+        if len(paths) > 1:
+            listed = ", ".join(f"{p!r} ({who})" for p, who in sorted(paths.items()))
+            yield _err(
+                fleet,
+                "ModelService",
+                key,
+                "spec.endpoints",
+                "the EnvoyGateway backend routes a service as one weighted rule with one "
+                f"rewritePath, but its endpoints need {listed} (replicas count as '/'); "
+                "use the Traefik backend or one rewritePath",
+            )
+
+
 def check_references(fleet: FleetSpec) -> list[SpecError]:
-    return [*_pool_classes(fleet), *_gateway(fleet), *_deployments(fleet), *_lws_names(fleet)]
+    return [
+        *_pool_classes(fleet),
+        *_gateway(fleet),
+        *_deployments(fleet),
+        *_lws_names(fleet),
+        *_envoy_splits(fleet),
+    ]
