@@ -296,3 +296,14 @@ def test_envoy_gateway_split_needing_two_paths_fails_validation(
         [error] = errors
         assert (error.object, error.path) == ("ModelService team/svc", "spec.endpoints")
         assert "'/openai/' (ModelEndpoint ext)" in error.message
+
+
+# --- existing clusters ----------------------------------------------------------------------------
+
+
+def test_identity_secret_ref_is_not_accepted(tmp_path: Path) -> None:
+    """It was accepted and never used; now an unknown field, named as such."""
+    docs = base_fleet()
+    docs[1]["spec"]["cluster"]["existing"]["identitySecretRef"] = {"name": "gcp-sa"}
+    [error] = load_fleet(write_fleet(tmp_path, docs)).errors
+    assert error.path == "spec.cluster.existing.identitySecretRef"
