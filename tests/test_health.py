@@ -297,6 +297,7 @@ def test_readiness_counts_ready_replicas_and_says_why_the_others_are_not() -> No
     ]
     assert d.conditions[0].message == "3 of 4 placed: a: pool gpu is full"
     assert d.conditions[1].message.startswith("1 of 4 ready: m-b0 (b): Unknown")
+    assert [(c.nodes, c.devices) for c in view.clusters] == [("2/2", 16), ("", None), ("2/2", 16)]
     assert [(c.name, c.health) for c in view.clusters] == [
         ("a", "Healthy"),
         ("b", "Unreachable"),

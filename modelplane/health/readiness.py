@@ -136,6 +136,7 @@ class ClusterStatus:
     health: str  # Healthy | Unreachable | NotReady | NoGatewayAddress | NotObserved
     message: str
     nodes: str  # `ready/total` over its node pools
+    devices: int | None  # DRA devices published for the nodes of its node pools
     gateway_address: str | None
     unhealthy_since: float | None
 
@@ -144,6 +145,7 @@ class ClusterStatus:
             "health": self.health,
             "message": self.message,
             "nodes": self.nodes,
+            "devices": self.devices,
             "gatewayAddress": self.gateway_address,
             "unhealthySince": self.unhealthy_since,
         }
@@ -316,10 +318,11 @@ def readiness(
     out = FleetReadiness(at=now)
     for name in fleet.clusters:
         h, seen = health[name], observation.cluster(name)
-        nodes = ""
+        nodes, devices = "", None
         if seen is not None and seen.reachable:
             pools = [seen.pools.get(p.name) for p in fleet.clusters[name].spec.node_pools]
             nodes = f"{sum(p.ready_nodes for p in pools if p)}/{sum(p.nodes for p in pools if p)}"
+            devices = sum(p.devices for p in pools if p)
         if not h.observed:
             state, message = "NotObserved", (seen.error if seen else None) or "not observed"
         else:
@@ -330,6 +333,7 @@ def readiness(
                 state,
                 message,
                 nodes,
+                devices,
                 seen.gateway_address if seen else None,
                 (since or {}).get(name),
             )
