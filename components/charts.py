@@ -7,9 +7,9 @@ reference only gives as "2.x" (pinned here to chart 2.20.2, a kedacore/charts re
 
 Gateway API and the Gateway API Inference Extension ship no Helm chart in the reference
 facts (Gateway API is a ``standard-install.yaml`` release asset, GAIE is applied as vendored
-CRDs), so they are *CRD bundles*: the unmodified upstream CRDs vendored under ``crds/`` at the
-repository root, applied with ``kubernetes.yaml.v2.ConfigGroup``. Their "version" selects a
-vendored bundle directory; overriding it to a version that is not vendored is an error.
+CRDs), so they are *CRD bundles*: the unmodified upstream CRDs vendored under ``crds/`` (data
+of the ``crds`` package, so a wheel install has them too), applied with
+``kubernetes.yaml.v2.ConfigGroup``. Their "version" selects a vendored bundle directory; overriding it to a version that is not vendored is an error.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CRDS_DIR = REPO_ROOT / "crds"
+from crds import CRDS_DIR  # the vendored bundles, package data of the `crds` package
 
 
 @dataclass(frozen=True)

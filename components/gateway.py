@@ -14,7 +14,8 @@ Traefik (chart `traefik`, its Kubernetes Gateway provider on) or Envoy Gateway
   under one name would fight); only the GatewayClass and Gateway are added.
 
 Traefik is the default because per-backend path rewrites in one weighted rule
-work there and not on Envoy Gateway (envoyproxy/gateway#7099).
+work there; on Envoy Gateway (envoyproxy/gateway#7099) a service is one rule with
+one rewrite and replicas named by header (`components.workload.routes`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ ENVOY = {
     "port": 80,
 }
 GATEWAY_LABELS = labels({"modelplane.ai/gateway": "default"})
+WAIT_FOR_ADDRESS = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
 
 
 def backend_settings(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any]:
@@ -96,7 +98,9 @@ def gateway_manifest(backend: Literal["Traefik", "EnvoyGateway"]) -> Manifest:
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "Gateway",
-        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+        # Wait for the controller to publish an address (as the serving stack's Gateway
+        # does), so that service URLs are known at the end of the same `up`.
+        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, WAIT_FOR_ADDRESS),
         "spec": {
             "gatewayClassName": s["class"],
             "listeners": [

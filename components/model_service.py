@@ -36,6 +36,7 @@ from components.workload.objects import (
 from components.workload.routes import (
     ENVOY_GROUP,
     EndpointBackend,
+    SplitError,
     endpoint_slice,
     envoy_backend,
     service_manifest,
@@ -61,6 +62,9 @@ class EndpointInfo:
     # (a renderTo cluster): the gateway routes straight to the replica's Service.
     service: str | None = None
     service_port: int = 8000
+    # A replica's composed endpoint (a deployment stack's record), reached through its
+    # cluster gateway's replica route.
+    replica: bool = False
 
     @property
     def key(self) -> str:
@@ -99,6 +103,7 @@ class EndpointInfo:
                 str(record["url"]),
                 str(record.get("rewritePath") or "/"),
                 labels,
+                replica=bool(record.get("cluster")),
             )
         service = record.get("service") or {}
         if gateway_cluster and record.get("cluster") == gateway_cluster and service.get("name"):
@@ -196,6 +201,7 @@ def service_backends(
                 host=host,
                 address_type=address_type,  # type: ignore[arg-type]
                 weight=weight,
+                replica=ep.replica and ep.service is None,
             )
         )
     return out
@@ -270,7 +276,12 @@ class ModelServiceComponent(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("modelplane:gateway:ModelService", name, None, opts)
-        route = service_route_manifest(service, endpoints, backend, gateway)
+        try:
+            route = service_route_manifest(service, endpoints, backend, gateway)
+        except SplitError as exc:
+            # Reported as a program error (no Python traceback): the specs validate, but the
+            # endpoints the deployment stacks composed cannot be one weighted route here.
+            raise pulumi.RunError(str(exc)) from None
         if route is None:
             pulumi.log.warn(
                 f"ModelService {service.key}: no endpoint matches its selectors; no route",

@@ -33,6 +33,7 @@ from components.charts import (
     crd_files,
     resolve_chart,
 )
+from components.workload.objects import ensure_namespace
 from modelplane.api.inference_cluster import ServingStackOptions
 
 SYSTEM_NAMESPACE = "modelplane-system"
@@ -268,9 +269,7 @@ class ServingStack(pulumi.ComponentResource):
         # The DRA kubelet plugin runs at system-node-critical priority; GKE admits such pods
         # outside kube-system only where a ResourceQuota allows them.
         dra = CHARTS["nvidiaDraDriver"]
-        dra_namespace = kubernetes.core.v1.Namespace(
-            f"{name}-{dra.namespace}", metadata={"name": dra.namespace}, opts=self._opts()
-        )
+        dra_namespace = ensure_namespace(dra.namespace, self._opts(), scope=name)
         critical_pods = kubernetes.core.v1.ResourceQuota(
             f"{name}-allow-critical-pods",
             metadata={"name": "allow-critical-pods", "namespace": dra.namespace},
@@ -286,7 +285,7 @@ class ServingStack(pulumi.ComponentResource):
                     ]
                 },
             },
-            opts=self._opts(depends_on=[dra_namespace]),
+            opts=self._opts(depends_on=[dra_namespace] if dra_namespace else []),
         )
         self._release(
             "nvidiaDraDriver",
@@ -297,12 +296,9 @@ class ServingStack(pulumi.ComponentResource):
         self._release("keda")
 
         # modelplane-system is shared with other stacks on the same cluster (the gateway stack
-        # puts its objects there too), so it is kept when this stack is destroyed.
-        namespace = kubernetes.core.v1.Namespace(
-            f"{name}-{SYSTEM_NAMESPACE}",
-            metadata={"name": SYSTEM_NAMESPACE},
-            opts=self._opts(retain_on_delete=True),
-        )
+        # puts its objects there too): a NamespacePatch like every other stack's namespace, so
+        # destroying this stack gives up its fields and a later `up` re-creates it cleanly.
+        namespace = ensure_namespace(SYSTEM_NAMESPACE, self._opts(), scope=name)
         self.gateway_class = kubernetes.apiextensions.CustomResource(
             f"{name}-gatewayclass",
             api_version="gateway.networking.k8s.io/v1",
@@ -315,7 +311,13 @@ class ServingStack(pulumi.ComponentResource):
             name,
             GATEWAY_CLASS_NAME,
             80,
-            self._opts(depends_on=[self.gateway_class, namespace, self.releases["envoyAiGateway"]]),
+            self._opts(
+                depends_on=[
+                    self.gateway_class,
+                    *([namespace] if namespace else []),
+                    self.releases["envoyAiGateway"],
+                ]
+            ),
         )
         self.gateway_address = gateway_address(self.gateway)
         self.release_names = {key: CHARTS[key].release_name for key in self.releases}

@@ -37,6 +37,18 @@ class SecretNotFound(LookupError):
         super().__init__(f"secret {name!r} key {key!r} not found; set one of: " + "; ".join(tried))
 
 
+class PlaintextSecret(ValueError):
+    """A secret found in stack config that is not a Pulumi secret (it would sit in plaintext in
+    the stack's config file and be recorded as such)."""
+
+    def __init__(self, full_key: str) -> None:
+        self.full_key = full_key
+        super().__init__(
+            f"config value {full_key} is plaintext; store it as a secret: "
+            f"pulumi config set --secret {full_key} ..."
+        )
+
+
 @dataclass(frozen=True)
 class ResolvedSecret:
     value: str
@@ -61,17 +73,21 @@ def resolve_secret(
     config: ConfigLookup,
     env: Mapping[str, str] | None = None,
     base_dir: str | Path | None = None,
+    is_secret: Callable[[str], bool] | None = None,
 ) -> ResolvedSecret:
     """The secret's value, or SecretNotFound naming the config key, env var and file tried.
 
     `config` receives the fully qualified key (`modelplane:secrets.<name>.<key>`)
-    and returns the value or None.
+    and returns the value or None. With `is_secret` (the stack program passes Pulumi's
+    `is_config_secret`), a config value that is not a Pulumi secret raises PlaintextSecret.
     """
     env = os.environ if env is None else env
     full_key = f"{CONFIG_NAMESPACE}:{config_key(name, key)}"
     tried = [f"config secret {full_key} (pulumi config set --secret)"]
     value = config(full_key)
     if value:
+        if is_secret is not None and not is_secret(full_key):
+            raise PlaintextSecret(full_key)
         return ResolvedSecret(value, "config")
     var = env_var(name, key)
     tried.append(f"environment variable {var}")

@@ -34,14 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.runtime.config import get_config
+from pulumi.runtime.config import get_config, is_config_secret
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.loader import LOCK_FILE, load_fleet
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import read_lock
-from modelplane.secrets import SecretNotFound, resolve_secret
+from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_stack, stack_units
 
 PROJECT = "modelplane"
@@ -113,7 +113,12 @@ def load_context(stack: str | None = None) -> Context:
 def secret_value(ctx: Context, name: str, key: str, *, what: str) -> pulumi.Output[str]:
     """A secretRef's value as a secret Output (config, env, then `file:` path)."""
     try:
-        resolved = resolve_secret(name, key, config=get_config, base_dir=ctx.fleet_dir)
+        resolved = resolve_secret(
+            name, key, config=get_config, base_dir=ctx.fleet_dir, is_secret=is_config_secret
+        )
+    except PlaintextSecret as exc:
+        _fail(f"{what}: {exc}")
+        raise
     except SecretNotFound as exc:
         if not ctx.allow_missing_secrets:
             _fail(f"{what}: {exc}")

@@ -725,7 +725,7 @@ def test_serving_stack_releases_pins_and_values() -> None:
     ]
     namespace = next(
         n
-        for n in run.of_type("kubernetes:core/v1:Namespace")
+        for n in run.of_type("kubernetes:core/v1:NamespacePatch")
         if n.get("metadata.name") == "modelplane-system"
     )
     assert gateway.depends_on(namespace)

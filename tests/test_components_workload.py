@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -540,18 +541,26 @@ ENDPOINTS = [
 ]
 
 
-def route_for(backend: str) -> tuple[MockRun, Registered, ModelServiceComponent]:
+# The same endpoints, coder-* as composed replicas (records of a deployment stack).
+REPLICA_ENDPOINTS = [
+    dataclasses.replace(ep, replica=ep.name.startswith("coder")) for ep in ENDPOINTS
+]
+
+
+def route_for(
+    backend: str, endpoints: list[EndpointInfo] = ENDPOINTS
+) -> tuple[MockRun, Registered, ModelServiceComponent]:
     run = MockRun()
 
     def program() -> ModelServiceComponent:
         provider = k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
         opts = pulumi.ResourceOptions(providers=[provider])
-        for ep in ENDPOINTS:
+        for ep in endpoints:
             ModelEndpointComponent(ep.key, ep, backend=backend, opts=opts)  # type: ignore[arg-type]
         return ModelServiceComponent(
             SERVICE_SPEC.key,
             SERVICE_SPEC,
-            ENDPOINTS,
+            endpoints,
             backend=backend,  # type: ignore[arg-type]
             gateway_address="front.example.com",
             gateway=("modelplane", "modelplane-system"),
@@ -604,17 +613,39 @@ def test_endpoint_slices_by_address_type() -> None:
         assert s.parent_type == "modelplane:gateway:ModelEndpoint"
 
 
-def test_envoy_gateway_rule_per_group_and_backends_for_names() -> None:
-    run, route, _ = route_for("EnvoyGateway")
-    rules = route.get("spec.rules")
-    assert len(rules) == 4  # one per rewritePath group
-    for rule in rules:
-        assert all("filters" not in ref for ref in rule["backendRefs"])
-        assert rule["filters"][0]["type"] == "URLRewrite"
-    by_path = {r["filters"][0]["urlRewrite"]["path"]["replacePrefixMatch"]: r for r in rules}
-    assert by_path["/"]["backendRefs"] == [
-        {"group": "gateway.envoyproxy.io", "kind": "Backend", "name": "ep-together", "weight": 20}
+def test_envoy_gateway_one_weighted_rule_replicas_by_header() -> None:
+    """Weights hold on Envoy Gateway: one rule (rewrite to '/'), replicas named by header."""
+    run, route, comp = route_for("EnvoyGateway", REPLICA_ENDPOINTS)
+    [rule] = route.get("spec.rules")
+    assert rule["filters"] == [
+        {
+            "type": "URLRewrite",
+            "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
+        }
     ]
+    refs = rule["backendRefs"]
+    assert [r["weight"] for r in refs] == [27, 27, 26, 20]
+    headers = [
+        f["requestHeaderModifier"]["set"]
+        for r in refs
+        for f in r.get("filters", [])
+        if f["type"] == "RequestHeaderModifier"
+    ]
+    assert headers == [
+        [{"name": "x-modelplane-endpoint", "value": f"ml-team/coder-{x}"}] for x in "abc"
+    ]
+    hosts = {
+        r["name"]: f["urlRewrite"]
+        for r in refs
+        for f in r.get("filters", [])
+        if f["type"] == "URLRewrite"
+    }
+    # Host rewrites only (Envoy Gateway drops path rewrites on a backendRef).
+    assert hosts == {
+        "ep-coder-c": {"hostname": "gw.east.example.com"},
+        "ep-together": {"hostname": "api.together.xyz"},
+    }
+    assert run.value(comp.weights)["ml-team/together"] == 20
     backends = {
         b.get("metadata.name"): b
         for b in run.of_type("kubernetes:gateway.envoyproxy.io/v1alpha1:Backend")
@@ -738,8 +769,10 @@ def test_no_secret_in_plaintext_in_the_render(
     route = yaml.safe_load(
         next((tmp_path / "gateway" / "manifests").glob("*_httproute_*.yaml")).read_text()
     )
-    # EnvoyGateway: a rule per rewritePath group; the IPv6 endpoint is a Service + slice.
-    assert len(route["spec"]["rules"]) == 3
+    # EnvoyGateway: one weighted rule (a rule per rewritePath let the first take 100 %);
+    # replicas are named by header; the IPv6 endpoint is a Service + slice.
+    [rule] = route["spec"]["rules"]
+    assert len(rule["backendRefs"]) > 1 and all(r["weight"] >= 1 for r in rule["backendRefs"])
     slice_ = next((tmp_path / "gateway" / "manifests").glob("*_endpointslice_*.yaml"))
     assert yaml.safe_load(slice_.read_text())["addressType"] == "IPv6"
 

@@ -3,12 +3,14 @@ the pure rules over a hand-built observation."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from modelplane.api.model_service import ModelService
 from modelplane.health.observation import (
+    CacheObservation,
     ClusterObservation,
     Observation,
     PoolObservation,
@@ -22,8 +24,9 @@ from modelplane.health.rules import (
     observed_schedule,
     remember,
 )
+from modelplane.observe.cluster import _job_state
 from modelplane.scheduler import schedule
-from tests.factories import cluster, deployment, fleet, inference_class, lock, pool
+from tests.factories import cluster, deployment, fleet, inference_class, lock, model_cache, pool
 
 NOW = 10_000.0
 GRACE = 300.0
@@ -294,6 +297,7 @@ def test_readiness_counts_ready_replicas_and_says_why_the_others_are_not() -> No
     ]
     assert d.conditions[0].message == "3 of 4 placed: a: pool gpu is full"
     assert d.conditions[1].message.startswith("1 of 4 ready: m-b0 (b): Unknown")
+    assert [(c.nodes, c.devices) for c in view.clusters] == [("2/2", 16), ("", None), ("2/2", 16)]
     assert [(c.name, c.health) for c in view.clusters] == [
         ("a", "Healthy"),
         ("b", "Unreachable"),
@@ -365,3 +369,65 @@ def test_service_counts_routable_endpoints() -> None:
 def test_observation_json_round_trips() -> None:
     observation = obs(healthy("a", replicas={"m-a0": rep(2, 1, "p: x")}), down("b"))
     assert Observation.from_json(observation.as_json()) == observation
+
+
+# -- model caches ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "state", "reason"),
+    [
+        ({}, "Hydrating", "0 failed attempt(s)"),
+        ({"failed": 2}, "Hydrating", "2 failed attempt(s)"),
+        ({"succeeded": 1}, "Hydrated", ""),
+        (
+            {
+                "failed": 6,
+                "conditions": [
+                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+                ],
+            },
+            "Failed",
+            "BackoffLimitExceeded",
+        ),
+    ],
+)
+def test_hydration_job_state(status: dict[str, Any], state: str, reason: str) -> None:
+    assert _job_state({"status": status}) == CacheObservation(state, reason)
+
+
+def test_model_cache_resolved_where_the_replicas_run() -> None:
+    f = three_clusters()
+    f.caches["ml/weights"] = model_cache("weights")
+    f.deployments["ml/m"] = deployment("m", 2, tensor=8, cache="weights")
+    placement = lock(
+        {"ml/m": [("m-a0", "a", 0, {"unified": "gpu"}), ("m-b0", "b", 0, {"unified": "gpu"})]}
+    )
+    hydrated = {"ml/weights": CacheObservation("Hydrated")}
+    observation = obs(
+        dataclasses.replace(healthy("a"), caches=hydrated),
+        dataclasses.replace(
+            healthy("b"),
+            caches={"ml/weights": CacheObservation("Hydrating", "1 failed attempt(s)")},
+        ),
+        down("c"),
+    )
+    view = readiness(f, placement, observation)
+    cache = view.caches[0]
+    assert (cache.key, cache.hydrated) == ("ml/weights", 1)
+    assert cache.clusters["c"][0] == "Unknown"
+    (cond,) = [c for c in view.deployment("ml/m").conditions if c.type == "ModelCacheResolved"]
+    assert (cond.status, cond.reason) == ("False", "NotHydrated")
+    assert cond.message == "ml/weights: b: Hydrating (1 failed attempt(s))"
+    assert view.as_json()["caches"]["ml/weights"]["hydrated"] == "1/3"
+    observation = obs(
+        dataclasses.replace(healthy("a"), caches=hydrated),
+        dataclasses.replace(healthy("b"), caches=hydrated),
+        down("c"),
+    )
+    (cond,) = [
+        c
+        for c in readiness(f, placement, observation).deployment("ml/m").conditions
+        if c.type == "ModelCacheResolved"
+    ]
+    assert (cond.status, cond.message) == ("True", "ml/weights hydrated on a, b")

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from modelplane.secrets import SecretNotFound, config_key, env_var, resolve_secret
+from modelplane.secrets import (
+    PlaintextSecret,
+    SecretNotFound,
+    config_key,
+    env_var,
+    resolve_secret,
+)
 
 
 def no_config(_: str) -> str | None:
@@ -70,3 +76,29 @@ def test_not_found_names_every_place() -> None:
 def test_empty_values_do_not_count() -> None:
     got = resolve_secret("a", "b", config=lambda _: "", env={"MODELPLANE_SECRET_A_B": "value"})
     assert got.source == "env"
+
+
+@pytest.mark.parametrize(
+    ("secret_keys", "outcome"),
+    [
+        ({"modelplane:secrets.kc.kubeconfig"}, "config"),  # `pulumi config set --secret`
+        (set(), PlaintextSecret),  # plain `pulumi config set`: refused
+    ],
+)
+def test_config_values_must_be_pulumi_secrets(
+    secret_keys: set[str], outcome: str | type[Exception]
+) -> None:
+    def resolve() -> str:
+        return resolve_secret(
+            "kc",
+            "kubeconfig",
+            config=lambda _: "apiVersion: v1",
+            env={},
+            is_secret=secret_keys.__contains__,
+        ).source
+
+    if isinstance(outcome, str):
+        assert resolve() == outcome
+    else:
+        with pytest.raises(outcome, match="pulumi config set --secret modelplane:secrets.kc"):
+            resolve()

@@ -185,6 +185,26 @@ def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderReso
     return None
 
 
+NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
+DESIRED_SIZE = "scalingConfig.desiredSize"
+
+
+def ignore_desired_size(
+    args: pulumi.ResourceTransformArgs,
+) -> pulumi.ResourceTransformResult | None:
+    """`nodeCount` is the initial size only: a node group's desired size is the
+    autoscaler's afterwards, so later `up`s never re-apply it (applied to the
+    `aws.eks.NodeGroup` inside pulumi-eks's ManagedNodeGroup)."""
+    if args.type_ != NODE_GROUP_TYPE:
+        return None
+    return pulumi.ResourceTransformResult(
+        args.props,
+        pulumi.ResourceOptions.merge(
+            args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE])
+        ),
+    )
+
+
 class EKSCluster(pulumi.ComponentResource):
     """VPC, IAM roles, EKS cluster, node groups, add-ons and an EFS file system.
 
@@ -549,7 +569,10 @@ class EKSCluster(pulumi.ComponentResource):
             taints=[GPU_TAINT] if gpu else None,
             tags=tags,
             opts=pulumi.ResourceOptions(
-                parent=self, providers={"aws": provider}, depends_on=list(depends_on)
+                parent=self,
+                providers={"aws": provider},
+                depends_on=list(depends_on),
+                transforms=[ignore_desired_size],
             ),
         )
 

@@ -244,13 +244,19 @@ def pod_template(
 def deployment_manifest(
     ctx: PodContext, name: str, object_labels: Mapping[str, str], template: dict[str, Any]
 ) -> Manifest:
-    """A one-node worker: a Deployment with `workers.count` pods."""
+    """A one-node worker: a Deployment with `workers.count` pods.
+
+    Strategy `Recreate`: the scheduler packs a pool's devices exactly, so a rolling
+    update's surge pod could never get its claim allocated and the rollout would
+    never finish; the old pods go first, then the new ones start.
+    """
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(name, ctx.namespace, object_labels, SKIP_AWAIT),
         "spec": {
             "replicas": ctx.role.workers.count,
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector_labels(ctx)},
             "template": template,
         },

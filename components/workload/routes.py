@@ -74,6 +74,11 @@ def service_manifest(
     }
 
 
+# Set by an Envoy Gateway control-plane route on the requests it sends to one replica
+# (api.md, "InferenceGateway"): the replica's route matches it as well as its path prefix.
+ENDPOINT_HEADER = "x-modelplane-endpoint"
+
+
 def replica_route(
     name: str,
     namespace: str,
@@ -81,7 +86,8 @@ def replica_route(
     prefix: str,
     backend: dict[str, Any],
 ) -> Manifest:
-    """The replica's route on its cluster's `inference-gateway`: prefix -> `/`."""
+    """The replica's route on its cluster's `inference-gateway`: prefix -> `/`; and, for a
+    request already rewritten to `/` that names the replica in `x-modelplane-endpoint`, as is."""
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "HTTPRoute",
@@ -95,7 +101,23 @@ def replica_route(
                     "backendRefs": [backend],
                     # LLM responses stream for minutes: no request timeout.
                     "timeouts": {"request": "0s"},
-                }
+                },
+                {
+                    "matches": [
+                        {
+                            **path_match("/"),
+                            "headers": [
+                                {
+                                    "type": "Exact",
+                                    "name": ENDPOINT_HEADER,
+                                    "value": f"{namespace}/{name}",
+                                }
+                            ],
+                        }
+                    ],
+                    "backendRefs": [backend],
+                    "timeouts": {"request": "0s"},
+                },
             ],
         },
     }
@@ -120,6 +142,8 @@ class EndpointBackend:
     address_type: Literal["IPv4", "IPv6", "FQDN", "Service"]
     weight: int = 1
     extra_filters: tuple[dict[str, Any], ...] = field(default=())
+    # A composed replica endpoint: its cluster gateway also routes `/` + ENDPOINT_HEADER.
+    replica: bool = False
 
 
 def _backend_ref(ep: EndpointBackend, filters: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -136,6 +160,38 @@ def _rewrite(path: str, hostname: str | None) -> dict[str, Any]:
     return rewrite
 
 
+class SplitError(ValueError):
+    """A weighted split the gateway cannot honour (never collapsed silently)."""
+
+
+def envoy_path(name: str, namespace: str, endpoints: Sequence[EndpointBackend]) -> str:
+    """The one rule-level rewrite of an Envoy Gateway service route (see `service_route`)."""
+    paths = sorted({"/" if ep.replica else ep.rewrite_path for ep in endpoints})
+    if len(paths) > 1:
+        raise SplitError(
+            f"ModelService {namespace}/{name}: on an EnvoyGateway InferenceGateway one weighted "
+            f"route needs one rewritePath, but its endpoints need {', '.join(paths)} (composed "
+            "replicas count as '/'); use the Traefik backend, or give the hand-written "
+            "ModelEndpoints the same rewritePath"
+        )
+    return paths[0] if paths else "/"
+
+
+def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
+    filters: list[dict[str, Any]] = []
+    if ep.replica:
+        filters.append(
+            {
+                "type": "RequestHeaderModifier",
+                "requestHeaderModifier": {"set": [{"name": ENDPOINT_HEADER, "value": ep.key}]},
+            }
+        )
+    if ep.address_type == "FQDN" and ep.host:
+        # Host-only rewrites per backendRef are supported (envoyproxy/gateway#7826).
+        filters.append({"type": "URLRewrite", "urlRewrite": {"hostname": ep.host}})
+    return _backend_ref(ep, filters or None)
+
+
 def service_route(
     name: str,
     namespace: str,
@@ -149,10 +205,15 @@ def service_route(
     """One HTTPRoute for a ModelService.
 
     Traefik: one weighted rule, each backendRef with its own URLRewrite to the
-    endpoint's rewritePath (and Host for named upstreams). Envoy Gateway rejects
-    path rewrites on a backendRef (envoyproxy/gateway#7099), so there endpoints
-    are grouped by rewritePath and each group gets its own rule with a rule-level
-    rewrite; weights split traffic within a group.
+    endpoint's rewritePath (and Host for named upstreams).
+
+    Envoy Gateway rejects path rewrites on a backendRef (envoyproxy/gateway#7099),
+    so it also gets one weighted rule, with one rule-level rewrite: to `/` for
+    replicas (each backendRef sets `x-modelplane-endpoint: <ns>/<replica>`, which
+    the replica's route on its cluster gateway matches), and to the common
+    rewritePath of the other endpoints; Host rewrites stay per backendRef. A
+    service whose endpoints need different paths cannot be one weighted rule there
+    and is an error (validation rejects what the specs show; see `envoy_path`).
     """
     match = [path_match(prefix)]
     rules: list[dict[str, Any]]
@@ -165,25 +226,16 @@ def service_route(
         ]
         rules = [{"matches": match, "backendRefs": refs, "timeouts": {"request": "0s"}}]
     else:
-        groups: dict[str, list[EndpointBackend]] = {}
-        for ep in endpoints:
-            groups.setdefault(ep.rewrite_path, []).append(ep)
-        rules = []
-        for path, eps in groups.items():
-            hosts = {ep.host for ep in eps if ep.address_type == "FQDN"}
-            host = (
-                hosts.pop()
-                if len(hosts) == 1 and all(e.address_type == "FQDN" for e in eps)
-                else None
-            )
-            rules.append(
-                {
-                    "matches": match,
-                    "filters": [_rewrite(path, host)],
-                    "backendRefs": [_backend_ref(ep, None) for ep in eps],
-                    "timeouts": {"request": "0s"},
-                }
-            )
+        path = envoy_path(name, namespace, endpoints)
+        refs = [_envoy_backend_ref(ep) for ep in endpoints]
+        rules = [
+            {
+                "matches": match,
+                "filters": [prefix_rewrite(path)],
+                "backendRefs": refs,
+                "timeouts": {"request": "0s"},
+            }
+        ]
     gw_name, gw_namespace = gateway
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",

@@ -71,11 +71,6 @@ class EKSSource(Strict):
     networking: EKSNetworking = Field(default_factory=EKSNetworking)
 
 
-class IdentitySecretRef(Strict):
-    name: str = Field(min_length=1, max_length=253)
-    key: str = "private_key"
-
-
 class KubeconfigSecretRef(SecretKeyRef):
     key: str = Field(default="kubeconfig", min_length=1, max_length=253)
 
@@ -86,7 +81,6 @@ class ExistingCache(Strict):
 
 class ExistingSource(Strict):
     secret_ref: KubeconfigSecretRef | None = None
-    identity_secret_ref: IdentitySecretRef | None = None
     cache: ExistingCache | None = None
     render_to: str | None = Field(default=None, min_length=1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 MAX_NAME = 63
+DEPLOYMENT_LABEL = "modelplane.ai/deployment"  # on every composed endpoint (api.md)
 
 
 def short_hash(text: str, length: int = 5) -> str:
@@ -24,3 +25,20 @@ def child_name(*parts: str, limit: int = MAX_NAME) -> str:
         return full
     digest = short_hash(full, 8)
     return f"{full[: limit - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+# A LeaderWorkerSet `<lws>` makes one worker StatefulSet `<lws>-<group>` per group, whose pods
+# carry the label `controller-revision-hash: <lws>-<group>-<hash>` (hash up to 10 characters);
+# a label value longer than 63 characters stops the worker pods from being created.
+REVISION_HASH = 10
+
+
+def lws_name_budget(groups: int) -> int:
+    """The longest LeaderWorkerSet name whose worker pods can exist with `groups` groups."""
+    return MAX_NAME - len(f"-{max(groups - 1, 0)}-") - REVISION_HASH
+
+
+def lws_name_length(deployment: str, role: str) -> int:
+    """Length of the LeaderWorkerSet name of any replica's `role` (`<replica>-<role>`)."""
+    replica = len(deployment[:57].rstrip("-")) + 6
+    return min(replica + 1 + len(role), MAX_NAME)

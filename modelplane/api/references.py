@@ -109,5 +109,72 @@ def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:
                         )
 
 
+def _lws_names(fleet: FleetSpec) -> Iterator[SpecError]:
+    """Multi-node roles become LeaderWorkerSets whose derived names must leave room for
+    the worker StatefulSets' revision labels (api.md, "ModelDeployment")."""
+    from modelplane.api.names import lws_name_budget, lws_name_length
+
+    for key, dep in fleet.deployments.items():
+        for role_name, role in dep.spec.roles.items():
+            if role.workers.topology.shape.nodes_per_worker <= 1:
+                continue
+            length = lws_name_length(dep.metadata.name, role_name)
+            budget = lws_name_budget(role.workers.count)
+            if length > budget:
+                yield _err(
+                    fleet,
+                    "ModelDeployment",
+                    key,
+                    "metadata.name",
+                    f"name too long for a multi-node {role_name} role: its LeaderWorkerSets "
+                    f"would be named with {length} characters, at most {budget} leave room "
+                    f"for the worker pods' revision label; shorten the name by "
+                    f"{length - budget} characters",
+                )
+
+
+def _envoy_splits(fleet: FleetSpec) -> Iterator[SpecError]:
+    """On EnvoyGateway a service is one weighted rule with one path rewrite (api.md,
+    "InferenceGateway"): the endpoints it can select must agree on it, replicas as '/'."""
+    if fleet.gateway is None or fleet.gateway.spec.backend != "EnvoyGateway":
+        return
+    from modelplane.api.names import DEPLOYMENT_LABEL
+
+    for key, svc in fleet.services.items():
+        ns = svc.metadata.namespace or "default"
+        paths: dict[str, str] = {}
+        for entry in svc.spec.endpoints:
+            for ep in fleet.endpoints.values():
+                if (ep.metadata.namespace or "default") == ns and entry.selector.matches(
+                    dict(ep.metadata.labels)
+                ):
+                    paths.setdefault(ep.spec.rewrite_path, f"ModelEndpoint {ep.metadata.name}")
+            for dep in fleet.deployments.values():
+                labels = {**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name}
+                if (
+                    (dep.metadata.namespace or "default") == ns
+                    and dep.spec.replicas > 0
+                    and entry.selector.matches(labels)
+                ):
+                    paths.setdefault("/", f"ModelDeployment {dep.metadata.name}")
+        if len(paths) > 1:
+            listed = ", ".join(f"{p!r} ({who})" for p, who in sorted(paths.items()))
+            yield _err(
+                fleet,
+                "ModelService",
+                key,
+                "spec.endpoints",
+                "the EnvoyGateway backend routes a service as one weighted rule with one "
+                f"rewritePath, but its endpoints need {listed} (replicas count as '/'); "
+                "use the Traefik backend or one rewritePath",
+            )
+
+
 def check_references(fleet: FleetSpec) -> list[SpecError]:
-    return [*_pool_classes(fleet), *_gateway(fleet), *_deployments(fleet)]
+    return [
+        *_pool_classes(fleet),
+        *_gateway(fleet),
+        *_deployments(fleet),
+        *_lws_names(fleet),
+        *_envoy_splits(fleet),
+    ]

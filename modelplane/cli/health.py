@@ -107,12 +107,34 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
                 "\n".join(s.unroutable),
             )
         tables.append(services)
+    if view.caches:
+        caches = Table(title="model caches", title_justify="left")
+        for col in ("NAME", "HYDRATED", "NOT HYDRATED"):
+            caches.add_column(col, overflow="fold")
+        for c in view.caches:
+            caches.add_row(
+                c.key,
+                f"{c.hydrated}/{len(c.clusters)}",
+                "\n".join(
+                    f"{name}: {state}" + (f" ({why})" if why else "")
+                    for name, (state, why) in c.clusters.items()
+                    if state != "Hydrated"
+                ),
+            )
+        tables.append(caches)
     clusters = Table(title="clusters", title_justify="left")
-    for col in ("NAME", "HEALTH", "NODES READY", "GATEWAY", "MESSAGE"):
+    for col in ("NAME", "HEALTH", "NODES READY", "DEVICES", "GATEWAY", "MESSAGE"):
         clusters.add_column(col, overflow="fold")
     for c in view.clusters:
         health = Text(c.health, style="green" if c.health == "Healthy" else "yellow")
-        clusters.add_row(c.name, health, c.nodes or "-", c.gateway_address or "-", c.message)
+        clusters.add_row(
+            c.name,
+            health,
+            c.nodes or "-",
+            "-" if c.devices is None else str(c.devices),
+            c.gateway_address or "-",
+            c.message,
+        )
     tables.append(clusters)
     return tables
 

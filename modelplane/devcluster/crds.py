@@ -35,11 +35,13 @@ class InstallReport:
 
 
 def default_crds_dir() -> Path:
-    """``$MODELPLANE_CRDS_DIR`` or the ``crds/`` folder of the modelplane source tree."""
+    """``$MODELPLANE_CRDS_DIR`` or the vendored ``crds`` package (installed with modelplane)."""
     explicit = os.environ.get(CRDS_DIR_ENV)
     if explicit:
         return Path(explicit).expanduser()
-    return Path(__file__).resolve().parents[2] / "crds"
+    from crds import CRDS_DIR
+
+    return CRDS_DIR
 
 
 def load_manifests(directory: Path) -> list[dict[str, Any]]:

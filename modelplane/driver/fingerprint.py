@@ -64,8 +64,6 @@ def secret_refs(fleet: FleetSpec, unit: StackUnit) -> list[tuple[str, str]]:
         if existing is not None:
             if existing.secret_ref is not None:
                 refs.append((existing.secret_ref.name, existing.secret_ref.key))
-            if existing.identity_secret_ref is not None:
-                refs.append((existing.identity_secret_ref.name, existing.identity_secret_ref.key))
     elif unit.kind == "ModelCache":
         hf = fleet.caches[unit.key].spec.hugging_face
         if hf is not None and hf.auth_secret is not None:

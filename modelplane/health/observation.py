@@ -52,6 +52,17 @@ class ReplicaObservation:
 
 
 @dataclass(frozen=True)
+class CacheObservation:
+    """One ModelCache's hydration Job on one cluster."""
+
+    state: str  # Hydrated | Hydrating | Failed | Missing
+    reason: str = ""
+
+    def as_json(self) -> dict[str, str]:
+        return {"state": self.state, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class ClusterObservation:
     """One cluster. `observed` False: modelplane had no way to reach it (no kubeconfig)."""
 
@@ -63,6 +74,7 @@ class ClusterObservation:
     gateway_address: str | None = None
     gateway_found: bool = True  # False: no inference-gateway Gateway (not set up yet)
     replicas: dict[str, ReplicaObservation] = field(default_factory=dict)  # by replica name
+    caches: dict[str, CacheObservation] = field(default_factory=dict)  # by `ns/name`
     duration: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
@@ -75,6 +87,7 @@ class ClusterObservation:
             "gatewayAddress": self.gateway_address,
             "gatewayFound": self.gateway_found,
             "replicas": {k: v.as_json() for k, v in sorted(self.replicas.items())},
+            "caches": {k: v.as_json() for k, v in sorted(self.caches.items())},
             "duration": round(self.duration, 3),
         }
 
@@ -123,6 +136,10 @@ class Observation:
                         int(v.get("runningPods", 0)),
                     )
                     for r, v in (c.get("replicas") or {}).items()
+                },
+                caches={
+                    k: CacheObservation(str(v["state"]), str(v.get("reason", "")))
+                    for k, v in (c.get("caches") or {}).items()
                 },
                 duration=float(c.get("duration", 0.0)),
             )

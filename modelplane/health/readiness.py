@@ -16,6 +16,7 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.health.observation import Observation
 from modelplane.health.rules import NOT_READY, UNREACHABLE, ClusterHealth, cluster_health
+from modelplane.stacks import cache_clusters
 
 READY = "Ready"
 NOT_READY_PHASE = "NotReady"
@@ -114,11 +115,28 @@ class ServiceStatus:
 
 
 @dataclass(frozen=True)
+class CacheStatus:
+    key: str
+    clusters: dict[str, tuple[str, str]]  # covered cluster -> (state, reason)
+
+    @property
+    def hydrated(self) -> int:
+        return sum(1 for state, _ in self.clusters.values() if state == "Hydrated")
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "hydrated": f"{self.hydrated}/{len(self.clusters)}",
+            "clusters": {c: {"state": s, "reason": r} for c, (s, r) in self.clusters.items()},
+        }
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     name: str
     health: str  # Healthy | Unreachable | NotReady | NoGatewayAddress | NotObserved
     message: str
     nodes: str  # `ready/total` over its node pools
+    devices: int | None  # DRA devices published for the nodes of its node pools
     gateway_address: str | None
     unhealthy_since: float | None
 
@@ -127,6 +145,7 @@ class ClusterStatus:
             "health": self.health,
             "message": self.message,
             "nodes": self.nodes,
+            "devices": self.devices,
             "gatewayAddress": self.gateway_address,
             "unhealthySince": self.unhealthy_since,
         }
@@ -138,6 +157,7 @@ class FleetReadiness:
     clusters: list[ClusterStatus] = field(default_factory=list)
     deployments: list[DeploymentStatus] = field(default_factory=list)
     services: list[ServiceStatus] = field(default_factory=list)
+    caches: list[CacheStatus] = field(default_factory=list)
 
     def deployment(self, key: str) -> DeploymentStatus:
         return next(d for d in self.deployments if d.key == key)
@@ -155,6 +175,7 @@ class FleetReadiness:
             "clusters": {c.name: c.as_json() for c in self.clusters},
             "deployments": {d.key: d.as_json() for d in self.deployments},
             "services": {s.key: s.as_json() for s in self.services},
+            "caches": {c.key: c.as_json() for c in self.caches},
         }
 
 
@@ -254,6 +275,33 @@ def _conditions(
     return [scheduled, Condition("ReplicasReady", status, reason, message)]
 
 
+def _cache_condition(
+    dep: ModelDeployment, rows: Sequence[ReplicaStatus], caches: Mapping[str, CacheStatus]
+) -> list[Condition]:
+    """ModelCacheResolved, for a deployment with a modelCacheRef: hydrated where it runs."""
+    ref = dep.spec.model_cache_ref
+    if ref is None:
+        return []
+    key = f"{dep.metadata.namespace}/{ref.name}"
+    cache = caches.get(key)
+    if cache is None:
+        return [Condition("ModelCacheResolved", "False", "CacheNotFound", f"no ModelCache {key}")]
+    where = sorted({r.cluster for r in rows})
+    missing = [
+        f"{c}: {cache.clusters.get(c, ('NotCovered', ''))[0]}"
+        + (f" ({cache.clusters[c][1]})" if c in cache.clusters and cache.clusters[c][1] else "")
+        for c in where
+        if cache.clusters.get(c, ("NotCovered", ""))[0] != "Hydrated"
+    ]
+    if missing:
+        return [
+            Condition("ModelCacheResolved", "False", "NotHydrated", f"{key}: " + "; ".join(missing))
+        ]
+    return [
+        Condition("ModelCacheResolved", "True", "Hydrated", f"{key} hydrated on {', '.join(where)}")
+    ]
+
+
 def readiness(
     fleet: FleetSpec,
     lock: PlacementLock,
@@ -270,10 +318,11 @@ def readiness(
     out = FleetReadiness(at=now)
     for name in fleet.clusters:
         h, seen = health[name], observation.cluster(name)
-        nodes = ""
+        nodes, devices = "", None
         if seen is not None and seen.reachable:
             pools = [seen.pools.get(p.name) for p in fleet.clusters[name].spec.node_pools]
             nodes = f"{sum(p.ready_nodes for p in pools if p)}/{sum(p.nodes for p in pools if p)}"
+            devices = sum(p.devices for p in pools if p)
         if not h.observed:
             state, message = "NotObserved", (seen.error if seen else None) or "not observed"
         else:
@@ -284,10 +333,23 @@ def readiness(
                 state,
                 message,
                 nodes,
+                devices,
                 seen.gateway_address if seen else None,
                 (since or {}).get(name),
             )
         )
+    for key in fleet.caches:
+        states: dict[str, tuple[str, str]] = {}
+        for name in cache_clusters(fleet, key):
+            seen = observation.cluster(name)
+            got = seen.caches.get(key) if seen is not None and seen.reachable else None
+            if got is None:
+                why = health[name].problem or (seen.error if seen else None) or "not observed"
+                states[name] = ("Unknown", why)
+            else:
+                states[name] = (got.state, got.reason)
+        out.caches.append(CacheStatus(key, states))
+    cache_view = {c.key: c for c in out.caches}
     ready_endpoints: dict[tuple[str, str, int], ReplicaStatus] = {}
     for key, dep in fleet.deployments.items():
         rows = [_replica(dep, r, observation, health, now) for r in lock.replicas_of(key)]
@@ -302,7 +364,8 @@ def readiness(
                 ready=sum(1 for r in rows if r.phase == READY),
                 clusters=sorted({r.cluster for r in rows}),
                 age=max(ages) if ages else None,
-                conditions=_conditions(dep, rows, (shortfall or {}).get(key, ())),
+                conditions=_conditions(dep, rows, (shortfall or {}).get(key, ()))
+                + _cache_condition(dep, rows, cache_view),
                 replicas=rows,
             )
         )

@@ -24,6 +24,7 @@ from modelplane.health.observation import ClusterObservation, Observation
 from modelplane.observe.cluster import observe_cluster
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.secrets import SecretNotFound, resolve_secret
+from modelplane.stacks import cache_clusters
 
 DEFAULT_TIMEOUT = 5.0
 HEALTH_FILE = "health.json"
@@ -95,7 +96,8 @@ def observe_fleet(
         except KubeError as exc:
             results[name] = ClusterObservation(name, observed=False, error=str(exc))
             return
-        observed = observe_cluster(name, reader, _namespaces(fleet, lock, name))
+        caches = [k for k in fleet.caches if name in cache_clusters(fleet, k)]
+        observed = observe_cluster(name, reader, _namespaces(fleet, lock, name), caches)
         if time.monotonic() - started <= limit:
             results[name] = observed
 

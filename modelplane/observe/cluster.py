@@ -7,11 +7,17 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from modelplane.health.observation import ClusterObservation, PoolObservation, ReplicaObservation
+from modelplane.health.observation import (
+    CacheObservation,
+    ClusterObservation,
+    PoolObservation,
+    ReplicaObservation,
+)
 from modelplane.observe.kube import KubeError, KubeReader
 
 POOL_LABEL = "modelplane.ai/pool"
 REPLICA_LABEL = "modelplane.ai/replica"
+CACHE_LABEL = "modelplane.ai/modelcache"
 ROLE_LABEL = "modelplane.ai/role"
 SERVING_ROLES = ("unified", "prefill", "decode")
 GATEWAY_PATH = (
@@ -166,7 +172,32 @@ class ClusterReader:
         return out
 
 
-def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) -> ClusterObservation:
+def _job_state(job: dict[str, Any]) -> CacheObservation:
+    status = job.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") == "Failed":
+            return CacheObservation("Failed", str(cond.get("reason") or cond.get("message") or ""))
+    if int(status.get("succeeded") or 0) > 0:
+        return CacheObservation("Hydrated")
+    return CacheObservation("Hydrating", f"{int(status.get('failed') or 0)} failed attempt(s)")
+
+
+def observe_caches(reader: KubeReader, caches: Iterable[str]) -> dict[str, CacheObservation]:
+    """Each cache (`ns/name`) by its hydration Job (labelled `modelplane.ai/modelcache`)."""
+    out: dict[str, CacheObservation] = {}
+    wanted = sorted(set(caches))
+    for ns in sorted({key.split("/", 1)[0] for key in wanted}):
+        jobs = reader.items(f"/apis/batch/v1/namespaces/{ns}/jobs", labelSelector=CACHE_LABEL)
+        by_cache = {f"{ns}/{j['metadata']['labels'][CACHE_LABEL]}": _job_state(j) for j in jobs}
+        for key in wanted:
+            if key.startswith(f"{ns}/"):
+                out[key] = by_cache.get(key, CacheObservation("Missing", "no hydration Job"))
+    return out
+
+
+def observe_cluster(
+    name: str, reader: KubeReader, namespaces: Iterable[str], caches: Iterable[str] = ()
+) -> ClusterObservation:
     """One cluster; an unreachable one is an observation with the error, never a raise."""
     started = time.monotonic()
     cluster = ClusterReader(reader)
@@ -188,6 +219,11 @@ def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) ->
         replicas = cluster.replicas(namespaces)
     except (KubeError, KeyError, TypeError, ValueError) as exc:
         problems.append(f"replicas: {exc}")
+    cache_states: dict[str, CacheObservation] = {}
+    try:
+        cache_states = observe_caches(reader, caches)
+    except (KubeError, KeyError, TypeError, ValueError) as exc:
+        problems.append(f"caches: {exc}")
     return ClusterObservation(
         name,
         reachable=True,
@@ -196,5 +232,6 @@ def observe_cluster(name: str, reader: KubeReader, namespaces: Iterable[str]) ->
         gateway_address=address,
         gateway_found=found,
         replicas=replicas,
+        caches=cache_states,
         duration=time.monotonic() - started,
     )
