@@ -485,7 +485,10 @@ def test_best_fit_counts_what_is_already_used() -> None:
         (MEM.format("100Gi"), "h200"),
         (MEM.format("80Gi"), "h100"),  # both match; best fit picks the smaller pool
         ('device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"', "h200"),
-        ('device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("9.0.0")) >= 0', "h100"),
+        (
+            'device.attributes["gpu.nvidia.com"].cudaComputeCapability.compareTo(semver("9.0.0")) >= 0',
+            "h100",
+        ),
         ('"unknown.example.com" in device.attributes', None),
         ('device.attributes["gpu.nvidia.com"].missing == 1', None),
     ],
