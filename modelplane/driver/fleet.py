@@ -39,7 +39,7 @@ from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
-from modelplane.scheduler import schedule
+from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.stacks import StackUnit, stack_units
 
 OnEvent = Callable[[str, Any], None]
@@ -155,9 +155,13 @@ class Fleet:
     def state_dir(self) -> Path:
         return state_root(self.path)
 
-    def plan(self) -> Plan:
-        """Schedule against the committed lock (pure: nothing is written)."""
-        return Plan(self.previous, schedule(self.spec, self.previous))
+    def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
+        """Schedule against the committed lock (pure: nothing is written); with `optimize`,
+        new replicas are placed by the MILP solver within `time_limit` seconds."""
+        return Plan(
+            self.previous,
+            schedule(self.spec, self.previous, optimize=optimize, time_limit=time_limit),
+        )
 
     def stacks(self, plan: Plan | None = None) -> list[StackUnit]:
         """The derived stacks, in tier order (placement from ``plan``, else the lock)."""

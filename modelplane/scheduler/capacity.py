@@ -53,16 +53,26 @@ class Layout:
     least_used: int = 0  # what the items consume at least, however they are packed
 
     def copy(self) -> Layout:
-        return Layout(list(self.items), [row[:] for row in self.free], self.node_free[:],
-                      self.free_total, self.least_used)
+        return Layout(
+            list(self.items),
+            [row[:] for row in self.free],
+            self.node_free[:],
+            self.free_total,
+            self.least_used,
+        )
 
 
 class Pool:
     """One node pool of one cluster: its node shape and its current layout."""
 
     def __init__(
-        self, cluster: str, name: str, position: int, class_name: str,
-        shape: ClassShape | None, nodes: int,
+        self,
+        cluster: str,
+        name: str,
+        position: int,
+        class_name: str,
+        shape: ClassShape | None,
+        nodes: int,
     ) -> None:
         self.cluster = cluster
         self.name = name
@@ -151,6 +161,12 @@ class Pool:
             )
             self._free_nodes[demand] = hit
         return hit
+
+    def nodes_with_room(self, layout: Layout, demand: PodDemand) -> int:
+        """Nodes of `layout` with room for one more pod of `demand`."""
+        if layout is self.layout:
+            return self.free_nodes(demand)
+        return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None)
 
     def _place(self, layout: Layout, item: Item) -> bool:
         """Place every pod of `item` on `layout` (mutated); on failure leave it unchanged."""
