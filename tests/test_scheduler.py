@@ -872,3 +872,13 @@ def test_spread_yields_only_to_room_a_larger_pending_pod_could_use() -> None:
     assert where(both, "ml/big") == [("a", 0), ("b", 0)]
     assert schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1),
                                              deployment("big", 2, tensor=8)]), both.lock) == both
+
+
+@pytest.mark.parametrize(("nodes", "replicas", "placed"), [(3, 6, 6), (3, 7, 6), (2, 4, 4), (1, 1, 0)])
+def test_multi_node_workers_use_the_roomiest_nodes_when_tightest_fails(
+        nodes: int, replicas: int, placed: int) -> None:
+    """Six 2x2-GPU workers (pods on distinct nodes) fill three 8-GPU nodes exactly."""
+    f = fleet([H100], gpu_clusters(("a", nodes)), [deployment("m", replicas, tensor=2, pipeline=2)])
+    result = schedule(f, None)
+    assert len(where(result, "ml/m")) == placed
+    assert schedule(f, result.lock) == result

@@ -159,8 +159,14 @@ def _options(
         if missing[dep_key] <= 0:
             continue
         for cluster, role_pools in run._open_clusters(dep_key, dep).items():
+            pools = run.cluster_pools[cluster]
             per_role = [
-                [(role, pos, demand) for pos, demand in matching]
+                # the pods of one worker are on distinct nodes
+                [
+                    (role, pos, demand)
+                    for pos, demand in matching
+                    if demand.pods_per_worker <= pools[pos].nodes
+                ]
                 for role, matching in role_pools.roles
             ]
             for combo in product(*per_role):
