@@ -410,13 +410,18 @@ async def main(stack: str | None = None) -> None:
     """The program: what this stack owns, built from the specs, the lock and upstream outputs."""
     ctx = load_context(stack)
     kind = ctx.unit.kind
-    if kind == "InferenceCluster":
-        run_cluster(ctx)
-    elif kind == "ModelCache":
-        await run_cache(ctx)
-    elif kind == "ModelDeployment":
-        await run_deployment(ctx)
-    elif kind == "InferenceGateway":
-        await run_gateway(ctx)
-    else:  # pragma: no cover - stack_units only yields the four kinds
-        _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")
+    try:
+        if kind == "InferenceCluster":
+            run_cluster(ctx)
+        elif kind == "ModelCache":
+            await run_cache(ctx)
+        elif kind == "ModelDeployment":
+            await run_deployment(ctx)
+        elif kind == "InferenceGateway":
+            await run_gateway(ctx)
+        else:  # pragma: no cover - stack_units only yields the four kinds
+            _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")
+    except ValueError as exc:
+        # What validation cannot see from the specs (a stale lock, upstream outputs) is a
+        # program error with a message, not a Python traceback from inside a component.
+        _fail(f"stack {ctx.unit.name!r}: {exc}")

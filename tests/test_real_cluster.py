@@ -357,3 +357,32 @@ def test_frontier_multi_node_engines_join_one_group() -> None:
             assert {"--nnodes=$(MODELPLANE_NODES)", "--node-rank=$(MODELPLANE_RANK)"} <= set(
                 engine.args
             )
+
+
+# --- program errors -------------------------------------------------------------------------------
+
+
+def test_component_value_errors_are_program_errors(tmp_path: Path) -> None:
+    """A lock that no longer matches the specs fails the stack with a message, no traceback."""
+    import shutil
+
+    from modelplane.render import RenderError, render_stack
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(ROOT / "specs" / "local", fleet, ignore=shutil.ignore_patterns("rendered"))
+    qwen = fleet / "qwen.yaml"
+    qwen.write_text(qwen.read_text().replace('quantity("16Gi")', 'quantity("1000Gi")'))
+    lock = ROOT / "specs" / "local" / "modelplane.lock.yaml"
+    cluster = render_stack(
+        "cluster-local", fleet_dir=fleet, lock_path=lock, upstream=lambda _: None
+    )
+    with pytest.raises(RenderError) as exc:
+        render_stack(
+            "deploy-demo-qwen",
+            fleet_dir=fleet,
+            lock_path=lock,
+            upstream=lambda name: cluster.outputs if name == "cluster-local" else None,
+        )
+    assert isinstance(exc.value.cause, pulumi.RunError)
+    assert "stack 'deploy-demo-qwen'" in str(exc.value.cause)
+    assert "re-run `modelplane plan`" in str(exc.value.cause)
