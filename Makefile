@@ -25,7 +25,7 @@ setup: engine
 # Its secrets passphrase is the documented local one unless you export your own.
 local: setup
 	PULUMI_CONFIG_PASSPHRASE="$${PULUMI_CONFIG_PASSPHRASE-modelplane-local}" \
-		$(BIN)/modelplane up specs/local
+		$(BIN)/modelplane up specs/local --yes
 	@echo
 	@echo "manifests:  specs/local/rendered/1-manifest/ ($$(ls specs/local/rendered/1-manifest | wc -l) files)"
 	@echo "state:      specs/local/.modelplane/state (Pulumi file backend)"

@@ -172,16 +172,20 @@ def schema(
         "schemas"
     ),
 ) -> None:
-    """Write a JSON Schema per kind, for editors (`# yaml-language-server: $schema=...`)."""
+    """Write JSON Schemas for editors (`# yaml-language-server: $schema=...`): one per kind,
+    and modelplane.schema.json, which dispatches on `kind` (for multi-kind files)."""
     from modelplane.api.kinds import KINDS
     from modelplane.api.placement_lock import PlacementLock
+    from modelplane.cli.schema import COMBINED, combined_schema, kind_schema
 
     out.mkdir(parents=True, exist_ok=True)
-    for kind, model in {**KINDS, "PlacementLock": PlacementLock}.items():
-        doc = model.model_json_schema(by_alias=True, mode="validation")
-        doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-        doc["$id"] = f"{kind}.schema.json"
-        path = out / f"{kind}.schema.json"
+    docs = {
+        f"{kind}.schema.json": kind_schema(kind, model)
+        for kind, model in {**KINDS, "PlacementLock": PlacementLock}.items()
+    }
+    docs[COMBINED] = combined_schema(KINDS)
+    for name, doc in docs.items():
+        path = out / name
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         console.print(f"wrote {path}", highlight=False)
 

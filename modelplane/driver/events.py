@@ -233,3 +233,68 @@ def events_from_json(items: list[dict[str, Any]]) -> list[Any]:
     from pulumi.automation.events import EngineEvent
 
     return [EngineEvent.from_json(item) for item in items]
+
+
+# --- structured stack-level events (``Fleet.*(on_event=...)``) ------------------------------
+
+#: ``StackEvent.kind`` values, in the order a stack goes through them.
+EVENT_KINDS = (
+    "queued",  # a worker picked the stack up (selects it, compares inputs, checks plugins)
+    "started",  # the engine operation on the stack begins
+    "resource",  # a resource step: planned or applied (``change``), or failed
+    "diagnostic",  # a warning, error or info message of the engine or the program
+    "summary",  # the engine's closing summary (change counts)
+    "engine",  # any other engine event (prelude, policy, cancel)
+    "finished",  # the stack ended (``result`` holds its StackResult)
+    "skipped",  # not run: a stack it depends on did not succeed (``result`` says which)
+)
+
+
+@dataclass(frozen=True)
+class StackEvent:
+    """One stack-level event, as ``on_event(stack_name, event)`` receives it.
+
+    ``engine_event`` is the ``pulumi.automation.events.EngineEvent`` behind ``resource``,
+    ``diagnostic``, ``summary`` and ``engine`` events (None for the others). Engine debug
+    output, raw program stdout and the engine's notes about ambient plugins are not passed on.
+    """
+
+    stack: str
+    kind: str
+    change: ResourceChange | None = None  # resource: the step (op, urn, type, properties)
+    failed: bool = False  # resource: the step failed
+    severity: str | None = None  # diagnostic: error | warning | info
+    message: str | None = None  # diagnostic text
+    result: Any = None  # finished / skipped: the StackResult
+    engine_event: Any = None
+
+
+def stack_event(stack: str, event: Any) -> StackEvent | None:
+    """The structured form of an engine event, or None for noise (debug, stdout)."""
+    pre = getattr(event, "resource_pre_event", None)
+    if pre is not None:
+        return StackEvent(
+            stack, "resource", change=resource_change(pre.metadata), engine_event=event
+        )
+    out = getattr(event, "res_outputs_event", None)
+    if out is not None:
+        return StackEvent(
+            stack, "resource", change=resource_change(out.metadata), engine_event=event
+        )
+    failed = getattr(event, "res_op_failed_event", None)
+    if failed is not None:
+        change = resource_change(failed.metadata)
+        return StackEvent(stack, "resource", change=change, failed=True, engine_event=event)
+    diag = getattr(event, "diagnostic_event", None)
+    if diag is not None:
+        message = (diag.message or "").strip()
+        if diag.severity not in ("error", "warning", "info") or not message or _noise(message):
+            return None
+        return StackEvent(
+            stack, "diagnostic", severity=diag.severity, message=message, engine_event=event
+        )
+    if getattr(event, "stdout_event", None) is not None:
+        return None
+    if getattr(event, "summary_event", None) is not None:
+        return StackEvent(stack, "summary", engine_event=event)
+    return StackEvent(stack, "engine", engine_event=event)

@@ -17,10 +17,12 @@ class Outcome(StrEnum):
     FAILED = "failed"  # the operation ran and failed
     LOCKED = "locked"  # another update holds the stack's lock
     SKIPPED = "skipped"  # not run because a stack it depends on failed
+    NEW = "new"  # preview: not in the backend yet; its resources from the offline render
+    RENDERED = "rendered"  # preview: the engine cannot preview it yet; offline render shown
 
     @property
     def ok(self) -> bool:
-        return self in (Outcome.SUCCEEDED, Outcome.UNCHANGED)
+        return self in (Outcome.SUCCEEDED, Outcome.UNCHANGED, Outcome.NEW, Outcome.RENDERED)
 
 
 @dataclass
