@@ -470,3 +470,90 @@ def test_the_library_face() -> None:
     assert RunResult.__name__ == "RunResult" and StackResult.__name__ == "StackResult"
     assert StackEvent.__name__ == "StackEvent"
     assert (Path(modelplane.__file__).parent / "py.typed").is_file()
+
+
+# --- the pull-request workflow --------------------------------------------------------------
+
+
+def _workflow() -> tuple[dict, str]:
+    path = REPO / ".github" / "workflows" / "preview.yml"
+    text = path.read_text()
+    return yaml.safe_load(text), text
+
+
+def test_the_workflow_has_no_public_passphrase_and_a_backend_per_fleet() -> None:
+    flow, text = _workflow()
+    assert "modelplane-local" not in text
+    assert flow["env"]["PULUMI_CONFIG_PASSPHRASE"] == "${{ secrets.PULUMI_CONFIG_PASSPHRASE }}"
+    steps = {s.get("name"): s for s in flow["jobs"]["preview"]["steps"]}
+    throwaway = steps["A throw-away passphrase for the empty backend"]
+    assert "add-mask" in throwaway["run"] and "secrets.token_hex" in throwaway["run"]
+    run = steps["Preview changed fleets"]["run"]
+    assert "--backend ${MODELPLANE_BACKEND_URL%/}/$name" in run
+    assert "--refresh" in run and "--expect-no-changes" in run
+
+
+def test_the_workflow_comment_is_traceable_kept_fresh_and_safe_for_forks() -> None:
+    flow, _text = _workflow()
+    steps = {s.get("name"): s for s in flow["jobs"]["preview"]["steps"]}
+    run = steps["Preview changed fleets"]["run"]
+    assert "${HEAD_SHA}" in run and "${RUN_URL}" in run and "GITHUB_STEP_SUMMARY" in run
+    assert "no fleet changes" in run
+    post = steps["Post or update the comment"]
+    assert "env.FROM_FORK != 'true'" in post["if"]
+    assert "updateComment" in post["with"]["script"]
+    assert "head.repo.full_name != github.repository" in flow["env"]["FROM_FORK"]
+    fail = steps["Fail when a stack did not preview"]
+    assert fail["if"] == "steps.preview.outputs.status == '1'"
+
+
+# --- old → new values ----------------------------------------------------------------------
+
+
+def test_changed_properties_carry_old_and_new_values() -> None:
+    from modelplane.driver.events import StackProgress
+    from modelplane.driver.markdown import _props
+
+    recorded = json.loads(RECORDED.read_text())
+    progress = StackProgress("deploy-demo-qwen")
+    for event in events_from_json(recorded["stacks"]["deploy-demo-qwen"]):
+        progress.feed(event)
+    image = [
+        p
+        for c in progress.changes()
+        for p in c.properties
+        if p.path == "spec.template.spec.containers[0].image"
+    ]
+    assert image and image[0].old == "vllm/vllm-openai:v0.11.0"
+    assert image[0].new == "vllm/vllm-openai:v0.12.0"
+    change = next(c for c in progress.changes() if image[0] in c.properties)
+    assert "`vllm/vllm-openai:v0.11.0` → `vllm/vllm-openai:v0.12.0`" in _props(change)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "path", "expected"),
+    [
+        (
+            {
+                "data": {
+                    "token": {
+                        "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+                        "value": "s3cr3t",
+                    }
+                }
+            },
+            "data.token",
+            "[secret]",
+        ),
+        ({"data": {"token": "[secret]"}}, "data.token", "[secret]"),
+        ({"spec": {"ports": [{"port": 80}, {"port": 8080}]}}, "spec.ports[1].port", 8080),
+        ({"metadata": {"labels": {"a.b/c": "x"}}}, 'metadata.labels["a.b/c"]', "x"),
+        ({"spec": {}}, "spec.replicas", None),
+    ],
+)
+def test_values_at_diff_paths_mask_secrets(inputs: dict, path: str, expected: object) -> None:
+    from types import SimpleNamespace
+
+    from modelplane.driver.events import value_at
+
+    assert value_at(SimpleNamespace(inputs=inputs), path) == expected

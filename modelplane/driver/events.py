@@ -7,6 +7,7 @@ preview can be recorded and replayed in tests.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,19 +42,59 @@ def _value(x: Any) -> str:
     return getattr(x, "value", x)
 
 
+SECRET = "[secret]"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # Pulumi's secret signature in property maps
+_PATH_PART = re.compile(r'([^.\[\]]+)|\[(\d+)\]|\["([^"]*)"\]')
+
+
+def _masked(value: Any) -> Any:
+    """A value for people: secret values (however they are marked) as ``[secret]``."""
+    if isinstance(value, dict):
+        if value.get("4dabf18193072939515e22adb298388d") == _SECRET_SIG:
+            return SECRET
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+def value_at(state: Any, path: str) -> Any:
+    """The input at a detailed-diff path (``spec.template.spec.containers[0].image``)."""
+    value: Any = getattr(state, "inputs", None) if state is not None else None
+    for match in _PATH_PART.finditer(path):
+        key, index, quoted = match.groups()
+        if isinstance(value, dict):
+            value = value.get(quoted if quoted is not None else key)
+        elif isinstance(value, list) and index is not None and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return None
+        if value is None:
+            return None
+    return _masked(value)
+
+
 def resource_change(metadata: Any) -> ResourceChange:
-    """A :class:`ResourceChange` from a ``StepEventMetadata``."""
+    """A :class:`ResourceChange` from a ``StepEventMetadata`` (old → new values where the
+    engine reports the states; secret values masked)."""
     rtype, name = urn_type_and_name(metadata.urn)
     props: list[PropertyChange] = []
     detailed = metadata.detailed_diff or {}
+    old, new = getattr(metadata, "old", None), getattr(metadata, "new", None)
     if detailed:
         props = [
-            PropertyChange(path, _value(diff.diff_kind)) for path, diff in sorted(detailed.items())
+            PropertyChange(path, _value(diff.diff_kind), value_at(old, path), value_at(new, path))
+            for path, diff in sorted(detailed.items())
         ]
     elif metadata.diffs:
         replace_keys = set(metadata.keys or [])
         props = [
-            PropertyChange(key, "update-replace" if key in replace_keys else "update")
+            PropertyChange(
+                key,
+                "update-replace" if key in replace_keys else "update",
+                value_at(old, key),
+                value_at(new, key),
+            )
             for key in sorted(metadata.diffs)
         ]
     return ResourceChange(_value(metadata.op), metadata.urn, metadata.type or rtype, name, props)

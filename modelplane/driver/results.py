@@ -31,6 +31,11 @@ class PropertyChange:
 
     path: str
     kind: str  # add | update | delete | add-replace | update-replace | delete-replace
+    old: Any = None  # the value before (None: absent or not reported); secrets "[secret]"
+    new: Any = None  # the value after
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "old": self.old, "new": self.new}
 
 
 @dataclass
@@ -49,7 +54,7 @@ class ResourceChange:
             "urn": self.urn,
             "type": self.type,
             "name": self.name,
-            "properties": [{"path": p.path, "kind": p.kind} for p in self.properties],
+            "properties": [p.as_json() for p in self.properties],
         }
 
 
