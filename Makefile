@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup engine local test lint bench clean-local
+.PHONY: setup engine local test lint typecheck bench clean-local
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ test: setup
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The components against the provider SDKs' type hints (strict on components/cloud/);
+# minutes the first time (the SDKs are large), cached in .mypy_cache after.
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/plan_scale.py
