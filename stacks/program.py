@@ -207,6 +207,7 @@ class Upstream:
     async def get(self, stack: str, name: str) -> Any:
         override = self._overrides.get(stack)
         if override is not None and name in override:
+            self.ref(stack)  # the same resources as `up` registers (no spurious discard)
             return override[name]
         details = await self.ref(stack).get_output_details(name)
         return details.secret_value if details.secret_value is not None else details.value
@@ -342,7 +343,12 @@ async def run_deployment(ctx: Context) -> None:
             gateway_address=conn.gateway_address or "",
             storage_class_name=conn.storage_class_name,
         )
-        if not conn.gateway_address:
+        gateway = ctx.fleet.gateway
+        on_gateway_cluster = (
+            gateway is not None and gateway.spec.cluster.inference_cluster_ref == name
+        )
+        if not conn.gateway_address and not on_gateway_cluster:
+            # (replicas on the gateway's own cluster are routed through their Services)
             pulumi.log.warn(
                 f"cluster {name!r} has no gateway address (yet): its replicas' endpoints "
                 "carry no url and are left out of ModelService routes until it has one"
