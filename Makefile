@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup engine local test lint bench clean-local
+.PHONY: setup engine local test lint typecheck bench clean-local
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ setup: engine
 # Its secrets passphrase is the documented local one unless you export your own.
 local: setup
 	PULUMI_CONFIG_PASSPHRASE="$${PULUMI_CONFIG_PASSPHRASE-modelplane-local}" \
-		$(BIN)/modelplane up specs/local
+		$(BIN)/modelplane up specs/local --yes
 	@echo
 	@echo "manifests:  specs/local/rendered/1-manifest/ ($$(ls specs/local/rendered/1-manifest | wc -l) files)"
 	@echo "state:      specs/local/.modelplane/state (Pulumi file backend)"
@@ -38,6 +38,11 @@ test: setup
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The components against the provider SDKs' type hints (strict on components/cloud/);
+# minutes the first time (the SDKs are large), cached in .mypy_cache after.
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/plan_scale.py

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+
+#: Every provider input whose default the Python SDK would read from the environment
+#: (``KUBECONFIG``, ``PULUMI_K8S_*``), set explicitly to the provider's documented default so
+#: that ``modelplane up`` and a plain ``pulumi up -s`` (with whatever the user exported)
+#: record the same inputs and never see a change the other made.
+EXPLICIT_DEFAULTS: dict[str, Any] = {
+    "delete_unreachable": False,
+    "enable_config_map_mutable": False,
+    "enable_patch_force": False,
+    "enable_secret_mutable": False,
+    "enable_server_side_apply": True,
+    "skip_update_unreachable": False,
+    "suppress_deprecation_warnings": False,
+    "suppress_helm_hook_warnings": False,
+    "upsert_existing_objects": False,
+}
 
 
 def cluster_provider(
@@ -23,7 +40,10 @@ def cluster_provider(
 
     Exactly one must be given: with neither, the provider would silently fall back to the
     ambient kubeconfig (``~/.kube/config``, ``$KUBECONFIG``), which modelplane never uses.
-    Server-side apply keeps the provider's default (on).
+    Server-side apply keeps the provider's default (on). Inputs the SDK would otherwise take
+    from the environment are set explicitly (:data:`EXPLICIT_DEFAULTS`; in render mode
+    ``kubeconfig`` is the empty string, which the provider accepts next to
+    ``render_yaml_to_directory``), so an exported ``KUBECONFIG`` never leaks in.
     """
     if (kubeconfig is None) == (render_to is None):
         raise ValueError(
@@ -36,10 +56,13 @@ def cluster_provider(
         return kubernetes.Provider(
             name,
             render_yaml_to_directory=os.path.abspath(os.path.expanduser(render_to)),
+            kubeconfig="",
             opts=opts,
+            **EXPLICIT_DEFAULTS,
         )
     return kubernetes.Provider(
         name,
         kubeconfig=pulumi.Output.secret(kubeconfig),
         opts=opts,
+        **EXPLICIT_DEFAULTS,
     )

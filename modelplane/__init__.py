@@ -1,22 +1,57 @@
 """modelplane: serve large language models across a fleet of Kubernetes clusters, on Pulumi.
 
-``from modelplane import Fleet`` is resolved lazily, so ``import modelplane`` stays cheap
-and pure (no Pulumi import until the driver is used).
+The library face::
+
+    from modelplane import Fleet, FleetInvalid, DriverError, RunResult, StackResult
+
+``Fleet`` and the result types are resolved lazily, so ``import modelplane`` stays cheap and
+pure (no Pulumi import until the driver is used).
 """
 
 from __future__ import annotations
 
+import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from modelplane.driver.fleet import Fleet
+    from modelplane.api.errors import FleetInvalid
+    from modelplane.driver.errors import DriverError
+    from modelplane.driver.events import StackEvent
+    from modelplane.driver.fleet import Fleet, FleetStatus
+    from modelplane.driver.results import Outcome, RunResult, StackResult
 
-__all__ = ["Fleet"]
+__all__ = [
+    "DriverError",
+    "Fleet",
+    "FleetInvalid",
+    "FleetStatus",
+    "Outcome",
+    "RunResult",
+    "StackEvent",
+    "StackResult",
+    "__version__",
+]
+
+_LAZY = {
+    "Fleet": "modelplane.driver.fleet",
+    "FleetStatus": "modelplane.driver.fleet",
+    "FleetInvalid": "modelplane.api.errors",
+    "DriverError": "modelplane.driver.errors",
+    "Outcome": "modelplane.driver.results",
+    "RunResult": "modelplane.driver.results",
+    "StackResult": "modelplane.driver.results",
+    "StackEvent": "modelplane.driver.events",
+}
+
+try:
+    __version__ = version("modelplane")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Fleet":
-        from modelplane.driver.fleet import Fleet
-
-        return Fleet
-    raise AttributeError(f"module 'modelplane' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'modelplane' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

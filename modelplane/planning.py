@@ -11,7 +11,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
-from modelplane.scheduler import ScheduleResult, schedule
+from modelplane.scheduler import DEFAULT_TIME_LIMIT, ScheduleResult, schedule
 
 
 @dataclass
@@ -40,11 +40,21 @@ class PlanOutcome:
                 "unplaced": rep.unplaced,
                 "reasons": list(rep.reasons),
             }
-        return {"deployments": deployments, "errors": []}
+        out: dict[str, Any] = {"deployments": deployments, "errors": []}
+        if self.result.optimize is not None:
+            out["optimize"] = self.result.optimize.as_dict()
+        return out
 
 
-def plan_fleet(fleet_dir: str | Path, lock_path: str | Path | None = None) -> PlanOutcome:
-    """Validate and schedule; errors (specs or lock) are collected, never raised."""
+def plan_fleet(
+    fleet_dir: str | Path,
+    lock_path: str | Path | None = None,
+    *,
+    optimize: bool = False,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+) -> PlanOutcome:
+    """Validate and schedule (with `optimize`, by the MILP within `time_limit` seconds);
+    errors (specs or lock) are collected, never raised."""
     fleet_dir = Path(fleet_dir)
     lock_file = Path(lock_path) if lock_path else default_lock_path(fleet_dir)
     loaded = load_fleet(fleet_dir)
@@ -56,5 +66,5 @@ def plan_fleet(fleet_dir: str | Path, lock_path: str | Path | None = None) -> Pl
         errors.extend(exc.errors)
     outcome = PlanOutcome(loaded.fleet, previous, lock_file, errors=sorted(errors))
     if not outcome.errors:
-        outcome.result = schedule(loaded.fleet, previous)
+        outcome.result = schedule(loaded.fleet, previous, optimize=optimize, time_limit=time_limit)
     return outcome

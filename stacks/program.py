@@ -12,22 +12,32 @@ stack's name says what it owns:
 - `gateway`: the InferenceGateway, every ModelEndpoint backend and every
   ModelService route. Exports `address`, `services`, `endpoints`.
 
-Config (`pulumi config set modelplane:<key>`):
+Which fleet: `MODELPLANE_FLEET_DIR` (the driver sets it), else config `modelplane:specs`
+(relative to the repository root), else the project directory when it is a fleet (each
+fleet directory holds its own `Pulumi.yaml`, so `cd specs/local && pulumi up -s gateway`
+works), else `specs/local`. The lock: `MODELPLANE_LOCK`, else `modelplane:lock`, else
+`<fleet>/modelplane.lock.yaml`.
 
-- `specs`: the fleet directory, default `specs/local`, relative to the project root;
-- `lock`: the placement lock, default `<specs>/modelplane.lock.yaml`;
-- `organization`: the org part of stack references, default `organization`
-  (the file backend's literal; a Pulumi Cloud org otherwise);
+Config (`pulumi config set -s <stack> modelplane:<key>`, in the fleet directory):
+
+- `organization`: the org part of stack references, default the stack's own organization
+  (`pulumi.get_organization()`: `organization` on a self-managed backend, the Pulumi Cloud
+  org otherwise);
 - `secrets.<name>.<key>`: secret values (see modelplane.secrets);
 - `allowMissingSecrets`: `true` turns an unresolvable secret into a warning and a
   placeholder secret value (`modelplane render` sets it; never in production).
 
 Cross-stack inputs come from `StackReference("<org>/modelplane/<stack>")`;
-a missing upstream output stops the program naming the stack to run first.
+a missing upstream output stops the program naming the stack to run first. A preview may
+lay the offline render's outputs of changed upstream stacks over them
+(`MODELPLANE_UPSTREAM_OUTPUTS`, a JSON file `{stack: {output: value}}`), so a stack
+downstream of a change shows what it will really change.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +57,9 @@ from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_s
 PROJECT = "modelplane"
 DEFAULT_SPECS = "specs/local"
 DEFAULT_ORGANIZATION = "organization"
+FLEET_ENV = "MODELPLANE_FLEET_DIR"
+LOCK_ENV = "MODELPLANE_LOCK"
+UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
 PLACEHOLDER_SECRET = "modelplane-render-placeholder"
 
 
@@ -70,17 +83,54 @@ def _fail(message: str) -> None:
     raise pulumi.RunError(message)
 
 
-def load_context(stack: str | None = None) -> Context:
-    cfg = pulumi.Config(PROJECT)
-    specs = Path(cfg.get("specs") or DEFAULT_SPECS).expanduser()
-    fleet_dir = specs if specs.is_absolute() else project_root() / specs
-    lock_cfg = cfg.get("lock")
+def _project_fleet() -> Path | None:
+    """The project directory, when it is a fleet's own (a `Pulumi.yaml` next to its specs)."""
+    try:
+        root = pulumi.get_root_directory()
+    except Exception:  # noqa: BLE001 - older engines do not say
+        return None
+    if not root:
+        return None
+    path = Path(root).resolve()
+    return path if path != project_root() else None
+
+
+def fleet_location(cfg: pulumi.Config) -> tuple[Path, Path]:
+    """The fleet directory and the lock file this run reads (see the module docstring)."""
+    env_fleet = os.environ.get(FLEET_ENV)
+    specs_cfg = cfg.get("specs")
+    if env_fleet:
+        fleet_dir = Path(env_fleet).expanduser()
+    elif specs_cfg:
+        specs = Path(specs_cfg).expanduser()
+        fleet_dir = specs if specs.is_absolute() else project_root() / specs
+    else:
+        fleet_dir = _project_fleet() or project_root() / DEFAULT_SPECS
+    env_lock = os.environ.get(LOCK_ENV)
+    lock_cfg = env_lock or cfg.get("lock")
     if lock_cfg:
         lock_path = Path(lock_cfg).expanduser()
         if not lock_path.is_absolute():
             lock_path = project_root() / lock_path
     else:
         lock_path = fleet_dir / LOCK_FILE
+    return fleet_dir, lock_path
+
+
+def organization(cfg: pulumi.Config) -> str:
+    """`modelplane:organization`, else the stack's own organization."""
+    configured = cfg.get("organization")
+    if configured:
+        return configured
+    try:
+        return pulumi.get_organization() or DEFAULT_ORGANIZATION
+    except Exception:  # noqa: BLE001 - an engine that does not pass it: the file backend's
+        return DEFAULT_ORGANIZATION
+
+
+def load_context(stack: str | None = None) -> Context:
+    cfg = pulumi.Config(PROJECT)
+    fleet_dir, lock_path = fleet_location(cfg)
     if not fleet_dir.exists():
         _fail(f"modelplane:specs: fleet directory {fleet_dir} does not exist")
     loaded = load_fleet(fleet_dir)
@@ -105,7 +155,7 @@ def load_context(stack: str | None = None) -> Context:
         lock=lock,
         units=units,
         unit=unit,
-        organization=cfg.get("organization") or DEFAULT_ORGANIZATION,
+        organization=organization(cfg),
         allow_missing_secrets=cfg.get_bool("allowMissingSecrets") or False,
     )
 
@@ -147,6 +197,7 @@ class Upstream:
     def __init__(self, organization: str) -> None:
         self.organization = organization
         self._refs: dict[str, pulumi.StackReference] = {}
+        self._overrides = upstream_overrides()
 
     def ref(self, stack: str) -> pulumi.StackReference:
         if stack not in self._refs:
@@ -154,6 +205,10 @@ class Upstream:
         return self._refs[stack]
 
     async def get(self, stack: str, name: str) -> Any:
+        override = self._overrides.get(stack)
+        if override is not None and name in override:
+            self.ref(stack)  # the same resources as `up` registers (no spurious discard)
+            return override[name]
         details = await self.ref(stack).get_output_details(name)
         return details.secret_value if details.secret_value is not None else details.value
 
@@ -165,6 +220,18 @@ class Upstream:
                 f"(`modelplane up`, or `pulumi up -s {stack}`)"
             )
         return value
+
+
+def upstream_overrides() -> dict[str, dict[str, Any]]:
+    """Upstream outputs a preview lays over the deployed ones (see the module docstring)."""
+    path = os.environ.get(UPSTREAM_ENV)
+    if not path:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _fail(f"{UPSTREAM_ENV}: cannot read {path}: {exc}")
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
 
 
 @dataclass(frozen=True)
@@ -276,7 +343,12 @@ async def run_deployment(ctx: Context) -> None:
             gateway_address=conn.gateway_address or "",
             storage_class_name=conn.storage_class_name,
         )
-        if not conn.gateway_address:
+        gateway = ctx.fleet.gateway
+        on_gateway_cluster = (
+            gateway is not None and gateway.spec.cluster.inference_cluster_ref == name
+        )
+        if not conn.gateway_address and not on_gateway_cluster:
+            # (replicas on the gateway's own cluster are routed through their Services)
             pulumi.log.warn(
                 f"cluster {name!r} has no gateway address (yet): its replicas' endpoints "
                 "carry no url and are left out of ModelService routes until it has one"
@@ -420,13 +492,18 @@ async def main(stack: str | None = None) -> None:
     """The program: what this stack owns, built from the specs, the lock and upstream outputs."""
     ctx = load_context(stack)
     kind = ctx.unit.kind
-    if kind == "InferenceCluster":
-        run_cluster(ctx)
-    elif kind == "ModelCache":
-        await run_cache(ctx)
-    elif kind == "ModelDeployment":
-        await run_deployment(ctx)
-    elif kind == "InferenceGateway":
-        await run_gateway(ctx)
-    else:  # pragma: no cover - stack_units only yields the four kinds
-        _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")
+    try:
+        if kind == "InferenceCluster":
+            run_cluster(ctx)
+        elif kind == "ModelCache":
+            await run_cache(ctx)
+        elif kind == "ModelDeployment":
+            await run_deployment(ctx)
+        elif kind == "InferenceGateway":
+            await run_gateway(ctx)
+        else:  # pragma: no cover - stack_units only yields the four kinds
+            _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")
+    except ValueError as exc:
+        # What validation cannot see from the specs (a stale lock, upstream outputs) is a
+        # program error with a message, not a Python traceback from inside a component.
+        _fail(f"stack {ctx.unit.name!r}: {exc}")

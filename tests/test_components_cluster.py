@@ -580,7 +580,8 @@ def test_existing_render_to_has_no_serving_stack(tmp_path: Path) -> None:
     provider = run.one(K8S_PROVIDER)
     assert provider.inputs["renderYamlToDirectory"] == str(out)
     assert os.path.isabs(provider.inputs["renderYamlToDirectory"])
-    assert "kubeconfig" not in provider.inputs
+    # Explicitly empty (never the ambient $KUBECONFIG); the provider accepts "" with renderTo.
+    assert provider.inputs.get("kubeconfig", "") == ""
     assert ic.provider is not None
     assert not run.find("modelplane:cluster:ServingStack")
     assert not run.of_type(RELEASE)

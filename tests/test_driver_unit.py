@@ -310,7 +310,7 @@ def test_cli_refuses_to_run_without_a_passphrase(fleet_dir: Path) -> None:
 
     result = CliRunner().invoke(
         app,
-        ["up", str(fleet_dir)],
+        ["up", str(fleet_dir), "--yes"],
         env={
             "PULUMI_CONFIG_PASSPHRASE": None,
             "PULUMI_CONFIG_PASSPHRASE_FILE": None,

@@ -176,10 +176,10 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     runner = CliRunner()
     cli_env = {**env, "COLUMNS": "200"}
-    first = runner.invoke(app, ["up", str(fleet_dir)], env=cli_env, catch_exceptions=False)
+    first = runner.invoke(app, ["up", str(fleet_dir), "--yes"], env=cli_env, catch_exceptions=False)
     assert first.exit_code == 0, first.output
     assert "cluster-local" in first.output and "succeeded" in first.output
-    again = runner.invoke(app, ["up", str(fleet_dir), "-o", "json"], env=cli_env)
+    again = runner.invoke(app, ["up", str(fleet_dir), "--yes", "-o", "json"], env=cli_env)
     assert again.exit_code == 0, again.output
     data = json.loads(again.output)
     assert {s["stack"]: s["result"] for s in data["stacks"]} == {
@@ -195,10 +195,12 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     assert "deploy-demo-qwen" in st["endpoints"]
     # A deployment removed from the specs leaves an orphaned stack until --prune.
     (fleet_dir / "qwen.yaml").unlink()
-    orphaned = runner.invoke(app, ["up", str(fleet_dir), "-o", "json"], env=cli_env)
+    orphaned = runner.invoke(app, ["up", str(fleet_dir), "--yes", "-o", "json"], env=cli_env)
     assert orphaned.exit_code == 0, orphaned.output
     assert json.loads(orphaned.output)["orphans"] == ["deploy-demo-qwen"]
-    pruned = runner.invoke(app, ["up", str(fleet_dir), "--prune", "-o", "json"], env=cli_env)
+    pruned = runner.invoke(
+        app, ["up", str(fleet_dir), "--yes", "--prune", "-o", "json"], env=cli_env
+    )
     assert pruned.exit_code == 0, pruned.output
     result = {s["stack"]: s for s in json.loads(pruned.output)["stacks"]}
     assert result["deploy-demo-qwen"]["result"] == "succeeded"
@@ -355,10 +357,14 @@ current-context: remote
     temp_before = {p.name for p in temp.iterdir()}
     events: list[dict[str, Any]] = []
     fleet = Fleet.load(fleet_dir, env=run_env)
-    run = fleet.up(on_event=lambda stack, e: events.append(event_to_json(e)))
+    run = fleet.up(
+        on_event=lambda stack, e: (
+            events.append(event_to_json(e.engine_event)) if e.engine_event else None
+        )
+    )
     check(run)
     assert run.result("cluster-remote").outputs["kubeconfig"] == "[secret]"
-    cli = CliRunner().invoke(app, ["up", str(fleet_dir), "--all"], env=run_env)
+    cli = CliRunner().invoke(app, ["up", str(fleet_dir), "--yes", "--all"], env=run_env)
     assert cli.exit_code == 0, cli.output
     status = CliRunner().invoke(app, ["status", str(fleet_dir), "-o", "json"], env=run_env)
     assert status.exit_code == 0, status.output
@@ -387,44 +393,57 @@ current-context: remote
 # --- the plain CLI in the repository -------------------------------------------------------
 
 
-def test_plain_pulumi_cli_runs_a_stack_from_the_project(
-    tmp_path: Path, env: dict[str, str], engine_root: Path
-) -> None:
-    """`pulumi stack init cluster-local && pulumi up -s cluster-local` with the root Pulumi.yaml."""
-    project = tmp_path / "repo"
-    project.mkdir()
-    shutil.copy(REPO / "Pulumi.yaml", project / "Pulumi.yaml")
-    (project / "stacks").symlink_to(REPO / "stacks", target_is_directory=True)
-    (project / ".venv").symlink_to(REPO / ".venv", target_is_directory=True)
-    fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
-    state = tmp_path / "state"
-    state.mkdir()
+def fleet_project(fleet_dir: Path) -> None:
+    """The fleet's own Pulumi.yaml, pointed at this checkout (the committed one is relative
+    to the repository: ../../stacks, ../../.venv)."""
+    committed = yaml.safe_load((LOCAL / "Pulumi.yaml").read_text())
+    committed["main"] = str(REPO / "stacks")
+    committed["runtime"]["options"]["virtualenv"] = str(REPO / ".venv")
+    (fleet_dir / "Pulumi.yaml").write_text(yaml.safe_dump(committed))
+
+
+def plain_cli(fleet_dir: Path, env: dict[str, str], engine_root: Path, **extra: str) -> Any:
     cli_env = {
         **env,
-        "PULUMI_BACKEND_URL": state.as_uri(),
+        "PULUMI_BACKEND_URL": (fleet_dir / ".modelplane" / "state").as_uri(),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "PATH": f"{engine_root / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        **extra,
     }
     pulumi = str(engine_root / "bin" / "pulumi")
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [pulumi, *args, "--non-interactive"],
-            cwd=project,
+            cwd=fleet_dir,
             env=cli_env,
             capture_output=True,
             text=True,
             timeout=600,
         )
-        assert done.returncode == 0, f"pulumi {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        if ok:
+            assert done.returncode == 0, f"pulumi {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done
 
-    run("stack", "init", "cluster-local")
-    run("config", "set", "modelplane:specs", str(fleet_dir), "-s", "cluster-local")
+    return run
+
+
+def test_plain_pulumi_cli_runs_a_stack_from_the_fleet_project(
+    tmp_path: Path, env: dict[str, str], engine_root: Path
+) -> None:
+    """`cd <fleet> && pulumi stack select --create cluster-local && pulumi up -s cluster-local`."""
+    fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
+    fleet_project(fleet_dir)
+    (fleet_dir / ".modelplane" / "state").mkdir(parents=True)
+    run = plain_cli(fleet_dir, env, engine_root)
+    run("stack", "select", "--create", "cluster-local")
     run("up", "-s", "cluster-local", "--yes", "--skip-preview")
     outputs = json.loads(run("stack", "output", "-s", "cluster-local", "--json").stdout)
     assert outputs["renderTo"] == str((fleet_dir / "rendered").resolve())
+    # The stack's config is the fleet's own file, with no path in it.
+    config = (fleet_dir / "Pulumi.cluster-local.yaml").read_text()
+    assert str(tmp_path) not in config
     run("destroy", "-s", "cluster-local", "--yes", "--skip-preview")
 
 
@@ -456,7 +475,11 @@ def test_record_a_real_preview(
         fleet.preview(
             plan,
             parallel=1,
-            on_event=lambda stack, e: events.setdefault(stack, []).append(event_to_json(e)),
+            on_event=lambda stack, e: (
+                events.setdefault(stack, []).append(event_to_json(e.engine_event))
+                if e.engine_event
+                else None
+            ),
         )
     )
     deploy = run.result("deploy-demo-qwen")

@@ -307,3 +307,82 @@ def test_identity_secret_ref_is_not_accepted(tmp_path: Path) -> None:
     docs[1]["spec"]["cluster"]["existing"]["identitySecretRef"] = {"name": "gcp-sa"}
     [error] = load_fleet(write_fleet(tmp_path, docs)).errors
     assert error.path == "spec.cluster.existing.identitySecretRef"
+
+
+# --- multi-node examples ----------------------------------------------------------------------
+
+
+def _frontier_multi_node() -> list[tuple[str, str, Any]]:
+    fleet = load_fleet(ROOT / "specs" / "frontier").fleet
+    assert fleet is not None
+    return [
+        (key, role_name, role)
+        for key, dep in sorted(fleet.deployments.items())
+        for role_name, role in dep.spec.roles.items()
+        if role.workers.topology.shape.nodes_per_worker > 1
+    ]
+
+
+def test_frontier_multi_node_engines_join_one_group() -> None:
+    """Without rank, node count and leader address each pod starts an independent server."""
+    import re
+
+    from components.workload.disaggregation import decode_engine_port
+
+    found = _frontier_multi_node()
+    assert {(k, r) for k, r, _ in found} == {
+        ("ml-team/deepseek-v3", "unified"),
+        ("ml-team/kimi-k2", "decode"),
+        ("ml-team/qwen3-coder", "unified"),
+    }
+    injected = {
+        "MODELPLANE_LEADER_ADDRESS",
+        "MODELPLANE_RANK",
+        "MODELPLANE_NODES",
+        "MODELPLANE_DATA_LOCAL",
+    }
+    for key, role_name, role in found:
+        engine = role.workers.template.spec.engine
+        text = " ".join([*engine.command, *engine.args])
+        assert "MODELPLANE_RANK" in text and "MODELPLANE_LEADER_ADDRESS" in text, key
+        # Every variable the engine reads is one the platform injects.
+        used = set(re.findall(r"\$\(?(MODELPLANE_[A-Z_]+)", text))
+        assert used and used <= injected, (key, used - injected)
+        if engine.command[:2] == ["/bin/sh", "-c"]:
+            # One script, nothing appended after it (it would become $0, not an engine flag).
+            assert len(engine.args) == 1, key
+            if role_name == "decode":
+                assert decode_engine_port(engine)[1] == []
+        if "sglang" in engine.image:
+            assert {"--nnodes=$(MODELPLANE_NODES)", "--node-rank=$(MODELPLANE_RANK)"} <= set(
+                engine.args
+            )
+
+
+# --- program errors -------------------------------------------------------------------------------
+
+
+def test_component_value_errors_are_program_errors(tmp_path: Path) -> None:
+    """A lock that no longer matches the specs fails the stack with a message, no traceback."""
+    import shutil
+
+    from modelplane.render import RenderError, render_stack
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(ROOT / "specs" / "local", fleet, ignore=shutil.ignore_patterns("rendered"))
+    qwen = fleet / "qwen.yaml"
+    qwen.write_text(qwen.read_text().replace('quantity("16Gi")', 'quantity("1000Gi")'))
+    lock = ROOT / "specs" / "local" / "modelplane.lock.yaml"
+    cluster = render_stack(
+        "cluster-local", fleet_dir=fleet, lock_path=lock, upstream=lambda _: None
+    )
+    with pytest.raises(RenderError) as exc:
+        render_stack(
+            "deploy-demo-qwen",
+            fleet_dir=fleet,
+            lock_path=lock,
+            upstream=lambda name: cluster.outputs if name == "cluster-local" else None,
+        )
+    assert isinstance(exc.value.cause, pulumi.RunError)
+    assert "stack 'deploy-demo-qwen'" in str(exc.value.cause)
+    assert "re-run `modelplane plan`" in str(exc.value.cause)

@@ -836,3 +836,52 @@ def test_no_reasons_when_nothing_is_short() -> None:
     result = schedule(fleet([H100], gpu_clusters(("a", 1)), [deployment("m", 1, tensor=8)]), None)
     assert result.report["ml/m"].reasons == []
     assert not result.short
+
+
+# -- packing: first-fit decreasing, no room taken from larger pending pods -----------------
+
+L1 = inference_class("l1", 1)
+
+
+@pytest.mark.parametrize(
+    ("priorities", "expected"),
+    [
+        # same priority: m1 (8 GPUs) first, then m0 fills c0: 10 GPUs, the optimum
+        ((0, 0), {"ml/m0": [("c0", 0), ("c0", 1)], "ml/m1": [("c1", 0)]}),
+        # m0 first by priority: c0 twice (c1 would take m1's room), then forced onto c1
+        ((1, 0), {"ml/m0": [("c0", 0), ("c0", 1), ("c1", 0)], "ml/m1": []}),
+        # m1 first by priority and by size
+        ((0, 1), {"ml/m0": [("c0", 0), ("c0", 1)], "ml/m1": [("c1", 0)]}),
+    ],
+)
+def test_larger_replicas_first_and_no_stranded_big_nodes(
+        priorities: tuple[int, int], expected: dict[str, list[tuple[str, int]]]) -> None:
+    f = fleet([L1, H100], [cluster("c0", [pool("p", "l1", 2)]), cluster("c1", [pool("p", "h100", 1)])],
+              [deployment("m0", 3, tensor=1, priority=priorities[0]),
+               deployment("m1", 5, tensor=8, priority=priorities[1])])
+    result = schedule(f, None)
+    assert {k: where(result, k) for k in expected} == expected
+    assert schedule(f, result.lock) == result
+
+
+def test_spread_yields_only_to_room_a_larger_pending_pod_could_use() -> None:
+    """small (1 GPU) spreads over a and b unless that breaks a node big (8 GPUs) needs."""
+    clusters = gpu_clusters(("a", 2), ("b", 1))
+    spread = schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1)]), None)
+    assert where(spread, "ml/small") == [("a", 0), ("b", 0)]
+    both = schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1),
+                                             deployment("big", 2, tensor=8)]), None)
+    assert where(both, "ml/small") == [("a", 0), ("a", 1)]
+    assert where(both, "ml/big") == [("a", 0), ("b", 0)]
+    assert schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1),
+                                             deployment("big", 2, tensor=8)]), both.lock) == both
+
+
+@pytest.mark.parametrize(("nodes", "replicas", "placed"), [(3, 6, 6), (3, 7, 6), (2, 4, 4), (1, 1, 0)])
+def test_multi_node_workers_use_the_roomiest_nodes_when_tightest_fails(
+        nodes: int, replicas: int, placed: int) -> None:
+    """Six 2x2-GPU workers (pods on distinct nodes) fill three 8-GPU nodes exactly."""
+    f = fleet([H100], gpu_clusters(("a", nodes)), [deployment("m", replicas, tensor=2, pipeline=2)])
+    result = schedule(f, None)
+    assert len(where(result, "ml/m")) == placed
+    assert schedule(f, result.lock) == result

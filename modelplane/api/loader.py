@@ -37,8 +37,16 @@ class Document:
     body: Any
 
 
+def is_pulumi_file(name: str) -> bool:
+    """A Pulumi project or stack config file (``Pulumi.yaml``, ``Pulumi.<stack>.yaml``)."""
+    return name in ("Pulumi.yaml", "Pulumi.yml") or (
+        name.startswith("Pulumi.") and name.endswith((".yaml", ".yml"))
+    )
+
+
 def fleet_files(root: Path) -> list[Path]:
-    """Every *.yaml / *.yml below root, skipping hidden folders and the lock, in path order."""
+    """Every *.yaml / *.yml below root in path order, skipping hidden folders, the lock and
+    the Pulumi project and stack config files."""
     if root.is_file():
         return [root]
     files = []
@@ -46,7 +54,12 @@ def fleet_files(root: Path) -> list[Path]:
         rel = path.relative_to(root)
         if any(part.startswith(".") for part in rel.parts):
             continue
-        if path.is_file() and path.suffix in (".yaml", ".yml") and path.name != LOCK_FILE:
+        if (
+            path.is_file()
+            and path.suffix in (".yaml", ".yml")
+            and path.name != LOCK_FILE
+            and not is_pulumi_file(path.name)
+        ):
             files.append(path)
     return sorted(files)
 

@@ -15,6 +15,7 @@ from modelplane.cli import app
 from modelplane.cli.output import EXIT_INVALID, console, error_table, print_json
 from modelplane.lock import write_lock
 from modelplane.planning import PlanOutcome, plan_fleet
+from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
 
 
 class Output(StrEnum):
@@ -69,13 +70,24 @@ def plan(
     grace: Annotated[
         str, typer.Option("--grace", help="With --observe: the grace period (e.g. 5m).")
     ] = "5m",
+    optimize: Annotated[
+        bool,
+        typer.Option("--optimize", help="Place new replicas with a MILP solver (HiGHS)."),
+    ] = False,
+    time_limit: Annotated[
+        float,
+        typer.Option("--time-limit", min=0.1, help="Seconds the solver may take (--optimize)."),
+    ] = DEFAULT_TIME_LIMIT,
 ) -> None:
     """Schedule every replica onto a cluster and pool (a dry run unless --write).
 
     Kept replicas stay where the lock has them; shortfalls are reported with the
     reason per cluster. Exit 0 when valid, 2 on validation errors.
     """
-    outcome = plan_fleet(fleet, lock)
+    if observe and optimize:
+        console.print("[red]error[/]: --optimize and --observe cannot be combined", highlight=False)
+        raise typer.Exit(EXIT_INVALID)
+    outcome = plan_fleet(fleet, lock, optimize=optimize, time_limit=time_limit)
     health: dict[str, str] = {}
     if observe and not outcome.errors:
         health = _observe(fleet, outcome, grace)
@@ -87,6 +99,8 @@ def plan(
         console.print(_plan_table(outcome.as_json()["deployments"]))
         for name, problem in health.items():
             console.print(f"[yellow]unhealthy[/] {name}: {problem}", highlight=False)
+        if outcome.result is not None and outcome.result.optimize is not None:
+            console.print(_optimize_line(outcome.result.optimize), highlight=False)
     if outcome.errors:
         raise typer.Exit(EXIT_INVALID)
     assert outcome.result is not None
@@ -124,6 +138,17 @@ def _observe(fleet: Path, outcome: PlanOutcome, grace: str) -> dict[str, str]:
     }
 
 
+def _optimize_line(report: OptimizeReport) -> str:
+    if report.optimal:
+        head = f"optimal ({report.status}, {report.seconds:.2f} s)"
+    else:
+        head = (
+            f"not proven optimal: the solver stopped ({report.status}) after "
+            f"{report.seconds:.2f} s; its best solution was used"
+        )
+    return f"optimize: {head}; {report.placed_gpus} GPUs placed"
+
+
 def _plan_table(deployments: dict) -> Table:
     table = Table(title="placement", title_justify="left")
     for col in ("deployment", "replica", "cluster", "index", "pools", "short by / why"):
@@ -147,16 +172,20 @@ def schema(
         "schemas"
     ),
 ) -> None:
-    """Write a JSON Schema per kind, for editors (`# yaml-language-server: $schema=...`)."""
+    """Write JSON Schemas for editors (`# yaml-language-server: $schema=...`): one per kind,
+    and modelplane.schema.json, which dispatches on `kind` (for multi-kind files)."""
     from modelplane.api.kinds import KINDS
     from modelplane.api.placement_lock import PlacementLock
+    from modelplane.cli.schema import COMBINED, combined_schema, kind_schema
 
     out.mkdir(parents=True, exist_ok=True)
-    for kind, model in {**KINDS, "PlacementLock": PlacementLock}.items():
-        doc = model.model_json_schema(by_alias=True, mode="validation")
-        doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-        doc["$id"] = f"{kind}.schema.json"
-        path = out / f"{kind}.schema.json"
+    docs = {
+        f"{kind}.schema.json": kind_schema(kind, model)
+        for kind, model in {**KINDS, "PlacementLock": PlacementLock}.items()
+    }
+    docs[COMBINED] = combined_schema(KINDS)
+    for name, doc in docs.items():
+        path = out / name
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         console.print(f"wrote {path}", highlight=False)
 

@@ -38,7 +38,14 @@ class Output(StrEnum):
 FleetDir = Annotated[Path, typer.Argument(help="The fleet directory.", show_default=False)]
 OutputOpt = Annotated[
     Output,
-    typer.Option("--output", "-o", help="table (with live progress) or json (for machines)."),
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (with live progress), wide (more columns, nothing shortened) or json.",
+    ),
+]
+NoHeadersOpt = Annotated[
+    bool, typer.Option("--no-headers", help="Tables without title and header row (for scripts).")
 ]
 BackendOpt = Annotated[
     str | None,
@@ -57,7 +64,30 @@ StackOpt = Annotated[
     typer.Option(
         "--stack",
         "-s",
+        "--target",
         help="Only this stack (repeatable). Stacks it depends on are not added.",
+        show_default=False,
+    ),
+]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not preview and ask for confirmation first.")
+]
+RefreshOpt = Annotated[
+    bool,
+    typer.Option(
+        "--refresh",
+        help="Read the real state of each stack's resources first (`pulumi --refresh`).",
+    ),
+]
+ExpectNoChangesOpt = Annotated[
+    bool,
+    typer.Option("--expect-no-changes", help="Fail (exit 1) when any stack has changes."),
+]
+PolicyPackOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy-pack",
+        help="Run this Pulumi policy pack (a directory) on every stack (repeatable).",
         show_default=False,
     ),
 ]
@@ -77,8 +107,18 @@ SecretsOpt = Annotated[
     ),
 ]
 
-err = Console(stderr=True)
-out = Console()
+#: Without a terminal (CI logs, pipes) nothing is cut to 80 columns: rows are as wide as
+#: their content, so stack names and messages are never truncated or broken mid-word.
+LOG_WIDTH = 1000
+
+
+def _console(stderr: bool) -> Console:
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=LOG_WIDTH)
+
+
+err = _console(stderr=True)
+out = _console(stderr=False)
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
@@ -131,7 +171,9 @@ def _shortfalls(plan: Plan, output: Output) -> None:
             )
 
 
-def _report(run: RunResult, output: Output, plan: Plan | None = None) -> None:
+def _report(
+    run: RunResult, output: Output, plan: Plan | None = None, *, headers: bool = True
+) -> None:
     from modelplane.driver.progress import summary_table
 
     if output is Output.json:
@@ -140,7 +182,14 @@ def _report(run: RunResult, output: Output, plan: Plan | None = None) -> None:
             data["plan"] = plan.as_json()
         print_json(data)
     else:
-        out.print(summary_table(run))
+        out.print(
+            summary_table(
+                run,
+                wide=output is Output.wide,
+                headers=headers,
+                note_width=80 if out.is_terminal else None,
+            )
+        )
         seen: dict[str, list[str]] = {}
         for r in run.results:
             for warning in r.warnings:
@@ -152,6 +201,30 @@ def _report(run: RunResult, output: Output, plan: Plan | None = None) -> None:
                 err.print(f"[bold red]{r.stack}[/] {r.outcome.value}:\n{r.error}", highlight=False)
     if not run.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _has_changes(run: RunResult) -> bool:
+    return any(r.changed for r in run.results)
+
+
+def _changed_list(run: RunResult) -> str:
+    return ", ".join(r.stack for r in run.results if r.changed)
+
+
+def _summary(run: RunResult) -> Any:
+    from modelplane.driver.progress import summary_table
+
+    return summary_table(run)
+
+
+def _print_problems(run: RunResult) -> None:
+    for r in run.results:
+        if r.error:
+            err.print(f"[bold red]{r.stack}[/] {r.outcome.value}:\n{r.error}", highlight=False)
 
 
 def preview(
@@ -178,7 +251,11 @@ def preview(
     secrets_provider: SecretsOpt = None,
     parallel: ParallelOpt = 4,
     stack: StackOpt = None,
+    refresh: RefreshOpt = False,
+    expect_no_changes: ExpectNoChangesOpt = False,
+    policy_pack: PolicyPackOpt = None,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
 ) -> None:
     """Show what `up` would change, without changing anything.
 
@@ -186,13 +263,25 @@ def preview(
     stack against the new plan. Prints each stack's creates/updates/replaces/deletes; with
     --markdown also writes a comment for a pull request: replicas added, removed or moved
     (and why deployments are short), then the changed resources and properties per stack.
-    A stack whose upstream stacks were never deployed cannot preview until they are.
+    Preview never creates a stack: a stack not in the backend yet shows the resources it
+    would create from the offline render (new), and stacks downstream of a change see the
+    changed stacks' new outputs, so they show what `up` will really change.
     """
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
         plan = f.plan()
         _shortfalls(plan, output)
-        run = _run(output, lambda obs: f.preview(plan, parallel=parallel, only=stack, observer=obs))
+        run = _run(
+            output,
+            lambda obs: f.preview(
+                plan,
+                parallel=parallel,
+                only=stack,
+                observer=obs,
+                refresh=refresh,
+                policy_packs=policy_pack or (),
+            ),
+        )
         if markdown is not None:
             from modelplane.driver.markdown import preview_markdown
 
@@ -201,9 +290,11 @@ def preview(
                 preview_markdown(plan, run, title=f"modelplane preview: `{fleet}`"),
                 encoding="utf-8",
             )
-            if output is Output.table:
+            if output is not Output.json:
                 err.print(f"wrote {markdown}", highlight=False)
-    _report(run, output, plan)
+    _report(run, output, plan, headers=not no_headers)
+    if expect_no_changes and _has_changes(run):
+        raise _fail(f"--expect-no-changes: {_changed_list(run)} would change")
 
 
 def up(
@@ -215,6 +306,10 @@ def up(
         bool,
         typer.Option("--prune", help="Destroy and remove stacks the fleet no longer derives."),
     ] = False,
+    yes: YesOpt = False,
+    refresh: RefreshOpt = False,
+    expect_no_changes: ExpectNoChangesOpt = False,
+    policy_pack: PolicyPackOpt = None,
     lock: LockOpt = None,
     backend: BackendOpt = None,
     secrets_provider: SecretsOpt = None,
@@ -228,8 +323,12 @@ def up(
     timeout: Annotated[
         str, typer.Option("--timeout", help="How long --wait waits (e.g. 10m).")
     ] = "10m",
+    no_headers: NoHeadersOpt = False,
 ) -> None:
-    """Plan, write the lock, then deploy every stack in order.
+    """Plan, preview and confirm, write the lock, then deploy every stack in order.
+
+    In a terminal, `up` first previews every stack and asks before changing anything; --yes
+    skips that (a run without a terminal, e.g. CI, needs --yes).
 
     Order: clusters, caches, deployments, gateway; the stacks of one tier run in parallel.
     A stack whose inputs (its spec objects, its placement, its upstream stacks' outputs, the
@@ -240,8 +339,30 @@ def up(
     """
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
+        if not yes and not _interactive():
+            raise _fail(
+                "`up` changes the fleet's resources and asks for confirmation first, but this is "
+                "not an interactive terminal: pass --yes to apply without asking "
+                f"(`modelplane up {fleet} --yes`), or run `modelplane preview {fleet}` to review"
+            )
         plan = f.plan()
         _shortfalls(plan, output)
+        if not yes:
+            previewed = _run(
+                output,
+                lambda obs: f.preview(
+                    plan, parallel=parallel, only=stack, observer=obs, refresh=refresh
+                ),
+            )
+            out.print(_summary(previewed))
+            if not previewed.ok:
+                _print_problems(previewed)
+                raise _fail("the preview failed; nothing was changed")
+            if expect_no_changes and _has_changes(previewed):
+                raise _fail(f"--expect-no-changes: {_changed_list(previewed)} would change")
+            what = ", ".join(stack) if stack else f"the stacks of {fleet}"
+            if not typer.confirm(f"Apply these changes to {what} on {f.backend}?", default=False):
+                raise _fail("not confirmed; nothing was changed")
         run = _run(
             output,
             lambda obs: f.up(
@@ -251,12 +372,15 @@ def up(
                 only=stack,
                 prune=prune,
                 observer=obs,
+                refresh=refresh,
+                expect_no_changes=expect_no_changes,
+                policy_packs=policy_pack or (),
             ),
         )
     late: list[str] = []
     if wait and run.ok:
         late = _wait(f, plan, run, output, timeout)
-    _report(run, output, plan)
+    _report(run, output, plan, headers=not no_headers)
     if late:
         raise typer.Exit(EXIT_FAILED)
 
@@ -294,6 +418,7 @@ def destroy(
     parallel: ParallelOpt = 4,
     stack: StackOpt = None,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
 ) -> None:
     """Delete every resource of the fleet's stacks, in reverse order.
 
@@ -314,7 +439,7 @@ def destroy(
             output,
             lambda obs: f.destroy(parallel=parallel, only=stack, remove=remove, observer=obs),
         )
-    _report(run, output)
+    _report(run, output, headers=not no_headers)
 
 
 def refresh(
@@ -325,6 +450,7 @@ def refresh(
     parallel: ParallelOpt = 4,
     stack: StackOpt = None,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
 ) -> None:
     """Read the real state of every stack's resources into the state (`pulumi refresh`).
 
@@ -334,7 +460,7 @@ def refresh(
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
         run = _run(output, lambda obs: f.refresh(parallel=parallel, only=stack, observer=obs))
-    _report(run, output)
+    _report(run, output, headers=not no_headers)
 
 
 def status(
@@ -344,6 +470,7 @@ def status(
     secrets_provider: SecretsOpt = None,
     parallel: ParallelOpt = 4,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
 ) -> None:
     """Show whether the models serve, then each stack's last result, endpoints and addresses.
 
@@ -351,8 +478,8 @@ def status(
     and conditions with reasons; `-o wide` adds one row per replica (cluster, pool, phase,
     reason); per ModelService its URL and routable endpoints; per cluster its health.
     Placement comes from the lock; for each derived stack: its last operation and result,
-    whether its inputs changed since (so `up` would run it), and its outputs (secrets are
-    shown as [secret]). Stacks left in the backend that the fleet no longer has are listed.
+    whether its inputs changed since (so `up` would run it), and its outputs (secret
+    values are masked). Stacks left in the backend that the fleet no longer has are listed.
     """
     from modelplane.cli.health import fleet_readiness, readiness_tables
 
@@ -366,7 +493,11 @@ def status(
         return
     from modelplane.driver.progress import status_tables
 
-    for table in [*readiness_tables(view, wide=output is Output.wide), *status_tables(st)]:
+    wide, headers = output is Output.wide, not no_headers
+    for table in [
+        *readiness_tables(view, wide=wide),
+        *status_tables(st, wide=wide, headers=headers),
+    ]:
         out.print(table)
 
 
@@ -377,6 +508,7 @@ def stacks(
         bool, typer.Option("--planned", help="Use the new plan's placement instead of the lock.")
     ] = False,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
 ) -> None:
     """List the Pulumi stacks derived from the fleet (pure: no engine, no state).
 
@@ -403,23 +535,55 @@ def stacks(
             ]
         )
         return
-    table = Table(title=f"stacks of {fleet}", title_justify="left")
+    headers = not no_headers
+    table = Table(
+        title=f"stacks of {fleet}" if headers else None, title_justify="left", show_header=headers
+    )
     for col in ("stack", "tier", "owns", "reads outputs of"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for u in units:
         table.add_row(u.name, u.tier.name.lower(), f"{u.kind} {u.key}", ", ".join(u.depends_on))
     out.print(table)
 
 
 def _help(doc: str | None) -> str:
-    """A docstring as help text: each paragraph on one line, so the terminal wraps it."""
+    """A docstring as help text: each paragraph on one line, so the terminal wraps it.
+
+    Square brackets are escaped: typer renders help as rich markup, which would swallow
+    e.g. a literal ``[secret]``."""
     import inspect
 
+    from rich.markup import escape
+
     paragraphs = inspect.cleandoc(doc or "").split("\n\n")
-    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    return "\n\n".join(escape(" ".join(p.split())) for p in paragraphs)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from modelplane import __version__
+
+        typer.echo(f"modelplane {__version__}")
+        raise typer.Exit(0)
+
+
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Serve large language models across a fleet of Kubernetes clusters, on Pulumi."""
 
 
 def register(app: typer.Typer) -> None:
-    """Mount the engine verbs on the `modelplane` app."""
+    """Mount the engine verbs (and `--version`) on the `modelplane` app."""
+    if app.registered_callback is None:
+        app.callback()(_root)
     for command in (preview, up, destroy, refresh, status, stacks):
         app.command(command.__name__, help=_help(command.__doc__))(command)

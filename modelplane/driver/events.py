@@ -7,6 +7,7 @@ preview can be recorded and replayed in tests.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,19 +42,59 @@ def _value(x: Any) -> str:
     return getattr(x, "value", x)
 
 
+SECRET = "[secret]"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # Pulumi's secret signature in property maps
+_PATH_PART = re.compile(r'([^.\[\]]+)|\[(\d+)\]|\["([^"]*)"\]')
+
+
+def _masked(value: Any) -> Any:
+    """A value for people: secret values (however they are marked) as ``[secret]``."""
+    if isinstance(value, dict):
+        if value.get("4dabf18193072939515e22adb298388d") == _SECRET_SIG:
+            return SECRET
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return value
+
+
+def value_at(state: Any, path: str) -> Any:
+    """The input at a detailed-diff path (``spec.template.spec.containers[0].image``)."""
+    value: Any = getattr(state, "inputs", None) if state is not None else None
+    for match in _PATH_PART.finditer(path):
+        key, index, quoted = match.groups()
+        if isinstance(value, dict):
+            value = value.get(quoted if quoted is not None else key)
+        elif isinstance(value, list) and index is not None and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return None
+        if value is None:
+            return None
+    return _masked(value)
+
+
 def resource_change(metadata: Any) -> ResourceChange:
-    """A :class:`ResourceChange` from a ``StepEventMetadata``."""
+    """A :class:`ResourceChange` from a ``StepEventMetadata`` (old → new values where the
+    engine reports the states; secret values masked)."""
     rtype, name = urn_type_and_name(metadata.urn)
     props: list[PropertyChange] = []
     detailed = metadata.detailed_diff or {}
+    old, new = getattr(metadata, "old", None), getattr(metadata, "new", None)
     if detailed:
         props = [
-            PropertyChange(path, _value(diff.diff_kind)) for path, diff in sorted(detailed.items())
+            PropertyChange(path, _value(diff.diff_kind), value_at(old, path), value_at(new, path))
+            for path, diff in sorted(detailed.items())
         ]
     elif metadata.diffs:
         replace_keys = set(metadata.keys or [])
         props = [
-            PropertyChange(key, "update-replace" if key in replace_keys else "update")
+            PropertyChange(
+                key,
+                "update-replace" if key in replace_keys else "update",
+                value_at(old, key),
+                value_at(new, key),
+            )
             for key in sorted(metadata.diffs)
         ]
     return ResourceChange(_value(metadata.op), metadata.urn, metadata.type or rtype, name, props)
@@ -233,3 +274,68 @@ def events_from_json(items: list[dict[str, Any]]) -> list[Any]:
     from pulumi.automation.events import EngineEvent
 
     return [EngineEvent.from_json(item) for item in items]
+
+
+# --- structured stack-level events (``Fleet.*(on_event=...)``) ------------------------------
+
+#: ``StackEvent.kind`` values, in the order a stack goes through them.
+EVENT_KINDS = (
+    "queued",  # a worker picked the stack up (selects it, compares inputs, checks plugins)
+    "started",  # the engine operation on the stack begins
+    "resource",  # a resource step: planned or applied (``change``), or failed
+    "diagnostic",  # a warning, error or info message of the engine or the program
+    "summary",  # the engine's closing summary (change counts)
+    "engine",  # any other engine event (prelude, policy, cancel)
+    "finished",  # the stack ended (``result`` holds its StackResult)
+    "skipped",  # not run: a stack it depends on did not succeed (``result`` says which)
+)
+
+
+@dataclass(frozen=True)
+class StackEvent:
+    """One stack-level event, as ``on_event(stack_name, event)`` receives it.
+
+    ``engine_event`` is the ``pulumi.automation.events.EngineEvent`` behind ``resource``,
+    ``diagnostic``, ``summary`` and ``engine`` events (None for the others). Engine debug
+    output, raw program stdout and the engine's notes about ambient plugins are not passed on.
+    """
+
+    stack: str
+    kind: str
+    change: ResourceChange | None = None  # resource: the step (op, urn, type, properties)
+    failed: bool = False  # resource: the step failed
+    severity: str | None = None  # diagnostic: error | warning | info
+    message: str | None = None  # diagnostic text
+    result: Any = None  # finished / skipped: the StackResult
+    engine_event: Any = None
+
+
+def stack_event(stack: str, event: Any) -> StackEvent | None:
+    """The structured form of an engine event, or None for noise (debug, stdout)."""
+    pre = getattr(event, "resource_pre_event", None)
+    if pre is not None:
+        return StackEvent(
+            stack, "resource", change=resource_change(pre.metadata), engine_event=event
+        )
+    out = getattr(event, "res_outputs_event", None)
+    if out is not None:
+        return StackEvent(
+            stack, "resource", change=resource_change(out.metadata), engine_event=event
+        )
+    failed = getattr(event, "res_op_failed_event", None)
+    if failed is not None:
+        change = resource_change(failed.metadata)
+        return StackEvent(stack, "resource", change=change, failed=True, engine_event=event)
+    diag = getattr(event, "diagnostic_event", None)
+    if diag is not None:
+        message = (diag.message or "").strip()
+        if diag.severity not in ("error", "warning", "info") or not message or _noise(message):
+            return None
+        return StackEvent(
+            stack, "diagnostic", severity=diag.severity, message=message, engine_event=event
+        )
+    if getattr(event, "stdout_event", None) is not None:
+        return None
+    if getattr(event, "summary_event", None) is not None:
+        return StackEvent(stack, "summary", engine_event=event)
+    return StackEvent(stack, "engine", engine_event=event)

@@ -31,19 +31,25 @@ from modelplane.api.loader import LOCK_FILE, load_fleet
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
-from modelplane.driver.events import StackProgress
+from modelplane.driver.events import StackEvent, StackProgress, stack_event
 from modelplane.driver.observer import Observer
+from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
+from modelplane.driver.plugins import missing_for_stack
+from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
-from modelplane.scheduler import schedule
+from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.stacks import StackUnit, stack_units
 
-OnEvent = Callable[[str, Any], None]
-"""``on_event(stack_name, engine_event)``: every ``pulumi.automation.events.EngineEvent``."""
+OnEvent = Callable[[str, StackEvent], None]
+"""``on_event(stack_name, event)``: a :class:`~modelplane.driver.events.StackEvent` for each
+stack-level step (queued, started, resource, diagnostic, summary, finished, skipped); the
+engine's own event, where there is one, is ``event.engine_event``. Called from worker
+threads."""
 
 DEFAULT_PARALLEL = 4
 
@@ -155,9 +161,13 @@ class Fleet:
     def state_dir(self) -> Path:
         return state_root(self.path)
 
-    def plan(self) -> Plan:
-        """Schedule against the committed lock (pure: nothing is written)."""
-        return Plan(self.previous, schedule(self.spec, self.previous))
+    def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
+        """Schedule against the committed lock (pure: nothing is written); with `optimize`,
+        new replicas are placed by the MILP solver within `time_limit` seconds."""
+        return Plan(
+            self.previous,
+            schedule(self.spec, self.previous, optimize=optimize, time_limit=time_limit),
+        )
 
     def stacks(self, plan: Plan | None = None) -> list[StackUnit]:
         """The derived stacks, in tier order (placement from ``plan``, else the lock)."""
@@ -173,24 +183,44 @@ class Fleet:
         on_event: OnEvent | None = None,
         only: Iterable[str] | None = None,
         observer: Observer | None = None,
+        refresh: bool = False,
+        policy_packs: Iterable[str] = (),
     ) -> RunResult:
         """``pulumi preview`` of every stack against the new plan; writes nothing but state
-        locks. The plan's lock goes to ``.modelplane/plan/`` for the program to read."""
+        locks, and creates no stack. The plan's lock goes to ``.modelplane/plan/`` for the
+        program to read. Stacks not in the backend yet (and stacks that need a cluster stack
+        that is not) show their offline render instead (``new`` / ``rendered``); stacks
+        downstream of a changed deployment or cache stack see its rendered outputs."""
         plan = plan or self.plan()
         observer = observer or Observer()
         with self._session(observer) as session:
             plan_lock = self.state_dir / "plan" / LOCK_FILE
             plan_lock.parent.mkdir(parents=True, exist_ok=True)
             write_lock(plan_lock, plan.lock)
-            units = self._select(self.stacks(plan), only)
-            session.list_stacks()  # initialises a fresh backend before stacks run in parallel
+            every = self.stacks(plan)
+            units = self._select(every, only)
+            # Listing the stacks also initialises a fresh backend before stacks run in parallel.
+            existing = set(session.list_stacks())
             ctx = self._context(session, plan.lock, plan_lock, on_event, observer)
+            if refresh:
+                ctx.preview_options["refresh"] = True
+            packs = [str(p) for p in policy_packs]
+            if packs:
+                ctx.preview_options["policy_packs"] = packs
+            offline = OfflinePreview(
+                self.path,
+                plan_lock,
+                every,
+                existing,
+                lambda name: ops.deployed_outputs(ctx, name) if name in existing else None,
+            )
             return self._run(
                 "preview",
                 units,
-                lambda u: ops.preview_stack(ctx, u),
+                lambda u: ops.preview_stack(ctx, u, offline),
                 parallel,
                 observer,
+                on_event=on_event,
                 blocking=lambda r: False,
             )
 
@@ -204,12 +234,17 @@ class Fleet:
         only: Iterable[str] | None = None,
         prune: bool = False,
         observer: Observer | None = None,
+        refresh: bool = False,
+        expect_no_changes: bool = False,
+        policy_packs: Iterable[str] = (),
     ) -> RunResult:
         """Plan (unless given), write the lock, then ``pulumi up`` stack by stack in tiers.
 
         Stacks whose inputs did not change since their last successful update are skipped
-        unless ``all_stacks``. Stacks in the backend that the fleet no longer derives are
-        reported (``orphans``) and destroyed only with ``prune``.
+        unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
+        derives are reported (``orphans``) and destroyed only with ``prune``.
+        ``refresh``, ``expect_no_changes`` and ``policy_packs`` are passed to every
+        ``pulumi up`` (``--refresh``, ``--expect-no-changes``, ``--policy-pack``).
         """
         started = time.monotonic()
         plan = plan or self.plan()
@@ -223,6 +258,13 @@ class Fleet:
             self.previous = plan.lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, plan.lock, self.lock_path, on_event, observer)
+            if refresh:
+                ctx.up_options["refresh"] = True
+            if expect_no_changes:
+                ctx.up_options["expect_no_changes"] = True
+            packs = [str(p) for p in policy_packs]
+            if packs:
+                ctx.up_options["policy_packs"] = packs
             run = self._run(
                 "up", units, lambda u: ops.up_stack(ctx, u, force=all_stacks), parallel, observer
             )
@@ -237,6 +279,7 @@ class Fleet:
                         lambda u: ops.destroy_stack(ctx, u, remove=True),
                         parallel,
                         observer,
+                        on_event=on_event,
                         reverse=True,
                     )
                     for r in pruned.results:
@@ -273,6 +316,7 @@ class Fleet:
                 lambda u: ops.destroy_stack(ctx, u, remove=remove),
                 parallel,
                 observer,
+                on_event=on_event,
                 reverse=True,
             )
 
@@ -284,7 +328,10 @@ class Fleet:
         only: Iterable[str] | None = None,
         observer: Observer | None = None,
     ) -> RunResult:
-        """``pulumi refresh`` of every existing stack: read the real state of its resources."""
+        """``pulumi refresh`` of every existing stack: read the real state of its resources.
+
+        Stacks that only act on renderTo clusters have nothing live to read: they are not
+        refreshed and their result says why."""
         observer = observer or Observer()
         with self._session(observer) as session:
             existing = set(session.list_stacks())
@@ -293,9 +340,12 @@ class Fleet:
             return self._run(
                 "refresh",
                 units,
-                lambda u: ops.refresh_stack(ctx, u),
+                lambda u: ops.refresh_stack(
+                    ctx, u, refresh_skip_reason(self.spec, self.previous, u)
+                ),
                 parallel,
                 observer,
+                on_event=on_event,
                 blocking=lambda r: False,
             )
 
@@ -340,7 +390,12 @@ class Fleet:
         """Check secrets and the engine (before any stack runs); clean up after the run."""
         secrets = resolve_secrets(self.backend, self.secrets_provider, self.env)
         session = EngineSession(
-            self.state_dir / "workspaces", self.backend, secrets, self.env, observer.message
+            self.state_dir / "workspaces",
+            self.backend,
+            secrets,
+            self.env,
+            observer.message,
+            config_dir=self.path,
         )
         try:
             session.start()
@@ -359,16 +414,27 @@ class Fleet:
         def sink(unit: StackUnit, progress: StackProgress, event: Any) -> None:
             observer.stack_event(unit, progress)
             if on_event is not None:
-                on_event(unit.name, event)
+                structured = stack_event(unit.name, event)
+                if structured is not None:
+                    on_event(unit.name, structured)
 
+        def started(unit: StackUnit, progress: StackProgress) -> None:
+            observer.stack_started(unit, progress)
+            if on_event is not None:
+                on_event(unit.name, StackEvent(unit.name, "started"))
+
+        session.set_program_inputs(self.path, lock_path)
+        spec = self.spec
         return ops.RunContext(
             session,
             self.path,
-            self.spec,
+            spec,
             lock,
             lock_path,
             on_event=sink,
-            on_start=observer.stack_started,
+            on_start=started,
+            check=lambda unit: missing_for_stack(spec, unit, session.env),
+            plan_dir=self.state_dir / "plan",
         )
 
     def _run(
@@ -381,14 +447,24 @@ class Fleet:
         *,
         reverse: bool = False,
         blocking: Callable[[StackResult], bool] | None = None,
+        on_event: OnEvent | None = None,
     ) -> RunResult:
         started = time.monotonic()
 
         def wrapped(unit: StackUnit) -> StackResult:
             observer.stack_queued(unit)
+            if on_event is not None:
+                on_event(unit.name, StackEvent(unit.name, "queued"))
             result = run(unit)
             observer.stack_finished(result)
+            if on_event is not None:
+                on_event(unit.name, StackEvent(unit.name, "finished", result=result))
             return result
+
+        def skipped(result: StackResult) -> None:
+            observer.stack_finished(result)
+            if on_event is not None:
+                on_event(result.stack, StackEvent(result.stack, "skipped", result=result))
 
         observer.run_started(operation, units)
         results = run_tiers(
@@ -397,7 +473,7 @@ class Fleet:
             parallel=parallel,
             reverse=reverse,
             blocking=blocking,
-            on_skip=observer.stack_finished,
+            on_skip=skipped,
         )
         run_result = RunResult(operation, self.backend, results)
         run_result.duration = time.monotonic() - started

@@ -8,6 +8,8 @@ changed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from modelplane.api.placement_lock import LockedReplica
 from modelplane.driver.placement_diff import DeploymentDiff, placement_diff, pools_text
 from modelplane.driver.plan import Plan
@@ -83,11 +85,33 @@ def _placement_rows(d: DeploymentDiff) -> list[str]:
     return rows
 
 
+MAX_VALUE = 60
+
+
+def _short_value(value: Any) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = text.replace("|", "\\|").replace("`", "'").replace("\n", " ")
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
+
+
+def _old_new(old: Any, new: Any) -> str:
+    """`` `a` → `b` `` for a changed value (secrets arrive masked)."""
+    if old is None and new is None:
+        return ""
+    before = f"`{_short_value(old)}`" if old is not None else "(none)"
+    after = f"`{_short_value(new)}`" if new is not None else "(none)"
+    return f": {before} → {after}"
+
+
 def _props(change: ResourceChange) -> str:
     if change.op in ("create", "delete") or not change.properties:
         return ""
     shown = [
-        f"`{p.path}`" + (" (forces replace)" if p.kind.endswith("-replace") else "")
+        f"`{p.path}`"
+        + _old_new(p.old, p.new)
+        + (" (forces replace)" if p.kind.endswith("-replace") else "")
         for p in change.properties[:MAX_PROPERTIES]
     ]
     more = len(change.properties) - MAX_PROPERTIES

@@ -7,6 +7,7 @@ short message; only bugs raise.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -18,11 +19,13 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver.events import StackProgress
 from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
+from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
 from modelplane.driver.workspace import EngineSession
 from modelplane.stacks import StackUnit
 
+UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
 EventSink = Callable[[StackUnit, StackProgress, Any], None]
 SECRET_MASK = "[secret]"
 # The engine's closing line after the program's own error message says nothing new.
@@ -42,8 +45,28 @@ class RunContext:
     lock_path: Path
     on_event: EventSink | None = None
     on_start: Callable[[StackUnit, StackProgress], None] | None = None
+    # Before the engine runs a stack: an error that stops it (a missing plugin), else None.
+    check: Callable[[StackUnit], str | None] | None = None
+    # Extra keyword arguments of `Stack.up` (refresh, expect_no_changes, policy_packs).
+    up_options: dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments of `Stack.preview` (refresh, policy_packs).
+    preview_options: dict[str, Any] = field(default_factory=dict)
+    plan_dir: Path = field(default_factory=lambda: Path(".modelplane/plan"))
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # plain values
     masked: dict[str, dict[str, Any]] = field(default_factory=dict)  # secrets masked
+
+    def problem(self, unit: StackUnit, started: float) -> StackResult | None:
+        """A failed result when the stack cannot run on this machine, else None."""
+        error = self.check(unit) if self.check else None
+        if error is None:
+            return None
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.FAILED,
+            duration=time.monotonic() - started,
+            error=error,
+        )
 
     def progress(self, unit: StackUnit) -> StackProgress:
         progress = StackProgress(unit.name)
@@ -143,6 +166,19 @@ def upstream_outputs(ctx: RunContext, unit: StackUnit) -> dict[str, dict[str, An
     return out
 
 
+def deployed_outputs(ctx: RunContext, name: str) -> tuple[dict[str, Any], frozenset[str]]:
+    """A deployed stack's outputs (plain values) and the names of its secret outputs."""
+    from pulumi.automation.errors import StackNotFoundError
+
+    if name not in ctx.outputs:
+        try:
+            ctx.remember(name, ctx.session.stack(name, create=False).outputs())
+        except StackNotFoundError:
+            ctx.outputs[name], ctx.masked[name] = {}, {}
+    secret = frozenset(k for k, v in ctx.masked[name].items() if v == SECRET_MASK)
+    return dict(ctx.outputs[name]), secret
+
+
 def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
     return stack_fingerprint(
         ctx.fleet,
@@ -160,11 +196,13 @@ def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackR
 
     started = time.monotonic()
     progress: StackProgress | None = None
+    problem = ctx.problem(unit, started)
+    if problem is not None:
+        return problem
     try:
         stack = ctx.session.stack(unit.name)
-        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
         fingerprint = fingerprint_of(ctx, unit)
-        if not force:
+        if not force and not ctx.up_options.get("refresh"):
             last = stack.history(page_size=1, show_secrets=False)
             entry = last[0] if last else None
             if entry is not None and can_skip(fingerprint, entry.kind, entry.result, entry.message):
@@ -183,6 +221,7 @@ def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackR
             on_event=ctx.listener(unit, progress),
             color="never",
             suppress_progress=True,
+            **ctx.up_options,
         )
         ctx.remember(unit.name, result.outputs)
         return StackResult(
@@ -199,22 +238,81 @@ def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackR
         return _failure(unit, exc, progress, started, ctx.session.backend)
 
 
-def preview_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
+def _rendered_result(
+    ctx: RunContext, unit: StackUnit, offline: OfflinePreview, reason: str, started: float
+) -> StackResult:
+    """A stack the engine cannot preview: its offline render (never a stack in the backend)."""
+    from modelplane.render.runner import RenderError
+
+    try:
+        rendered = offline.render(unit.name)
+    except RenderError as exc:
+        return StackResult(
+            unit.name,
+            unit.tier,
+            Outcome.FAILED,
+            duration=time.monotonic() - started,
+            error=f"{reason}, but the offline render failed: {exc.cause}",
+        )
+    new = offline.is_new(unit.name)
+    problem = ctx.problem(unit, started)
+    result = problem or StackResult(unit.name, unit.tier, Outcome.NEW if new else Outcome.RENDERED)
+    result.changes = {"create": rendered.count} if new else {}
+    result.resources = list(rendered.resources) if new else []
+    result.note = f"{reason} ({rendered.count} resources)"
+    result.duration = time.monotonic() - started
+    offline.mark_changed(unit.name)
+    return result
+
+
+def preview_stack(
+    ctx: RunContext, unit: StackUnit, offline: OfflinePreview | None = None
+) -> StackResult:
+    """``pulumi preview`` of an existing stack (with ``offline``: new stacks and stacks that
+    need new clusters from the offline render, downstream stacks seeing rendered outputs)."""
     from pulumi.automation.errors import CommandError
+
+    from modelplane.render.runner import RenderError
 
     started = time.monotonic()
     progress: StackProgress | None = None
+    if offline is not None:
+        reason = offline.offline_reason(unit)
+        if reason is not None:
+            return _rendered_result(ctx, unit, offline, reason, started)
+    problem = ctx.problem(unit, started)
+    if problem is not None:
+        return problem
+    extra_env: dict[str, str] = {}
+    seen: list[str] = []
+    if offline is not None:
+        try:
+            overrides = offline.overrides(unit)
+        except RenderError as exc:
+            return StackResult(
+                unit.name,
+                unit.tier,
+                Outcome.FAILED,
+                duration=time.monotonic() - started,
+                error=f"the offline render of upstream stack {exc.stack} failed: {exc.cause}",
+            )
+        if overrides:
+            path = ctx.plan_dir / f"upstream-{unit.name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(overrides, sort_keys=True), encoding="utf-8")
+            extra_env[UPSTREAM_ENV] = str(path)
+            seen = sorted(overrides)
     try:
-        stack = ctx.session.stack(unit.name)
-        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
+        stack = ctx.session.stack(unit.name, create=False, extra_env=extra_env)
         progress = ctx.progress(unit)
         stack.preview(
             on_event=ctx.listener(unit, progress),
             color="never",
             suppress_progress=True,
             diff=True,
+            **ctx.preview_options,
         )
-        return StackResult(
+        result = StackResult(
             unit.name,
             unit.tier,
             Outcome.SUCCEEDED,
@@ -223,18 +321,28 @@ def preview_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
             resources=progress.changes(),
             warnings=list(progress.warnings),
         )
+        if seen:
+            result.note = f"sees the new outputs of {', '.join(seen)} (offline render of the head)"
+        if offline is not None and result.changed:
+            offline.mark_changed(unit.name)
+        return result
     except CommandError as exc:
         return _failure(unit, exc, progress, started, ctx.session.backend)
 
 
-def refresh_stack(ctx: RunContext, unit: StackUnit) -> StackResult:
+def refresh_stack(ctx: RunContext, unit: StackUnit, skip_reason: str | None = None) -> StackResult:
+    """``pulumi refresh`` of one stack; ``skip_reason``: nothing live to read (renderTo)."""
     from pulumi.automation.errors import CommandError
 
     started = time.monotonic()
+    if skip_reason is not None:
+        return StackResult(unit.name, unit.tier, Outcome.UNCHANGED, note=skip_reason)
     progress: StackProgress | None = None
+    problem = ctx.problem(unit, started)
+    if problem is not None:
+        return problem
     try:
         stack = ctx.session.stack(unit.name, create=False)
-        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
         progress = ctx.progress(unit)
         stack.refresh(on_event=ctx.listener(unit, progress), color="never", suppress_progress=True)
         ctx.remember(unit.name, stack.outputs())
@@ -257,6 +365,9 @@ def destroy_stack(ctx: RunContext, unit: StackUnit, *, remove: bool = False) -> 
 
     started = time.monotonic()
     progress: StackProgress | None = None
+    problem = ctx.problem(unit, started)
+    if problem is not None:
+        return problem
     try:
         stack = ctx.session.stack(unit.name, create=False)
         progress = ctx.progress(unit)
@@ -310,7 +421,6 @@ def status_stack(ctx: RunContext, unit: StackUnit, existing: set[str]) -> StackS
         return StackStatus(unit.name, exists=False)
     try:
         stack = ctx.session.stack(unit.name, create=False)
-        ctx.session.set_driver_config(stack, ctx.fleet_dir, ctx.lock_path)
         history = stack.history(page_size=1, show_secrets=False)
         ctx.remember(unit.name, stack.outputs())
         status = StackStatus(unit.name, exists=True, outputs=ctx.masked[unit.name])

@@ -17,10 +17,12 @@ class Outcome(StrEnum):
     FAILED = "failed"  # the operation ran and failed
     LOCKED = "locked"  # another update holds the stack's lock
     SKIPPED = "skipped"  # not run because a stack it depends on failed
+    NEW = "new"  # preview: not in the backend yet; its resources from the offline render
+    RENDERED = "rendered"  # preview: the engine cannot preview it yet; offline render shown
 
     @property
     def ok(self) -> bool:
-        return self in (Outcome.SUCCEEDED, Outcome.UNCHANGED)
+        return self in (Outcome.SUCCEEDED, Outcome.UNCHANGED, Outcome.NEW, Outcome.RENDERED)
 
 
 @dataclass
@@ -29,6 +31,11 @@ class PropertyChange:
 
     path: str
     kind: str  # add | update | delete | add-replace | update-replace | delete-replace
+    old: Any = None  # the value before (None: absent or not reported); secrets "[secret]"
+    new: Any = None  # the value after
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "old": self.old, "new": self.new}
 
 
 @dataclass
@@ -47,7 +54,7 @@ class ResourceChange:
             "urn": self.urn,
             "type": self.type,
             "name": self.name,
-            "properties": [{"path": p.path, "kind": p.kind} for p in self.properties],
+            "properties": [p.as_json() for p in self.properties],
         }
 
 

@@ -24,6 +24,7 @@ DIY_SCHEMES = ("file", "s3", "gs", "azblob", "postgres")
 
 PASSPHRASE = "PULUMI_CONFIG_PASSPHRASE"
 PASSPHRASE_FILE = "PULUMI_CONFIG_PASSPHRASE_FILE"
+ACQUISITION = "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"
 
 PASSPHRASE_HELP = (
     "Stack secrets (kubeconfigs, tokens) are encrypted with a passphrase on this backend.\n"
@@ -115,8 +116,10 @@ def engine_environment(
     env = dict(base)
     env["PULUMI_BACKEND_URL"] = backend_url
     env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
-    env.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
-    for key in (PASSPHRASE, PASSPHRASE_FILE):
+    env.setdefault(ACQUISITION, "true")
+    # Plugin downloads stay off unless the user turns them back on
+    # (`export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=false`).
+    for key in (PASSPHRASE, PASSPHRASE_FILE, ACQUISITION):
         if key in environ:
             env[key] = environ[key]
     return env

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import cache
 from .plugininfo import cli_version, plugin_version
+from .plugins import PURPOSE, acquisition_enabled, find_plugin, pinned_plugins
 from .versions import EngineVersions
 
 
@@ -54,6 +55,10 @@ def check_engine(root: Path, wanted: EngineVersions, strict: bool = False) -> Ch
             f"pulumi-resource-kubernetes reports {provider!r}, expected {expect.kubernetes}"
         )
 
+    plugin_lines, plugin_notes = check_plugins(root)
+    lines += plugin_lines
+    notes += plugin_notes
+
     if expect != wanted:
         message = (
             f"this engine is pulumi {expect.pulumi} / kubernetes {expect.kubernetes}, the Python "
@@ -62,3 +67,53 @@ def check_engine(root: Path, wanted: EngineVersions, strict: bool = False) -> Ch
         )
         (problems if strict else notes).append(message)
     return CheckResult(lines=tuple(lines), problems=tuple(problems), notes=tuple(notes))
+
+
+def plugin_environment(root: Path) -> dict[str, str]:
+    """The environment the driver runs the engine with: the engine's bin/ first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def check_plugins(root: Path) -> tuple[list[str], list[str]]:
+    """A line per pinned provider plugin (where the engine finds it), notes for missing ones."""
+    env = plugin_environment(root)
+    lines: list[str] = []
+    notes: list[str] = []
+    for name, plugin in sorted(pinned_plugins().items()):
+        found = find_plugin(plugin, env)
+        if found is None:
+            lines.append(f"plugin {name} {plugin.version}: MISSING (needed by {PURPOSE[name]})")
+            if name != "kubernetes":
+                notes.append(
+                    f"stacks of {PURPOSE[name]} fail until the {name} plugin is installed: "
+                    f"`python -m modelplane.engine install` where the network allows, or "
+                    f"`{plugin.install_command}`"
+                )
+        else:
+            version = found.version or "on PATH"
+            lines.append(f"plugin {name} {plugin.version}: {found.path} ({version})")
+    if acquisition_enabled(env):
+        notes.append("automatic plugin acquisition is on: the engine downloads missing plugins")
+    return lines, notes
+
+
+def fleet_plugin_problems(fleet_dir: Path, root: Path) -> list[str]:
+    """For each stack of the fleet, the plugins it needs that this machine does not have."""
+    from modelplane.api.loader import load_fleet
+    from modelplane.driver.plugins import missing_for_stack
+    from modelplane.lock import read_lock
+    from modelplane.stacks import stack_units
+
+    loaded = load_fleet(fleet_dir)
+    if loaded.errors:
+        return [f"the fleet {fleet_dir} is invalid: run `modelplane validate {fleet_dir}`"]
+    lock = read_lock(fleet_dir / "modelplane.lock.yaml")
+    env = plugin_environment(root)
+    problems = []
+    for unit in stack_units(loaded.fleet, lock):
+        message = missing_for_stack(loaded.fleet, unit, env)
+        if message:
+            problems.append(message.splitlines()[0])
+    return problems

@@ -11,17 +11,34 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.scheduler.placement import Placement
-from modelplane.scheduler.result import DeploymentReport, ScheduleResult
+from modelplane.scheduler.result import DeploymentReport, OptimizeReport, ScheduleResult
 
-__all__ = ["DeploymentReport", "ScheduleResult", "schedule"]
+__all__ = ["DEFAULT_TIME_LIMIT", "DeploymentReport", "OptimizeReport", "ScheduleResult", "schedule"]
+
+DEFAULT_TIME_LIMIT = 10.0  # seconds, for `optimize=True`
 
 
-def schedule(fleet: FleetSpec, previous: PlacementLock | None = None) -> ScheduleResult:
-    """Place every ModelDeployment's replicas; the same inputs give the same result."""
+def schedule(
+    fleet: FleetSpec,
+    previous: PlacementLock | None = None,
+    *,
+    optimize: bool = False,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+) -> ScheduleResult:
+    """Place every ModelDeployment's replicas; the same inputs give the same result.
+
+    With `optimize`, new replicas are placed by a MILP (HiGHS) within `time_limit`
+    seconds, then topped up by the greedy fill (scheduling.md, "Optimising")."""
     run = Placement(fleet)
     run.retain(previous)
     run.scale_down()
-    run.fill()
+    solved: OptimizeReport | None = None
+    if optimize:
+        from modelplane.scheduler.optimize import optimize as solve
+
+        solved = solve(run, time_limit)
+    else:
+        run.fill()
     deployments: dict[str, LockedDeployment] = {}
     report: dict[str, DeploymentReport] = {}
     for key, dep in run.deployments.items():
@@ -41,4 +58,6 @@ def schedule(fleet: FleetSpec, previous: PlacementLock | None = None) -> Schedul
             unplaced=max(0, dep.spec.replicas - len(replicas)),
             reasons=run.reasons[key],
         )
-    return ScheduleResult(lock=PlacementLock(deployments=deployments), report=report)
+    return ScheduleResult(
+        lock=PlacementLock(deployments=deployments), report=report, optimize=solved
+    )

@@ -5,7 +5,9 @@ it: they are packed in one canonical order (`Item.order`: priority first,
 then larger pods, then more pods, then deployment key, replica index and
 role), each pod on the node it fits most tightly (fewest consumed devices
 left on that node afterwards, ties to the lowest node), the pods of one
-worker on distinct nodes. Because the layout never depends on the order
+worker on distinct nodes. When that leaves an item out and some item is a
+multi-node worker, a second rule puts the pods of multi-node workers on the
+roomiest nodes instead, and is used if it seats more. Because the layout never depends on the order
 replicas were placed in, a lock produced by one run is re-charged identically
 by the next one, so what fitted still fits.
 """
@@ -51,6 +53,7 @@ class Layout:
     node_free: list[int]  # per node, consumed (DRA) devices left
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
+    spread_gangs: bool = False  # packed by the second rule (see Pool.pack)
 
     def copy(self) -> Layout:
         return Layout(
@@ -59,6 +62,7 @@ class Layout:
             self.node_free[:],
             self.free_total,
             self.least_used,
+            self.spread_gangs,
         )
 
 
@@ -102,8 +106,28 @@ class Pool:
         )
 
     def pack(self, items: list[Item]) -> tuple[Layout, list[Item]]:
-        """Pack `items` in canonical order from empty; returns the layout and what did not fit."""
+        """Pack `items` in canonical order from empty; returns the layout and what did not fit.
+
+        First rule: every pod on the node it fits most tightly. When that leaves something
+        out and some item is a multi-node worker, the second rule (the pods of such a
+        worker on the roomiest nodes instead) is tried too, and kept if it seats more. The
+        layout returned is always what `pack` gives for the items it holds."""
+        layout, failed = self._either(items)
+        if failed and layout.spread_gangs:
+            layout, _ = self._either(layout.items)
+        return layout, failed
+
+    def _either(self, items: list[Item]) -> tuple[Layout, list[Item]]:
+        layout, failed = self._pack(items, spread_gangs=False)
+        if failed and any(i.demand.pods_per_worker > 1 for i in items):
+            second, failed_second = self._pack(items, spread_gangs=True)
+            if len(failed_second) < len(failed):
+                return second, failed_second
+        return layout, failed
+
+    def _pack(self, items: list[Item], spread_gangs: bool) -> tuple[Layout, list[Item]]:
         layout = self.empty()
+        layout.spread_gangs = spread_gangs
         failed: list[Item] = []
         for item in sorted(items, key=_order):
             if self._place(layout, item):
@@ -126,15 +150,25 @@ class Pool:
         current = layout is self.layout
         if current and memo in self._misfits:
             return None
+        trial: Layout | None = None
         if position == len(layout.items):
-            trial: Layout | None = layout.copy()  # sorts last: packing on top is canonical
-            assert trial is not None
+            # Sorts last: packing on top, by the layout's own rule, is canonical.
+            trial = layout.copy()
             if self._place(trial, item):
                 trial.items.append(item)
                 trial.least_used += item.demand.least_consumed
             else:
                 trial = None
-        else:
+        if trial is None and (
+            position < len(layout.items)
+            or (
+                not layout.spread_gangs
+                and (
+                    item.demand.pods_per_worker > 1
+                    or any(i.demand.pods_per_worker > 1 for i in layout.items)
+                )
+            )
+        ):
             trial, failed = self.pack([*layout.items, item])
             trial = None if failed else trial
         if trial is None and current:
@@ -162,12 +196,19 @@ class Pool:
             self._free_nodes[demand] = hit
         return hit
 
+    def nodes_with_room(self, layout: Layout, demand: PodDemand) -> int:
+        """Nodes of `layout` with room for one more pod of `demand`."""
+        if layout is self.layout:
+            return self.free_nodes(demand)
+        return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None)
+
     def _place(self, layout: Layout, item: Item) -> bool:
         """Place every pod of `item` on `layout` (mutated); on failure leave it unchanged."""
         demand = item.demand
         consumed = self.shape.consumed
         free, node_free = layout.free, layout.node_free
         undo: list[tuple[int, dict[int, int], int]] = []
+        roomiest = layout.spread_gangs and demand.pods_per_worker > 1
         for _ in range(demand.workers):
             used_nodes: set[int] = set()
             for _ in range(demand.pods_per_worker):
@@ -183,7 +224,7 @@ class Pool:
                         continue
                     used = sum(n for k, n in take.items() if consumed[k])
                     left = node_free[node] - used
-                    if best < 0 or left < best_left:
+                    if best < 0 or (left > best_left if roomiest else left < best_left):
                         best, best_left, best_take, best_used = node, left, take, used
                 if best < 0:
                     for node, take, used in reversed(undo):

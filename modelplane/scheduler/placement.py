@@ -16,11 +16,19 @@ from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler import reasons
 from modelplane.scheduler.capacity import Item, Layout, Pool
 from modelplane.scheduler.eligibility import Eligibility, RolePools
-from modelplane.scheduler.matching import Matcher
+from modelplane.scheduler.matching import Matcher, PodDemand
 from modelplane.scheduler.taints import BLOCKS_NEW, EVICTS
 
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
 RolePlan = list[tuple[str, Pool, Layout]]  # (role, pool, that pool's layout with the role on it)
+
+
+def replica_gpus(dep: ModelDeployment) -> int:
+    """GPUs one replica asks for, over all its roles and pods."""
+    return sum(
+        role.workers.count * role.workers.topology.shape.gpus_per_worker
+        for role in dep.spec.roles.values()
+    )
 
 
 def lowest_free(taken: set[int] | Sequence[int]) -> int:
@@ -154,21 +162,87 @@ class Placement:
     # -- 5: fill -------------------------------------------------------------------------
 
     def fill(self) -> None:
-        """Place missing replicas, highest priority first, spreading then packing."""
-        order = sorted(self.deployments.items(), key=lambda kv: (-kv[1].spec.priority, kv[0]))
+        """Place missing replicas: highest priority first, larger replicas first within a
+        priority (first-fit decreasing); spread where no larger pending pod loses room."""
+        order = self.fill_order()
+        self._pending = self._pending_demands(order)
         for dep_key, dep in order:
+            self._forget_pending(dep_key, dep)
             if dep.spec.replicas > len(self.placed[dep_key]):
                 self._fill(dep_key, dep)
         # Reasons describe the final state, so re-planning the written lock, which starts
         # from that state, reports exactly the same.
+        self.explain()
+
+    def explain(self) -> None:
         for dep_key, dep in self.deployments.items():
             if dep.spec.replicas > len(self.placed[dep_key]):
                 self.reasons[dep_key] = self._explain(dep_key, dep)
 
+    def fill_order(self) -> list[tuple[str, ModelDeployment]]:
+        """Priority (high first), GPUs per replica (large first), then key."""
+        return sorted(
+            self.deployments.items(),
+            key=lambda kv: (-kv[1].spec.priority, -replica_gpus(kv[1]), kv[0]),
+        )
+
+    # Pending demands: per (profile id, pool position), how many deployments still to be
+    # filled may put a pod of each demand there.
+    _pending: dict[tuple[int, int], Counter[PodDemand]]
+
+    def _pending_demands(
+        self, order: Sequence[tuple[str, ModelDeployment]]
+    ) -> dict[tuple[int, int], Counter[PodDemand]]:
+        pending: dict[tuple[int, int], Counter[PodDemand]] = {}
+        for dep_key, dep in order:
+            if dep.spec.replicas <= len(self.placed[dep_key]):
+                continue
+            for pid, pos, demand in self._demands(dep_key, dep):
+                pending.setdefault((pid, pos), Counter())[demand] += 1
+        return pending
+
+    def _demands(self, dep_key: str, dep: ModelDeployment) -> list[tuple[int, int, PodDemand]]:
+        out = []
+        for pid, members in self.eligibility.members.items():
+            pools = self.eligibility.open_for_new(dep_key, dep, members[0])
+            if pools is None:
+                continue
+            for _, matching in pools.roles:
+                out += [(pid, pos, demand) for pos, demand in matching]
+        return out
+
+    def _forget_pending(self, dep_key: str, dep: ModelDeployment) -> None:
+        if dep.spec.replicas <= len(self.placed[dep_key]):
+            return
+        for pid, pos, demand in self._demands(dep_key, dep):
+            counter = self._pending[(pid, pos)]
+            counter[demand] -= 1
+            if counter[demand] <= 0:
+                del counter[demand]
+
+    def _takes_room(self, pool: Pool, before: Layout, after: Layout, demand: PodDemand) -> bool:
+        """True when `after` has fewer nodes with room for a larger pending pod than `before`."""
+        pending = getattr(self, "_pending", None)
+        if not pending:
+            return False
+        larger = pending.get((self.eligibility.profile_ids[pool.cluster], pool.position))
+        if not larger:
+            return False
+        for other in larger:
+            if other.devices_per_pod <= demand.devices_per_pod:
+                continue
+            if pool.nodes_with_room(after, other) < pool.nodes_with_room(before, other):
+                return True
+        return False
+
     def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
-        """Add replicas one by one on the open cluster with room hosting the fewest of them
-        (ties: the name sorting first). A cluster without room is not asked again: during
-        one deployment's fill, clusters only fill up."""
+        """Add replicas one by one on the open cluster with room that takes no room from a
+        larger pending pod, hosting the fewest of them (ties: the name sorting first); when
+        every such cluster would take room, the same order among those that do.
+
+        A cluster without room is not asked again: during one deployment's fill, clusters
+        only fill up. A cluster that would take room is not asked again until no other is
+        left: it only changes when this deployment places there."""
         placed = self.placed[dep_key]
         missing = dep.spec.replicas - len(placed)
         hosted = Counter(cluster for cluster, _ in placed)
@@ -182,29 +256,44 @@ class Placement:
         heapq.heapify(heap)
         fresh = iter([c for c in role_pools if c not in hosted])
         pending = next(fresh, None)
+        deferred: list[tuple[int, str, int, RolePlan]] = []  # would take room
         while missing:
             if pending is not None and (not heap or (0, pending) < heap[0]):
                 count, cluster = 0, pending
                 pending = next(fresh, None)
             elif heap:
                 count, cluster = heapq.heappop(heap)
+            elif deferred:
+                count, cluster, index, plan = heapq.heappop(deferred)
+                self._commit(dep_key, cluster, index, plan, taken)
+                missing -= 1
+                heapq.heappush(heap, (count + 1, cluster))
+                continue
             else:
                 break
             open_pools = role_pools[cluster]
             if not self._may_fit(cluster, open_pools):
                 continue
-            indices = taken.setdefault(cluster, set())
-            index = lowest_free(indices)
-            plan = self._fit(dep_key, dep, cluster, index, open_pools)
-            if plan is None:
+            index = lowest_free(taken.setdefault(cluster, set()))
+            found = self._fit(dep_key, dep, cluster, index, open_pools)
+            if found is None:
                 continue
-            for _, pool, layout in plan:
-                pool.set_layout(layout)
-            self._refresh_room(cluster)
-            placed[(cluster, index)] = {role: pool.name for role, pool, _ in plan}
-            indices.add(index)
+            harm, plan = found
+            if harm:
+                heapq.heappush(deferred, (count, cluster, index, plan))
+                continue
+            self._commit(dep_key, cluster, index, plan, taken)
             missing -= 1
             heapq.heappush(heap, (count + 1, cluster))
+
+    def _commit(
+        self, dep_key: str, cluster: str, index: int, plan: RolePlan, taken: dict[str, set[int]]
+    ) -> None:
+        for _, pool, layout in plan:
+            pool.set_layout(layout)
+        self._refresh_room(cluster)
+        self.placed[dep_key][(cluster, index)] = {role: pool.name for role, pool, _ in plan}
+        taken.setdefault(cluster, set()).add(index)
 
     def _open_clusters(self, dep_key: str, dep: ModelDeployment) -> dict[str, RolePools]:
         """The clusters open to new replicas of `dep` (selector, cache, NoSchedule and
@@ -232,18 +321,20 @@ class Placement:
 
     def _fit(
         self, dep_key: str, dep: ModelDeployment, cluster: str, index: int, role_pools: RolePools
-    ) -> RolePlan | None:
-        """Pools for every role of a new replica, or None. Each role takes its best fit
-        (least room left after it, ties by pool order) given the roles before it; when a
-        later role then finds no room, an earlier role tries its next-best pool."""
+    ) -> tuple[bool, RolePlan] | None:
+        """Pools for every role of a new replica, and whether they take room from a larger
+        pending pod, or None. Each role takes, given the roles before it, a pool where it
+        takes no such room first, then its best fit (least room left after it), ties by
+        pool order; when a later role then finds no room, an earlier role tries its next
+        option."""
         pools = self.cluster_pools[cluster]
         roles = role_pools.roles
 
-        def search(position: int, layouts: dict[int, Layout]) -> RolePlan | None:
+        def search(position: int, layouts: dict[int, Layout]) -> tuple[bool, RolePlan] | None:
             if position == len(roles):
-                return []
+                return False, []
             role, matching = roles[position]
-            options: list[tuple[int, int, Layout]] = []
+            options: list[tuple[bool, int, int, Layout]] = []
             for pool_pos, demand in matching:
                 pool = pools[pool_pos]
                 layout = layouts.get(pool_pos, pool.layout)
@@ -252,12 +343,13 @@ class Placement:
                 item = Item.make(dep.spec.priority, dep_key, index, role, position, demand)
                 trial = pool.with_item(layout, item)
                 if trial is not None:
-                    options.append((trial.free_total, pool_pos, trial))
-            options.sort(key=lambda o: (o[0], o[1]))
-            for _, pool_pos, trial in options:
+                    harm = self._takes_room(pool, layout, trial, demand)
+                    options.append((harm, trial.free_total, pool_pos, trial))
+            options.sort(key=lambda o: (o[0], o[1], o[2]))
+            for harm, _, pool_pos, trial in options:
                 rest = search(position + 1, {**layouts, pool_pos: trial})
                 if rest is not None:
-                    return [(role, pools[pool_pos], trial), *rest]
+                    return harm or rest[0], [(role, pools[pool_pos], trial), *rest[1]]
             return None
 
         return search(0, {})

@@ -26,9 +26,31 @@ class DeploymentReport:
 
 
 @dataclass(frozen=True)
+class OptimizeReport:
+    """How an `--optimize` solve went. `optimal` is False when the time budget ran out (or
+    the solver stopped early) and the best solution found was used."""
+
+    optimal: bool
+    status: str  # the solver's model status
+    seconds: float
+    objective_gpus: int  # GPUs the solver's solution places (kept + new)
+    placed_gpus: int  # GPUs the final plan places (kept + new)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "optimal": self.optimal,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "objectiveGpus": self.objective_gpus,
+            "placedGpus": self.placed_gpus,
+        }
+
+
+@dataclass(frozen=True)
 class ScheduleResult:
     lock: PlacementLock  # deployments sorted by key, replicas by (cluster, index)
     report: dict[str, DeploymentReport]  # every deployment of the fleet, sorted by key
+    optimize: OptimizeReport | None = field(default=None, compare=False)  # with --optimize
 
     @property
     def short(self) -> bool:
