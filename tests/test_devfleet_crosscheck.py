@@ -40,7 +40,7 @@ SEEDS = range(20)
 CLUSTER = "dev-1"
 MEM = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("{}Gi")) >= 0'
 BIND_TIMEOUT = 30.0
-SETTLE = 6.0  # how long a forced pod must stay unbound
+SETTLE = 4.0  # how long a forced pod must stay unbound
 FORCED_POOL = "any-pool"
 
 
@@ -147,11 +147,21 @@ def _workloads(
     )
     if not pin:
         # An unplaced replica has no pool: its claim asks for the same devices (class and CEL
-        # selectors) from any node, so give the claim builder a device kind with room enough.
-        gpu = next(iter(spec.classes.values())).spec.devices[0]
-        devices = dict(target.pool_devices)
-        devices[FORCED_POOL] = (gpu.model_copy(update={"count": 64}),)
-        target = replace(target, pool_devices=devices)
+        # selectors) from any node. Build it from the first class whose device kind matches
+        # (with room enough); when no class matches, no node can hold it: nothing to force.
+        for klass in spec.classes.values():
+            gpu = klass.spec.devices[0]
+            devices = dict(target.pool_devices)
+            devices[FORCED_POOL] = (gpu.model_copy(update={"count": 64}),)
+            candidate = replace(target, pool_devices=devices)
+            try:
+                replica_manifests(spec.deployments[key], replica, candidate)
+            except ValueError:
+                continue
+            target = candidate
+            break
+        else:
+            return []
     out = []
     for manifest in replica_manifests(spec.deployments[key], replica, target):
         if manifest["kind"] not in ("ResourceClaimTemplate", "Deployment"):
