@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +38,7 @@ from tests.fixtures.devfleet import api_client, prerequisites
 pytestmark = [pytest.mark.devfleet]
 
 SEEDS = range(20)
+WORKERS = 4  # seeds run on this many dev-fleet clusters at once
 CLUSTER = "dev-1"
 MEM = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("{}Gi")) >= 0'
 BIND_TIMEOUT = 30.0
@@ -94,7 +96,7 @@ def generate(seed: int) -> Generated:
 def one_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devfleet.DevFleet]:
     prerequisites()
     state = tmp_path_factory.mktemp("crosscheck-fleet")
-    fleet = devfleet.up(state, clusters=1, specs=None)
+    fleet = devfleet.up(state, clusters=WORKERS, specs=None)
     try:
         yield fleet
     finally:
@@ -195,11 +197,11 @@ def _unschedulable_reason(pod: Any) -> str:
     return "not scheduled yet"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_modelplane_and_kube_scheduler_agree(one_cluster: devfleet.DevFleet, seed: int) -> None:
+def check_seed(fleet: devfleet.DevFleet, seed: int, physical: str) -> str | None:
+    """Run one seed on the dev-fleet cluster ``physical``; the disagreements, or None."""
     generated = generate(seed)
     result = schedule(generated.spec)
-    target = one_cluster.cluster(CLUSTER)
+    target = fleet.cluster(physical)
     rest = target.rest()
     api: ApiClient = api_client(target)
     core = CoreV1Api(api)
@@ -254,7 +256,9 @@ def test_modelplane_and_kube_scheduler_agree(one_cluster: devfleet.DevFleet, see
                         f"but kube-scheduler bound it on {pod.spec.node_name}: modelplane's "
                         "scheduler leaves usable capacity"
                     )
-        assert not problems, f"seed {seed} ({generated.description}):\n" + "\n".join(problems)
+        if problems:
+            return f"seed {seed} ({generated.description}):\n" + "\n".join(problems)
+        return None
     finally:
         namespaces = (f"placed-{seed}", f"forced-{seed}")
         for ns in namespaces:
@@ -276,3 +280,24 @@ def test_modelplane_and_kube_scheduler_agree(one_cluster: devfleet.DevFleet, see
                 break
             time.sleep(0.5)
         api.close()
+
+
+def test_modelplane_and_kube_scheduler_agree_on_generated_fleets(
+    one_cluster: devfleet.DevFleet,
+) -> None:
+    """Every seed in SEEDS; cluster k of the dev fleet takes seeds k, k+WORKERS, ..."""
+
+    def worker(k: int) -> list[str]:
+        found = []
+        for seed in SEEDS:
+            if seed % WORKERS == k:
+                problem = check_seed(one_cluster, seed, f"dev-{k + 1}")
+                if problem:
+                    found.append(problem)
+        return found
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        problems = [p for found in pool.map(worker, range(WORKERS)) for p in found]
+    assert not problems, f"{len(problems)} of {len(SEEDS)} seeds disagree:\n" + "\n\n".join(
+        problems
+    )
