@@ -10,8 +10,9 @@ import yaml
 from pydantic import ValidationError
 
 from modelplane.api.errors import FleetInvalid, SpecError
-from modelplane.api.loader import LOCK_FILE, Document, validation_errors
-from modelplane.api.placement_lock import LockedReplica, PlacementLock
+from modelplane.api.loader import LOCK_FILE, Document, validation_errors, with_marks
+from modelplane.api.placement_lock import LockedReplica, PlacementLock, duplicate_entries
+from modelplane.api.yamlread import MAX_FILE_BYTES, read_yaml
 
 ROLE_ORDER = ("unified", "prefill", "decode")
 
@@ -24,22 +25,48 @@ def default_lock_path(fleet_dir: str | Path) -> Path:
 def read_lock(path: str | Path) -> PlacementLock:
     """The lock at path; a missing file means no previous placement."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return PlacementLock()
+    where = str(path)
+
+    def invalid(message: str, line: int = 0, column: int = 0, at: str = "") -> FleetInvalid:
+        return FleetInvalid([SpecError(where, 0, "PlacementLock", at, message, line, column)])
+
     try:
-        body = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        if not path.is_file():
+            raise invalid("the lock is not a regular file")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise invalid(f"the lock is larger than {MAX_FILE_BYTES // 2**20} MiB")
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise invalid(f"unreadable lock: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise invalid(f"the lock is not UTF-8 text (byte {exc.start}): {exc.reason}") from None
+    docs, problems = read_yaml(text)
+    if problems:
         raise FleetInvalid(
-            [SpecError(str(path), 0, "PlacementLock", "", f"unreadable lock: {exc}")]
-        ) from None
-    if body is None:
+            [
+                SpecError(where, p.document, "PlacementLock", p.path, p.message, p.line, p.column)
+                for p in problems
+            ]
+        )
+    if len(docs) > 1:
+        raise invalid("the lock holds more than one YAML document", *docs[1].mark(""))
+    if not docs:
         return PlacementLock()
+    doc = docs[0]
     try:
-        return PlacementLock.model_validate(body)
+        lock = PlacementLock.model_validate(doc.body)
     except ValidationError as exc:
-        raise FleetInvalid(
-            validation_errors(Document(str(path), 0, body), "PlacementLock", exc)
-        ) from None
+        errors = validation_errors(Document(where, doc.index, doc.body, doc), "PlacementLock", exc)
+        raise FleetInvalid(with_marks(errors, {(where, doc.index): doc})) from None
+    duplicates = [
+        SpecError(where, doc.index, "PlacementLock", at, message)
+        for at, message in duplicate_entries(lock)
+    ]
+    if duplicates:
+        raise FleetInvalid(with_marks(duplicates, {(where, doc.index): doc}))
+    return lock
 
 
 def _scalar(value: str) -> str:
@@ -80,8 +107,11 @@ def write_lock(path: str | Path, lock: PlacementLock) -> bool:
     """Write atomically; returns False (and leaves the file untouched) when unchanged."""
     path = Path(path)
     text = dump_lock(lock)
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return False
+    try:
+        if path.is_file() and path.read_bytes() == text.encode("utf-8"):
+            return False
+    except OSError:
+        pass
     fd, tmp = tempfile.mkstemp(prefix=".lock-", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)

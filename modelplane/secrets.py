@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,33 @@ FILE_PREFIX = "file:"
 DEV_FLEET_STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
+MAX_SECRET_FILE_BYTES = 1024 * 1024  # a Kubernetes Secret holds at most 1 MiB
+
 ConfigLookup = Callable[[str], str | None]
+
+
+def _read_secret_file(path: Path) -> str | None:
+    """The file's text, or None unless it is a regular UTF-8 file within the size limit.
+
+    Opened with O_NONBLOCK and checked with fstat before reading, so a FIFO, a
+    device (/dev/zero) or a socket is refused rather than hanging or filling memory.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SECRET_FILE_BYTES:
+            return None
+        data = os.read(fd, MAX_SECRET_FILE_BYTES + 1)
+        if len(data) > MAX_SECRET_FILE_BYTES:
+            return None
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 class SecretNotFound(LookupError):
@@ -102,11 +129,10 @@ def resolve_secret(
         path = Path(expanded).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
-        tried.append(f"file {path}")
-        try:
-            return ResolvedSecret(path.read_text(encoding="utf-8"), "file")
-        except OSError:
-            pass
+        tried.append(f"file {path} (a regular file of at most {MAX_SECRET_FILE_BYTES} bytes)")
+        value = _read_secret_file(path)
+        if value is not None:
+            return ResolvedSecret(value, "file")
     else:
         tried.append(f"a file, by naming the secret 'file:<path>' instead of {name!r}")
     raise SecretNotFound(name, key, tried)

@@ -338,7 +338,10 @@ def test_invalid_yaml_and_wrong_api_version(tmp_path):
     (tmp_path / "broken.yaml").write_text("kind: [unclosed\n")
     (tmp_path / "other.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     errors = load_fleet(tmp_path).errors
-    assert any(e.file.endswith("broken.yaml") and "invalid YAML (line" in e.message for e in errors)
+    assert any(
+        e.file.endswith("broken.yaml") and "invalid YAML" in e.message and e.line == 2
+        for e in errors
+    )
     assert any(e.file.endswith("other.yaml") and e.path == "apiVersion" for e in errors)
 
 

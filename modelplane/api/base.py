@@ -78,6 +78,20 @@ def check_no_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+#: The labels modelplane writes itself (docs/api.md, "Labels modelplane owns").
+OWNED_LABELS = frozenset(
+    RESERVED_PREFIX + name
+    for name in ("pool", "deployment", "replica", "cluster", "replica-index", "role")
+)
+
+
+def check_no_owned_labels(labels: dict[str, str]) -> dict[str, str]:
+    owned = sorted(k for k in labels if k in OWNED_LABELS)
+    if owned:
+        raise ValueError(f"label(s) {', '.join(owned)} are set by modelplane, not by users")
+    return labels
+
+
 UserLabels = Annotated[Labels, AfterValidator(check_no_reserved_labels)]
 
 

@@ -13,12 +13,16 @@ class SpecError:
     object: str  # `Kind namespace/name`, `Kind name`, or "" when unknown
     path: str  # dotted field path, e.g. spec.nodePools[0].className
     message: str
+    line: int = 0  # 1-based line of the field in the file; 0 when unknown
+    column: int = 0  # 1-based column; 0 when unknown
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
         where = f"{self.file}[{self.document}]"
+        if self.line:
+            where = f"{self.file}:{self.line}:{self.column}[{self.document}]"
         what = f" {self.object}" if self.object else ""
         field = f" {self.path}:" if self.path else ""
         return f"{where}{what}:{field} {self.message}"

@@ -49,6 +49,11 @@ class EKSNetworking(Strict):
         vpc = ipaddress.ip_network(_cidr(self.vpc_cidr))
         nets = [ipaddress.ip_network(_cidr(c)) for c in self.subnet_cidrs]
         for cidr, net in zip(self.subnet_cidrs, nets, strict=True):
+            if net.version != vpc.version:
+                raise ValueError(
+                    f"subnet {cidr} is IPv{net.version} but vpcCidr {self.vpc_cidr} is "
+                    f"IPv{vpc.version}"
+                )
             if not net.subnet_of(vpc):  # type: ignore[arg-type]
                 raise ValueError(f"subnet {cidr} is not inside vpcCidr {self.vpc_cidr}")
         for i, a in enumerate(nets):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+import errno
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from modelplane.api.base import API_VERSION
@@ -16,6 +17,7 @@ from modelplane.api.kinds import KINDS, NAMESPACED
 from modelplane.api.paths import format_path, join_path
 from modelplane.api.problems import FieldProblems
 from modelplane.api.references import check_references
+from modelplane.api.yamlread import MAX_FILE_BYTES, YamlDocument, read_yaml
 
 LOCK_FILE = "modelplane.lock.yaml"
 
@@ -35,6 +37,7 @@ class Document:
     file: str
     index: int
     body: Any
+    source: YamlDocument | None = None  # node marks, when read from a file
 
 
 def is_pulumi_file(name: str) -> bool:
@@ -44,43 +47,84 @@ def is_pulumi_file(name: str) -> bool:
     )
 
 
-def fleet_files(root: Path) -> list[Path]:
+def fleet_files(root: Path, errors: list[SpecError] | None = None) -> list[Path]:
     """Every *.yaml / *.yml below root in path order, skipping hidden folders, the lock and
-    the Pulumi project and stack config files."""
+    the Pulumi project and stack config files.
+
+    Dangling or looping symlinks and unreadable folders are reported into errors
+    (when given) rather than skipped: a spec must not vanish without a word.
+    """
     if root.is_file():
         return [root]
-    files = []
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        if (
-            path.is_file()
-            and path.suffix in (".yaml", ".yml")
-            and path.name != LOCK_FILE
-            and not is_pulumi_file(path.name)
-        ):
-            files.append(path)
+    files: list[Path] = []
+    report = errors if errors is not None else []
+
+    def on_error(exc: OSError) -> None:
+        where = exc.filename or str(root)
+        report.append(SpecError(str(where), 0, "", "", f"cannot read folder: {exc.strerror}"))
+
+    for folder, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
+        here = Path(folder)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for d in list(dirnames):
+            target = here / d
+            if target.is_symlink():
+                try:
+                    real = target.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    report.append(SpecError(str(target), 0, "", "", "symlink loops"))
+                    dirnames.remove(d)
+                    continue
+                if real == root.resolve() or root.resolve().is_relative_to(real):
+                    report.append(
+                        SpecError(str(target), 0, "", "", "symlink loops back into the fleet")
+                    )
+                    dirnames.remove(d)
+        for name in filenames:
+            if name.startswith(".") or name == LOCK_FILE or is_pulumi_file(name):
+                continue
+            path = here / name
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            if os.path.islink(path) and not os.path.exists(path):
+                try:
+                    path.resolve(strict=True)
+                    problem = "dangling symlink"
+                except RuntimeError:
+                    problem = "symlink loops"
+                except OSError as exc:
+                    problem = "symlink loops" if exc.errno == errno.ELOOP else "dangling symlink"
+                report.append(SpecError(str(path), 0, "", "", problem))
+                continue
+            if path.is_file():
+                files.append(path)
+            else:
+                report.append(SpecError(str(path), 0, "", "", "not a regular file"))
     return sorted(files)
 
 
 def _read_documents(path: Path, display: str, errors: list[SpecError]) -> list[Document]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        errors.append(SpecError(display, 0, "", "", f"cannot read file: {exc}"))
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            errors.append(
+                SpecError(display, 0, "", "", f"file is larger than {MAX_FILE_BYTES // 2**20} MiB")
+            )
+            return []
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        errors.append(SpecError(display, 0, "", "", f"cannot read file: {exc.strerror or exc}"))
         return []
-    docs: list[Document] = []
-    try:
-        for i, body in enumerate(yaml.safe_load_all(text)):
-            if body is not None:
-                docs.append(Document(display, i, body))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        errors.append(SpecError(display, len(docs), "", "", f"invalid YAML{where}: {problem}"))
-    return docs
+    except UnicodeDecodeError as exc:
+        errors.append(
+            SpecError(display, 0, "", "", f"not UTF-8 text (byte {exc.start}): {exc.reason}")
+        )
+        return []
+    docs, problems = read_yaml(text)
+    for p in problems:
+        errors.append(SpecError(display, p.document, "", p.path, p.message, p.line, p.column))
+    return [Document(display, d.index, d.body, d) for d in docs]
 
 
 def _object_label(kind: str, body: dict[str, Any]) -> str:
@@ -169,8 +213,59 @@ def _parse(
 
 
 def _inside(file: str, dirs: list[Path]) -> bool:
-    path = Path(file).resolve()
+    path = Path(os.path.realpath(file))
     return any(path.is_relative_to(d) for d in dirs)
+
+
+RENDER_TO_PATH = "spec.cluster.existing.renderTo"
+
+
+def _render_dirs(
+    base: Path, parsed: list[tuple[Document, str, BaseModel]], errors: list[SpecError]
+) -> dict[Path, tuple[Document, str]]:
+    """Each cluster's renderTo folder, confined to a dedicated folder inside the fleet.
+
+    Rejected: an absolute path, `..`, the fleet folder itself, a path that leaves
+    the fleet through a symlink, and a folder that holds specs.
+    """
+    root = base.resolve()
+    dirs: dict[Path, tuple[Document, str]] = {}
+    for doc, obj, m in parsed:
+        existing = getattr(getattr(getattr(m, "spec", None), "cluster", None), "existing", None)
+        raw = getattr(existing, "render_to", None) if m.kind == "InferenceCluster" else None  # type: ignore[attr-defined]
+        if not raw:
+            continue
+        pure = PurePosixPath(raw)
+        problem = None
+        if pure.is_absolute() or PureWindowsPath(raw).is_absolute():
+            problem = "must be a relative path inside the fleet folder"
+        elif ".." in pure.parts:
+            problem = "must not contain '..'"
+        else:
+            target = (base / raw).resolve()
+            if target == root:
+                problem = "must be a folder of its own, not the fleet folder itself"
+            elif not target.is_relative_to(root):
+                problem = "leaves the fleet folder (through a symlink)"
+        if problem:
+            errors.append(SpecError(doc.file, doc.index, obj, RENDER_TO_PATH, f"{raw!r} {problem}"))
+            continue
+        dirs[target] = (doc, obj)
+    for spec_doc, _, _ in parsed:
+        path = Path(spec_doc.file).resolve()
+        for folder, (doc, obj) in dirs.items():
+            if path.is_relative_to(folder):
+                errors.append(
+                    SpecError(
+                        doc.file,
+                        doc.index,
+                        obj,
+                        RENDER_TO_PATH,
+                        f"{folder.relative_to(root)!s} holds specs ({spec_doc.file}); "
+                        "renderTo must be a folder of its own",
+                    )
+                )
+    return dirs
 
 
 def load_fleet(root: str | Path) -> LoadResult:
@@ -183,24 +278,22 @@ def load_fleet(root: str | Path) -> LoadResult:
         return LoadResult(fleet, errors)
     base = root if root.is_dir() else root.parent
     parsed: list[tuple[Document, str, BaseModel]] = []
-    for path in fleet_files(root):
+    sources: dict[tuple[str, int], YamlDocument] = {}
+    for path in fleet_files(root, errors):
         display = str(path)
         for doc in _read_documents(path, display, errors):
+            if doc.source is not None:
+                sources[(doc.file, doc.index)] = doc.source
             result = _parse(doc, errors, fleet.invalid)
             if result is not None:
                 parsed.append((doc, *result))
 
     # Manifests that modelplane itself rendered into a renderTo folder are not specs.
-    render_dirs = [
-        (base / m.spec.cluster.existing.render_to).resolve()
-        for _, _, m in parsed
-        if m.kind == "InferenceCluster"
-        and m.spec.cluster.existing is not None  # type: ignore[attr-defined]
-        and m.spec.cluster.existing.render_to  # type: ignore[attr-defined]
-    ]
+    confinement: list[SpecError] = []
+    render_dirs = _render_dirs(base, parsed, confinement)
     if render_dirs:
-        parsed = [p for p in parsed if not _inside(p[0].file, render_dirs)]
-        errors = [e for e in errors if not _inside(e.file, render_dirs)]
+        errors = [e for e in errors if not _inside(e.file, list(render_dirs))]
+    errors.extend(confinement)
 
     seen: dict[tuple[str, str], Document] = {}
     for doc, obj, model in parsed:
@@ -248,4 +341,18 @@ def load_fleet(root: str | Path) -> LoadResult:
             getattr(fleet, attr)[key] = model
     fleet.sort()
     errors.extend(check_references(fleet))
-    return LoadResult(fleet, sorted(set(errors)))
+    return LoadResult(fleet, sorted(set(with_marks(errors, sources))))
+
+
+def with_marks(
+    errors: list[SpecError], sources: dict[tuple[str, int], YamlDocument]
+) -> list[SpecError]:
+    """Errors with line and column filled in from the documents' node marks."""
+    out = []
+    for e in errors:
+        src = sources.get((e.file, e.document))
+        if src is not None and not e.line:
+            line, column = src.mark(e.path)
+            e = replace(e, line=line, column=column)
+        out.append(e)
+    return out

@@ -9,12 +9,19 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from modelplane.api.base import API_VERSION, LabelSelector, ObjectMeta, Strict
+from modelplane.api.base import (
+    API_VERSION,
+    LabelSelector,
+    ObjectMeta,
+    Strict,
+    check_no_owned_labels,
+)
+from modelplane.api.problems import raise_if
 
 
 class ServiceEndpoint(Strict):
     selector: LabelSelector
-    weight: int = Field(default=1, ge=1, le=1_000_000)
+    weight: int = Field(default=1, ge=1, le=1_000_000, strict=True)
 
 
 class ModelServiceSpec(Strict):
@@ -47,6 +54,8 @@ class ParsedURL:
 
 def parse_endpoint_url(url: str) -> ParsedURL:
     """Split an endpoint URL; raise ValueError naming what is wrong."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise ValueError(f"url {url!r} must not contain spaces or control characters")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"url {url!r} must start with http:// or https://")
@@ -105,6 +114,15 @@ class ModelEndpoint(Strict):
     kind: Literal["ModelEndpoint"] = "ModelEndpoint"
     metadata: ObjectMeta
     spec: ModelEndpointSpec
+
+    @field_validator("metadata")
+    @classmethod
+    def _user_labels(cls, meta: ObjectMeta) -> ObjectMeta:
+        try:
+            check_no_owned_labels(meta.labels)
+        except ValueError as exc:
+            raise_if([("labels", str(exc))])
+        return meta
 
     @property
     def key(self) -> str:

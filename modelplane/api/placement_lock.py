@@ -35,3 +35,32 @@ class PlacementLock(Strict):
     def replicas_of(self, key: str) -> list[LockedReplica]:
         dep = self.deployments.get(key)
         return list(dep.replicas) if dep else []
+
+
+def duplicate_entries(lock: PlacementLock) -> list[tuple[str, str]]:
+    """(path, message) for every second entry of a replica name or a (cluster, index) slot.
+
+    A lock file must not hold them (read_lock rejects it); the scheduler tolerates
+    them in memory and resolves them the same in any order.
+    """
+    problems = []
+    for key, dep in lock.deployments.items():
+        names: dict[str, int] = {}
+        slots: dict[tuple[str, int], int] = {}
+        for i, r in enumerate(dep.replicas):
+            at = f"deployments.{key}.replicas[{i}]"
+            if r.name in names:
+                problems.append(
+                    (f"{at}.name", f"duplicate replica {r.name!r} (also replicas[{names[r.name]}])")
+                )
+            names.setdefault(r.name, i)
+            slot = (r.cluster, r.index)
+            if slot in slots:
+                problems.append(
+                    (
+                        f"{at}.index",
+                        f"duplicate slot {r.cluster}/{r.index} (also replicas[{slots[slot]}])",
+                    )
+                )
+            slots.setdefault(slot, i)
+    return problems

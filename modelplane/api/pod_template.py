@@ -2,12 +2,50 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from modelplane.api.base import DNSSubdomain, LocalObjectReference, Strict, UserLabels
+from modelplane.api.base import (
+    DNSLabel,
+    DNSSubdomain,
+    LabelKey,
+    LocalObjectReference,
+    Strict,
+    UserLabels,
+)
 from modelplane.api.quantities import QuantityStr
+
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a valid environment variable name (letters, digits, '_', '-', "
+            "'.', not starting with a digit)"
+        )
+    return value
+
+
+def _port_name(value: str) -> str:
+    if (
+        len(value) > 15
+        or not _PORT_NAME.match(value)
+        or "--" in value
+        or not any(c.isalpha() for c in value)
+    ):
+        raise ValueError(
+            f"{value!r} is not a valid port name (an IANA service name: at most 15 lower-case "
+            "alphanumerics or '-', at least one letter, no '--')"
+        )
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(_env_name)]
+PortName = Annotated[str, AfterValidator(_port_name)]
 
 
 class KeyRef(Strict):
@@ -35,7 +73,7 @@ class EnvVarSource(Strict):
 
 
 class EnvVar(Strict):
-    name: str = Field(min_length=1)
+    name: EnvName
     value: str | None = None
     value_from: EnvVarSource | None = None
 
@@ -47,8 +85,8 @@ class EnvFromSource(Strict):
 
 
 class ContainerPort(Strict):
-    container_port: int = Field(ge=1, le=65535)
-    name: str | None = None
+    container_port: int = Field(ge=1, le=65535, strict=True)
+    name: PortName | None = None
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
 
 
@@ -58,14 +96,14 @@ class ResourceRequirements(Strict):
 
 
 class VolumeMount(Strict):
-    name: str = Field(min_length=1)
+    name: DNSLabel
     mount_path: str = Field(min_length=1)
     read_only: bool | None = None
     sub_path: str | None = None
 
 
 class Container(Strict):
-    name: str = Field(min_length=1, max_length=63)
+    name: DNSLabel
     image: str = Field(min_length=1)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     command: list[str] = Field(default_factory=list)
@@ -99,7 +137,7 @@ class Container(Strict):
 class Volume(Strict):
     """A pod volume; exactly one source. Model caches are mounted by modelplane itself."""
 
-    name: str = Field(min_length=1, max_length=63)
+    name: DNSLabel
     config_map: dict[str, Any] | None = None
     secret: dict[str, Any] | None = None
     empty_dir: dict[str, Any] | None = None
@@ -108,7 +146,7 @@ class Volume(Strict):
 
 class TemplateMetadata(Strict):
     labels: UserLabels = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[LabelKey, str] = Field(default_factory=dict)
 
 
 class TemplateSpec(Strict):

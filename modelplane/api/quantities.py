@@ -14,6 +14,8 @@ def _check_quantity(value: str) -> str:
         parse_quantity(value)
     except ValueError as exc:
         raise ValueError(f"{value!r} is not a Kubernetes quantity ({exc})") from None
+    if parse_quantity(value).sign() < 0:
+        raise ValueError(f"quantity {value!r} must not be negative")
     return value
 
 

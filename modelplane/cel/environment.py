@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -290,9 +291,6 @@ class _Evaluator(Evaluator):
     both operands are evaluated, errors are values, a TypeError is "no such overload".
     """
 
-    def sub_evaluator(self, ast: Tree) -> Evaluator:
-        return _Evaluator(ast, activation=self.activation)
-
     def _binary(self, tree: Tree, op: str, left_tree: Any, right_tree: Any) -> Any:
         func = self.activation.resolve_function(op)
         left = self.visit(left_tree)
@@ -303,6 +301,18 @@ class _Evaluator(Evaluator):
             value = CELEvalError("no such overload", ex.__class__, ex.args, tree=tree)
             value.__cause__ = ex
             return value
+
+    deadline: float = float("inf")
+
+    def visit(self, tree: Tree) -> Any:
+        if time.monotonic() > self.deadline:
+            raise BudgetExceeded("CEL evaluation exceeded its time budget")
+        return super().visit(tree)
+
+    def sub_evaluator(self, ast: Tree) -> Evaluator:
+        sub = _Evaluator(ast, activation=self.activation)
+        sub.deadline = self.deadline
+        return sub
 
     def relation(self, tree: Tree) -> Any:
         if len(tree.children) != 2:
@@ -329,7 +339,20 @@ class _Evaluator(Evaluator):
         return self._binary(tree, "_&&_", tree.children[0], tree.children[1])
 
 
-def evaluate(ast: Tree, device: Device) -> Any:
-    """Evaluate a compiled expression; returns the value or a CELEvalError."""
+#: The time one evaluation may take before it is abandoned (a non-match).
+EVALUATION_BUDGET_SECONDS: Final = 0.25
+
+
+class BudgetExceeded(RuntimeError):
+    """An evaluation ran past its time budget."""
+
+
+def evaluate(ast: Tree, device: Device, budget: float = EVALUATION_BUDGET_SECONDS) -> Any:
+    """Evaluate a compiled expression; returns the value or a CELEvalError.
+
+    Raises BudgetExceeded when the evaluation runs longer than budget seconds.
+    """
     activation = Activation(vars={"device": cel_device(device)}, functions=FUNCTIONS)
-    return _Evaluator(ast, activation).visit(ast)
+    evaluator = _Evaluator(ast, activation)
+    evaluator.deadline = time.monotonic() + budget
+    return evaluator.visit(ast)

@@ -13,10 +13,24 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedToken
 from modelplane.cel.device import Device
 from modelplane.cel.environment import GLOBAL_FUNCTIONS, MACROS, METHODS, evaluate
 
-__all__ = ["MAX_EXPRESSION_LENGTH", "CelCompileError", "DeviceSelector", "compile_selector"]
+__all__ = [
+    "MAX_ESTIMATED_COST",
+    "MAX_EXPRESSION_LENGTH",
+    "CelCompileError",
+    "DeviceSelector",
+    "compile_selector",
+    "estimated_cost",
+]
 
 #: Kubernetes' limit on a device selector expression (10 Ki characters).
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024
+
+#: Kubernetes' limit on a device selector's estimated cost.
+MAX_ESTIMATED_COST: Final = 1_000_000
+
+#: A device has at most 32 attributes and capacities together, so a map or list
+#: drawn from it has at most 32 entries; a list literal adds its own elements.
+_DEVICE_ENTRIES: Final = 32
 
 # Standard CEL functions a selector may call, beyond the DRA ones.
 _STANDARD_GLOBALS: Final = frozenset(
@@ -396,6 +410,32 @@ def _bind(node: Tree) -> Tree:
     return Tree("member_index", [mapped, zero], meta)
 
 
+def _list_elements(node: Tree) -> int:
+    count = 0
+    for sub in node.iter_subtrees():
+        if sub.data == "list_lit" and sub.children and isinstance(sub.children[0], Tree):
+            count += len(sub.children[0].children)
+    return count
+
+
+def estimated_cost(ast: Tree) -> int:
+    """A worst-case cost, like Kubernetes' estimate: one per node, and a
+    comprehension's body once per element of the largest list it could see
+    (a device's 32 entries plus every list literal's elements)."""
+    width = _DEVICE_ENTRIES + _list_elements(ast)
+    costs: dict[int, int] = {}
+    for node in ast.iter_subtrees():  # children before their parents
+        kids = [costs[id(c)] for c in node.children if isinstance(c, Tree)]
+        total = 1 + sum(kids)
+        if node.data == "member_dot_arg" and len(node.children) == 3:
+            target, name, args = node.children
+            if isinstance(name, Token) and name.value in MACROS and isinstance(args, Tree):
+                body = sum(costs[id(c)] for c in args.children[1:] if isinstance(c, Tree))
+                total = 1 + costs[id(target)] + width * (1 + body)
+        costs[id(node)] = total
+    return costs[id(ast)]
+
+
 @lru_cache(maxsize=8192)
 def compile_selector(expression: str) -> DeviceSelector:
     """Compile a DRA device selector once (cached by expression text).
@@ -414,6 +454,13 @@ def compile_selector(expression: str) -> DeviceSelector:
     ast = _parse(expression)
     try:
         _Checker(expression).check(ast, frozenset())
+        cost = estimated_cost(ast)
+        if cost > MAX_ESTIMATED_COST:
+            raise CelCompileError(
+                expression,
+                f"estimated cost {cost:,} exceeds the limit of {MAX_ESTIMATED_COST:,} "
+                "(nested comprehensions over lists multiply)",
+            )
         ast = _collapse(ast)
     except RecursionError:
         raise CelCompileError(expression, "expression is nested too deeply") from None

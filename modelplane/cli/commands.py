@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from modelplane.api.loader import load_fleet
 from modelplane.cli import app
-from modelplane.cli.output import EXIT_INVALID, console, error_table, print_json
+from modelplane.cli.output import (
+    EXIT_INVALID,
+    console,
+    error_table,
+    fail,
+    github_annotations,
+    print_json,
+)
 from modelplane.lock import write_lock
 from modelplane.planning import PlanOutcome, plan_fleet
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
@@ -21,11 +30,17 @@ from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
 class Output(StrEnum):
     table = "table"
     json = "json"
+    github = "github"
 
 
 FleetDir = Annotated[Path, typer.Argument(help="The fleet directory (or a single spec file).")]
 OutputOpt = Annotated[
-    Output, typer.Option("--output", "-o", help="table for people, json for machines.")
+    Output,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table for people, json for machines, github for workflow annotations.",
+    ),
 ]
 
 
@@ -35,6 +50,8 @@ def validate(fleet: FleetDir, output: OutputOpt = Output.table) -> None:
     result = load_fleet(fleet)
     if output is Output.json:
         print_json({"errors": [e.as_dict() for e in result.errors]})
+    elif output is Output.github:
+        sys.stdout.write(github_annotations(result.errors))
     elif result.errors:
         console.print(error_table(result.errors))
     else:
@@ -93,22 +110,30 @@ def plan(
         health = _observe(fleet, outcome, grace)
     if output is Output.json:
         print_json({**outcome.as_json(), **({"unhealthy": health} if observe else {})})
+    elif output is Output.github:
+        sys.stdout.write(github_annotations(outcome.errors))
     elif outcome.errors:
         console.print(error_table(outcome.errors))
     else:
         console.print(_plan_table(outcome.as_json()["deployments"]))
         for name, problem in health.items():
-            console.print(f"[yellow]unhealthy[/] {name}: {problem}", highlight=False)
+            console.print(
+                f"[yellow]unhealthy[/] {escape(name)}: {escape(problem)}", highlight=False
+            )
         if outcome.result is not None and outcome.result.optimize is not None:
             console.print(_optimize_line(outcome.result.optimize), highlight=False)
     if outcome.errors:
         raise typer.Exit(EXIT_INVALID)
     assert outcome.result is not None
     if write:
-        changed = write_lock(outcome.lock_path, outcome.result.lock)
+        try:
+            changed = write_lock(outcome.lock_path, outcome.result.lock)
+        except OSError as exc:
+            fail(f"cannot write the lock {outcome.lock_path}: {exc.strerror or exc}", EXIT_INVALID)
         if output is Output.table:
             console.print(
-                f"{'wrote' if changed else 'unchanged'}: {outcome.lock_path}", highlight=False
+                f"{'wrote' if changed else 'unchanged'}: {escape(str(outcome.lock_path))}",
+                highlight=False,
             )
     if strict and outcome.shortfall:
         raise typer.Exit(1)
@@ -157,12 +182,13 @@ def _plan_table(deployments: dict) -> Table:
         first = True
         for r in d["replicas"]:
             pools = ", ".join(f"{k}={v}" for k, v in r["pools"].items())
-            table.add_row(key if first else "", r["name"], r["cluster"], str(r["index"]), pools, "")
+            cells = (key if first else "", r["name"], r["cluster"], str(r["index"]), pools, "")
+            table.add_row(*map(escape, cells))
             first = False
         if d["unplaced"] or not d["replicas"]:
             why = "\n".join(d["reasons"]) or ("replicas: 0" if not d["desired"] else "")
             short = f"{d['unplaced']} of {d['desired']}: " if d["unplaced"] else ""
-            table.add_row(key if first else "", "", "", "", "", f"{short}{why}")
+            table.add_row(escape(key) if first else "", "", "", "", "", escape(f"{short}{why}"))
     return table
 
 
@@ -187,7 +213,7 @@ def schema(
     for name, doc in docs.items():
         path = out / name
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {escape(str(path))}", highlight=False)
 
 
 def _mount() -> None:

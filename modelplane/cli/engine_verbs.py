@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from modelplane.api.errors import FleetInvalid
 from modelplane.cli.output import EXIT_INVALID, error_table, print_json
@@ -122,7 +123,7 @@ out = _console(stderr=False)
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -165,8 +166,9 @@ def _shortfalls(plan: Plan, output: Output) -> None:
     for key, report in plan.report.items():
         if report.unplaced:
             err.print(
-                f"[yellow]short[/] {key}: {report.unplaced} of {report.desired} replica(s) "
-                "not placed" + "".join(f"\n  {reason}" for reason in report.reasons),
+                f"[yellow]short[/] {escape(key)}: {report.unplaced} of {report.desired} "
+                "replica(s) not placed"
+                + "".join(f"\n  {escape(reason)}" for reason in report.reasons),
                 highlight=False,
             )
 
@@ -195,10 +197,16 @@ def _report(
             for warning in r.warnings:
                 seen.setdefault(warning, []).append(r.stack)
         for warning, where in seen.items():
-            err.print(f"[yellow]warning[/] ({', '.join(where)}): {warning}", highlight=False)
+            err.print(
+                f"[yellow]warning[/] ({escape(', '.join(where))}): {escape(warning)}",
+                highlight=False,
+            )
         for r in run.results:
             if r.error:
-                err.print(f"[bold red]{r.stack}[/] {r.outcome.value}:\n{r.error}", highlight=False)
+                err.print(
+                    f"[bold red]{escape(r.stack)}[/] {r.outcome.value}:\n{escape(r.error)}",
+                    highlight=False,
+                )
     if not run.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -542,7 +550,8 @@ def stacks(
     for col in ("stack", "tier", "owns", "reads outputs of"):
         table.add_column(col)
     for u in units:
-        table.add_row(u.name, u.tier.name.lower(), f"{u.kind} {u.key}", ", ".join(u.depends_on))
+        cells = (u.name, u.tier.name.lower(), f"{u.kind} {u.key}", ", ".join(u.depends_on))
+        table.add_row(*map(escape, cells))
     out.print(table)
 
 

@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from modelplane.api.errors import SpecError
@@ -22,15 +23,45 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def error_table(errors: list[SpecError]) -> Table:
-    table = Table(title=f"{len(errors)} error(s)", title_justify="left", expand=False)
+def where(e: SpecError) -> str:
+    """`file:line:col` (or just the file when the position is unknown)."""
+    return f"{e.file}:{e.line}:{e.column}" if e.line else e.file
+
+
+def error_table(errors: list[SpecError], title: str = "error(s)") -> Table:
+    """Every user-controlled cell is escaped: a `[/red]` in a name is text, not markup."""
+    table = Table(title=f"{len(errors)} {title}", title_justify="left", expand=False)
     for col in ("file", "doc", "object", "field", "message"):
         table.add_column(col, overflow="fold")
     for e in errors:
-        table.add_row(e.file, str(e.document), e.object, e.path, e.message)
+        table.add_row(
+            *(escape(c) for c in (where(e), str(e.document), e.object, e.path, e.message))
+        )
     return table
 
 
+def _annotation_value(text: str, *, prop: bool) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def github_annotations(errors: list[SpecError], level: str = "error") -> str:
+    """GitHub Actions workflow commands (`::error file=...,line=...,col=...::message`)."""
+    lines = []
+    for e in errors:
+        props = [f"file={_annotation_value(e.file, prop=True)}"]
+        if e.line:
+            props += [f"line={e.line}", f"col={e.column}"]
+        what = " ".join(p for p in (e.object, e.path) if p)
+        title = _annotation_value(what or "modelplane", prop=True)
+        props.append(f"title={title}")
+        message = _annotation_value(f"{what}: {e.message}" if what else e.message, prop=False)
+        lines.append(f"::{level} {','.join(props)}::{message}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)

@@ -39,8 +39,10 @@ def render(fleet_dir: FleetDir, out: OutDir, stack: Stacks = None) -> None:
     try:
         result = render_fleet(fleet_dir, out, stacks=stack or None)
     except FleetInvalid as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from None
+        from modelplane.cli.output import EXIT_INVALID, err_console, error_table
+
+        err_console.print(error_table(exc.errors))
+        raise typer.Exit(EXIT_INVALID) from None
     except (RenderError, ValueError) as exc:
         typer.echo(f"render failed: {exc}", err=True)
         raise typer.Exit(1) from None
