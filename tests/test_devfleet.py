@@ -293,3 +293,30 @@ def test_destroy_leaves_nothing_behind(
         return None if left else ["clean"]
 
     wait_for("nothing left in the demo namespace", leftovers, 120)
+
+
+def test_rwx_volumes_bind_for_model_caches(apis: dict[str, ApiClient]) -> None:
+    """ModelCache PVCs (ReadWriteMany, the class specs/dev names) bind to the pre-made PVs."""
+    core = CoreV1Api(apis["dev-3"])
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "cache-probe", "namespace": "default"},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": "modelplane-dev-rwx",
+            "resources": {"requests": {"storage": "100Gi"}},
+        },
+    }
+    core.create_namespaced_persistent_volume_claim("default", claim)
+    try:
+        wait_for(
+            "the RWX claim bound",
+            lambda: (
+                core.read_namespaced_persistent_volume_claim("cache-probe", "default").status.phase
+                == "Bound"
+            ),
+            60,
+        )
+    finally:
+        core.delete_namespaced_persistent_volume_claim("cache-probe", "default")

@@ -353,6 +353,43 @@ def gateway_classes() -> list[dict[str, Any]]:
     ]
 
 
+RWX_STORAGE_CLASS = "modelplane-dev-rwx"
+RWX_VOLUMES = 8
+RWX_VOLUME_SIZE = "4Ti"
+
+
+def rwx_storage(cluster: str) -> list[dict[str, Any]]:
+    """A ReadWriteMany StorageClass with pre-made volumes (the dev fleet has no provisioner):
+    what `existing.cache.storageClassName` names for ModelCache PVCs. The volumes are
+    hostPath placeholders -- kwok's pods never mount anything."""
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": RWX_STORAGE_CLASS},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "Immediate",
+            "reclaimPolicy": "Retain",
+        }
+    ]
+    for i in range(RWX_VOLUMES):
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{cluster}-rwx-{i}"},
+                "spec": {
+                    "capacity": {"storage": RWX_VOLUME_SIZE},
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": RWX_STORAGE_CLASS,
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"/var/lib/modelplane-dev/{cluster}/rwx-{i}"},
+                },
+            }
+        )
+    return objects
+
+
 def scheduler_config(kubeconfig: Path) -> dict[str, Any]:
     """kube-scheduler packs nodes (NodeResourcesFit MostAllocated) instead of spreading.
 
@@ -622,6 +659,8 @@ def start_controllers(
             selector=FRONT_DOOR_SELECTOR,
         ),
     )
+    for manifest in rwx_storage(cluster.name):
+        apply(rest, manifest)
     # The simulated hardware.
     for manifest in simulated.device_classes:
         apply(rest, manifest)
