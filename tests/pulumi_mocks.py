@@ -19,6 +19,7 @@ a Gateway ``status.addresses``; ...), overridable per type with ``outputs=``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -328,6 +329,12 @@ class MockRun:
         SETTINGS.rpc_manager.clear()
         SETTINGS.outputs.clear()
         holder: dict[str, T] = {}
+        # Pulumi's runtime uses the thread's current event loop; an earlier `asyncio.run()` in
+        # the same session (the engine tests' CLI runs) leaves none set.
+        try:
+            asyncio.get_event_loop()
+        except RuntimeError:
+            asyncio.set_event_loop(asyncio.new_event_loop())
 
         def main() -> None:
             holder["result"] = program()
