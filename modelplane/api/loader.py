@@ -212,9 +212,9 @@ def _parse(
     return obj, model
 
 
-def _inside(file: str, dirs: list[Path]) -> bool:
+def _inside(file: str, dirs: set[Path] | dict[Path, Any]) -> bool:
     path = Path(os.path.realpath(file))
-    return any(path.is_relative_to(d) for d in dirs)
+    return any(folder in dirs for folder in (path, *path.parents))
 
 
 RENDER_TO_PATH = "spec.cluster.existing.renderTo"
@@ -253,18 +253,20 @@ def _render_dirs(
         dirs[target] = (doc, obj)
     for spec_doc, _, _ in parsed:
         path = Path(spec_doc.file).resolve()
-        for folder, (doc, obj) in dirs.items():
-            if path.is_relative_to(folder):
-                errors.append(
-                    SpecError(
-                        doc.file,
-                        doc.index,
-                        obj,
-                        RENDER_TO_PATH,
-                        f"{folder.relative_to(root)!s} holds specs ({spec_doc.file}); "
-                        "renderTo must be a folder of its own",
-                    )
+        for folder in path.parents:  # a few lookups, not one per cluster
+            if folder not in dirs:
+                continue
+            doc, obj = dirs[folder]
+            errors.append(
+                SpecError(
+                    doc.file,
+                    doc.index,
+                    obj,
+                    RENDER_TO_PATH,
+                    f"{folder.relative_to(root)!s} holds specs ({spec_doc.file}); "
+                    "renderTo must be a folder of its own",
                 )
+            )
     return dirs
 
 
@@ -292,7 +294,7 @@ def load_fleet(root: str | Path) -> LoadResult:
     confinement: list[SpecError] = []
     render_dirs = _render_dirs(base, parsed, confinement)
     if render_dirs:
-        errors = [e for e in errors if not _inside(e.file, list(render_dirs))]
+        errors = [e for e in errors if not _inside(e.file, render_dirs)]
     errors.extend(confinement)
 
     seen: dict[tuple[str, str], Document] = {}
