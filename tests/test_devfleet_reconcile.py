@@ -1,0 +1,494 @@
+"""Readiness, `reconcile` and failover on the dev fleet (issue 11).
+
+One deployment of a slim copy of specs/dev (qwen x3 over the L4 pools of dev-1..3 and the
+ModelService demo/chat on the front door of dev-1), driven by `modelplane reconcile`. Tests
+run in order. Select them with `pytest -k "failover or reconcile"`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from modelplane.cli.health import fleet_readiness
+from modelplane.devfleet import fleet as devfleet
+from modelplane.devfleet.cluster import FleetCluster, _clean_env, _spawn
+from modelplane.driver.fleet import Fleet
+from modelplane.health.readiness import FleetReadiness
+from tests.fixtures.devfleet import REPO, Deployer, wait_for
+
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+
+QWEN = "demo/qwen"
+CHAT = "demo/chat"
+INTERVAL = 10.0  # seconds between reconcile rounds in the failover test
+GRACE = 10.0
+RESULTS = Path(os.environ.get("MODELPLANE_FAILOVER_RESULTS", "/tmp/modelplane-failover.json"))
+
+MODELS = """\
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelDeployment
+metadata: {name: qwen, namespace: demo}
+spec:
+  replicas: REPLICAS
+  nodeSelector:
+    devices:
+    - name: gpu
+      selectors:
+      - cel: device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("16Gi")) >= 0
+  workers:
+    topology: {tensor: 1}
+    resources: {cpu: "4", memory: 16Gi}
+    template:
+      spec:
+        containers:
+        - name: engine
+          image: vllm/vllm-openai:v0.11.0
+          args: ["--model=Qwen/Qwen2.5-0.5B-Instruct", "--port=8000"]
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelService
+metadata: {name: chat, namespace: demo}
+spec:
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
+"""
+
+
+def write_models(fleet_dir: Path, replicas: int) -> None:
+    (fleet_dir / "models.yaml").write_text(MODELS.replace("REPLICAS", str(replicas)))
+
+
+@pytest.fixture(scope="module")
+def fleet_dir(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> Path:
+    target = deployer.copy_specs(REPO / "specs" / "dev", "reconcile")
+    write_models(target, 3)
+    return target
+
+
+def modelplane(
+    *args: str, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "modelplane", *args],
+        cwd=REPO,
+        env={**env, "COLUMNS": "250"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def json_stream(text: str) -> list[dict[str, Any]]:
+    """The JSON objects printed one after another (`reconcile -o json`)."""
+    decoder, out, pos = json.JSONDecoder(), [], 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return out
+        obj, pos = decoder.raw_decode(text, pos)
+        out.append(obj)
+
+
+def readiness(fleet_dir: Path, deployer: Deployer) -> FleetReadiness:
+    return fleet_readiness(Fleet.load(fleet_dir, env=deployer.env()), timeout=2.0)
+
+
+def lock_clusters(fleet_dir: Path) -> list[str]:
+    lock = yaml.safe_load((fleet_dir / "modelplane.lock.yaml").read_text())
+    return sorted(r["cluster"] for r in lock["deployments"][QWEN]["replicas"])
+
+
+def post_chat(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+    req = urllib.request.Request(
+        url + "v1/chat/completions",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.headers.get("x-modelplane-cluster", "")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except OSError as exc:
+        return 0, str(exc)
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def test_reconcile_once_and_status_readiness_goes_from_0_to_m(
+    fleet_dir: Path, deployer: Deployer
+) -> None:
+    before = readiness(fleet_dir, deployer).deployment(QWEN)
+    assert (before.ready, before.desired, before.placed) == (0, 3, 0)
+    assert before.conditions[1].reason == "NothingPlaced"
+
+    result = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (round_,) = json_stream(result.stdout)
+    assert round_["ok"] and round_["lockWritten"] and not round_["upSkipped"]
+    assert len(round_["added"]) == 3
+
+    seen: list[str] = []
+
+    def all_ready() -> bool:
+        d = readiness(fleet_dir, deployer).deployment(QWEN)
+        seen.append(f"{d.ready}/{d.desired}")
+        return d.ready == 3
+
+    wait_for("qwen 3/3 ready", all_ready, timeout=180, interval=0.5)
+    assert seen[-1] == "3/3"
+    view = readiness(fleet_dir, deployer)
+    assert [c.health for c in view.clusters] == ["Healthy"] * 3
+    assert view.deployment(QWEN).clusters == ["dev-1", "dev-2", "dev-3"]
+    assert view.deployment(QWEN).conditions[1].reason == "AllReady"
+
+    wide = modelplane("status", str(fleet_dir), "-o", "wide", env=deployer.env())
+    assert wide.returncode == 0, wide.stderr[-3000:]
+    assert "3/3" in wide.stdout and "ReplicasReady=True" in wide.stdout
+    assert wide.stdout.count("Ready") >= 3 and "replicas" in wide.stdout
+    data = json.loads(modelplane("status", str(fleet_dir), "-o", "json", env=deployer.env()).stdout)
+    assert data["readiness"]["deployments"][QWEN]["ready"] == "3/3"
+    chat = data["readiness"]["services"][CHAT]
+    assert (chat["endpoints"], chat["routable"]) == (3, 3) and chat["url"]
+
+    again = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
+    (second,) = json_stream(again.stdout)
+    assert second["ok"] and not second["lockWritten"] and second["added"] == []
+
+
+def _qwen_pod(cluster: FleetCluster) -> str:
+    pods = cluster.rest().get("/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai%2Frole")
+    return str(pods["items"][0]["metadata"]["name"])
+
+
+def _set_pod_ready(cluster: FleetCluster, pod: str, ready: bool) -> None:
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    if not ready:
+        condition |= {"reason": "ForcedUnready", "message": "the test says so"}
+    cluster.rest().request(
+        "PATCH",
+        f"/api/v1/namespaces/demo/pods/{pod}/status",
+        body={"status": {"conditions": [condition]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+def test_reconcile_a_pod_forced_unready_shows_with_its_reason(
+    fleet_dir: Path, deployer: Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    cluster = dev_fleet.cluster("dev-2")
+    pod = _qwen_pod(cluster)
+    _set_pod_ready(cluster, pod, False)
+    try:
+        view = wait_for(
+            "qwen 2/3",
+            lambda: (lambda v: v if v.deployment(QWEN).ready == 2 else None)(
+                readiness(fleet_dir, deployer)
+            ),
+            timeout=30,
+        )
+        d = view.deployment(QWEN)
+        (row,) = [r for r in d.replicas if r.cluster == "dev-2"]
+        assert row.phase == "NotReady"
+        assert row.reason == f"{pod}: ForcedUnready (the test says so)"
+        assert d.conditions[1].reason == "ReplicasNotReady"
+        assert view.service(CHAT).routable == 2
+        time.sleep(3)  # kwok does not make a pod it already started Ready again
+        assert readiness(fleet_dir, deployer).deployment(QWEN).ready == 2
+    finally:
+        _set_pod_ready(cluster, pod, True)
+    wait_for("qwen 3/3 again", lambda: readiness(fleet_dir, deployer).deployment(QWEN).ready == 3)
+
+
+GATEWAY = (
+    "/apis/gateway.networking.k8s.io/v1/namespaces/modelplane-system/gateways/inference-gateway"
+)
+
+
+def test_reconcile_a_cluster_without_gateway_address_gets_no_new_replicas(
+    fleet_dir: Path, deployer: Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    """dev-2's Gateway loses its address (its controller, Traefik, is frozen meanwhile)."""
+    cluster = dev_fleet.cluster("dev-2")
+    rest = cluster.rest()
+    traefik = cluster.process("traefik-workload")
+    assert traefik is not None
+    addresses = rest.get(GATEWAY)["status"]["addresses"]
+    assert addresses
+
+    def set_addresses(value: list[dict[str, Any]]) -> None:
+        rest.request(
+            "PATCH",
+            GATEWAY + "/status",
+            body={"status": {"addresses": value}},
+            content_type="application/merge-patch+json",
+        )
+
+    os.killpg(traefik.pid, signal.SIGSTOP)
+    try:
+        set_addresses([])
+        # A plan-only deployment asking for more than the fleet has: reasons for every cluster.
+        (fleet_dir / "probe.yaml").write_text(
+            MODELS.split("---")[0].replace("qwen", "probe").replace("REPLICAS", "100")
+        )
+        plain = json.loads(
+            modelplane("plan", str(fleet_dir), "-o", "json", env=deployer.env()).stdout
+        )
+        assert "dev-2" in {r["cluster"] for r in plain["deployments"]["demo/probe"]["replicas"]}
+        result = modelplane("plan", str(fleet_dir), "--observe", "-o", "json", env=deployer.env())
+        assert result.returncode == 0, result.stderr[-2000:]
+        out = json.loads(result.stdout)
+        probe = out["deployments"]["demo/probe"]
+        assert "dev-2" not in {r["cluster"] for r in probe["replicas"]}
+        assert (
+            "dev-2: no gateway address (inference-gateway has none): no new replicas"
+            in (probe["reasons"])
+        )
+        # the replica already there stays (grace period)
+        assert "dev-2" in {r["cluster"] for r in out["deployments"][QWEN]["replicas"]}
+        assert list(out["unhealthy"]) == ["dev-2"]
+        view = readiness(fleet_dir, deployer)
+        assert [c.health for c in view.clusters if c.name == "dev-2"] == ["NoGatewayAddress"]
+    finally:
+        (fleet_dir / "probe.yaml").unlink(missing_ok=True)
+        set_addresses(addresses)
+        os.killpg(traefik.pid, signal.SIGCONT)
+    wait_for(
+        "dev-2 healthy again",
+        lambda: [c.health for c in readiness(fleet_dir, deployer).clusters] == ["Healthy"] * 3,
+        timeout=60,
+    )
+
+
+def test_reconcile_up_wait_returns_once_the_new_replica_is_ready(
+    fleet_dir: Path, deployer: Deployer
+) -> None:
+    write_models(fleet_dir, 4)
+    try:
+        result = modelplane(
+            "up", str(fleet_dir), "--yes", "--wait", "--timeout", "3m", env=deployer.env()
+        )
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert "ready: 1 deployment(s)" in result.stderr
+        d = readiness(fleet_dir, deployer).deployment(QWEN)
+        assert (d.ready, d.desired) == (4, 4)
+    finally:
+        write_models(fleet_dir, 3)
+        back = modelplane("up", str(fleet_dir), "--yes", env=deployer.env())
+    assert back.returncode == 0, back.stderr[-2000:]
+    assert lock_clusters(fleet_dir) == ["dev-1", "dev-2", "dev-3"]
+
+
+# --------------------------------------------------------------------------- failover
+
+
+class Outage:
+    """Kill a cluster's kube-apiserver and workload gateway; start them again later."""
+
+    NAMES = ("kube-apiserver", "traefik-workload")
+
+    def __init__(self, fleet: devfleet.DevFleet, cluster: FleetCluster) -> None:
+        self.fleet, self.cluster = fleet, cluster
+        self.argv: dict[str, list[str]] = {}
+
+    def start(self) -> None:
+        for name in self.NAMES:
+            process = self.cluster.process(name)
+            assert process is not None and process.running(), name
+            raw = Path(f"/proc/{process.pid}/cmdline").read_bytes()
+            self.argv[name] = [a.decode() for a in raw.split(b"\0") if a]
+            process.stop(timeout=5)
+
+    def end(self) -> None:
+        w = self.cluster.workdir
+        for name, argv in self.argv.items():
+            fresh = _spawn(
+                name,
+                argv,
+                ns=self.fleet.netns,
+                cwd=w,
+                log_path=w / "logs" / f"{name}-2.log",
+                env=_clean_env(),
+            )
+            self.cluster.processes = [
+                fresh if p.name == name else p for p in self.cluster.processes
+            ]
+
+
+class Load:
+    """Requests through the ModelService, back to back, each recorded with its time."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.results: list[tuple[float, int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, who = post_chat(self.url)
+            self.results.append((time.monotonic(), status, who))
+            if status != 200:
+                time.sleep(0.05)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def failures(self, since: float = 0.0, until: float = float("inf")) -> list[tuple]:
+        return [r for r in self.results if since <= r[0] < until and r[1] != 200]
+
+    def count(self, since: float = 0.0) -> int:
+        return sum(1 for r in self.results if r[0] >= since)
+
+
+@pytest.fixture
+def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    out = tmp_path / "reconcile.out"
+    errors = tmp_path / "reconcile.err"
+    with open(out, "w") as stdout, open(errors, "w") as stderr:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "modelplane",
+                "reconcile",
+                str(fleet_dir),
+                "--interval",
+                f"{INTERVAL:.0f}s",
+                "--grace",
+                f"{GRACE:.0f}s",
+                "--timeout",
+                "2s",
+                "-o",
+                "json",
+            ],
+            cwd=REPO,
+            env=deployer.env(),
+            stdout=stdout,
+            stderr=stderr,
+        )
+    state = {"process": process, "out": out, "err": errors}
+    try:
+        yield state
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+
+
+def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
+    text = state["out"].read_text()
+    try:
+        return json_stream(text)
+    except ValueError:  # a round being written
+        return json_stream(text[: text.rfind("\n}\n") + 3])
+
+
+def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
+    fleet_dir: Path,
+    deployer: Deployer,
+    dev_fleet: devfleet.DevFleet,
+    reconciler: dict[str, Any],
+) -> None:
+    assert lock_clusters(fleet_dir) == ["dev-1", "dev-2", "dev-3"]
+    url = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"][CHAT]
+    wait_for("a first quiet round", lambda: len(rounds(reconciler)) >= 1, timeout=120)
+    assert rounds(reconciler)[0]["ok"], rounds(reconciler)[0]
+    outage = Outage(dev_fleet, dev_fleet.cluster("dev-3"))
+    with Load(url) as load:
+        time.sleep(3)
+        assert load.count() > 5 and not load.failures(), load.results[-5:]
+        down = time.monotonic()
+        outage.start()
+
+        def moved() -> bool:
+            return "dev-3" not in lock_clusters(fleet_dir)
+
+        wait_for("qwen re-placed off dev-3", moved, timeout=300, interval=0.2)
+        replaced = time.monotonic()
+
+        def routes_updated() -> dict[str, Any] | None:
+            for r in rounds(reconciler):
+                if r["removed"] and r["up"] is not None:
+                    return r
+            return None
+
+        applied = wait_for("the round that moved qwen to finish its up", routes_updated, 300)
+        recovered = time.monotonic()
+        assert applied["ok"], applied
+        assert "dev-3" in applied["evicting"]
+        ran = {s["stack"]: s["result"] for s in applied["up"]["stacks"]}
+        assert ran["deploy-demo-qwen"] == "succeeded" and ran["gateway"] == "succeeded"
+        # Traefik reloads its routes: a few seconds, then nothing fails.
+        time.sleep(5)
+        settled = time.monotonic()
+        time.sleep(15)
+        after = load.failures(since=settled)
+        served_after = load.count(since=settled)
+        clusters_after = {r[2] for r in load.results if r[0] >= settled and r[1] == 200}
+        failed = load.failures(since=down)
+        last_failure = max((r[0] for r in failed), default=down)
+        # Bring dev-3 back: nothing moves back, nothing flaps.
+        outage.end()
+        wait_for(
+            "dev-3 healthy",
+            lambda: [c.health for c in readiness(fleet_dir, deployer).clusters] == ["Healthy"] * 3,
+            timeout=120,
+        )
+        lock_after = (fleet_dir / "modelplane.lock.yaml").read_text()
+        seen = len(rounds(reconciler))
+        wait_for("two more rounds", lambda: len(rounds(reconciler)) >= seen + 2, timeout=300)
+        final_failures = load.failures(since=settled)
+    later = rounds(reconciler)[seen:]
+    assert (fleet_dir / "modelplane.lock.yaml").read_text() == lock_after
+    assert all(r["ok"] and not r["removed"] and not r["added"] for r in later), later
+    assert "dev-3" not in lock_clusters(fleet_dir)
+    # SIGTERM stops the loop cleanly.
+    process = reconciler["process"]
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(300) == 0
+    assert "reconcile: stopped" in reconciler["err"].read_text()
+    assert "Traceback" not in reconciler["err"].read_text()
+
+    report = {
+        "interval": INTERVAL,
+        "grace": GRACE,
+        "replacedAfter": round(replaced - down, 1),
+        "routesUpdatedAfter": round(recovered - down, 1),
+        "lastFailedRequestAfter": round(last_failure - down, 1),
+        "failedRequests": len(failed),
+        "requestsDuringOutage": load.count(since=down),
+        "failedAfterRecovery": len(final_failures),
+        "servedAfterRecovery": served_after,
+        "upSeconds": applied["up"]["duration"],
+    }
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print("failover:", json.dumps(report))
+    assert not after and not final_failures, (after + final_failures)[:5]
+    assert served_after > 20 and "dev-3" not in clusters_after, clusters_after
+    # The decision: within two intervals once the grace period is over (a round that is
+    # running an `up` when the cluster dies delays the next one by that `up`).
+    assert replaced - down <= GRACE + 2 * INTERVAL + 60, report
