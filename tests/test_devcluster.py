@@ -489,7 +489,7 @@ def test_listens_only_on_loopback(dev_cluster: DevCluster) -> None:
         assert address.startswith("127.0.0.1:"), (address, pid)
     ports = {int(address.rsplit(":", 1)[1]) for address, _ in listeners}
     assert dev_cluster.port in ports
-    assert len(ports) == 2  # the API server and kine, nothing else
+    assert len(ports) == 2  # the API server and kine; the controller manager serves nothing
 
 
 @pytest.mark.apiserver
@@ -497,7 +497,8 @@ def test_stop_leaves_no_process(tmp_path: Path) -> None:
     binaries = kube_binaries_or_skip()
     with start_dev_cluster(tmp_path / "c", binaries=binaries, crds=False) as cluster:
         pids = cluster.pids()
-        assert len(pids) == 2 and cluster.running()
+        # kine, kube-apiserver and kube-controller-manager (the garbage collector)
+        assert len(pids) == 3 and cluster.running()
         with api_client(cluster) as c:
             assert k8s.VersionApi(c).get_code().git_version == f"v{KUBERNETES_VERSION}"
         port = cluster.port
