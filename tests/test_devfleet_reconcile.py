@@ -407,12 +407,6 @@ def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
         return json_stream(text[: text.rfind("\n}\n") + 3])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="since components/providers.py sets deleteUnreachable=false explicitly on every "
-    "provider, PULUMI_K8S_DELETE_UNREACHABLE no longer applies: the deploy stack cannot drop "
-    "the dead cluster's objects from its state, so the re-placement's `up` fails (issue 11)",
-)
 def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
     fleet_dir: Path,
     deployer: Deployer,
@@ -446,6 +440,7 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
         recovered = time.monotonic()
         assert applied["ok"], applied
         assert "dev-3" in applied["evicting"]
+        assert applied["forgotten"].get("deploy-demo-qwen"), applied["forgotten"]
         ran = {s["stack"]: s["result"] for s in applied["up"]["stacks"]}
         assert ran["deploy-demo-qwen"] == "succeeded" and ran["gateway"] == "succeeded"
         # Traefik reloads its routes: a few seconds, then nothing fails.

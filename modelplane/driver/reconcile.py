@@ -30,8 +30,8 @@ from modelplane.driver.results import Outcome, RunResult
 from modelplane.health.observation import Observation
 from modelplane.health.rules import DEFAULT_GRACE, UNREACHABLE, HealthView, observed_schedule
 from modelplane.observe import DEFAULT_TIMEOUT, observe_fleet, read_since, write_since
+from modelplane.stacks import deploy_stack
 
-DELETE_UNREACHABLE = "PULUMI_K8S_DELETE_UNREACHABLE"
 RESYNC_ROUNDS = 10
 
 
@@ -48,6 +48,7 @@ class Round:
     skipped_up: bool = False
     error: str | None = None
     moved: list[str] = field(default_factory=list)  # replicas dropped from their cluster
+    forgotten: dict[str, int] = field(default_factory=dict)  # stack -> objects dropped from state
     added: list[str] = field(default_factory=list)
     duration: float = 0.0
 
@@ -73,6 +74,7 @@ class Round:
             "evicting": list(view.evicting) if view else [],
             "removed": self.moved,
             "added": self.added,
+            "forgotten": self.forgotten,
             "lockWritten": bool(self.run and self.run.lock_written),
             "up": None if self.run is None else self.run.as_json(),
             "upSkipped": self.skipped_up,
@@ -168,16 +170,70 @@ class Reconciler:
         if digest == self._applied and not plan.changed and not resync:
             current.skipped_up = True
             return
-        # Replicas leaving a cluster whose API is gone cannot be deleted there: let the
-        # Kubernetes provider drop them from the state instead of failing the stack.
+        # Replicas leaving a cluster whose API is gone cannot be deleted there: drop their
+        # objects from the deployment stacks' state instead of failing the stack.
         gone = {
             before[name]
             for name in current.moved
             if view.health.get(before[name]) and view.health[before[name]].code == UNREACHABLE
         }
         if gone:
-            f.env[DELETE_UNREACHABLE] = "true"
+            moved_from = {
+                key
+                for key, dep in f.previous.deployments.items()
+                for r in dep.replicas
+                if r.name in current.moved and r.cluster in gone
+            }
+            current.forgotten = forget_cluster_objects(
+                f, [deploy_stack(k) for k in sorted(moved_from)], gone
+            )
         run = f.up(plan, parallel=self.parallel, observer=self.observer_factory())
         current.run = run
         if run.ok:
             self._applied = digest
+
+
+def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) -> dict[str, int]:
+    """Drop from each stack's state the Kubernetes objects managed through the provider of
+    an unreachable cluster (`<cluster>-k8s`): they cannot be deleted there, and the
+    providers pin `deleteUnreachable: false`. The objects stay on the cluster if it returns.
+    Returns how many resources each stack forgot."""
+    from pulumi.automation.errors import StackNotFoundError
+
+    suffixes = tuple(f"::{c}-k8s" for c in sorted(clusters))
+    out: dict[str, int] = {}
+    with fleet._session(Observer()) as session:
+        for name in stacks:
+            try:
+                stack = session.stack(name, create=False)
+            except StackNotFoundError:
+                continue
+            exported = stack.export_stack()
+            resources = list((exported.deployment or {}).get("resources") or [])
+            dead = {
+                f"{r['urn']}::{r.get('id', '')}"
+                for r in resources
+                if str(r.get("type", "")).startswith("pulumi:providers:kubernetes")
+                and str(r.get("urn", "")).endswith(suffixes)
+            }
+            gone = {r["urn"] for r in resources if r.get("provider") in dead}
+            if not gone:
+                continue
+            keep = []
+            for r in resources:
+                if r["urn"] in gone:
+                    continue
+                if r.get("dependencies"):
+                    r["dependencies"] = [d for d in r["dependencies"] if d not in gone]
+                if r.get("propertyDependencies"):
+                    r["propertyDependencies"] = {
+                        k: [d for d in v if d not in gone]
+                        for k, v in r["propertyDependencies"].items()
+                    }
+                if r.get("deletedWith") in gone:
+                    r.pop("deletedWith")
+                keep.append(r)
+            exported.deployment["resources"] = keep
+            stack.import_stack(exported)
+            out[name] = len(gone)
+    return out
