@@ -331,6 +331,8 @@ class Outage:
             self.cluster.processes = [
                 fresh if p.name == name else p for p in self.cluster.processes
             ]
+        # `dev-fleet down` (the fixture's teardown) stops what fleet.json records.
+        self.fleet.save()
 
 
 class Load:
