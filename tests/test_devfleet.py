@@ -17,19 +17,12 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from modelplane.devfleet import fleet as devfleet
 from modelplane.driver.fleet import Fleet
-from modelplane.driver.results import RunResult
-from tests.fixtures.devfleet import REPO, Deployer, api_client, wait_for
+from tests.fixtures.devfleet import REPO, Deployer, api_client, check, wait_for
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 NS = "demo"
 EXPECTED_NODES = {"dev-1": 5, "dev-2": 5, "dev-3": 4}  # pools + one system node
-
-
-def check(run: RunResult) -> RunResult:
-    failed = {r.stack: r.error or r.note for r in run.results if not r.ok}
-    assert not failed, f"{run.operation} failed: {failed}"
-    return run
 
 
 @pytest.fixture(scope="module")

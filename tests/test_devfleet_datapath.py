@@ -23,8 +23,7 @@ from modelplane.cli.call import chat_completion
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.agent import EXTERNALS_FILE
 from modelplane.driver.fleet import Fleet
-from modelplane.driver.results import RunResult
-from tests.fixtures.devfleet import REPO, Deployer, wait_for
+from tests.fixtures.devfleet import REPO, Deployer, check, wait_for
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -88,12 +87,6 @@ spec:
   endpoints:
   - selector: {matchLabels: {provider: partner-name}}
 """
-
-
-def check(run: RunResult) -> RunResult:
-    failed = {r.stack: r.error or r.note for r in run.results if not r.ok}
-    assert not failed, f"{run.operation} failed: {failed}"
-    return run
 
 
 @pytest.fixture(scope="module")

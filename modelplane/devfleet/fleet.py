@@ -310,15 +310,14 @@ def up(
 
         _parallel(controllers, fleet.clusters)
         fleet.save()  # the pod agent reads it
-        if _agent_available():
-            fleet.services.append(
-                _start_service(
-                    "pod-agent",
-                    [sys.executable, "-m", "modelplane.devfleet.agent", "--state", str(root)],
-                    root,
-                    "agent ready",
-                )
+        fleet.services.append(
+            _start_service(
+                "pod-agent",
+                [sys.executable, "-m", "modelplane.devfleet.agent", "--state", str(root)],
+                root,
+                "agent ready",
             )
+        )
         fleet.save()
         say(f"dev fleet up in {time.monotonic() - started:.1f}s")
         return fleet
@@ -327,12 +326,6 @@ def up(
         fleet.stop()
         (root / STATE_FILE).unlink(missing_ok=True)
         raise
-
-
-def _agent_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("modelplane.devfleet.standin") is not None
 
 
 def _parallel(fn: Callable[[FleetCluster], None], clusters: list[FleetCluster]) -> None:
