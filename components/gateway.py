@@ -93,14 +93,18 @@ def gateway_class_manifest(backend: Literal["Traefik", "EnvoyGateway"]) -> Manif
     }
 
 
-def gateway_manifest(backend: Literal["Traefik", "EnvoyGateway"]) -> Manifest:
+def gateway_manifest(
+    backend: Literal["Traefik", "EnvoyGateway"], *, await_address: bool = True
+) -> Manifest:
     s = backend_settings(backend)
+    # When a controller is known to program the Gateway, wait for it to publish an address
+    # (as the serving stack's Gateway does), so service URLs are known at the end of the
+    # same `up`. Without one, waiting could only time out.
+    annotations = WAIT_FOR_ADDRESS if await_address else None
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "Gateway",
-        # Wait for the controller to publish an address (as the serving stack's Gateway
-        # does), so that service URLs are known at the end of the same `up`.
-        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, WAIT_FOR_ADDRESS),
+        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, annotations),
         "spec": {
             "gatewayClassName": s["class"],
             "listeners": [
@@ -199,12 +203,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
             deps.append(ns)
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=deps or None)
         gw_class = _GatewayObject(f"gateway/{s['class']}", gateway_class_manifest(backend), after)
-        gw_manifest = gateway_manifest(backend)
-        if await_address:
-            # Services' URLs are built from this address: `up` waits until it is published.
-            gw_manifest["metadata"].setdefault("annotations", {})["pulumi.com/waitFor"] = (
-                "jsonpath={.status.addresses[0].value}"
-            )
+        gw_manifest = gateway_manifest(backend, await_address=await_address)
         gw = _GatewayObject(
             f"gateway/{SYSTEM_NAMESPACE}/{GATEWAY_NAME}",
             gw_manifest,

@@ -382,7 +382,11 @@ current-context: remote
     for path in temp.iterdir():
         if path.name not in temp_before and path.is_file():
             places[str(path)] = path.read_bytes().decode("utf-8", "replace")
-    assert not [p for p in temp.iterdir() if p.name.startswith("modelplane-engine-")]
+    assert not [
+        p
+        for p in temp.iterdir()
+        if p.name.startswith("modelplane-engine-") and p.name not in temp_before
+    ]
     leaks = [where for where, text in places.items() if CANARY in text]
     assert not leaks, f"plaintext secret found in: {leaks}"
     # The state really holds the secret (encrypted): the stack exports it.

@@ -88,8 +88,18 @@ def test_single_node_long_names_are_fine(tmp_path: Path) -> None:
 # --- gateways ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["Traefik", "EnvoyGateway"])
-def test_inference_gateway_waits_for_its_address(backend: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "await_address", "annotations"),
+    [
+        ("Traefik", True, {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}),
+        ("EnvoyGateway", True, {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}),
+        # No controller known to program it: waiting could only time out.
+        ("Traefik", False, None),
+    ],
+)
+def test_inference_gateway_waits_for_its_address(
+    backend: str, await_address: bool, annotations: dict[str, str] | None
+) -> None:
     """Service URLs are filled at the end of the same `up`, not after a refresh."""
     gw = InferenceGateway.model_validate(
         {
@@ -100,13 +110,14 @@ def test_inference_gateway_waits_for_its_address(backend: str) -> None:
     run = MockRun()
     run.run(
         lambda: InferenceGatewayComponent(
-            "default", gw, k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
+            "default",
+            gw,
+            k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests"),
+            await_address=await_address,
         )
     )
     gateway = run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway")
-    assert gateway.get("metadata.annotations") == {
-        "pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"
-    }
+    assert gateway.get("metadata.annotations") == annotations
 
 
 def test_serving_stack_namespaces_are_shared_patches() -> None:

@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,7 +188,13 @@ class EngineSession:
         """Remove the engine's temporary directory (idempotent)."""
         with self._lock:
             if self._tmp is not None:
-                shutil.rmtree(self._tmp, ignore_errors=True)
+                # A plugin that is still exiting may write one more file while the tree is
+                # removed: try again briefly rather than leave a kubeconfig behind.
+                for _ in range(5):
+                    shutil.rmtree(self._tmp, ignore_errors=True)
+                    if not self._tmp.exists():
+                        break
+                    time.sleep(0.2)
                 self._tmp = None
 
     @property
