@@ -1,15 +1,20 @@
-"""Load through the fleet's front door on the dev fleet, against calling a stand-in directly.
+"""Load through the fleet's front door on the dev fleet, against calling the same replicas directly.
 
 Starts a 3-cluster dev fleet, deploys specs/dev, then from inside the fleet's network namespace
-(so the host bridge is not measured) runs C concurrent keep-alive clients for T seconds:
+(so the host bridge is not measured) runs C concurrent keep-alive clients for T seconds. Each
+client alternates between the two paths, so both see the same machine at the same moment (on a
+shared 2-core machine, two runs one after the other would compare two different machines):
 
-1. directly against one qwen pod's stand-in (pod IP:8000) -- the baseline;
-2. through the front door: front-door Traefik -> ModelService route -> the replica's cluster
-   gateway (another Traefik, or the Service on the gateway's own cluster) -> the stand-in.
+1. direct: one of the ModelService's backend pods (pod IP:8000), drawn with the service's
+   weights -- the same replicas the front door spreads over;
+2. front door: front-door Traefik -> ModelService route -> the replica's cluster gateway
+   (another Traefik, or the Service on the gateway's own cluster) -> the stand-in.
 
-Reports throughput, p50/p99 latency of each and the p50/p99 the two gateway hops add, and the
-errors. Goal (issue 16): p99 added < 5 ms on loopback, zero errors. Needs root and the engine.
-Run: `python bench/devfleet_load.py [--clients 200] [--seconds 30]`.
+It runs twice: at the issue's 200 clients (the machine saturates: latency is mostly queueing)
+and at a light load (the hops' own cost). Reports throughput, p50/p99 of each path, the p50/p99
+the two gateway hops add, and the errors. Goal (issue 16): p99 added < 5 ms on loopback, zero
+errors. Needs root and the engine.
+Run: `python bench/devfleet_load.py [--clients 200] [--light 8] [--seconds 30]`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -29,14 +35,34 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+PATHS = ("direct", "front door")
 
 
-async def _client(url: str, stop: float, latencies: list[float], errors: list[str]) -> None:
+class Sample:
+    def __init__(self) -> None:
+        self.latencies: dict[str, list[float]] = {p: [] for p in PATHS}
+        self.errors: dict[str, list[str]] = {p: [] for p in PATHS}
+
+
+async def _client(
+    index: int,
+    direct: list[tuple[str, float]],
+    front: str,
+    stop: float,
+    sample: Sample,
+) -> None:
     import aiohttp
 
+    rng = random.Random(index)
+    urls = [u for u, _ in direct]
+    weights = [w for _, w in direct]
     timeout = aiohttp.ClientTimeout(total=10)
+    turn = index % 2  # half the clients start with each path
     async with aiohttp.ClientSession(timeout=timeout) as session:
         while time.monotonic() < stop:
+            path = PATHS[turn]
+            turn ^= 1
+            url = rng.choices(urls, weights)[0] if path == "direct" else front
             started = time.perf_counter()
             try:
                 async with session.post(
@@ -44,21 +70,22 @@ async def _client(url: str, stop: float, latencies: list[float], errors: list[st
                 ) as resp:
                     await resp.read()
                     if resp.status != 200:
-                        errors.append(str(resp.status))
+                        sample.errors[path].append(str(resp.status))
                         continue
             except (TimeoutError, aiohttp.ClientError) as exc:
-                errors.append(type(exc).__name__)
+                sample.errors[path].append(type(exc).__name__)
                 continue
-            latencies.append(time.perf_counter() - started)
+            sample.latencies[path].append(time.perf_counter() - started)
 
 
-async def _load(url: str, clients: int, seconds: float) -> tuple[list[float], list[str], float]:
-    latencies: list[float] = []
-    errors: list[str] = []
+async def _load(
+    direct: list[tuple[str, float]], front: str, clients: int, seconds: float
+) -> tuple[Sample, float]:
+    sample = Sample()
     started = time.monotonic()
     stop = started + seconds
-    await asyncio.gather(*(_client(url, stop, latencies, errors) for _ in range(clients)))
-    return latencies, errors, time.monotonic() - started
+    await asyncio.gather(*(_client(i, direct, front, stop, sample) for i in range(clients)))
+    return sample, time.monotonic() - started
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -66,8 +93,25 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def measure_in_namespace(ns: str, direct: str, front: str, clients: int, seconds: float) -> dict:
-    """Fork a child that enters the namespace and runs both loads; return its numbers."""
+def _summary(sample: Sample, took: float) -> dict[str, dict[str, float | int | None]]:
+    out: dict[str, dict[str, float | int | None]] = {}
+    for path in PATHS:
+        lat = sample.latencies[path]
+        out[path] = {
+            "requests": len(lat),
+            "errors": len(sample.errors[path]),
+            "rps": len(lat) / took,
+            "p50": _pct(lat, 0.50) if lat else None,
+            "p99": _pct(lat, 0.99) if lat else None,
+            "mean": statistics.fmean(lat) * 1000 if lat else None,
+        }
+    return out
+
+
+def measure_in_namespace(
+    ns: str, direct: list[tuple[str, float]], front: str, loads: list[int], seconds: float
+) -> dict:
+    """Fork a child that enters the namespace and runs the loads; return its numbers."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -75,18 +119,8 @@ def measure_in_namespace(ns: str, direct: str, front: str, clients: int, seconds
         from modelplane.devfleet import netns
 
         netns.enter(ns)
-        result = {}
-        for name, url in (("direct", direct), ("front door", front)):
-            asyncio.run(_load(url, 20, 3))  # warm-up
-            lat, err, took = asyncio.run(_load(url, clients, seconds))
-            result[name] = {
-                "requests": len(lat),
-                "errors": len(err),
-                "rps": len(lat) / took,
-                "p50": _pct(lat, 0.50) if lat else None,
-                "p99": _pct(lat, 0.99) if lat else None,
-                "mean": statistics.fmean(lat) * 1000 if lat else None,
-            }
+        asyncio.run(_load(direct, front, 20, 3))  # warm-up: connections, Traefik's routers
+        result = {str(c): _summary(*asyncio.run(_load(direct, front, c, seconds))) for c in loads}
         os.write(write, json.dumps(result).encode())
         os._exit(0)
     os.close(write)
@@ -97,13 +131,36 @@ def measure_in_namespace(ns: str, direct: str, front: str, clients: int, seconds
     return json.loads(data)
 
 
+def service_backends(rest, deployments: dict[str, float]) -> list[tuple[str, float]]:
+    """The serving pods behind the service, weighted as the route spreads them.
+
+    Each deployment's weight is shared evenly by its serving pods (decode pods only for a
+    prefill/decode deployment: the route goes to the decode Service)."""
+    backends: list[tuple[str, float]] = []
+    for name, weight in deployments.items():
+        pods = [
+            p
+            for p in rest.get(
+                f"/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai/deployment={name}"
+            )["items"]
+            if p.get("status", {}).get("podIP")
+            and (p["metadata"].get("labels") or {}).get("modelplane.ai/role") != "prefill"
+        ]
+        for p in pods:
+            url = f"http://{p['status']['podIP']}:8000/v1/chat/completions"
+            backends.append((url, weight / len(pods)))
+    return backends
+
+
 def main() -> int:
     from modelplane.devfleet import fleet as devfleet
     from modelplane.driver.fleet import Fleet
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--light", type=int, default=8, help="clients of the light-load run")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
@@ -114,7 +171,7 @@ def main() -> int:
             shutil.copytree(
                 ROOT / "specs" / "dev",
                 specs,
-                ignore=shutil.ignore_patterns(".modelplane", "*.lock.yaml"),
+                ignore=shutil.ignore_patterns(".modelplane", "*.lock.yaml", "Pulumi.*.yaml"),
             )
             env = {
                 **os.environ,
@@ -129,27 +186,31 @@ def main() -> int:
             front = url.replace(":80/", "/").rstrip("/")
             host = front.split("//", 1)[1].split("/", 1)[0]
             front = front.replace(host, f"{host}:8000", 1) + "/v1/chat/completions"
-            rest = fleet.cluster("dev-1").rest()
-            pods = rest.get(
-                "/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai/deployment=qwen"
-            )
-            ip = pods["items"][0]["status"]["podIP"]
-            direct = f"http://{ip}:8000/v1/chat/completions"
+            # demo/chat: qwen (weight 3) and mistral-pd (weight 1), over every cluster.
+            direct: list[tuple[str, float]] = []
+            for cluster in fleet.clusters:
+                direct += service_backends(cluster.rest(), {"qwen": 3.0, "mistral-pd": 1.0})
             time.sleep(2)
-            result = measure_in_namespace(fleet.netns, direct, front, args.clients, args.seconds)
+            result = measure_in_namespace(
+                fleet.netns, direct, front, [args.clients, args.light], args.seconds
+            )
         finally:
             devfleet.down(state)
-    d, g = result["direct"], result["front door"]
-    print(f"{args.clients} clients x {args.seconds:.0f} s, inside the fleet's network namespace")
-    for name, r in result.items():
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    print(f"{len(direct)} backends; clients alternate both paths; inside the fleet's namespace")
+    for clients, paths in result.items():
+        print(f"{clients} clients x {args.seconds:.0f} s")
+        for name, r in paths.items():
+            print(
+                f"  {name:10} {r['rps']:8.0f} req/s  p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms"
+                f"  errors {r['errors']} of {r['requests'] + r['errors']}"
+            )
+        d, g = paths["direct"], paths["front door"]
         print(
-            f"  {name:10} {r['rps']:8.0f} req/s  p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms"
-            f"  errors {r['errors']} of {r['requests'] + r['errors']}"
+            f"  added by the two gateway hops: p50 {g['p50'] - d['p50']:.2f} ms, "
+            f"p99 {g['p99'] - d['p99']:.2f} ms (goal p99 < 5 ms)"
         )
-    print(
-        f"  added by the two gateway hops: p50 {g['p50'] - d['p50']:.2f} ms, "
-        f"p99 {g['p99'] - d['p99']:.2f} ms (goal p99 < 5 ms)"
-    )
     return 0
 
 

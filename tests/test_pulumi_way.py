@@ -63,7 +63,11 @@ def _fake_plugin(directory: Path, name: str) -> Path:
 
 def _copy(fleet: str, tmp_path: Path) -> Path:
     target = tmp_path / fleet
-    shutil.copytree(SPECS / fleet, target, ignore=shutil.ignore_patterns(".modelplane", "rendered"))
+    shutil.copytree(
+        SPECS / fleet,
+        target,
+        ignore=shutil.ignore_patterns(".modelplane", "rendered", "Pulumi.*.yaml"),
+    )
     return target
 
 

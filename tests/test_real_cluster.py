@@ -380,7 +380,9 @@ def test_component_value_errors_are_program_errors(tmp_path: Path) -> None:
     from modelplane.render import RenderError, render_stack
 
     fleet = tmp_path / "fleet"
-    shutil.copytree(ROOT / "specs" / "local", fleet, ignore=shutil.ignore_patterns("rendered"))
+    shutil.copytree(
+        ROOT / "specs" / "local", fleet, ignore=shutil.ignore_patterns("rendered", "Pulumi.*.yaml")
+    )
     qwen = fleet / "qwen.yaml"
     qwen.write_text(qwen.read_text().replace('quantity("16Gi")', 'quantity("1000Gi")'))
     lock = ROOT / "specs" / "local" / "modelplane.lock.yaml"
