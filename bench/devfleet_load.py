@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,10 +71,10 @@ async def _client(
                 ) as resp:
                     await resp.read()
                     if resp.status != 200:
-                        sample.errors[path].append(str(resp.status))
+                        sample.errors[path].append(f"{resp.status} {url}")
                         continue
             except (TimeoutError, aiohttp.ClientError) as exc:
-                sample.errors[path].append(type(exc).__name__)
+                sample.errors[path].append(f"{type(exc).__name__} {url}")
                 continue
             sample.latencies[path].append(time.perf_counter() - started)
 
@@ -100,6 +101,7 @@ def _summary(sample: Sample, took: float) -> dict[str, dict[str, float | int | N
         out[path] = {
             "requests": len(lat),
             "errors": len(sample.errors[path]),
+            "errorKinds": dict(Counter(sample.errors[path]).most_common(5)),
             "rps": len(lat) / took,
             "p50": _pct(lat, 0.50) if lat else None,
             "p99": _pct(lat, 0.99) if lat else None,
@@ -131,24 +133,28 @@ def measure_in_namespace(
     return json.loads(data)
 
 
-def service_backends(rest, deployments: dict[str, float]) -> list[tuple[str, float]]:
+def service_backends(cluster: str, rest, deployments: dict[str, float]) -> list[tuple[str, float]]:
     """The serving pods behind the service, weighted as the route spreads them.
 
     Each deployment's weight is shared evenly by its serving pods (decode pods only for a
-    prefill/decode deployment: the route goes to the decode Service)."""
+    prefill/decode deployment: the route goes to the decode Service), at the port named
+    `http` where the pod agent runs the pod's stand-in."""
+    from modelplane.devfleet.agent import pod_servers
+
     backends: list[tuple[str, float]] = []
     for name, weight in deployments.items():
-        pods = [
-            p
-            for p in rest.get(
-                f"/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai/deployment={name}"
-            )["items"]
-            if p.get("status", {}).get("podIP")
-            and (p["metadata"].get("labels") or {}).get("modelplane.ai/role") != "prefill"
+        items = rest.get(
+            f"/api/v1/namespaces/demo/pods?labelSelector=modelplane.ai/deployment={name}"
+        )["items"]
+        servers = [
+            server
+            for pod in items
+            if (pod["metadata"].get("labels") or {}).get("modelplane.ai/role") != "prefill"
+            for server in pod_servers(cluster, pod)
         ]
-        for p in pods:
-            url = f"http://{p['status']['podIP']}:8000/v1/chat/completions"
-            backends.append((url, weight / len(pods)))
+        for server in servers:
+            url = f"http://{server.ip}:{server.port}/v1/chat/completions"
+            backends.append((url, weight / len(servers)))
     return backends
 
 
@@ -189,7 +195,9 @@ def main() -> int:
             # demo/chat: qwen (weight 3) and mistral-pd (weight 1), over every cluster.
             direct: list[tuple[str, float]] = []
             for cluster in fleet.clusters:
-                direct += service_backends(cluster.rest(), {"qwen": 3.0, "mistral-pd": 1.0})
+                direct += service_backends(
+                    cluster.name, cluster.rest(), {"qwen": 3.0, "mistral-pd": 1.0}
+                )
             time.sleep(2)
             result = measure_in_namespace(
                 fleet.netns, direct, front, [args.clients, args.light], args.seconds
@@ -206,6 +214,8 @@ def main() -> int:
                 f"  {name:10} {r['rps']:8.0f} req/s  p50 {r['p50']:.2f} ms  p99 {r['p99']:.2f} ms"
                 f"  errors {r['errors']} of {r['requests'] + r['errors']}"
             )
+            for kind, count in r["errorKinds"].items():
+                print(f"    {count} x {kind}")
         d, g = paths["direct"], paths["front door"]
         print(
             f"  added by the two gateway hops: p50 {g['p50'] - d['p50']:.2f} ms, "
