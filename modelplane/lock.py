@@ -76,12 +76,15 @@ def _scalar(value: str) -> str:
 
 def _replica_lines(r: LockedReplica) -> list[str]:
     pools = ", ".join(f"{role}: {_scalar(r.pools[role])}" for role in ROLE_ORDER if role in r.pools)
-    return [
+    lines = [
         f"    - name: {_scalar(r.name)}",
         f"      cluster: {_scalar(r.cluster)}",
         f"      index: {r.index}",
         f"      pools: {{{pools}}}",
     ]
+    if r.draining:
+        lines.append("      draining: true")
+    return lines
 
 
 def dump_lock(lock: PlacementLock) -> str:
@@ -94,6 +97,9 @@ def dump_lock(lock: PlacementLock) -> str:
         for key in sorted(lock.deployments):
             replicas = sorted(lock.deployments[key].replicas, key=lambda r: (r.cluster, r.index))
             lines.append(f"  {_scalar(key)}:")
+            count = lock.deployments[key].autoscaled_replicas
+            if count is not None:
+                lines.append(f"    autoscaledReplicas: {count}")
             if not replicas:
                 lines.append("    replicas: []")
                 continue

@@ -29,17 +29,7 @@ class PlanOutcome:
     def as_json(self) -> dict[str, Any]:
         if self.errors or self.result is None:
             return {"deployments": {}, "errors": [e.as_dict() for e in self.errors]}
-        deployments = {}
-        for key, rep in self.result.report.items():
-            deployments[key] = {
-                "desired": rep.desired,
-                "replicas": [
-                    {"name": r.name, "cluster": r.cluster, "index": r.index, "pools": dict(r.pools)}
-                    for r in rep.replicas
-                ],
-                "unplaced": rep.unplaced,
-                "reasons": list(rep.reasons),
-            }
+        deployments = {key: rep.as_dict() for key, rep in self.result.report.items()}
         out: dict[str, Any] = {"deployments": deployments, "errors": []}
         if self.result.optimize is not None:
             out["optimize"] = self.result.optimize.as_dict()

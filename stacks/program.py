@@ -421,9 +421,14 @@ async def run_gateway(ctx: Context) -> None:
     )
     backend = gateway.spec.backend
     endpoints = [EndpointInfo.from_spec(e) for e in ctx.fleet.endpoints.values()]
+    # Replicas being drained (autoscaling scale-in) leave every route before their
+    # workload is deleted (scheduling.md, "Autoscaling").
+    draining = ctx.lock.draining()
     for key in ctx.fleet.deployments:
         records = await up.require(deploy_stack(key), "endpoints")
         for record in records or []:
+            if record.get("name") in draining:
+                continue
             info = EndpointInfo.from_record(record, gateway_cluster=ref)
             if info is None:
                 pulumi.log.warn(

@@ -155,6 +155,7 @@ def deployment(
     tolerations: Iterable[dict[str, Any]] = (),
     priority: int = 0,
     cache: str | None = None,
+    autoscaling: Mapping[str, Any] | None = None,
 ) -> ModelDeployment:
     """A unified deployment, or a disaggregated one when `prefill` and `decode` are given."""
     spec: dict[str, Any] = {
@@ -162,6 +163,8 @@ def deployment(
         "tolerations": list(tolerations),
         "priority": priority,
     }
+    if autoscaling is not None:
+        spec["autoscaling"] = dict(autoscaling)
     if selector is not None:
         spec["clusterSelector"] = dict(selector)
     if prefill is not None or decode is not None:

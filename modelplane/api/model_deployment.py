@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from modelplane.api.autoscaling import Autoscaling, autoscaling_problems
 from modelplane.api.base import (
     API_VERSION,
     DNSLabel,
@@ -140,6 +141,13 @@ class ModelDeploymentSpec(Strict):
     decode: Role | None = None
     model_cache_ref: ModelCacheRef | None = None
     priority: int = 0
+    autoscaling: Autoscaling | None = None
+
+    @model_validator(mode="after")
+    def _autoscaling_bounds(self) -> ModelDeploymentSpec:
+        if self.autoscaling is not None:
+            raise_if(autoscaling_problems(self.autoscaling, self.replicas))
+        return self
 
     @model_validator(mode="after")
     def _unified_xor_disaggregated(self) -> ModelDeploymentSpec:

@@ -14,6 +14,7 @@ class LockedReplica(Strict):
     cluster: DNSLabel
     index: int = Field(ge=0)
     pools: dict[Literal["unified", "prefill", "decode"], DNSLabel] = Field(min_length=1)
+    draining: bool = False  # autoscaling scale-in: out of the routes, workload still up
 
     @field_validator("pools")
     @classmethod
@@ -24,7 +25,13 @@ class LockedReplica(Strict):
 
 
 class LockedDeployment(Strict):
+    autoscaled_replicas: int | None = Field(default=None, ge=0, le=1000)
     replicas: list[LockedReplica] = Field(default_factory=list)
+
+    @property
+    def serving(self) -> list[LockedReplica]:
+        """The replicas that are not draining."""
+        return [r for r in self.replicas if not r.draining]
 
 
 class PlacementLock(Strict):
@@ -35,6 +42,14 @@ class PlacementLock(Strict):
     def replicas_of(self, key: str) -> list[LockedReplica]:
         dep = self.deployments.get(key)
         return list(dep.replicas) if dep else []
+
+    def autoscaled(self, key: str) -> int | None:
+        dep = self.deployments.get(key)
+        return dep.autoscaled_replicas if dep else None
+
+    def draining(self) -> set[str]:
+        """Names of the replicas being drained (out of every route)."""
+        return {r.name for d in self.deployments.values() for r in d.replicas if r.draining}
 
 
 def duplicate_entries(lock: PlacementLock) -> list[tuple[str, str]]:

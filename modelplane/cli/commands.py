@@ -180,15 +180,21 @@ def _plan_table(deployments: dict) -> Table:
         table.add_column(col, overflow="fold")
     for key, d in deployments.items():
         first = True
+        auto = d.get("autoscaling")
+        label = key
+        if auto:
+            bounds = f"{auto['minReplicas']}..{auto['maxReplicas']}"
+            label += f"\nautoscaled {auto['replicas']} ({bounds})"
         for r in d["replicas"]:
             pools = ", ".join(f"{k}={v}" for k, v in r["pools"].items())
-            cells = (key if first else "", r["name"], r["cluster"], str(r["index"]), pools, "")
+            note = "draining (scale-in)" if r.get("draining") else ""
+            cells = (label if first else "", r["name"], r["cluster"], str(r["index"]), pools, note)
             table.add_row(*map(escape, cells))
             first = False
         if d["unplaced"] or not d["replicas"]:
             why = "\n".join(d["reasons"]) or ("replicas: 0" if not d["desired"] else "")
             short = f"{d['unplaced']} of {d['desired']}: " if d["unplaced"] else ""
-            table.add_row(escape(key) if first else "", "", "", "", "", escape(f"{short}{why}"))
+            table.add_row(escape(label) if first else "", "", "", "", "", escape(f"{short}{why}"))
     return table
 
 

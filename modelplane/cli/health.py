@@ -56,7 +56,11 @@ def _age(seconds: float | None) -> str:
 def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]:
     """Deployments (READY n/m ...), then per replica (wide), services and clusters."""
     deployments = Table(title="deployments", title_justify="left")
-    for col in ("NAME", "READY", "PLACED", "CLUSTERS", "AGE", "CONDITIONS"):
+    autoscaled = any(d.autoscaling for d in view.deployments)
+    columns = ["NAME", "READY", "PLACED", "CLUSTERS", "AGE", "CONDITIONS"]
+    if autoscaled:
+        columns.insert(3, "AUTOSCALE")
+    for col in columns:
         deployments.add_column(col, overflow="fold")
     for d in view.deployments:
         conditions = Text()
@@ -68,14 +72,16 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
             if c.status != "True":
                 conditions.append(f" {c.reason}: {c.message}")
         ready = Text(f"{d.ready}/{d.desired}", style="green" if d.ready >= d.desired else "yellow")
-        deployments.add_row(
-            d.key,
-            ready,
-            f"{d.placed}/{d.desired}",
-            ",".join(d.clusters) or "-",
-            _age(d.age),
-            conditions,
-        )
+        cells: list[Any] = [d.key, ready, f"{d.placed}/{d.desired}"]
+        if autoscaled:
+            auto = "-"
+            if d.autoscaling:
+                auto = f"{d.desired} ({d.autoscaling[0]}..{d.autoscaling[1]})"
+                if d.draining:
+                    auto += f"; draining {', '.join(d.draining)}"
+            cells.append(auto)
+        cells += [",".join(d.clusters) or "-", _age(d.age), conditions]
+        deployments.add_row(*cells)
     tables = [deployments]
     if wide:
         replicas = Table(title="replicas", title_justify="left")

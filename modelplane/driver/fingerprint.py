@@ -134,7 +134,10 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
         cache_key = f"{dep.metadata.namespace}/{cache_ref.name}" if cache_ref else None
         return {
             "deployment": _dump(dep),
-            "replicas": [_dump(r) for r in replicas],
+            # `draining` changes the routes (the gateway stack), not the workloads.
+            "replicas": [
+                r.model_dump(mode="json", by_alias=True, exclude={"draining"}) for r in replicas
+            ],
             "clusters": {c: _dump(fleet.clusters.get(c)) for c in clusters},
             "classes": {n: _dump(fleet.classes.get(n)) for n in sorted(pool_classes)},
             "cache": _dump(fleet.caches.get(cache_key)) if cache_key else None,

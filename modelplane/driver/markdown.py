@@ -63,6 +63,16 @@ def placement_section(plan: Plan) -> list[str]:
         ]
         for d in changed:
             lines += _placement_rows(d)
+    autoscaled = [(k, r) for k, r in plan.report.items() if r.autoscaling is not None]
+    if autoscaled:
+        lines += ["", "**Autoscaled deployments**", ""]
+        for key, r in autoscaled:
+            before = plan.previous.autoscaled(key)
+            count = f"{r.desired}" if before in (None, r.desired) else f"{before} → {r.desired}"
+            text = f"- `{key}`: {count} replica(s) (min {r.autoscaling[0]}, max {r.autoscaling[1]})"
+            if r.draining:
+                text += "; draining " + ", ".join(f"`{n}`" for n in r.draining)
+            lines.append(text)
     if short:
         lines += ["", "**Short of replicas**", ""]
         for d in short:

@@ -7,6 +7,7 @@ and per cluster (health). `as_json` is the documented `status --output json` sha
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,11 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.health.observation import Observation
 from modelplane.health.rules import NOT_READY, UNREACHABLE, ClusterHealth, cluster_health
+from modelplane.scheduler import autoscaled_count
 from modelplane.stacks import cache_clusters
 
 READY = "Ready"
+DRAINING = "Draining"
 NOT_READY_PHASE = "NotReady"
 PENDING = "Pending"
 UNKNOWN = "Unknown"
@@ -83,8 +86,24 @@ class DeploymentStatus:
     age: float | None
     conditions: list[Condition]
     replicas: list[ReplicaStatus]
+    autoscaling: tuple[int, int] | None = None  # (minReplicas, maxReplicas) when autoscaled
+
+    @property
+    def draining(self) -> list[str]:
+        return [r.name for r in self.replicas if r.phase == DRAINING]
 
     def as_json(self) -> dict[str, Any]:
+        out = self._json()
+        if self.autoscaling is not None:
+            out["autoscaling"] = {
+                "replicas": self.desired,
+                "minReplicas": self.autoscaling[0],
+                "maxReplicas": self.autoscaling[1],
+                "draining": self.draining,
+            }
+        return out
+
+    def _json(self) -> dict[str, Any]:
         return {
             "ready": f"{self.ready}/{self.desired}",
             "readyReplicas": self.ready,
@@ -246,9 +265,9 @@ def _replica(
 
 
 def _conditions(
-    dep: ModelDeployment, replicas: Sequence[ReplicaStatus], shortfall: Sequence[str]
+    desired: int, replicas: Sequence[ReplicaStatus], shortfall: Sequence[str]
 ) -> list[Condition]:
-    desired, placed = dep.spec.replicas, len(replicas)
+    placed = len(replicas)
     ready = sum(1 for r in replicas if r.phase == READY)
     if placed >= desired:
         scheduled = Condition(
@@ -352,21 +371,31 @@ def readiness(
     cache_view = {c.key: c for c in out.caches}
     ready_endpoints: dict[tuple[str, str, int], ReplicaStatus] = {}
     for key, dep in fleet.deployments.items():
-        rows = [_replica(dep, r, observation, health, now) for r in lock.replicas_of(key)]
+        rows, leaving = [], []
+        for locked in lock.replicas_of(key):
+            got = _replica(dep, locked, observation, health, now)
+            if locked.draining:
+                reason = "scale-in: out of the routes" + (f"; {got.reason}" if got.reason else "")
+                leaving.append(dataclasses.replace(got, phase=DRAINING, reason=reason))
+            else:
+                rows.append(got)
         for r in rows:
             ready_endpoints[(key, r.cluster, r.index)] = r
         ages = [r.age for r in rows if r.age is not None]
+        auto = dep.spec.autoscaling
+        desired = autoscaled_count(dep, lock)
         out.deployments.append(
             DeploymentStatus(
                 key=key,
-                desired=dep.spec.replicas,
+                desired=desired,
                 placed=len(rows),
                 ready=sum(1 for r in rows if r.phase == READY),
                 clusters=sorted({r.cluster for r in rows}),
                 age=max(ages) if ages else None,
-                conditions=_conditions(dep, rows, (shortfall or {}).get(key, ()))
+                conditions=_conditions(desired, rows, (shortfall or {}).get(key, ()))
                 + _cache_condition(dep, rows, cache_view),
-                replicas=rows,
+                replicas=sorted([*rows, *leaving], key=lambda r: (r.cluster, r.index)),
+                autoscaling=None if auto is None else (auto.min_replicas, auto.max_replicas),
             )
         )
     for key, svc in fleet.services.items():

@@ -7,15 +7,49 @@ explain every shortfall.
 
 from __future__ import annotations
 
+import dataclasses
+
 from modelplane.api.fleet import FleetSpec
+from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.scheduler.placement import Placement
 from modelplane.scheduler.result import DeploymentReport, OptimizeReport, ScheduleResult
 
-__all__ = ["DEFAULT_TIME_LIMIT", "DeploymentReport", "OptimizeReport", "ScheduleResult", "schedule"]
+__all__ = [
+    "autoscaled_count",
+    "autoscaled_fleet",
+    "DEFAULT_TIME_LIMIT",
+    "DeploymentReport",
+    "OptimizeReport",
+    "ScheduleResult",
+    "schedule",
+]
 
 DEFAULT_TIME_LIMIT = 10.0  # seconds, for `optimize=True`
+
+
+def autoscaled_count(dep: ModelDeployment, previous: PlacementLock | None) -> int:
+    """An autoscaled deployment's desired count: the lock's (else `replicas`), clamped to
+    its bounds; a fixed deployment's `replicas`."""
+    auto = dep.spec.autoscaling
+    if auto is None:
+        return dep.spec.replicas
+    locked = previous.autoscaled(dep.key) if previous is not None else None
+    return auto.clamp(dep.spec.replicas if locked is None else locked)
+
+
+def autoscaled_fleet(fleet: FleetSpec, previous: PlacementLock | None) -> FleetSpec:
+    """The fleet with every autoscaled deployment's `replicas` set to its current count."""
+    changed = {}
+    for key, dep in fleet.deployments.items():
+        count = autoscaled_count(dep, previous)
+        if count != dep.spec.replicas:
+            spec = dep.spec.model_copy(update={"replicas": count})
+            changed[key] = dep.model_copy(update={"spec": spec})
+    if not changed:
+        return fleet
+    return dataclasses.replace(fleet, deployments={**fleet.deployments, **changed})
 
 
 def schedule(
@@ -29,6 +63,7 @@ def schedule(
 
     With `optimize`, new replicas are placed by a MILP (HiGHS) within `time_limit`
     seconds, then topped up by the greedy fill (scheduling.md, "Optimising")."""
+    fleet = autoscaled_fleet(fleet, previous)
     run = Placement(fleet)
     run.retain(previous)
     run.scale_down()
@@ -42,21 +77,32 @@ def schedule(
     deployments: dict[str, LockedDeployment] = {}
     report: dict[str, DeploymentReport] = {}
     for key, dep in run.deployments.items():
+        slots = [(slot, pools, False) for slot, pools in run.placed[key].items()]
+        slots += [(slot, pools, True) for slot, pools in run.draining[key].items()]
         replicas = [
             LockedReplica.model_construct(  # valid by construction: skip re-validation
                 name=replica_name(dep.metadata.name, cluster, index),
                 cluster=cluster,
                 index=index,
                 pools=dict(pools),
+                draining=draining,
             )
-            for (cluster, index), pools in sorted(run.placed[key].items())
+            for (cluster, index), pools, draining in sorted(slots, key=lambda s: s[0])
         ]
-        deployments[key] = LockedDeployment(replicas=replicas)
+        auto = dep.spec.autoscaling is not None
+        deployments[key] = LockedDeployment.model_construct(
+            autoscaled_replicas=dep.spec.replicas if auto else None, replicas=replicas
+        )
         report[key] = DeploymentReport(
             desired=dep.spec.replicas,
             replicas=replicas,
-            unplaced=max(0, dep.spec.replicas - len(replicas)),
+            unplaced=max(0, dep.spec.replicas - len(run.placed[key])),
             reasons=run.reasons[key],
+            autoscaling=(
+                (dep.spec.autoscaling.min_replicas, dep.spec.autoscaling.max_replicas)
+                if dep.spec.autoscaling is not None
+                else None
+            ),
         )
     return ScheduleResult(
         lock=PlacementLock(deployments=deployments), report=report, optimize=solved

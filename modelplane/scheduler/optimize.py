@@ -245,7 +245,7 @@ def _realise(
             chosen[opt.deployment].append((opt, n))
     for dep_key, dep in order:
         taken: dict[str, set[int]] = {}
-        for cluster, index in run.placed[dep_key]:
+        for cluster, index in [*run.placed[dep_key], *run.draining[dep_key]]:
             taken.setdefault(cluster, set()).add(index)
         for opt, n in sorted(chosen.get(dep_key, []), key=lambda o: (o[0].cluster, o[0].column)):
             for _ in range(n):

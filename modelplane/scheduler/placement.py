@@ -63,6 +63,11 @@ class Placement:
         self.placed: dict[str, dict[ReplicaKey, dict[str, str]]] = {
             key: {} for key in self.deployments
         }
+        # Autoscaled replicas being drained (scheduling.md, "Autoscaling"): charged, kept
+        # where they are, counted toward nothing.
+        self.draining: dict[str, dict[ReplicaKey, dict[str, str]]] = {
+            key: {} for key in self.deployments
+        }
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
 
     def _refresh_room(self, cluster: str) -> None:
@@ -87,12 +92,14 @@ class Placement:
                 key=lambda r: (r.cluster, r.index, r.name, sorted(r.pools.items())),
             )
             for replica in replicas:
-                if (replica.cluster, replica.index) in self.placed[dep_key]:
+                slot = (replica.cluster, replica.index)
+                if slot in self.placed[dep_key] or slot in self.draining[dep_key]:
                     continue  # a duplicate entry: the first one counts
                 kept = self._keepable(dep_key, dep, replica)
                 if kept is None:
                     continue
-                self.placed[dep_key][(replica.cluster, replica.index)] = dict(replica.pools)
+                into = self.draining if replica.draining else self.placed
+                into[dep_key][slot] = dict(replica.pools)
                 for pool, item in kept:
                     items.setdefault((pool.cluster, pool.name), []).append(item)
         failed: list[tuple[str, str, int]] = []
@@ -141,6 +148,8 @@ class Placement:
             dep_key, cluster, index = queue.pop(0)
             pools = self.placed[dep_key].pop((cluster, index), None)
             if pools is None:
+                pools = self.draining[dep_key].pop((cluster, index), None)
+            if pools is None:
                 continue
             for pool_name in sorted(set(pools.values())):
                 misfits = self.pools[(cluster, pool_name)].without(dep_key, index)
@@ -151,13 +160,22 @@ class Placement:
 
     def scale_down(self) -> None:
         """Drop surplus replicas from the cluster hosting most of them (ties: the name
-        sorting last), highest index first."""
+        sorting last), highest index first. An autoscaled deployment drains them instead
+        (kept and charged, out of the routes), and takes draining replicas back before
+        anything new is placed."""
         for dep_key, dep in self.deployments.items():
             placed = self.placed[dep_key]
+            draining = self.draining[dep_key]
+            while len(placed) < dep.spec.replicas and draining:
+                slot = min(draining)
+                placed[slot] = draining.pop(slot)
             while len(placed) > dep.spec.replicas:
                 per_cluster = Counter(cluster for cluster, _ in placed)
                 cluster, index = max(placed, key=lambda k: (per_cluster[k[0]], k[0], k[1]))
-                self._drop([(dep_key, cluster, index)])
+                if dep.spec.autoscaling is not None:
+                    draining[(cluster, index)] = placed.pop((cluster, index))
+                else:
+                    self._drop([(dep_key, cluster, index)])
 
     # -- 5: fill -------------------------------------------------------------------------
 
@@ -247,7 +265,7 @@ class Placement:
         missing = dep.spec.replicas - len(placed)
         hosted = Counter(cluster for cluster, _ in placed)
         taken: dict[str, set[int]] = {}
-        for cluster, index in placed:
+        for cluster, index in [*placed, *self.draining[dep_key]]:
             taken.setdefault(cluster, set()).add(index)
         role_pools = self._open_clusters(dep_key, dep)
         # Clusters already hosting some are in a heap by (count, name); the others all

@@ -8,21 +8,50 @@ from typing import Any
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 
 
+def replica_json(r: LockedReplica) -> dict[str, Any]:
+    """A locked replica as plan JSON shows it (`draining` only when true)."""
+    out: dict[str, Any] = {
+        "name": r.name,
+        "cluster": r.cluster,
+        "index": r.index,
+        "pools": dict(r.pools),
+    }
+    if r.draining:
+        out["draining"] = True
+    return out
+
+
 @dataclass(frozen=True)
 class DeploymentReport:
     desired: int
     replicas: list[LockedReplica] = field(default_factory=list)  # sorted by (cluster, index)
     unplaced: int = 0
     reasons: list[str] = field(default_factory=list)  # empty unless unplaced > 0
+    autoscaling: tuple[int, int] | None = None  # (minReplicas, maxReplicas) when autoscaled
+
+    @property
+    def draining(self) -> list[str]:
+        return [r.name for r in self.replicas if r.draining]
+
+    @property
+    def serving(self) -> list[LockedReplica]:
+        return [r for r in self.replicas if not r.draining]
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of one entry of `modelplane plan --output json`."""
-        return {
-            "desired": self.desired,
-            "replicas": [r.model_dump(mode="json") for r in self.replicas],
-            "unplaced": self.unplaced,
-            "reasons": list(self.reasons),
-        }
+        out: dict[str, Any] = {"desired": self.desired}
+        if self.autoscaling is not None:
+            out["autoscaling"] = {
+                "replicas": self.desired,
+                "minReplicas": self.autoscaling[0],
+                "maxReplicas": self.autoscaling[1],
+            }
+        out["replicas"] = [replica_json(r) for r in self.replicas]
+        if self.autoscaling is not None:
+            out["draining"] = self.draining
+        out["unplaced"] = self.unplaced
+        out["reasons"] = list(self.reasons)
+        return out
 
 
 @dataclass(frozen=True)

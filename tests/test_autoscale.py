@@ -1,0 +1,407 @@
+"""Autoscaling (api.md "Autoscaling", scheduling.md "Autoscaling"): validation, the pure HPA
+math, the lock's count and draining replicas in the scheduler. `pytest -k autoscal`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from modelplane.api.autoscaling import Autoscaling, parse_duration
+from modelplane.api.loader import load_fleet
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.autoscale import counter_rate, decide, parse_metrics, replica_values
+from modelplane.lock import dump_lock, read_lock
+from modelplane.scheduler import schedule
+from tests.factories import cluster, deployment, fleet, inference_class, pool
+from tests.spec_docs import base_fleet, write_fleet
+
+H100 = inference_class("h100", 8)
+
+
+def auto(**over: Any) -> Autoscaling:
+    body: dict[str, Any] = {
+        "minReplicas": 1,
+        "maxReplicas": 10,
+        "metrics": [{"type": "queueDepth", "target": 4}],
+        "scaleDown": {"stabilizationWindow": "60s", "maxStep": 2},
+        "scaleUp": {"stabilizationWindow": 0, "maxStep": 4},
+    }
+    body.update(over)
+    return Autoscaling.model_validate(body)
+
+
+# -- validation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "fragment"),
+    [
+        (
+            {"replicas": 5, "autoscaling": {"minReplicas": 1, "maxReplicas": 3}},
+            "spec.replicas",
+            "within autoscaling",
+        ),
+        (
+            {"autoscaling": {"minReplicas": 4, "maxReplicas": 2}},
+            "spec.autoscaling.minReplicas",
+            "greater than maxReplicas",
+        ),
+        (
+            {"autoscaling": {"minReplicas": 0}},
+            "spec.autoscaling.minReplicas",
+            "greater than or equal to 1",
+        ),
+        ({"autoscaling": {"metrics": []}}, "spec.autoscaling.metrics", "at least 1"),
+        (
+            {
+                "autoscaling": {
+                    "metrics": [
+                        {"type": "queueDepth", "target": 1},
+                        {"type": "queueDepth", "target": 2},
+                    ]
+                }
+            },
+            "spec.autoscaling.metrics",
+            "repeated: queueDepth",
+        ),
+        (
+            {"autoscaling": {"metrics": [{"type": "gpuTemp", "target": 1}]}},
+            "spec.autoscaling.metrics[0].type",
+            "queueDepth",
+        ),
+        (
+            {"autoscaling": {"metrics": [{"type": "queueDepth", "target": 0}]}},
+            "spec.autoscaling.metrics[0].target",
+            "greater than 0",
+        ),
+        (
+            {"autoscaling": {"metrics": [{"type": "kvCacheUsage", "target": 80}]}},
+            "spec.autoscaling.metrics[0].target",
+            "fraction",
+        ),
+        (
+            {"autoscaling": {"scaleDown": {"stabilizationWindow": "5 minutes"}}},
+            "spec.autoscaling.scaleDown.stabilizationWindow",
+            "not a duration",
+        ),
+        (
+            {"autoscaling": {"scaleUp": {"stabilizationWindow": "2h"}}},
+            "spec.autoscaling.scaleUp.stabilizationWindow",
+            "outside",
+        ),
+        (
+            {"autoscaling": {"scaleUp": {"maxStep": 0}}},
+            "spec.autoscaling.scaleUp.maxStep",
+            "greater than or equal to 1",
+        ),
+        ({"autoscaling": {"tolerance": 1.5}}, "spec.autoscaling.tolerance", "less than 1"),
+        ({"autoscaling": {"cooldown": "1m"}}, "spec.autoscaling.cooldown", "unknown field"),
+    ],
+)
+def test_autoscaling_validation_names_file_object_field_and_line(
+    tmp_path, spec, path, fragment
+) -> None:
+    docs = base_fleet()
+    body = {"minReplicas": 1, "maxReplicas": 4, "metrics": [{"type": "queueDepth", "target": 4}]}
+    body.update(spec.get("autoscaling", {}))
+    docs[2]["spec"]["autoscaling"] = body
+    if "replicas" in spec:
+        docs[2]["spec"]["replicas"] = spec["replicas"]
+    write_fleet(tmp_path, docs)
+    errors = load_fleet(tmp_path).errors
+    hits = [e for e in errors if e.path == path and fragment in e.message]
+    assert hits, "\n".join(map(str, errors))
+    assert hits[0].object == "ModelDeployment team/m" and hits[0].file.endswith("fleet.yaml")
+    assert hits[0].line > 0
+
+
+def test_autoscaling_errors_come_all_at_once(tmp_path) -> None:
+    docs = base_fleet()
+    docs[2]["spec"]["replicas"] = 9
+    docs[2]["spec"]["autoscaling"] = {
+        "minReplicas": 5,
+        "maxReplicas": 3,
+        "metrics": [{"type": "kvCacheUsage", "target": 2}],
+    }
+    write_fleet(tmp_path, docs)
+    paths = {e.path for e in load_fleet(tmp_path).errors}
+    assert {
+        "spec.autoscaling.minReplicas",
+        "spec.replicas",
+        "spec.autoscaling.metrics[0].target",
+    } <= paths
+
+
+def test_autoscaling_defaults() -> None:
+    a = Autoscaling.model_validate(
+        {"minReplicas": 1, "maxReplicas": 2, "metrics": [{"type": "requestRate", "target": 3}]}
+    )
+    assert (a.tolerance, a.drain_timeout) == (0.1, 60.0)
+    assert (a.scale_up.stabilization_window, a.scale_up.max_step) == (0.0, 4)
+    assert (a.scale_down.stabilization_window, a.scale_down.max_step) == (300.0, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1m30s", 90.0),
+        ("250ms", 0.25),
+        ("45", 45.0),
+        (12, 12.0),
+        ("1h", 3600.0),
+    ],
+)
+def test_autoscaling_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+# -- the math ------------------------------------------------------------------------------
+
+R = [f"r{i}" for i in range(10)]
+
+
+def q(*depths: float | None) -> dict[str, dict[str, float] | None]:
+    return {R[i]: None if d is None else {"queueDepth": d} for i, d in enumerate(depths)}
+
+
+@pytest.mark.parametrize(
+    ("name", "a", "current", "values", "history", "desired", "note"),
+    [
+        ("at target holds", auto(), 2, q(4, 4), (), 2, None),
+        ("within tolerance holds", auto(), 2, q(4.3, 4.3), (), 2, None),
+        ("ceil(current x observed/target)", auto(), 2, q(6, 7), (), 4, None),
+        ("scale-up step limit", auto(), 2, q(40, 40), (), 6, None),
+        ("max replicas caps", auto(maxReplicas=3), 2, q(40, 40), (), 3, None),
+        (
+            "idle scales down by the step once the window allows",
+            auto(),
+            5,
+            q(0, 0, 0, 0, 0),
+            ((0.0, 5),),
+            3,
+            None,
+        ),
+        (
+            "the highest recommendation in the down window wins",
+            auto(),
+            4,
+            q(1, 1, 1, 1),
+            ((30.0, 4), (80.0, 3)),
+            3,
+            None,
+        ),
+        ("never below min", auto(minReplicas=2), 2, q(0, 0), (), 2, None),
+        (
+            "missing metrics never scale in",
+            auto(),
+            3,
+            q(0, 0, None),
+            (),
+            3,
+            "no scale-in: missing metrics (r2: not Ready)",
+        ),
+        (
+            "missing counts 0 for scale-up",
+            auto(),
+            3,
+            q(20, 20, None),
+            (),
+            7,
+            "missing metrics (counted 0)",
+        ),
+        (
+            "no metrics at all holds",
+            auto(),
+            3,
+            q(None, None, None),
+            (),
+            3,
+            "no metrics from any replica",
+        ),
+        (
+            "max over metrics",
+            auto(
+                metrics=[
+                    {"type": "queueDepth", "target": 4},
+                    {"type": "kvCacheUsage", "target": 0.5},
+                ]
+            ),
+            2,
+            {
+                "r0": {"queueDepth": 0, "kvCacheUsage": 1.0},
+                "r1": {"queueDepth": 0, "kvCacheUsage": 1.0},
+            },
+            (),
+            4,
+            None,
+        ),
+        ("a count outside the bounds is clamped", auto(minReplicas=3), 1, q(4), (), 3, None),
+    ],
+)
+def test_autoscale_decide_table(name, a, current, values, history, desired, note) -> None:
+    placed = list(values)
+    missing = {r: "not Ready" for r, v in values.items() if v is None}
+    d = decide(a, current, placed, values, history, 100.0, missing)
+    assert d.desired == desired, (name, d)
+    if note is not None:
+        assert any(note in n for n in d.notes), d.notes
+
+
+def test_autoscale_scale_down_waits_for_the_window() -> None:
+    """Idle from t=0: the first rounds keep 4 (the window holds the earlier 4)."""
+    a = auto()  # 60 s down window, step 2
+    history: tuple = ((0.0, 4),)
+    count, seen = 4, []
+    for now in (10.0, 30.0, 59.0, 61.0, 70.0, 130.0, 140.0):
+        d = decide(a, count, R[:count], q(*[0] * count), history, now)
+        history, count = d.history, d.desired
+        seen.append(count)
+    assert seen == [4, 4, 4, 2, 1, 1, 1]
+
+
+def test_autoscale_scale_up_window_takes_the_lowest() -> None:
+    a = auto(scaleUp={"stabilizationWindow": "30s", "maxStep": 10})
+    d1 = decide(a, 2, R[:2], q(8, 8), (), 0.0)  # wants 4, window holds (only now)
+    assert d1.desired == 4
+    d2 = decide(a, 2, R[:2], q(20, 20), ((0.0, 3),), 10.0)  # wants 10, window min is 3
+    assert d2.desired == 3
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "value", "rate"),
+    [
+        (None, 10.0, 5.0, None),
+        ((0.0, 10.0), 10.0, 30.0, 2.0),
+        ((0.0, 10.0), 10.0, 3.0, None),
+        ((10.0, 1.0), 10.0, 2.0, None),
+    ],
+)
+def test_autoscale_counter_rate(previous, now, value, rate) -> None:
+    assert counter_rate(previous, now, value) == rate
+
+
+def test_autoscale_parse_vllm_metrics() -> None:
+    text = """# HELP vllm:num_requests_running Number of requests running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 3.0
+vllm:num_requests_waiting{model_name="m",x="}"} 7.0
+vllm:gpu_cache_usage_perc{model_name="m"} 0.25
+vllm:request_success_total{model_name="m",finished_reason="stop"} 10
+vllm:request_success_total{model_name="m",finished_reason="length"} 5
+garbage line
+"""
+    samples = parse_metrics(text)
+    assert samples["vllm:num_requests_waiting"] == 7.0
+    assert samples["vllm:request_success_total"] == 15.0
+    other = {"vllm:num_requests_waiting": 1.0, "vllm:gpu_cache_usage_perc": 0.75}
+    assert replica_values([samples, other]) == {
+        "queueDepth": 8.0,
+        "runningRequests": 3.0,
+        "requestSuccess": 15.0,
+        "kvCacheUsage": 0.75,
+    }
+
+
+# -- the lock and the scheduler ------------------------------------------------------------
+
+AUTO = {"minReplicas": 1, "maxReplicas": 6, "metrics": [{"type": "queueDepth", "target": 4}]}
+
+
+def with_count(previous: PlacementLock, key: str, count: int) -> PlacementLock:
+    deps = dict(previous.deployments)
+    deps[key] = deps[key].model_copy(update={"autoscaled_replicas": count})
+    return previous.model_copy(update={"deployments": deps})
+
+
+def three_clusters(nodes: int = 2) -> list[Any]:
+    return [cluster(n, [pool("p", "h100", nodes)]) for n in ("a", "b", "c")]
+
+
+def test_autoscaled_count_is_written_to_the_lock_and_kept_by_plain_plans(tmp_path) -> None:
+    f = fleet([H100], three_clusters(), [deployment("m", 2, tensor=8, autoscaling=AUTO)])
+    first = schedule(f, None)
+    assert first.lock.autoscaled("ml/m") == 2
+    scaled = schedule(f, with_count(first.lock, "ml/m", 5))
+    assert scaled.lock.autoscaled("ml/m") == 5
+    # spread over the clusters, then a plain re-plan keeps the count and the placement
+    assert sorted(r.cluster for r in scaled.lock.replicas_of("ml/m")) == ["a", "a", "b", "b", "c"]
+    again = schedule(f, scaled.lock)
+    assert again.lock == scaled.lock
+    text = dump_lock(scaled.lock)
+    assert "    autoscaledReplicas: 5\n" in text
+    (tmp_path / "l.yaml").write_text(text)
+    assert read_lock(tmp_path / "l.yaml") == scaled.lock
+    assert scaled.report["ml/m"].as_dict()["autoscaling"] == {
+        "replicas": 5,
+        "minReplicas": 1,
+        "maxReplicas": 6,
+    }
+
+
+def test_autoscaled_scale_in_drains_then_the_replica_can_be_dropped() -> None:
+    f = fleet([H100], three_clusters(), [deployment("m", 4, tensor=8, autoscaling=AUTO)])
+    four = schedule(f, None).lock
+    down = schedule(f, with_count(four, "ml/m", 3))
+    draining = [r for r in down.lock.replicas_of("ml/m") if r.draining]
+    # the cluster hosting most (a: 2), highest index
+    assert [(r.cluster, r.index) for r in draining] == [("a", 1)]
+    assert down.report["ml/m"].unplaced == 0 and down.report["ml/m"].draining == [draining[0].name]
+    assert "      draining: true\n" in dump_lock(down.lock)
+    # re-planning keeps it draining and charged; a new replica cannot reuse its index
+    again = schedule(f, down.lock)
+    assert again.lock == down.lock
+    # scaling out again takes it back before placing anything new
+    back = schedule(f, with_count(down.lock, "ml/m", 4))
+    assert not any(r.draining for r in back.lock.replicas_of("ml/m"))
+    assert {r.name for r in back.lock.replicas_of("ml/m")} == {
+        r.name for r in four.replicas_of("ml/m")
+    }
+    # the drain done (reconcile drops it from the lock), it is gone
+    deps = dict(down.lock.deployments)
+    deps["ml/m"] = deps["ml/m"].model_copy(update={"replicas": deps["ml/m"].serving})
+    done = schedule(f, down.lock.model_copy(update={"deployments": deps}))
+    assert len(done.lock.replicas_of("ml/m")) == 3 and not done.lock.draining()
+
+
+def test_autoscaled_draining_replica_keeps_its_capacity() -> None:
+    f = fleet(
+        [H100],
+        [cluster("a", [pool("p", "h100", 2)])],
+        [deployment("m", 2, tensor=8, autoscaling=AUTO), deployment("other", 1, tensor=8)],
+    )
+    lock = schedule(f, None).lock
+    assert len(lock.replicas_of("ml/m")) == 2 and not lock.replicas_of("ml/other")
+    down = schedule(f, with_count(lock, "ml/m", 1))
+    assert down.lock.draining() and not down.lock.replicas_of("ml/other")
+    assert down.report["ml/other"].unplaced == 1
+
+
+def test_autoscaled_full_fleet_reports_the_shortfall_and_priority_is_served_first() -> None:
+    f = fleet(
+        [H100],
+        [cluster("a", [pool("p", "h100", 3)])],
+        [
+            deployment("low", 1, tensor=8, autoscaling=AUTO),
+            deployment("high", 1, tensor=8, autoscaling=AUTO, priority=10),
+        ],
+    )
+    start = schedule(f, None).lock
+    both = with_count(with_count(start, "ml/low", 3), "ml/high", 3)
+    out = schedule(f, both)
+    assert len(out.lock.replicas_of("ml/high")) == 2  # 1 + the one free node
+    assert len(out.lock.replicas_of("ml/low")) == 1
+    assert out.report["ml/low"].unplaced == 2
+    assert out.report["ml/low"].reasons == ["a: pool p has 0 free nodes, unified needs 1"]
+    assert out.lock.autoscaled("ml/low") == 3  # kept: placed as soon as room appears
+
+
+def test_a_fixed_deployment_scale_down_still_drops_at_once() -> None:
+    f = fleet([H100], three_clusters(), [deployment("m", 2, tensor=8)])
+    assert schedule(f, None).lock.autoscaled("ml/m") is None
+    f3 = fleet([H100], three_clusters(), [deployment("m", 3, tensor=8)])
+    three = schedule(f3, None).lock
+    two = schedule(f, three)
+    assert len(two.lock.replicas_of("ml/m")) == 2 and not two.lock.draining()
