@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.api.autoscaling import Autoscaling
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.placement_lock import LockedDeployment, PlacementLock
+from modelplane.health.observation import Observation
 
 History = tuple[tuple[float, int], ...]
 
@@ -223,7 +226,152 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+DRAIN_SETTLE = 2.0  # seconds after the routes changed before an idle replica counts drained
+
+
+@dataclass
+class AutoscaleState:
+    """What `reconcile` remembers between rounds (`.modelplane/autoscale.json`)."""
+
+    history: dict[str, History] = field(default_factory=dict)  # deployment -> recommendations
+    counters: dict[str, tuple[float, float]] = field(default_factory=dict)  # replica -> sample
+    routes_gone: dict[str, float] = field(default_factory=dict)  # draining replica -> since
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "history": {k: [list(h) for h in v] for k, v in sorted(self.history.items())},
+            "counters": {k: list(v) for k, v in sorted(self.counters.items())},
+            "routesGone": dict(sorted(self.routes_gone.items())),
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> AutoscaleState:
+        state = AutoscaleState()
+        if not isinstance(data, dict):
+            return state
+        try:
+            state.history = {
+                str(k): tuple((float(t), int(r)) for t, r in v)
+                for k, v in (data.get("history") or {}).items()
+            }
+            state.counters = {
+                str(k): (float(v[0]), float(v[1])) for k, v in (data.get("counters") or {}).items()
+            }
+            state.routes_gone = {
+                str(k): float(v) for k, v in (data.get("routesGone") or {}).items()
+            }
+        except (TypeError, ValueError, IndexError):
+            return AutoscaleState()
+        return state
+
+
+@dataclass
+class FleetAutoscale:
+    """One round's autoscaling: the lock to schedule from and what was decided."""
+
+    lock: PlacementLock  # the previous lock with new counts, finished drains removed
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    drained: dict[str, str] = field(default_factory=dict)  # replica -> why its drain ended
+    state: AutoscaleState = field(default_factory=AutoscaleState)
+
+
+def autoscale_fleet(
+    fleet: FleetSpec,
+    lock: PlacementLock,
+    observation: Observation,
+    state: AutoscaleState,
+    now: float,
+) -> FleetAutoscale:
+    """Decide every autoscaled deployment's count from the observed metrics, and end the
+    drains that are over (no request in flight, or `drainTimeout` after the routes)."""
+    new_state = AutoscaleState(routes_gone=dict(state.routes_gone))
+    deployments = dict(lock.deployments)
+    out = FleetAutoscale(lock=lock)
+    seen_replicas: set[str] = set()
+    for key, dep in fleet.deployments.items():
+        auto = dep.spec.autoscaling
+        locked = lock.deployments.get(key)
+        if auto is None:
+            continue
+        replicas = list(locked.replicas) if locked else []
+        values: dict[str, dict[str, float] | None] = {}
+        missing: dict[str, str] = {}
+        for r in replicas:
+            seen_replicas.add(r.name)
+            cluster = observation.cluster(r.cluster)
+            got = cluster.replicas.get(r.name) if cluster and cluster.reachable else None
+            if cluster is None or not cluster.observed or not cluster.reachable:
+                missing[r.name] = f"cluster {r.cluster} not observed"
+                values[r.name] = None
+                continue
+            if got is None or got.metrics is None:
+                missing[r.name] = (got.metrics_error if got else None) or "no pods"
+                values[r.name] = None
+                continue
+            sample = dict(got.metrics)
+            success = sample.pop("requestSuccess", None)
+            if success is not None:
+                rate = counter_rate(state.counters.get(r.name), now, success)
+                new_state.counters[r.name] = (now, success)
+                if rate is not None:
+                    sample["requestRate"] = rate
+            values[r.name] = sample
+        # Drains: over when the replica reports nothing in flight a little after its routes
+        # went, or drainTimeout after them.
+        kept = []
+        for r in replicas:
+            if not r.draining:
+                kept.append(r)
+                continue
+            since = state.routes_gone.get(r.name)
+            sample = values.get(r.name)
+            idle = (
+                sample is not None
+                and not sample.get("runningRequests", 0)
+                and not sample.get("queueDepth", 0)
+            )
+            if since is not None and now - since >= auto.drain_timeout:
+                out.drained[r.name] = f"drain timeout ({auto.drain_timeout:g}s)"
+            elif since is not None and idle and now - since >= DRAIN_SETTLE:
+                out.drained[r.name] = "no requests in flight"
+            else:
+                kept.append(r)
+        for name in out.drained:
+            new_state.routes_gone.pop(name, None)
+        serving = [r.name for r in replicas if not r.draining]
+        current = auto.clamp(
+            dep.spec.replicas
+            if locked is None or locked.autoscaled_replicas is None
+            else locked.autoscaled_replicas
+        )
+        decision = decide(
+            auto,
+            current,
+            serving,
+            {n: values.get(n) for n in serving},
+            state.history.get(key, ()),
+            now,
+            {n: missing[n] for n in serving if n in missing},
+        )
+        out.decisions[key] = decision
+        new_state.history[key] = decision.history
+        if locked is None:
+            locked_dep = LockedDeployment(autoscaled_replicas=decision.desired)
+        else:
+            locked_dep = locked.model_copy(
+                update={"autoscaled_replicas": decision.desired, "replicas": kept}
+            )
+        deployments[key] = locked_dep
+    new_state.routes_gone = {k: v for k, v in new_state.routes_gone.items() if k in seen_replicas}
+    out.lock = lock.model_copy(update={"deployments": deployments})
+    out.state = new_state
+    return out
+
+
 __all__ = [
+    "AutoscaleState",
+    "FleetAutoscale",
+    "autoscale_fleet",
     "Decision",
     "History",
     "MetricReading",

@@ -405,3 +405,86 @@ def test_a_fixed_deployment_scale_down_still_drops_at_once() -> None:
     three = schedule(f3, None).lock
     two = schedule(f, three)
     assert len(two.lock.replicas_of("ml/m")) == 2 and not two.lock.draining()
+
+
+# -- one reconcile round's autoscaling (pure) ------------------------------------------------
+
+from modelplane.autoscale import AutoscaleState, autoscale_fleet  # noqa: E402
+from modelplane.health.observation import (  # noqa: E402
+    ClusterObservation,
+    Observation,
+    ReplicaObservation,
+)
+
+FAST = {
+    "minReplicas": 1,
+    "maxReplicas": 6,
+    "metrics": [{"type": "queueDepth", "target": 4}, {"type": "requestRate", "target": 10}],
+    "scaleDown": {"stabilizationWindow": "0s", "maxStep": 1},
+    "drainTimeout": "30s",
+}
+
+
+def seen(
+    lock: PlacementLock, metrics: dict[str, dict[str, float] | None], unreachable: str = ""
+) -> Observation:
+    clusters: dict[str, ClusterObservation] = {}
+    for r in lock.replicas_of("ml/m"):
+        c = clusters.setdefault(r.cluster, ClusterObservation(r.cluster, reachable=True))
+        m = metrics.get(r.name)
+        c.replicas[r.name] = ReplicaObservation(
+            pods=1, ready_pods=1, metrics=m, metrics_error=None if m else "m-0 not Ready"
+        )
+    if unreachable:
+        clusters[unreachable] = ClusterObservation(unreachable, reachable=False, error="down")
+    return Observation(100.0, clusters)
+
+
+def test_autoscale_fleet_round_rate_from_counters_and_drains() -> None:
+    f = fleet([H100], three_clusters(), [deployment("m", 3, tensor=8, autoscaling=FAST)])
+    lock = schedule(f, None).lock
+    names = [r.name for r in lock.replicas_of("ml/m")]
+    # first round: counters only (no rate yet), queues at target -> hold 3
+    busy = {n: {"queueDepth": 4.0, "runningRequests": 1.0, "requestSuccess": 100.0} for n in names}
+    one = autoscale_fleet(f, lock, seen(lock, busy), AutoscaleState(), 100.0)
+    assert one.decisions["ml/m"].desired == 3
+    assert one.state.counters[names[0]] == (100.0, 100.0)
+    # 10 s later each replica finished 300 more: 30/s per replica vs 10 -> 9, step 4 -> 7 -> max 6
+    more = {n: {**busy[n], "requestSuccess": 400.0} for n in names}
+    two = autoscale_fleet(f, lock, seen(lock, more), one.state, 110.0)
+    rate = next(r for r in two.decisions["ml/m"].readings if r.type == "requestRate")
+    assert rate.observed == 30.0 and two.decisions["ml/m"].desired == 6
+    assert two.lock.autoscaled("ml/m") == 6
+    # idle, one replica unreadable: no scale-in, reported
+    idle = {n: {"queueDepth": 0.0, "runningRequests": 0.0} for n in names}
+    idle[names[1]] = None
+    three = autoscale_fleet(f, lock, seen(lock, idle), two.state, 120.0)
+    assert three.decisions["ml/m"].desired == 3
+    assert any("no scale-in" in n and "not Ready" in n for n in three.decisions["ml/m"].notes)
+    # a cluster that is not observed counts as missing too
+    down = autoscale_fleet(f, lock, seen(lock, {}, unreachable="a"), two.state, 120.0)
+    assert down.decisions["ml/m"].desired == 3
+
+
+def test_autoscale_fleet_drain_ends_when_idle_or_on_timeout() -> None:
+    f = fleet([H100], three_clusters(), [deployment("m", 3, tensor=8, autoscaling=FAST)])
+    lock = schedule(f, with_count(schedule(f, None).lock, "ml/m", 2)).lock
+    (leaving,) = lock.draining()
+    names = [r.name for r in lock.replicas_of("ml/m")]
+    busy = {n: {"queueDepth": 4.0, "runningRequests": 2.0} for n in names}
+    idle = {n: {"queueDepth": 0.0, "runningRequests": 0.0} for n in names}
+    # routes not yet updated: never ends
+    r0 = autoscale_fleet(f, lock, seen(lock, idle), AutoscaleState(), 100.0)
+    assert not r0.drained and leaving in r0.lock.draining()
+    gone = AutoscaleState(routes_gone={leaving: 90.0})
+    r1 = autoscale_fleet(f, lock, seen(lock, busy), gone, 100.0)
+    assert not r1.drained  # requests in flight
+    r2 = autoscale_fleet(f, lock, seen(lock, idle), gone, 100.0)
+    assert r2.drained == {leaving: "no requests in flight"}
+    assert leaving not in {r.name for r in r2.lock.replicas_of("ml/m")}
+    assert leaving not in r2.state.routes_gone
+    r3 = autoscale_fleet(f, lock, seen(lock, busy), gone, 121.0)
+    assert r3.drained == {leaving: "drain timeout (30s)"}
+    # the scheduler then forgets it; 2 serve
+    after = schedule(f, r3.lock).lock
+    assert len(after.replicas_of("ml/m")) == 2 and not after.draining()

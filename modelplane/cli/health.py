@@ -265,6 +265,18 @@ def _say_round(current: Any, out: Any, err: Any) -> None:
         if h.problem:
             state = "evicting" if name in view.evicting else "keeping its replicas (grace)"
             out.print(f"{head}: cluster {name} {h.problem}; {state}", highlight=False)
+    for key, d in current.autoscale.items():
+        if d.changed:
+            out.print(
+                f"{head}: autoscale {key} {d.current} -> {d.desired} ({d.describe()})",
+                highlight=False,
+            )
+        for note in d.notes:
+            out.print(f"{head}: autoscale {key}: {note}", highlight=False)
+    for name in current.draining:
+        out.print(f"{head}: draining replica {name} (out of the routes)", highlight=False)
+    for name, why in current.drained.items():
+        out.print(f"{head}: drained replica {name} ({why})", highlight=False)
     for name in current.moved:
         out.print(f"{head}: removed replica {name}", highlight=False)
     for name in current.added:

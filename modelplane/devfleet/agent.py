@@ -56,6 +56,31 @@ class PodServer:
     role: str
     model: str
     ready: bool
+    service_time: float = 0.0
+    concurrency: int = 0
+
+
+SERVICE_TIME_ENV = "MODELPLANE_STANDIN_SERVICE_TIME"
+CONCURRENCY_ENV = "MODELPLANE_STANDIN_CONCURRENCY"
+
+
+def _standin_load(container: Mapping[str, Any]) -> tuple[float, int]:
+    """Service time and concurrency a pod's container asks its stand-in for (env
+    MODELPLANE_STANDIN_SERVICE_TIME / _CONCURRENCY: dev fleet only; bad values are 0)."""
+    env = {
+        str(e.get("name")): str(e.get("value", ""))
+        for e in container.get("env", []) or []
+        if isinstance(e, Mapping)
+    }
+    try:
+        service_time = max(0.0, float(env.get(SERVICE_TIME_ENV, "0") or 0))
+    except ValueError:
+        service_time = 0.0
+    try:
+        concurrency = max(0, int(env.get(CONCURRENCY_ENV, "0") or 0))
+    except ValueError:
+        concurrency = 0
+    return service_time, concurrency
 
 
 def _model_name(container: Mapping[str, Any], fallback: str) -> str:
@@ -88,6 +113,7 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
                 continue
             number = int(port.get("containerPort", 0))
             name = str(meta.get("name", ""))
+            service_time, concurrency = _standin_load(container)
             namespace = str(meta.get("namespace", "default"))
             servers.append(
                 PodServer(
@@ -101,6 +127,8 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
                     role=str(labels.get(ROLE_LABEL, "unified")),
                     model=_model_name(container, str(labels.get(DEPLOYMENT_LABEL, name))),
                     ready=ready,
+                    service_time=service_time,
+                    concurrency=concurrency,
                 )
             )
     return servers
@@ -193,7 +221,12 @@ class Agent:
             pod=server.pod,
             namespace=server.namespace,
         )
-        config = StandinConfig(ready=server.ready, prefix_tolerant=True)
+        config = StandinConfig(
+            ready=server.ready,
+            prefix_tolerant=True,
+            service_time=server.service_time,
+            concurrency=server.concurrency,
+        )
         self.host.add(server.key, server.ip, server.port, identity, config)
 
     def sync_externals(self) -> None:

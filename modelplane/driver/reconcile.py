@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from modelplane.api.errors import FleetInvalid
+from modelplane.autoscale import Decision, autoscale_fleet
 from modelplane.driver.errors import DriverError
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.observer import Observer
@@ -29,7 +30,14 @@ from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
 from modelplane.health.observation import Observation
 from modelplane.health.rules import DEFAULT_GRACE, UNREACHABLE, HealthView, observed_schedule
-from modelplane.observe import DEFAULT_TIMEOUT, observe_fleet, read_since, write_since
+from modelplane.observe import (
+    DEFAULT_TIMEOUT,
+    observe_fleet,
+    read_autoscale_state,
+    read_since,
+    write_autoscale_state,
+    write_since,
+)
 from modelplane.stacks import deploy_stack
 
 RESYNC_ROUNDS = 10
@@ -50,6 +58,9 @@ class Round:
     moved: list[str] = field(default_factory=list)  # replicas dropped from their cluster
     forgotten: dict[str, int] = field(default_factory=dict)  # stack -> objects dropped from state
     added: list[str] = field(default_factory=list)
+    autoscale: dict[str, Decision] = field(default_factory=dict)  # autoscaled deployments
+    draining: list[str] = field(default_factory=list)  # replicas that started draining
+    drained: dict[str, str] = field(default_factory=dict)  # drains that ended, and why
     duration: float = 0.0
 
     @property
@@ -79,6 +90,9 @@ class Round:
             "up": None if self.run is None else self.run.as_json(),
             "upSkipped": self.skipped_up,
             "locked": self.locked,
+            "autoscale": {k: d.as_json() for k, d in self.autoscale.items()},
+            "draining": self.draining,
+            "drained": self.drained,
         }
 
 
@@ -151,11 +165,21 @@ class Reconciler:
             env=f.env,
             timeout=self.timeout,
             now=self.clock(),
+            metrics=True,
         )
         current.observation = observation
         since = read_since(f.state_dir)
+        # Autoscaling (scheduling.md, "Autoscaling"): new counts and finished drains go into
+        # the lock the scheduler starts from.
+        scaled = autoscale_fleet(
+            f.spec, f.previous, observation, read_autoscale_state(f.state_dir), observation.at
+        )
+        current.autoscale = scaled.decisions
+        current.drained = scaled.drained
+        state = scaled.state
+        write_autoscale_state(f.state_dir, state)
         result, view = observed_schedule(
-            f.spec, f.previous, observation, since, observation.at, self.grace
+            f.spec, scaled.lock, observation, since, observation.at, self.grace
         )
         current.view = view
         write_since(f.state_dir, view.since)
@@ -165,10 +189,19 @@ class Reconciler:
         after = {r.name: r.cluster for d in plan.lock.deployments.values() for r in d.replicas}
         current.moved = sorted(set(before) - set(after))
         current.added = sorted(set(after) - set(before))
+        current.draining = sorted(plan.lock.draining() - f.previous.draining())
+
+        def routes_updated() -> None:
+            # The routes without the draining replicas are applied: their drain clock starts.
+            for name in sorted(plan.lock.draining()):
+                state.routes_gone.setdefault(name, self.clock())
+            write_autoscale_state(f.state_dir, state)
+
         digest = _digest(f, plan)
         resync = self.rounds % RESYNC_ROUNDS == 0
         if digest == self._applied and not plan.changed and not resync:
             current.skipped_up = True
+            routes_updated()
             return
         # Replicas leaving a cluster whose API is gone cannot be deleted there: drop their
         # objects from the deployment stacks' state instead of failing the stack.
@@ -191,6 +224,7 @@ class Reconciler:
         current.run = run
         if run.ok:
             self._applied = digest
+            routes_updated()
 
 
 def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) -> dict[str, int]:

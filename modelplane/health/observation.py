@@ -36,8 +36,19 @@ class ReplicaObservation:
     reasons: tuple[str, ...] = ()  # why pods are not Ready: `<pod>: <reason>`
     created: float | None = None  # the oldest pod's creation time (epoch seconds)
     running_pods: int = 0  # pods in phase Running (the others are Pending or finished)
+    # Autoscaled replicas only (`observe_fleet(metrics=...)`): the vLLM samples summed over
+    # the serving pods (`modelplane.autoscale.replica_values`), or why there are none.
+    metrics: dict[str, float] | None = None
+    metrics_error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
+        out = self._json()
+        if self.metrics is not None or self.metrics_error is not None:
+            out["metrics"] = self.metrics
+            out["metricsError"] = self.metrics_error
+        return out
+
+    def _json(self) -> dict[str, Any]:
         return {
             "created": self.created,
             "runningPods": self.running_pods,
@@ -134,6 +145,8 @@ class Observation:
                         tuple(v.get("reasons") or ()),
                         v.get("created"),
                         int(v.get("runningPods", 0)),
+                        v.get("metrics"),
+                        v.get("metricsError"),
                     )
                     for r, v in (c.get("replicas") or {}).items()
                 },

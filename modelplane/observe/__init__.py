@@ -20,6 +20,7 @@ from pathlib import Path
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.autoscale import AutoscaleState
 from modelplane.health.observation import ClusterObservation, Observation
 from modelplane.observe.cluster import observe_cluster
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
@@ -28,8 +29,15 @@ from modelplane.stacks import cache_clusters
 
 DEFAULT_TIMEOUT = 5.0
 HEALTH_FILE = "health.json"
+AUTOSCALE_FILE = "autoscale.json"
 
-__all__ = ["observe_fleet", "read_since", "write_since"]
+__all__ = [
+    "observe_fleet",
+    "read_autoscale_state",
+    "read_since",
+    "write_autoscale_state",
+    "write_since",
+]
 
 
 def _kubeconfig(
@@ -78,16 +86,26 @@ def observe_fleet(
     timeout: float = DEFAULT_TIMEOUT,
     deadline: float | None = None,
     now: float | None = None,
+    metrics: bool = False,
 ) -> Observation:
     """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
     4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
-    deployment's namespace)."""
+    deployment's namespace). ``metrics``: also read the serving pods' `/metrics` of the
+    autoscaled deployments' replicas in ``lock`` (through each API server's pod proxy)."""
     env = os.environ if env is None else env
     fleet_dir = Path(fleet_dir)
     limit = deadline if deadline is not None else 4 * timeout
     at = time.time() if now is None else now
     results: dict[str, ClusterObservation] = {}
     threads: dict[str, threading.Thread] = {}
+    wanted: dict[str, list[str]] = {}
+    if metrics and lock is not None:
+        for key, dep in lock.deployments.items():
+            spec = fleet.deployments.get(key)
+            if spec is None or spec.spec.autoscaling is None:
+                continue
+            for r in dep.replicas:
+                wanted.setdefault(r.cluster, []).append(r.name)
 
     def one(name: str, text: str) -> None:
         started = time.monotonic()
@@ -97,7 +115,9 @@ def observe_fleet(
             results[name] = ClusterObservation(name, observed=False, error=str(exc))
             return
         caches = [k for k in fleet.caches if name in cache_clusters(fleet, k)]
-        observed = observe_cluster(name, reader, _namespaces(fleet, lock, name), caches)
+        observed = observe_cluster(
+            name, reader, _namespaces(fleet, lock, name), caches, wanted.get(name, ())
+        )
         if time.monotonic() - started <= limit:
             results[name] = observed
 
@@ -145,4 +165,21 @@ def write_since(state_dir: Path, since: Mapping[str, float]) -> None:
         json.dumps({"unhealthySince": dict(sorted(since.items()))}, indent=2) + "\n",
         encoding="utf-8",
     )
+    tmp.replace(path)
+
+
+def read_autoscale_state(state_dir: Path) -> AutoscaleState:
+    """What `reconcile` remembers for autoscaling (a missing or bad file: nothing)."""
+    try:
+        data = json.loads((state_dir / AUTOSCALE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return AutoscaleState()
+    return AutoscaleState.from_json(data)
+
+
+def write_autoscale_state(state_dir: Path, state: AutoscaleState) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / AUTOSCALE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.as_json(), indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from modelplane.autoscale import parse_metrics, replica_values
 from modelplane.health.observation import (
     CacheObservation,
     ClusterObservation,
@@ -118,7 +119,42 @@ class ClusterReader:
                 return True, str(address["value"])
         return True, None
 
-    def replicas(self, namespaces: Iterable[str]) -> dict[str, ReplicaObservation]:
+    def pod_metrics(self, pod: dict[str, Any]) -> dict[str, float]:
+        """One serving pod's `/metrics` through the API server's pod proxy (its container
+        port named `http`, else 8000), parsed."""
+        meta = pod.get("metadata") or {}
+        port = 8000
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for p in container.get("ports") or []:
+                if p.get("name") == "http" and p.get("containerPort"):
+                    port = int(p["containerPort"])
+        ns, name = meta.get("namespace", "default"), meta.get("name", "")
+        text = self.reader.get_text(f"/api/v1/namespaces/{ns}/pods/{name}:{port}/proxy/metrics")
+        return parse_metrics(text)
+
+    def replica_metrics(
+        self, pods: list[dict[str, Any]]
+    ) -> tuple[dict[str, float] | None, str | None]:
+        """A replica's metric values over its serving pods, or None and why."""
+        if not pods:
+            return None, "no pods"
+        samples = []
+        for pod in pods:
+            name = (pod.get("metadata") or {}).get("name", "?")
+            if not _ready(pod):
+                return None, f"{name} not Ready"
+            try:
+                samples.append(self.pod_metrics(pod))
+            except KubeError as exc:
+                return None, f"{name}: /metrics unreadable ({exc})"
+        values = replica_values(samples)
+        if not values:
+            return None, "no vLLM metrics in /metrics"
+        return values, None
+
+    def replicas(
+        self, namespaces: Iterable[str], metrics_for: Iterable[str] = ()
+    ) -> dict[str, ReplicaObservation]:
         pods: dict[str, list[dict[str, Any]]] = {}
         claims: dict[str, list[bool]] = {}
         groups: dict[str, list[int]] = {}
@@ -148,6 +184,7 @@ class ClusterReader:
                 entry[0] += want
                 entry[1] += ready
         out = {}
+        wanted = set(metrics_for)
         for replica in sorted({*pods, *claims, *groups}):
             mine = pods.get(replica, [])
             reasons = tuple(sorted(r for r in (_pod_reason(p) for p in mine) if r))
@@ -156,6 +193,9 @@ class ClusterReader:
             ]
             c = claims.get(replica, [])
             g = groups.get(replica, [0, 0])
+            values, why = None, None
+            if replica in wanted:
+                values, why = self.replica_metrics(mine)
             out[replica] = ReplicaObservation(
                 pods=len(mine),
                 ready_pods=sum(1 for p in mine if _ready(p)),
@@ -168,6 +208,8 @@ class ClusterReader:
                 running_pods=sum(
                     1 for p in mine if (p.get("status") or {}).get("phase") == "Running"
                 ),
+                metrics=values,
+                metrics_error=why,
             )
         return out
 
@@ -196,7 +238,11 @@ def observe_caches(reader: KubeReader, caches: Iterable[str]) -> dict[str, Cache
 
 
 def observe_cluster(
-    name: str, reader: KubeReader, namespaces: Iterable[str], caches: Iterable[str] = ()
+    name: str,
+    reader: KubeReader,
+    namespaces: Iterable[str],
+    caches: Iterable[str] = (),
+    metrics_for: Iterable[str] = (),
 ) -> ClusterObservation:
     """One cluster; an unreachable one is an observation with the error, never a raise."""
     started = time.monotonic()
@@ -216,7 +262,7 @@ def observe_cluster(
     except KubeError as exc:
         problems.append(f"gateway: {exc}")
     try:
-        replicas = cluster.replicas(namespaces)
+        replicas = cluster.replicas(namespaces, metrics_for)
     except (KubeError, KeyError, TypeError, ValueError) as exc:
         problems.append(f"replicas: {exc}")
     cache_states: dict[str, CacheObservation] = {}

@@ -143,10 +143,24 @@ class KubeReader:
         self._context = ssl_context(target) if target.server.startswith("https") else None
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
+        body = self._fetch(path, "application/json", query)
+        try:
+            return dict(json.loads(body))
+        except (ValueError, TypeError):
+            raise KubeError(0, f"{path}: the answer is not a JSON object") from None
+
+    def get_text(self, path: str, max_bytes: int = 4 * 2**20) -> str:
+        """A text body (e.g. Prometheus metrics through the pod proxy), at most max_bytes."""
+        body = self._fetch(path, "text/plain", {}, max_bytes)
+        return body.decode("utf-8", "replace")
+
+    def _fetch(
+        self, path: str, accept: str, query: dict[str, str], max_bytes: int | None = None
+    ) -> bytes:
         url = self.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         request = urllib.request.Request(url, headers=headers)
@@ -155,7 +169,7 @@ class KubeReader:
                 with urllib.request.urlopen(
                     request, context=self._context, timeout=self.timeout
                 ) as resp:
-                    return dict(json.loads(resp.read()))
+                    return bytes(resp.read() if max_bytes is None else resp.read(max_bytes))
             except urllib.error.HTTPError as exc:
                 # Throttled or a version not yet established (a CRD just installed): retry.
                 if exc.code in (429, 503) and attempt < RETRIES:
