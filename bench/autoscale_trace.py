@@ -1,0 +1,149 @@
+"""Benchmark: an autoscaled deployment against a fixed peak-sized one on the same load trace.
+
+Run: .venv/bin/python bench/autoscale_trace.py [--interval 30] [--ready 60] [--json]
+
+The decision is modelplane's own (`modelplane.autoscale.decide`, the code `reconcile`
+runs), fed by a queueing model of vLLM-like replicas: each replica has `--slots` request
+slots and `--service` seconds per request, so at a load of L req/s the deployment keeps
+L x service requests in flight (Little's law), spread evenly; a replica runs at most
+`slots` of them and the rest wait (`queueDepth`). A replica the decision adds serves
+`--ready` seconds later (placement, `up`, start-up); one it removes stops at once (its
+drain is not counted as capacity).
+
+The trace (one day, seconds): nights at 10% of peak, a morning ramp, a working day at
+60-100%, an evening fall, and a 10x step at 03:00 (from the night level to the peak for
+10 minutes). Reported: the reaction time to that step (step start -> enough serving
+capacity again), GPU-minutes of the autoscaled deployment against a fixed deployment
+sized for the peak, and the seconds in which demand exceeded serving capacity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from modelplane.api.autoscaling import Autoscaling  # noqa: E402
+from modelplane.autoscale import decide  # noqa: E402
+
+DAY = 86400
+STEP_AT, STEP_LEN = 3 * 3600 + 7, 600  # 7 s after a round: the step lands mid-interval
+
+
+def trace(peak: float, t: float) -> float:
+    """Requests per second at second t of the day."""
+    hour = t / 3600
+    if STEP_AT <= t < STEP_AT + STEP_LEN:
+        return peak
+    if hour < 7 or hour >= 22:
+        return 0.1 * peak
+    if hour < 9:
+        return peak * (0.1 + 0.5 * (hour - 7) / 2)
+    if hour < 18:
+        return peak * (0.6 + 0.4 * math.sin(math.pi * (hour - 9) / 9))
+    return peak * (0.6 - 0.5 * (hour - 18) / 4)
+
+
+def simulate(args: argparse.Namespace) -> dict[str, object]:
+    auto = Autoscaling.model_validate(
+        {
+            "minReplicas": 1,
+            "maxReplicas": 1000,
+            "metrics": [
+                {"type": "runningRequests", "target": args.target},
+                {"type": "queueDepth", "target": args.queue_target},
+            ],
+            "scaleUp": {"stabilizationWindow": 0, "maxStep": args.up_step},
+            "scaleDown": {"stabilizationWindow": args.down_window, "maxStep": args.down_step},
+        }
+    )
+    per_replica = args.slots / args.service  # req/s one replica serves
+    fixed = math.ceil(args.peak / (per_replica * args.target / args.slots))
+    count, history = 1, ()
+    pending: list[tuple[float, int]] = []  # (ready at, replicas)
+    serving = 1
+    gpu_seconds = 0.0
+    short_seconds = 0
+    reaction = None
+    t = 0.0
+    next_round = 0.0
+    while t < DAY:
+        load = trace(args.peak, t)
+        # replicas whose start-up is over begin to serve
+        serving += sum(n for at, n in pending if at <= t)
+        pending = [(at, n) for at, n in pending if at > t]
+        if t >= next_round:
+            in_flight = load * args.service
+            names = [f"r{i}" for i in range(serving)]
+            each = in_flight / max(1, serving)
+            running = min(args.slots, each)
+            values = {n: {"runningRequests": running, "queueDepth": each - running} for n in names}
+            d = decide(auto, count, names, values, history, t)
+            history = d.history
+            if d.desired > count:
+                pending.append((t + args.ready, d.desired - count))
+            elif d.desired < count:
+                drop = count - d.desired
+                cut = min(drop, serving)
+                serving -= cut
+                drop -= cut
+                while drop and pending:  # not started yet: cancelled
+                    at, n = pending.pop()
+                    take = min(n, drop)
+                    drop -= take
+                    if n > take:
+                        pending.append((at, n - take))
+            count = d.desired
+            next_round += args.interval
+        capacity = serving * per_replica
+        if load > capacity + 1e-9:
+            short_seconds += 1
+        if reaction is None and t >= STEP_AT and load <= capacity + 1e-9:
+            reaction = t - STEP_AT
+        gpu_seconds += (serving + sum(n for _, n in pending)) * args.gpus
+        t += 1.0
+    auto_gpu_min = gpu_seconds / 60
+    fixed_gpu_min = fixed * args.gpus * DAY / 60
+    return {
+        "interval": args.interval,
+        "readyDelay": args.ready,
+        "scaleDownWindow": args.down_window,
+        "fixedReplicas": fixed,
+        "reactionSeconds": reaction,
+        "autoscaledGpuMinutes": round(auto_gpu_min),
+        "fixedGpuMinutes": round(fixed_gpu_min),
+        "saved": round(1 - auto_gpu_min / fixed_gpu_min, 3),
+        "secondsShortOfCapacity": short_seconds,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--peak", type=float, default=200.0, help="peak load, req/s")
+    parser.add_argument("--service", type=float, default=0.2, help="seconds per request")
+    parser.add_argument("--slots", type=int, default=4, help="concurrent requests per replica")
+    parser.add_argument("--target", type=float, default=3.0, help="runningRequests target")
+    parser.add_argument("--queue-target", type=float, default=1.0, help="queueDepth target")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    parser.add_argument("--interval", type=float, default=30.0, help="reconcile interval, s")
+    parser.add_argument("--ready", type=float, default=60.0, help="new replica start-up, s")
+    parser.add_argument("--down-window", type=float, default=300.0)
+    parser.add_argument("--down-step", type=int, default=1)
+    parser.add_argument("--up-step", type=int, default=8)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = simulate(args)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:>24}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
