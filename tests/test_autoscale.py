@@ -488,3 +488,46 @@ def test_autoscale_fleet_drain_ends_when_idle_or_on_timeout() -> None:
     # the scheduler then forgets it; 2 serve
     after = schedule(f, r3.lock).lock
     assert len(after.replicas_of("ml/m")) == 2 and not after.draining()
+
+
+# -- where the count shows: plan JSON/table, status, the PR preview --------------------------
+
+from rich.console import Console  # noqa: E402
+
+from modelplane.cli.commands import _plan_table  # noqa: E402
+from modelplane.cli.health import readiness_tables  # noqa: E402
+from modelplane.driver.markdown import placement_section  # noqa: E402
+from modelplane.driver.plan import Plan  # noqa: E402
+from modelplane.health.readiness import readiness  # noqa: E402
+
+
+def rendered(table: Any) -> str:
+    console = Console(width=250, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_autoscaled_count_shows_in_plan_status_and_preview() -> None:
+    f = fleet([H100], three_clusters(), [deployment("m", 2, tensor=8, autoscaling=AUTO)])
+    before = schedule(f, None).lock
+    result = schedule(f, with_count(before, "ml/m", 1))
+    plan = Plan(before, result)
+    (leaving,) = result.lock.draining()
+    data = plan.as_json()["deployments"]["ml/m"]
+    assert data["autoscaling"] == {"replicas": 1, "minReplicas": 1, "maxReplicas": 6}
+    assert data["draining"] == [leaving] and plan.changed
+    table = rendered(_plan_table(plan.as_json()["deployments"]))
+    assert "autoscaled 1 (1..6)" in table and "draining (scale-in)" in table
+    md = "\n".join(placement_section(plan))
+    assert f"- `ml/m`: 2 → 1 replica(s) (min 1, max 6); draining `{leaving}`" in md
+    view = readiness(f, result.lock, Observation(0.0, {}))
+    d = view.deployment("ml/m")
+    assert (d.desired, d.placed, d.draining) == (1, 1, [leaving])
+    assert d.as_json()["autoscaling"] == {
+        "replicas": 1,
+        "minReplicas": 1,
+        "maxReplicas": 6,
+        "draining": [leaving],
+    }
+    status = rendered(readiness_tables(view)[0])
+    assert "AUTOSCALE" in status and f"1 (1..6); draining {leaving}" in status
