@@ -230,3 +230,92 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
     assert scaled_in - stopped >= DOWN_WINDOW - 1, report
     assert all(r["ok"] for r in seen), [r for r in seen if not r["ok"]][:2]
     assert "Traceback" not in reconciler["err"].read_text()
+
+
+PAIR = """\
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelDeployment
+metadata: {name: NAME, namespace: demo}
+spec:
+  replicas: 1
+  priority: PRIORITY
+  autoscaling:
+    minReplicas: 1
+    maxReplicas: 7
+    metrics:
+    - {type: runningRequests, target: 0.5}
+    scaleUp: {stabilizationWindow: 0s, maxStep: 6}
+    scaleDown: {stabilizationWindow: 5m}
+  nodeSelector:
+    devices:
+    - name: gpu
+      selectors:
+      - cel: device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"
+  workers:
+    topology: {tensor: 1}
+    resources: {cpu: "4", memory: 16Gi}
+    template:
+      spec:
+        containers:
+        - name: engine
+          image: vllm/vllm-openai:v0.11.0
+          args: ["--model=NAME", "--port=8000"]
+          env:
+          - {name: MODELPLANE_STANDIN_SERVICE_TIME, value: "0.5"}
+          - {name: MODELPLANE_STANDIN_CONCURRENCY, value: "8"}
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelService
+metadata: {name: NAME, namespace: demo}
+spec:
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: NAME}}
+"""
+
+
+def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
+    fleet_dir: Path, deployer: Deployer, reconciler: dict[str, Any]
+) -> None:
+    """hi (priority 10) and lo (priority 0) both under load on the 7 L4 nodes (qwen holds
+    one): hi's scale-out takes the free nodes, lo is capped with the shortfall reason."""
+    for name, priority in (("hi", 10), ("lo", 0)):
+        text = PAIR.replace("NAME", name).replace("PRIORITY", str(priority))
+        (fleet_dir / f"{name}.yaml").write_text(text)
+
+    def both_ready() -> bool:
+        view = readiness(fleet_dir, deployer)
+        return all(view.deployment(f"demo/{n}").ready == 1 for n in ("hi", "lo"))
+
+    wait_for("hi and lo 1/1 ready", both_ready, timeout=600, interval=2.0)
+
+    def urls() -> dict[str, Any] | None:
+        services = Fleet.load(fleet_dir, env=deployer.env()).status().gateway.get("services", {})
+        return services if services.get("demo/hi") and services.get("demo/lo") else None
+
+    services = wait_for("hi and lo routed", urls, timeout=300, interval=5.0)
+    seen_before = len(rounds(reconciler))
+    loads = [Load(services[f"demo/{n}"]).__enter__() for n in ("hi", "lo") for _ in range(6)]
+    try:
+
+        def decided() -> dict[str, Any] | None:
+            for r in rounds(reconciler)[seen_before:]:
+                auto = r["autoscale"]
+                if auto.get("demo/hi", {}).get("to", 1) > 1 and r["up"] is not None:
+                    return r
+            return None
+
+        scaled = wait_for("hi scaled out", decided, timeout=6 * INTERVAL + 300, interval=1.0)
+    finally:
+        for load in loads:
+            load.__exit__()
+    lock = yaml.safe_load((fleet_dir / "modelplane.lock.yaml").read_text())["deployments"]
+    hi = [r["cluster"] for r in lock["demo/hi"]["replicas"]]
+    lo = [r["cluster"] for r in lock["demo/lo"]["replicas"]]
+    qwen = lock[QWEN]["replicas"]
+    assert len(qwen) + len(hi) + len(lo) == 7, (qwen, hi, lo)  # every L4 node taken
+    assert len(hi) == 7 - len(qwen) - 1 and len(lo) == 1, (hi, lo)
+    plan = modelplane("plan", str(fleet_dir), "-o", "json", env=deployer.env())
+    out = json.loads(plan.stdout)["deployments"]
+    assert out["demo/lo"]["autoscaling"]["replicas"] > 1 and out["demo/lo"]["unplaced"] >= 1
+    assert any("pool l4 has 0 free nodes" in why for why in out["demo/lo"]["reasons"]), out
+    assert scaled["ok"], scaled
