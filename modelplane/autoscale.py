@@ -151,10 +151,19 @@ def decide(
         )
     up, down = auto.scale_up, auto.scale_down
     keep = max(up.stabilization_window, down.stabilization_window)
-    kept = [(t, r) for t, r in history if 0 <= now - t <= keep and t < now]
-    window = [*kept, (now, raw)]
+    earlier = sorted((t, r) for t, r in history if t < now)
+    window = [(t, r) for t, r in earlier if now - t <= keep] + [(now, raw)]
     up_rec = min(r for t, r in window if now - t <= up.stabilization_window)
-    down_rec = max(r for t, r in window if now - t <= down.stabilization_window)
+    opened = now - down.stabilization_window
+    down_recs = [r for t, r in window if t >= opened]
+    # A recommendation holds until the next one: the one in effect when the down window
+    # opened counts too, so a round that waited on a long `up` never shortens the window.
+    before = [(t, r) for t, r in earlier if t < opened]
+    after = [t for t, _ in window if t >= opened]
+    if down.stabilization_window > 0 and before and after[0] > opened:
+        down_recs.append(before[-1][1])
+        window = sorted({before[-1], *window})
+    down_rec = max(down_recs)
     desired = current
     if desired < up_rec:
         desired = min(up_rec, current + up.max_step)

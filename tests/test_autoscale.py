@@ -180,7 +180,7 @@ def q(*depths: float | None) -> dict[str, dict[str, float] | None]:
             auto(),
             5,
             q(0, 0, 0, 0, 0),
-            ((0.0, 5),),
+            ((0.0, 5), (30.0, 1)),
             3,
             None,
         ),
@@ -189,7 +189,7 @@ def q(*depths: float | None) -> dict[str, dict[str, float] | None]:
             auto(),
             4,
             q(1, 1, 1, 1),
-            ((30.0, 4), (80.0, 3)),
+            ((20.0, 4), (30.0, 3), (80.0, 3)),
             3,
             None,
         ),
@@ -259,7 +259,19 @@ def test_autoscale_scale_down_waits_for_the_window() -> None:
         d = decide(a, count, R[:count], q(*[0] * count), history, now)
         history, count = d.history, d.desired
         seen.append(count)
-    assert seen == [4, 4, 4, 2, 1, 1, 1]
+    assert seen == [4, 4, 4, 4, 2, 1, 1]
+
+
+def test_autoscale_a_long_gap_between_rounds_does_not_shorten_the_down_window() -> None:
+    """Busy at t=0 (4), the next round only at t=150 (a long `up`): the 4 held until then,
+    so the idle reading at 150 starts the 60 s window; the count drops at >= 210."""
+    a = auto()
+    d = decide(a, 4, R[:4], q(0, 0, 0, 0), ((0.0, 4),), 150.0)
+    assert d.desired == 4 and any("held by the 60s" in n for n in d.notes)
+    d2 = decide(a, 4, R[:4], q(0, 0, 0, 0), d.history, 200.0)
+    assert d2.desired == 4
+    d3 = decide(a, 4, R[:4], q(0, 0, 0, 0), d2.history, 211.0)
+    assert d3.desired == 2
 
 
 def test_autoscale_scale_up_window_takes_the_lowest() -> None:

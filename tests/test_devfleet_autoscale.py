@@ -198,7 +198,13 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
             interval=1.0,
         )
         scaled_in = time.monotonic()
-        time.sleep(5)
+
+        def drain_applied() -> dict[str, Any] | None:
+            # the round's JSON comes after its `up`, which deleted the drained workloads
+            return next((r for r in rounds(reconciler) if r["drained"] and r["up"]), None)
+
+        wait_for("the drained workloads deleted", drain_applied, timeout=UP_SLACK, interval=1.0)
+        time.sleep(5)  # requests keep flowing after the deletion
     finally:
         for load in step:
             load.__exit__()
