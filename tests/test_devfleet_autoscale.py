@@ -182,6 +182,7 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
         )
         ready = time.monotonic()
         out_clusters = serving_clusters(fleet_dir)
+        at_peak = {r["name"] for r in locked(fleet_dir)["replicas"]}
         time.sleep(max(0.0, STEP_SECONDS - (time.monotonic() - started)))
         for load in step:
             load.__exit__()
@@ -199,9 +200,13 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
         )
         scaled_in = time.monotonic()
 
-        def drain_applied() -> dict[str, Any] | None:
-            # the round's JSON comes after its `up`, which deleted the drained workloads
-            return next((r for r in rounds(reconciler) if r["drained"] and r["up"]), None)
+        leavers = at_peak - {r["name"] for r in locked(fleet_dir)["replicas"]}
+
+        def drain_applied() -> bool:
+            # a round's JSON comes after its `up`, which deleted its drained workloads; the
+            # scale-in may take more than one step
+            done = {n for r in rounds(reconciler) if r["up"] for n in r["drained"]}
+            return done >= leavers
 
         wait_for("the drained workloads deleted", drain_applied, timeout=UP_SLACK, interval=1.0)
         time.sleep(5)  # requests keep flowing after the deletion
@@ -235,10 +240,8 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
     # the decision within two intervals (scale-up window 0 s); a round busy with an `up`
     # when the step starts delays it by that `up`
     assert decided - started <= 2 * INTERVAL + 60, report
-    assert draining_rounds and len(drained) == 3, (
-        drained,
-        [r["draining"] for r in draining_rounds],
-    )
+    assert set(drained) == leavers and len(leavers) == 3, (drained, leavers)
+    assert {n for r in draining_rounds for n in r["draining"]} == leavers
     assert scaled_in - stopped >= DOWN_WINDOW - 1, report
     assert all(r["ok"] for r in seen), [r for r in seen if not r["ok"]][:2]
     assert "Traceback" not in reconciler["err"].read_text()
