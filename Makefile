@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup engine local test lint typecheck bench clean-local
+.PHONY: setup engine local test lint typecheck bench clean-local cel-tables
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ local: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# celpy's CEL grammar as ready parser tables (modelplane/cel/grammar.py); after a celpy upgrade.
+cel-tables: $(STAMP)
+	$(BIN)/python -m modelplane.cel.grammar > modelplane/cel/parser_tables.py.new
+	mv modelplane/cel/parser_tables.py.new modelplane/cel/parser_tables.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -251,6 +251,8 @@ def _render_dirs(
             errors.append(SpecError(doc.file, doc.index, obj, RENDER_TO_PATH, f"{raw!r} {problem}"))
             continue
         dirs[target] = (doc, obj)
+    if not dirs:
+        return dirs  # nothing to confine: no path lookups per spec file
     for spec_doc, _, _ in parsed:
         path = Path(spec_doc.file).resolve()
         for folder in path.parents:  # a few lookups, not one per cluster

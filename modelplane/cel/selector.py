@@ -182,6 +182,10 @@ _parser: CELParser | None = None
 def _parse(expression: str) -> Tree:
     global _parser
     if _parser is None:
+        if CELParser.CEL_PARSER is None:  # celpy would build its tables (slow)
+            from modelplane.cel.grammar import cel_parser
+
+            CELParser.CEL_PARSER = cel_parser()
         _parser = CELParser()
     try:
         return _parser.parse(expression)
