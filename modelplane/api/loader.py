@@ -220,6 +220,17 @@ def _inside(file: str, dirs: set[Path] | dict[Path, Any]) -> bool:
 RENDER_TO_PATH = "spec.cluster.existing.renderTo"
 
 
+def _real(path: Path, folders: dict[str, Path]) -> Path:
+    """path resolved, its parent folder's real path looked up once (`folders` caches)."""
+    if os.path.islink(path):
+        return path.resolve()
+    parent, name = os.path.split(os.path.normpath(path))
+    real = folders.get(parent)
+    if real is None:
+        real = folders[parent] = Path(os.path.realpath(parent or "."))
+    return real / name if name not in ("", ".") else real
+
+
 def _render_dirs(
     base: Path, parsed: list[tuple[Document, str, BaseModel]], errors: list[SpecError]
 ) -> dict[Path, tuple[Document, str]]:
@@ -229,6 +240,7 @@ def _render_dirs(
     the fleet through a symlink, and a folder that holds specs.
     """
     root = base.resolve()
+    folders: dict[str, Path] = {}  # a folder's real path, resolved once for all below it
     dirs: dict[Path, tuple[Document, str]] = {}
     for doc, obj, m in parsed:
         existing = getattr(getattr(getattr(m, "spec", None), "cluster", None), "existing", None)
@@ -242,7 +254,7 @@ def _render_dirs(
         elif ".." in pure.parts:
             problem = "must not contain '..'"
         else:
-            target = (base / raw).resolve()
+            target = _real(base / raw, folders)
             if target == root:
                 problem = "must be a folder of its own, not the fleet folder itself"
             elif not target.is_relative_to(root):
@@ -254,7 +266,7 @@ def _render_dirs(
     if not dirs:
         return dirs  # nothing to confine: no path lookups per spec file
     for spec_doc, _, _ in parsed:
-        path = Path(spec_doc.file).resolve()
+        path = _real(Path(spec_doc.file), folders)
         for folder in path.parents:  # a few lookups, not one per cluster
             if folder not in dirs:
                 continue

@@ -17,7 +17,25 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from modelplane.api.paths import join_path
 
-_Loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_RESOLVED: dict[tuple[str, tuple[bool, bool]], str] = {}  # plain scalar -> its implicit tag
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """The C loader with scalar tag resolution memoised (PyYAML resolves every scalar with
+    Python regexes; spec files repeat the same keys and values thousands of times)."""
+
+    def resolve(self, kind: type, value: Any, implicit: Any) -> str:
+        if kind is not ScalarNode or len(value) > 64:
+            return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+        key = (value, implicit)
+        tag = _RESOLVED.get(key)
+        if tag is None:
+            if len(_RESOLVED) > 65536:
+                _RESOLVED.clear()
+            tag = _RESOLVED[key] = super().resolve(kind, value, implicit)
+        return tag
+
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # one spec file
 MAX_EXPANDED_NODES = 1_000_000  # one document, counting every alias use in full
@@ -62,60 +80,102 @@ def _pos(node: Node) -> tuple[int, int]:
     return (node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-class _Walk:
-    """One pass over a composed document: marks, duplicate keys, expanded size."""
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
 
-    def __init__(self, index: int, problems: list[YamlProblem]) -> None:
+
+class _Walk:
+    """One pass over a composed document: marks, duplicate keys, expanded size, and the
+    Python value (plain str/map/seq built here; other tags, merge keys and complex keys by
+    the loader's SafeConstructor, so the result is what `yaml.safe_load` gives)."""
+
+    def __init__(self, loader: Any, index: int, problems: list[YamlProblem]) -> None:
+        self.loader = loader
         self.index = index
         self.problems = problems
         self.marks: dict[str, tuple[int, int]] = {}
         self.sizes: dict[int, int] = {}
+        self.values: dict[int, Any] = {}
         self.active: set[int] = set()
+        self.total = 0
 
-    def size(self, node: Node, path: str | None) -> int:
-        """Expanded node count below node; records marks for paths seen the first time."""
+    def visit(self, node: Node, path: str | None) -> Any:
+        """The value of node; records marks for paths seen the first time and counts the
+        expanded size (every alias use in full) into self.total."""
         key = id(node)
-        if path is not None:
-            self.marks.setdefault(path, _pos(node))
+        if path is not None and path not in self.marks:
+            self.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         known = self.sizes.get(key)
         if known is not None:
-            return known
+            self._count(known)
+            return self.values[key]
         if key in self.active:
             raise _TooLarge("a recursive alias")
         self.active.add(key)
-        total = 1
-        if isinstance(node, MappingNode):
-            seen: dict[Any, Node] = {}
-            for k, v in node.value:
-                sub = None
-                if isinstance(k, ScalarNode) and k.tag != MERGE_TAG:
-                    if k.value in seen:
-                        first = _pos(seen[k.value])
-                        where = join_path(path or "", k.value) if path is not None else k.value
-                        self.problems.append(
-                            YamlProblem(
-                                self.index,
-                                where,
-                                f"duplicate key {k.value!r} (first at line {first[0]}, "
-                                f"column {first[1]})",
-                                *_pos(k),
-                            )
-                        )
-                    else:
-                        seen[k.value] = k
-                    if path is not None:
-                        sub = join_path(path, k.value)
-                total += self.size(k, None) + self.size(v, sub)
-                if total > MAX_EXPANDED_NODES:
-                    raise _TooLarge("too many nodes")
-        elif isinstance(node, SequenceNode):
-            for i, item in enumerate(node.value):
-                total += self.size(item, f"{path}[{i}]" if path is not None else None)
-                if total > MAX_EXPANDED_NODES:
-                    raise _TooLarge("too many nodes")
+        before = self.total
+        self._count(1)
+        value: Any
+        if type(node) is ScalarNode:
+            value = node.value if node.tag == _STR else self.loader.construct_object(node)
+        elif type(node) is MappingNode:
+            value = self._mapping(node, path)
+        elif type(node) is SequenceNode:
+            sub = f"{path}[%d]" if path is not None else None
+            items = [
+                self.visit(item, sub % i if sub is not None else None)
+                for i, item in enumerate(node.value)
+            ]
+            value = items if node.tag == _SEQ else self._construct(node)
+        else:  # pragma: no cover - the composer makes only these three
+            value = self._construct(node)
         self.active.discard(key)
-        self.sizes[key] = total
-        return total
+        self.sizes[key] = self.total - before
+        self.values[key] = value
+        return value
+
+    def _count(self, n: int) -> None:
+        self.total += n
+        if self.total > MAX_EXPANDED_NODES:
+            raise _TooLarge("too many nodes")
+
+    def _mapping(self, node: MappingNode, path: str | None) -> Any:
+        seen: dict[Any, Node] = {}
+        out: dict[Any, Any] = {}
+        plain = node.tag == _MAP
+        for k, v in node.value:
+            sub = None
+            if type(k) is ScalarNode and k.tag != MERGE_TAG:
+                if k.value in seen:
+                    first = _pos(seen[k.value])
+                    where = join_path(path or "", k.value) if path is not None else k.value
+                    self.problems.append(
+                        YamlProblem(
+                            self.index,
+                            where,
+                            f"duplicate key {k.value!r} (first at line {first[0]}, "
+                            f"column {first[1]})",
+                            *_pos(k),
+                        )
+                    )
+                else:
+                    seen[k.value] = k
+                if path is not None:
+                    sub = join_path(path, k.value)
+            else:
+                plain = False  # a merge or a complex key: the constructor's rules
+            if type(k) is ScalarNode and k.tag == MERGE_TAG:
+                self._count(1)  # the `<<` itself has no value of its own
+                kv = None
+            else:
+                kv = self.visit(k, None)
+            vv = self.visit(v, sub)
+            if plain:
+                out[kv] = vv
+        return out if plain else self._construct(node)
+
+    def _construct(self, node: Node) -> Any:
+        return self.loader.construct_object(node, deep=True)
 
 
 class _TooLarge(Exception):
@@ -136,9 +196,9 @@ def read_yaml(text: str | bytes) -> tuple[list[YamlDocument], list[YamlProblem]]
     try:
         while loader.check_node():
             node = loader.get_node()
-            walk = _Walk(index, problems)
+            walk = _Walk(loader, index, problems)
             try:
-                walk.size(node, "")
+                body = walk.visit(node, "")
             except _TooLarge as exc:
                 problems.append(
                     YamlProblem(
@@ -157,8 +217,9 @@ def read_yaml(text: str | bytes) -> tuple[list[YamlDocument], list[YamlProblem]]
                 )
                 index += 1
                 continue
+            loader.constructed_objects = {}  # the constructor's own per-document memo
+            loader.recursive_objects = {}
             if not any(p.document == index for p in problems):
-                body = loader.construct_document(node)
                 if body is not None:
                     docs.append(YamlDocument(index, body, walk.marks))
             index += 1
