@@ -21,16 +21,22 @@ class PlanOutcome:
     lock_path: Path
     result: ScheduleResult | None = None
     errors: list[SpecError] = field(default_factory=list)
+    warnings: list[SpecError] = field(default_factory=list)
 
     @property
     def shortfall(self) -> bool:
         return self.result is not None and any(r.unplaced for r in self.result.report.values())
 
     def as_json(self) -> dict[str, Any]:
+        warnings = [w.as_dict() for w in self.warnings]
         if self.errors or self.result is None:
-            return {"deployments": {}, "errors": [e.as_dict() for e in self.errors]}
+            return {
+                "deployments": {},
+                "errors": [e.as_dict() for e in self.errors],
+                "warnings": warnings,
+            }
         deployments = {key: rep.as_dict() for key, rep in self.result.report.items()}
-        out: dict[str, Any] = {"deployments": deployments, "errors": []}
+        out: dict[str, Any] = {"deployments": deployments, "errors": [], "warnings": warnings}
         if self.result.optimize is not None:
             out["optimize"] = self.result.optimize.as_dict()
         return out
@@ -42,19 +48,26 @@ def plan_fleet(
     *,
     optimize: bool = False,
     time_limit: float = DEFAULT_TIME_LIMIT,
+    strict: bool = False,
 ) -> PlanOutcome:
     """Validate and schedule (with `optimize`, by the MILP within `time_limit` seconds);
-    errors (specs or lock) are collected, never raised."""
+    errors (specs or lock) are collected, never raised. With `strict`, warnings are
+    errors (and nothing is scheduled)."""
     fleet_dir = Path(fleet_dir)
     lock_file = Path(lock_path) if lock_path else default_lock_path(fleet_dir)
     loaded = load_fleet(fleet_dir)
     errors = list(loaded.errors)
+    warnings = list(loaded.warnings)
+    if strict:
+        errors, warnings = errors + warnings, []
     previous = PlacementLock()
     try:
         previous = read_lock(lock_file)
     except FleetInvalid as exc:
         errors.extend(exc.errors)
-    outcome = PlanOutcome(loaded.fleet, previous, lock_file, errors=sorted(errors))
+    outcome = PlanOutcome(
+        loaded.fleet, previous, lock_file, errors=sorted(errors), warnings=warnings
+    )
     if not outcome.errors:
         outcome.result = schedule(loaded.fleet, previous, optimize=optimize, time_limit=time_limit)
     return outcome

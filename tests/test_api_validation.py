@@ -179,14 +179,14 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
         "tp-disagrees",
         _engine_args(["--tensor-parallel-size=2"]),
         "ModelDeployment team/m",
-        "spec.workers.template.spec.containers[engine].args",
+        "spec.workers.template.spec.containers[0].args",
         "topology.tensor=1",
     ),
     (
         "pp-space-form",
         _engine_args(["--pipeline-parallel-size", "4"]),
         "ModelDeployment team/m",
-        "spec.workers.template.spec.containers[engine].args",
+        "spec.workers.template.spec.containers[0].args",
         "topology.pipeline=1",
     ),
     (

@@ -224,3 +224,12 @@ class InferenceCluster(Strict):
     kind: Literal["InferenceCluster"] = "InferenceCluster"
     metadata: ObjectMeta
     spec: InferenceClusterSpec
+
+    @property
+    def has_rwx_storage(self) -> bool:
+        """Whether ModelCache volumes can live here: GKE (Filestore) and EKS (EFS) clusters
+        get a RWX StorageClass; an Existing cluster only when it names one."""
+        source = self.spec.cluster
+        if source.source != "Existing":
+            return True
+        return source.existing is not None and source.existing.cache is not None

@@ -14,6 +14,7 @@ from modelplane.api.base import API_VERSION
 from modelplane.api.errors import SpecError
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.kinds import KINDS, NAMESPACED
+from modelplane.api.notices import fleet_warnings
 from modelplane.api.paths import format_path, join_path
 from modelplane.api.problems import FieldProblems
 from modelplane.api.references import check_references
@@ -26,6 +27,8 @@ LOCK_FILE = "modelplane.lock.yaml"
 class LoadResult:
     fleet: FleetSpec
     errors: list[SpecError] = field(default_factory=list)
+    # Valid but almost surely unintended (api.md): reported, errors only with --strict.
+    warnings: list[SpecError] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -357,7 +360,8 @@ def load_fleet(root: str | Path) -> LoadResult:
             getattr(fleet, attr)[key] = model
     fleet.sort()
     errors.extend(check_references(fleet))
-    return LoadResult(fleet, sorted(set(with_marks(errors, sources))))
+    warnings = with_marks(fleet_warnings(fleet), sources)
+    return LoadResult(fleet, sorted(set(with_marks(errors, sources))), warnings)
 
 
 def with_marks(

@@ -19,7 +19,7 @@ from modelplane.api.base import (
 from modelplane.api.pod_template import PodTemplate
 from modelplane.api.problems import raise_if
 from modelplane.api.quantities import QuantityStr
-from modelplane.api.topology import WorkerShape, parallel_flags
+from modelplane.api.topology import TOPOLOGY_ENV, WorkerShape, flag_value_agrees, parallel_flags
 
 RoleName = Literal["unified", "prefill", "decode"]
 
@@ -99,25 +99,57 @@ class Workers(Strict):
 
     @model_validator(mode="after")
     def _args_agree_with_topology(self) -> Workers:
-        engine = self.template.spec.engine
+        shape = self.topology.shape
         expected = {
-            "tensor": self.topology.tensor,
-            "pipeline": self.topology.pipeline,
-            "data": self.topology.data,
-            "data_local": self.topology.data_local,
+            "nodes": shape.nodes_per_worker,
+            "tensor": shape.tensor,
+            "pipeline": shape.pipeline,
+            "data": shape.data,
+            "data_local": shape.data_local,
         }
+        containers = self.template.spec.containers
+        index = next(i for i, c in enumerate(containers) if c.name == "engine")
+        engine = containers[index]
+        where = f"template.spec.containers[{index}]"
         problems: list[tuple[str, str]] = []
         for flag, field, raw in parallel_flags([*engine.command, *engine.args]):
-            wire = "dataLocal" if field == "data_local" else field
-            if not raw.isdigit() or int(raw) != expected[field]:
+            if not flag_value_agrees(raw, field, expected[field]):
                 problems.append(
                     (
-                        "template.spec.containers[engine].args",
-                        f"{flag}={raw} disagrees with topology.{wire}={expected[field]}",
+                        f"{where}.args",
+                        f"{flag}={raw} disagrees with {_wire(field)}={expected[field]} "
+                        f"(write the number or $({TOPOLOGY_ENV[field]}))",
+                    )
+                )
+        by_name = {var: field for field, var in TOPOLOGY_ENV.items()}
+        for j, env in enumerate(engine.env):
+            field = by_name.get(env.name)
+            if field is None:
+                continue
+            if env.value_from is not None or env.value is None:
+                problems.append(
+                    (
+                        f"{where}.env[{j}]",
+                        f"{env.name} is set by modelplane from the topology; set it only as "
+                        f"a literal value equal to {_wire(field)}={expected[field]}",
+                    )
+                )
+            elif env.value.strip() != str(expected[field]):
+                problems.append(
+                    (
+                        f"{where}.env[{j}].value",
+                        f"{env.name}={env.value} disagrees with {_wire(field)}={expected[field]}",
                     )
                 )
         raise_if(problems)
         return self
+
+
+def _wire(field: str) -> str:
+    """The topology field as users write it (or the derived nodes per worker)."""
+    if field == "nodes":
+        return "nodes per worker (pipeline × data / dataLocal)"
+    return "topology.dataLocal" if field == "data_local" else f"topology.{field}"
 
 
 class Role(Strict):
@@ -182,6 +214,18 @@ class ModelDeploymentSpec(Strict):
             for i, d in enumerate(role.node_selector.devices)
             if d is not gpu and d.count is None
         ]
+        per_node = role.workers.topology.shape.gpus_per_node
+        if gpu.count is not None and gpu.count != per_node:
+            i = role.node_selector.devices.index(gpu)
+            topo = role.workers.topology
+            problems.append(
+                (
+                    f"{prefix}nodeSelector.devices[{i}].count",
+                    f"the GPU request's count {gpu.count} disagrees with the topology: GPUs "
+                    f"per node = tensor × dataLocal = {topo.tensor} × {topo.data_local} = "
+                    f"{per_node} (leave count out to use it)",
+                )
+            )
         raise_if(problems)
 
     @cached_property

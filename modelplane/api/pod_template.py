@@ -44,6 +44,16 @@ def _port_name(value: str) -> str:
     return value
 
 
+def _is_gpu_resource(name: str) -> bool:
+    """Extended resources that count GPUs (device plugins): `*/gpu`, `*/gpu.shared`,
+    `nvidia.com/mig-*`."""
+    domain, _, resource = name.rpartition("/")
+    return bool(domain) and (
+        resource in ("gpu", "gpu.shared")
+        or (domain == "nvidia.com" and resource.startswith("mig-"))
+    )
+
+
 EnvName = Annotated[str, AfterValidator(_env_name)]
 PortName = Annotated[str, AfterValidator(_port_name)]
 
@@ -125,7 +135,7 @@ class Container(Strict):
     def _no_gpu_limits(cls, value: ResourceRequirements | None) -> ResourceRequirements | None:
         if value is not None:
             for section in (value.limits, value.requests):
-                gpu = [k for k in section if k.endswith("/gpu")]
+                gpu = [k for k in section if _is_gpu_resource(k)]
                 if gpu:
                     raise ValueError(
                         f"{', '.join(gpu)}: GPUs are claimed through DRA (nodeSelector.devices), "

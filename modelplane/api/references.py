@@ -170,8 +170,40 @@ def _envoy_splits(fleet: FleetSpec) -> Iterator[SpecError]:
             )
 
 
+def _cache_storage(fleet: FleetSpec) -> Iterator[SpecError]:
+    """Every cluster a ModelCache covers needs RWX storage (api.md "ModelCache"): GKE and
+    EKS clusters get theirs; an Existing cluster names it in `existing.cache`."""
+    bare = {
+        name: cluster for name, cluster in fleet.clusters.items() if not cluster.has_rwx_storage
+    }
+    if not bare:
+        return
+    for key, cache in fleet.caches.items():
+        covered = [
+            name
+            for name, cluster in bare.items()
+            if cache.spec.cluster_selector.matches(dict(cluster.metadata.labels))
+        ]
+        if not covered:
+            continue
+        shown = [
+            f"{n} ({fleet.sources.get(('InferenceCluster', n), ('?', 0))[0]})" for n in covered[:5]
+        ]
+        more = f" and {len(covered) - 5} more" if len(covered) > 5 else ""
+        yield _err(
+            fleet,
+            "ModelCache",
+            key,
+            "spec.clusterSelector",
+            f"covers Existing cluster(s) with no RWX StorageClass for the cache volume: "
+            f"{', '.join(shown)}{more}; set spec.cluster.existing.cache.storageClassName on "
+            "each, or narrow the clusterSelector",
+        )
+
+
 def check_references(fleet: FleetSpec) -> list[SpecError]:
     return [
+        *_cache_storage(fleet),
         *_pool_classes(fleet),
         *_gateway(fleet),
         *_deployments(fleet),

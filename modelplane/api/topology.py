@@ -43,7 +43,27 @@ PARALLEL_FLAGS: dict[str, str] = {
     "-dp": "data",
     "--data-parallel-size-local": "data_local",
     "-dpl": "data_local",
+    "--nnodes": "nodes",
 }
+
+# The env modelplane injects from the topology, by topology field (api.md "ModelDeployment").
+TOPOLOGY_ENV: dict[str, str] = {
+    "nodes": "MODELPLANE_NODES",
+    "tensor": "MODELPLANE_TENSOR",
+    "pipeline": "MODELPLANE_PIPELINE",
+    "data": "MODELPLANE_DATA",
+    "data_local": "MODELPLANE_DATA_LOCAL",
+}
+
+
+def flag_value_agrees(raw: str, field: str, expected: int) -> bool:
+    """A flag's value agrees when it is the expected number or names the injected
+    variable of that field (`$(VAR)`, `$VAR`, `${VAR}`), quoted or not."""
+    value = raw.strip("'\"")
+    if value.isdigit():
+        return int(value) == expected
+    var = TOPOLOGY_ENV[field]
+    return value in (f"$({var})", f"${var}", f"${{{var}}}")
 
 
 def parallel_flags(argv: list[str]) -> list[tuple[str, str, str]]:

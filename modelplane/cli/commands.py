@@ -21,6 +21,7 @@ from modelplane.cli.output import (
     fail,
     github_annotations,
     print_json,
+    warning_table,
 )
 from modelplane.lock import write_lock
 from modelplane.planning import PlanOutcome, plan_fleet
@@ -44,25 +45,42 @@ OutputOpt = Annotated[
 ]
 
 
+StrictOpt = Annotated[
+    bool,
+    typer.Option("--strict", help="Warnings are errors (exit 2)."),
+]
+
+
 @app.command()
-def validate(fleet: FleetDir, output: OutputOpt = Output.table) -> None:
-    """Check every spec of a fleet: schema, references, CEL. Exit 2 listing every error."""
+def validate(fleet: FleetDir, output: OutputOpt = Output.table, strict: StrictOpt = False) -> None:
+    """Check every spec of a fleet: schema, references, CEL. Exit 2 listing every error;
+    warnings (valid, but almost surely unintended) are listed too, errors with --strict."""
     result = load_fleet(fleet)
+    errors, warnings = result.errors, result.warnings
+    if strict:
+        errors, warnings = sorted(errors + warnings), []
     if output is Output.json:
-        print_json({"errors": [e.as_dict() for e in result.errors]})
-    elif output is Output.github:
-        sys.stdout.write(github_annotations(result.errors))
-    elif result.errors:
-        console.print(error_table(result.errors))
-    else:
-        f = result.fleet
-        console.print(
-            f"[green]valid[/]: {len(f.classes)} classes, {len(f.clusters)} clusters, "
-            f"{len(f.deployments)} deployments, {len(f.services)} services, "
-            f"{len(f.endpoints)} endpoints, {len(f.caches)} caches"
-            + (", 1 gateway" if f.gateway else "")
+        print_json(
+            {"errors": [e.as_dict() for e in errors], "warnings": [w.as_dict() for w in warnings]}
         )
-    if result.errors:
+    elif output is Output.github:
+        sys.stdout.write(github_annotations(errors))
+        sys.stdout.write(github_annotations(warnings, "warning"))
+    else:
+        if errors:
+            console.print(error_table(errors))
+        if warnings:
+            console.print(warning_table(warnings))
+        if not errors:
+            f = result.fleet
+            console.print(
+                f"[green]valid[/]: {len(f.classes)} classes, {len(f.clusters)} clusters, "
+                f"{len(f.deployments)} deployments, {len(f.services)} services, "
+                f"{len(f.endpoints)} endpoints, {len(f.caches)} caches"
+                + (", 1 gateway" if f.gateway else "")
+                + (f", {len(warnings)} warning(s)" if warnings else "")
+            )
+    if errors:
         raise typer.Exit(EXIT_INVALID)
 
 
@@ -75,7 +93,10 @@ def plan(
     output: OutputOpt = Output.table,
     write: Annotated[bool, typer.Option("--write", help="Update the lock file.")] = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Exit 1 when a deployment is short.")
+        bool,
+        typer.Option(
+            "--strict", help="Warnings are errors (exit 2); exit 1 when a deployment is short."
+        ),
     ] = False,
     observe: Annotated[
         bool,
@@ -104,7 +125,7 @@ def plan(
     if observe and optimize:
         console.print("[red]error[/]: --optimize and --observe cannot be combined", highlight=False)
         raise typer.Exit(EXIT_INVALID)
-    outcome = plan_fleet(fleet, lock, optimize=optimize, time_limit=time_limit)
+    outcome = plan_fleet(fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict)
     health: dict[str, str] = {}
     if observe and not outcome.errors:
         health = _observe(fleet, outcome, grace)
@@ -112,8 +133,11 @@ def plan(
         print_json({**outcome.as_json(), **({"unhealthy": health} if observe else {})})
     elif output is Output.github:
         sys.stdout.write(github_annotations(outcome.errors))
+        sys.stdout.write(github_annotations(outcome.warnings, "warning"))
     elif outcome.errors:
         console.print(error_table(outcome.errors))
+        if outcome.warnings:
+            console.print(warning_table(outcome.warnings))
     else:
         console.print(_plan_table(outcome.as_json()["deployments"]))
         for name, problem in health.items():
@@ -122,6 +146,8 @@ def plan(
             )
         if outcome.result is not None and outcome.result.optimize is not None:
             console.print(_optimize_line(outcome.result.optimize), highlight=False)
+        if outcome.warnings:
+            console.print(warning_table(outcome.warnings))
     if outcome.errors:
         raise typer.Exit(EXIT_INVALID)
     assert outcome.result is not None

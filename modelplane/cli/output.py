@@ -28,9 +28,14 @@ def where(e: SpecError) -> str:
     return f"{e.file}:{e.line}:{e.column}" if e.line else e.file
 
 
-def error_table(errors: list[SpecError], title: str = "error(s)") -> Table:
+def error_table(errors: list[SpecError], title: str = "error(s)", style: str = "") -> Table:
     """Every user-controlled cell is escaped: a `[/red]` in a name is text, not markup."""
-    table = Table(title=f"{len(errors)} {title}", title_justify="left", expand=False)
+    table = Table(
+        title=f"{len(errors)} {title}",
+        title_justify="left",
+        title_style=style or None,
+        expand=False,
+    )
     for col in ("file", "doc", "object", "field", "message"):
         table.add_column(col, overflow="fold")
     for e in errors:
@@ -38,6 +43,11 @@ def error_table(errors: list[SpecError], title: str = "error(s)") -> Table:
             *(escape(c) for c in (where(e), str(e.document), e.object, e.path, e.message))
         )
     return table
+
+
+def warning_table(warnings: list[SpecError]) -> Table:
+    """Warnings (valid, almost surely unintended), laid out like errors."""
+    return error_table(warnings, "warning(s)", style="yellow")
 
 
 def _annotation_value(text: str, *, prop: bool) -> str:
