@@ -11,7 +11,6 @@ pure (no Pulumi import until the driver is used).
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,13 +43,19 @@ _LAZY = {
     "StackEvent": "modelplane.driver.events",
 }
 
-try:
-    __version__ = version("modelplane")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelplane")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # importlib.metadata is slow to import: only when asked
+        return _version()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'modelplane' has no attribute {name!r}")

@@ -13,10 +13,19 @@ app = typer.Typer(
 )
 
 
+# The pure verbs (commands.py) need none of the engine, dev-cluster or health modules:
+# invoked directly, only they are registered, which keeps `validate`/`plan` start-up short.
+PURE_VERBS = frozenset({"validate", "plan", "schema"})
+pure_only = False
+
+
 def main() -> None:
     import os
+    import sys
     from pathlib import Path
 
+    global pure_only
+    pure_only = len(sys.argv) > 1 and sys.argv[1] in PURE_VERBS
     from modelplane.cli import commands  # noqa: F401  (registers the verbs)
 
     # `file:${MODELPLANE_DEV_FLEET_STATE}/...` kubeconfigs (specs/dev) resolve against the dev

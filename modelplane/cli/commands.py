@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from modelplane import cli
 from modelplane.api.loader import load_fleet
 from modelplane.cli import app
 from modelplane.cli.output import (
@@ -262,4 +263,5 @@ def _mount() -> None:
     app.command("call")(call.call)
 
 
-_mount()
+if not cli.pure_only:  # `modelplane validate|plan|schema ...` skip the rest (cli.main)
+    _mount()
