@@ -4,7 +4,8 @@ A ModelService entry whose selector can match nothing in the fleet: no hand-writ
 ModelEndpoint of its namespace and no composed endpoint any ModelDeployment of its
 namespace could have. Composed endpoints carry `modelplane.ai/deployment`, the
 deployment's template labels, `modelplane.ai/cluster` (any cluster of the fleet) and
-`modelplane.ai/replica-index` (any index below `replicas`), so the last two are matched
+`modelplane.ai/replica-index` (any index below `replicas`, or autoscaling's
+`maxReplicas` when larger), so the last two are matched
 as "some value of the fleet", not as one fixed value.
 """
 
@@ -80,7 +81,12 @@ def _service_warnings(fleet: FleetSpec) -> Iterator[SpecError]:
             if (ep.metadata.namespace or "default") == ns
         ]
         deployments = [
-            ({**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name}, dep.spec.replicas)
+            (
+                {**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name},
+                max(dep.spec.replicas, dep.spec.autoscaling.max_replicas)
+                if dep.spec.autoscaling is not None
+                else dep.spec.replicas,
+            )
             for dep in fleet.deployments.values()
             if (dep.metadata.namespace or "default") == ns
         ]
