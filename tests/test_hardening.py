@@ -286,6 +286,37 @@ def test_mixed_address_families_are_an_error_not_a_traceback():
         EKSNetworking(vpc_cidr="10.0.0.0/16", subnet_cidrs=["10.0.0.0/20", "fd00::/64"])
 
 
+GKE_NETWORKS = [
+    # (id, networking, error path or None, message fragment)
+    ("defaults", {}, None, ""),
+    ("ipv6 pods", {"podCidr": "fd00::/64"}, "podCidr", "IPv6"),
+    ("ipv6 nodes", {"nodeCidr": "fd00:1::/64"}, "nodeCidr", "IPv6"),
+    ("services inside pods", {"serviceCidr": "10.1.128.0/20"}, "serviceCidr", "overlaps podCidr"),
+    ("pods over nodes", {"podCidr": "10.0.0.0/16"}, "podCidr", "overlaps nodeCidr"),
+    ("disjoint custom", {"nodeCidr": "172.16.0.0/24", "podCidr": "172.17.0.0/16"}, None, ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("networking", "path", "fragment"),
+    [c[1:] for c in GKE_NETWORKS],
+    ids=[c[0] for c in GKE_NETWORKS],
+)
+def test_gke_ranges_are_ipv4_and_disjoint(tmp_path, networking, path, fragment):
+    cluster = existing_cluster()
+    cluster["spec"]["cluster"] = {
+        "source": "GKE",
+        "gke": {"project": "p", "region": "us-central1", "networking": networking},
+    }
+    write_fleet(tmp_path, [cluster])
+    errors = [e for e in load_fleet(tmp_path).errors if e.path.startswith("spec.cluster")]
+    if path is None:
+        assert errors == []
+        return
+    assert [e.path for e in errors] == [f"spec.cluster.gke.networking.{path}"]
+    assert fragment in errors[0].message and errors[0].line > 0
+
+
 # --- CEL: estimated cost and a time budget ---------------------------------------------------
 
 

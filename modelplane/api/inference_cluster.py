@@ -35,6 +35,26 @@ class GKENetworking(Strict):
 
     _check = field_validator("node_cidr", "pod_cidr", "service_cidr")(lambda v: _cidr(v))
 
+    @model_validator(mode="after")
+    def _ipv4_and_disjoint(self) -> GKENetworking:
+        """The subnet's primary range and its pod/service secondary ranges are IPv4 blocks
+        of one VPC subnet: never IPv6, never overlapping."""
+        fields = {"nodeCidr": self.node_cidr, "podCidr": self.pod_cidr}
+        fields["serviceCidr"] = self.service_cidr
+        nets = {name: ipaddress.ip_network(value) for name, value in fields.items()}
+        problems = [
+            (name, f"{fields[name]} is IPv6; GKE node, pod and service ranges are IPv4")
+            for name, net in nets.items()
+            if net.version != 4
+        ]
+        v4 = [(name, net) for name, net in nets.items() if net.version == 4]
+        for i, (a_name, a) in enumerate(v4):
+            for b_name, b in v4[i + 1 :]:
+                if a.overlaps(b):  # type: ignore[arg-type]
+                    problems.append((b_name, f"{b} overlaps {a_name} {a}"))
+        raise_if(problems)
+        return self
+
 
 class EKSNetworking(Strict):
     vpc_cidr: str = "10.0.0.0/16"
