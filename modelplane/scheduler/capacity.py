@@ -6,10 +6,12 @@ then larger pods, then more pods, then deployment key, replica index and
 role), each pod on the node it fits most tightly (fewest consumed devices
 left on that node afterwards, ties to the lowest node), the pods of one
 worker on distinct nodes. When that leaves an item out and some item is a
-multi-node worker, a second rule puts the pods of multi-node workers on the
-roomiest nodes instead, and is used if it seats more. Because the layout never depends on the order
-replicas were placed in, a lock produced by one run is re-charged identically
-by the next one, so what fitted still fits.
+multi-node worker, two more rules are tried: the pods of multi-node workers on
+the roomiest nodes instead, then every pod on the roomiest node (worst fit,
+which keeps room on as many nodes as possible for the workers that need
+distinct nodes); the first rule that seats the most is used. Because the
+layout never depends on the order replicas were placed in, a lock produced by
+one run is re-charged identically by the next one, so what fitted still fits.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import NamedTuple
 from modelplane.scheduler.matching import ClassShape, PodDemand, take_from_node
 
 ItemOrder = tuple[int, int, int, str, int, int]
+RULES = 3  # packing rules, see Pool.pack
 
 
 class Item(NamedTuple):
@@ -53,7 +56,7 @@ class Layout:
     node_free: list[int]  # per node, consumed (DRA) devices left
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
-    spread_gangs: bool = False  # packed by the second rule (see Pool.pack)
+    rule: int = 0  # the packing rule it was packed by (see Pool.pack)
 
     def copy(self) -> Layout:
         return Layout(
@@ -62,7 +65,7 @@ class Layout:
             self.node_free[:],
             self.free_total,
             self.least_used,
-            self.spread_gangs,
+            self.rule,
         )
 
 
@@ -90,6 +93,8 @@ class Pool:
         # fit, and free nodes per demand. Packing depends only on the demands in order.
         self._misfits: set[tuple[PodDemand, int]] = set()
         self._free_nodes: dict[PodDemand, int] = {}
+        # Pods of a request list that fit on a node with a given free row (layout-free).
+        self._pods_per_row: dict[tuple[object, tuple[int, ...]], int] = {}
 
     def set_layout(self, layout: Layout) -> None:
         self.layout = layout
@@ -108,26 +113,30 @@ class Pool:
     def pack(self, items: list[Item]) -> tuple[Layout, list[Item]]:
         """Pack `items` in canonical order from empty; returns the layout and what did not fit.
 
-        First rule: every pod on the node it fits most tightly. When that leaves something
-        out and some item is a multi-node worker, the second rule (the pods of such a
-        worker on the roomiest nodes instead) is tried too, and kept if it seats more. The
-        layout returned is always what `pack` gives for the items it holds."""
-        layout, failed = self._either(items)
-        if failed and layout.spread_gangs:
-            layout, _ = self._either(layout.items)
+        Rule 0: every pod on the node it fits most tightly. When that leaves something
+        out and some item is a multi-node worker, rule 1 (the pods of such a worker on the
+        roomiest nodes) and rule 2 (every pod on the roomiest node) are tried too; the
+        first rule that seats the most is kept. The layout returned is always what `pack`
+        gives for the items it holds."""
+        layout, failed = self._best(items)
+        if failed and layout.rule:
+            layout, _ = self._best(layout.items)
         return layout, failed
 
-    def _either(self, items: list[Item]) -> tuple[Layout, list[Item]]:
-        layout, failed = self._pack(items, spread_gangs=False)
+    def _best(self, items: list[Item]) -> tuple[Layout, list[Item]]:
+        layout, failed = self._pack(items, rule=0)
         if failed and any(i.demand.pods_per_worker > 1 for i in items):
-            second, failed_second = self._pack(items, spread_gangs=True)
-            if len(failed_second) < len(failed):
-                return second, failed_second
+            for rule in range(1, RULES):
+                other, failed_other = self._pack(items, rule=rule)
+                if len(failed_other) < len(failed):
+                    layout, failed = other, failed_other
+                    if not failed:
+                        break
         return layout, failed
 
-    def _pack(self, items: list[Item], spread_gangs: bool) -> tuple[Layout, list[Item]]:
+    def _pack(self, items: list[Item], rule: int) -> tuple[Layout, list[Item]]:
         layout = self.empty()
-        layout.spread_gangs = spread_gangs
+        layout.rule = rule
         failed: list[Item] = []
         for item in sorted(items, key=_order):
             if self._place(layout, item):
@@ -162,7 +171,7 @@ class Pool:
         if trial is None and (
             position < len(layout.items)
             or (
-                not layout.spread_gangs
+                layout.rule < RULES - 1
                 and (
                     item.demand.pods_per_worker > 1
                     or any(i.demand.pods_per_worker > 1 for i in layout.items)
@@ -202,13 +211,35 @@ class Pool:
             return self.free_nodes(demand)
         return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None)
 
+    def pods_with_room(self, layout: Layout, demand: PodDemand) -> int:
+        """How many more single pods of `demand` the nodes of `layout` have room for."""
+        total = 0
+        memo = self._pods_per_row
+        for row in layout.free:
+            key = (demand.requests, tuple(row))
+            hit = memo.get(key)
+            if hit is None:
+                hit = 0
+                left = row[:]
+                consumed = self.shape.consumed
+                while (take := take_from_node(demand.requests, left)) is not None:
+                    hit += 1
+                    used = [(k, n) for k, n in take.items() if consumed[k]]
+                    if not used:
+                        break  # only matched devices: one pod stands for any number
+                    for k, n in used:
+                        left[k] -= n
+                memo[key] = hit
+            total += hit
+        return total
+
     def _place(self, layout: Layout, item: Item) -> bool:
         """Place every pod of `item` on `layout` (mutated); on failure leave it unchanged."""
         demand = item.demand
         consumed = self.shape.consumed
         free, node_free = layout.free, layout.node_free
         undo: list[tuple[int, dict[int, int], int]] = []
-        roomiest = layout.spread_gangs and demand.pods_per_worker > 1
+        roomiest = layout.rule == 2 or (layout.rule == 1 and demand.pods_per_worker > 1)
         for _ in range(demand.workers):
             used_nodes: set[int] = set()
             for _ in range(demand.pods_per_worker):

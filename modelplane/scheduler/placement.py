@@ -181,8 +181,10 @@ class Placement:
 
     def fill(self) -> None:
         """Place missing replicas: highest priority first, larger replicas first within a
-        priority (first-fit decreasing); spread where no larger pending pod loses room."""
+        priority (first-fit decreasing); spread where no pending pod that is larger, or
+        that fewer clusters can host, loses room."""
         order = self.fill_order()
+        self._reach = {key: self._reach_of(key, dep) for key, dep in order}
         self._pending = self._pending_demands(order)
         for dep_key, dep in order:
             self._forget_pending(dep_key, dep)
@@ -205,18 +207,29 @@ class Placement:
         )
 
     # Pending demands: per (profile id, pool position), how many deployments still to be
-    # filled may put a pod of each demand there.
-    _pending: dict[tuple[int, int], Counter[PodDemand]]
+    # filled may put a pod of each demand there, by their reach (clusters open to them).
+    _pending: dict[tuple[int, int], Counter[tuple[PodDemand, int]]]
+    _reach: dict[str, int]
+
+    def _reach_of(self, dep_key: str, dep: ModelDeployment) -> int:
+        """How many clusters are open to new replicas of `dep` (before capacity)."""
+        eligibility = self.eligibility
+        return sum(
+            len(members)
+            for members in eligibility.members.values()
+            if eligibility.open_for_new(dep_key, dep, members[0]) is not None
+        )
 
     def _pending_demands(
         self, order: Sequence[tuple[str, ModelDeployment]]
-    ) -> dict[tuple[int, int], Counter[PodDemand]]:
-        pending: dict[tuple[int, int], Counter[PodDemand]] = {}
+    ) -> dict[tuple[int, int], Counter[tuple[PodDemand, int]]]:
+        pending: dict[tuple[int, int], Counter[tuple[PodDemand, int]]] = {}
         for dep_key, dep in order:
             if dep.spec.replicas <= len(self.placed[dep_key]):
                 continue
+            reach = self._reach[dep_key]
             for pid, pos, demand in self._demands(dep_key, dep):
-                pending.setdefault((pid, pos), Counter())[demand] += 1
+                pending.setdefault((pid, pos), Counter())[(demand, reach)] += 1
         return pending
 
     def _demands(self, dep_key: str, dep: ModelDeployment) -> list[tuple[int, int, PodDemand]]:
@@ -232,25 +245,32 @@ class Placement:
     def _forget_pending(self, dep_key: str, dep: ModelDeployment) -> None:
         if dep.spec.replicas <= len(self.placed[dep_key]):
             return
+        reach = self._reach[dep_key]
         for pid, pos, demand in self._demands(dep_key, dep):
             counter = self._pending[(pid, pos)]
-            counter[demand] -= 1
-            if counter[demand] <= 0:
-                del counter[demand]
+            counter[(demand, reach)] -= 1
+            if counter[(demand, reach)] <= 0:
+                del counter[(demand, reach)]
 
-    def _takes_room(self, pool: Pool, before: Layout, after: Layout, demand: PodDemand) -> bool:
-        """True when `after` has fewer nodes with room for a larger pending pod than `before`."""
+    def _takes_room(
+        self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: int
+    ) -> bool:
+        """True when `after` has room for fewer pods of a pending deployment than `before`,
+        where that deployment's pods are larger than `demand` (counted in nodes with room
+        for one), or it can go to fewer clusters than `reach` (counted in pods)."""
         pending = getattr(self, "_pending", None)
         if not pending:
             return False
-        larger = pending.get((self.eligibility.profile_ids[pool.cluster], pool.position))
-        if not larger:
+        others = pending.get((self.eligibility.profile_ids[pool.cluster], pool.position))
+        if not others:
             return False
-        for other in larger:
-            if other.devices_per_pod <= demand.devices_per_pod:
-                continue
-            if pool.nodes_with_room(after, other) < pool.nodes_with_room(before, other):
-                return True
+        for other, other_reach in others:
+            if other.devices_per_pod > demand.devices_per_pod:
+                if pool.nodes_with_room(after, other) < pool.nodes_with_room(before, other):
+                    return True
+            elif other_reach < reach:
+                if pool.pods_with_room(after, other) < pool.pods_with_room(before, other):
+                    return True
         return False
 
     def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
@@ -347,6 +367,7 @@ class Placement:
         option."""
         pools = self.cluster_pools[cluster]
         roles = role_pools.roles
+        reach = getattr(self, "_reach", {}).get(dep_key, 0)
 
         def search(position: int, layouts: dict[int, Layout]) -> tuple[bool, RolePlan] | None:
             if position == len(roles):
@@ -361,7 +382,7 @@ class Placement:
                 item = Item.make(dep.spec.priority, dep_key, index, role, position, demand)
                 trial = pool.with_item(layout, item)
                 if trial is not None:
-                    harm = self._takes_room(pool, layout, trial, demand)
+                    harm = self._takes_room(pool, layout, trial, demand, reach)
                     options.append((harm, trial.free_total, pool_pos, trial))
             options.sort(key=lambda o: (o[0], o[1], o[2]))
             for harm, _, pool_pos, trial in options:
