@@ -4,15 +4,20 @@ The model, after retain and scale down (kept replicas are constants):
 
 - one integer variable per (deployment, cluster, pool per role): new replicas there;
 - per deployment, at most the replicas still missing;
-- per pool and per resource, the total its nodes offer and, per pod size s, at
-  most floor(node / s) pods of size >= s per node (`PoolResources`; devices
-  today, further per-node resources such as CPU and memory slot in as more
-  entries);
+- per pool whose pods are all single-node: per resource, the total its nodes offer
+  and, per pod size s, at most floor(node / s) pods of size >= s per node
+  (`pod_resources`; devices today, further per-node resources such as CPU and memory
+  slot in as more entries);
+- per pool that hosts multi-node workers (whose pods need distinct nodes): pods per
+  node, kept pods included, each node within what it offers, and no node with more
+  pods of one role than that role has workers (so every worker's pods can be on
+  distinct nodes); node loads in non-increasing order (the nodes are alike);
 - objective: devices placed, each priority level weighted above everything
   below it, plus a spread bonus worth less than one device in total.
 
-HiGHS runs single-threaded with a fixed seed on a model built in a fixed
-order, so a solve that closes gives the same answer every time.
+The model is built as arrays and handed to HiGHS in bulk. HiGHS runs single-threaded
+with a fixed seed on a model built in a fixed order, so a solve that closes gives the
+same answer every time.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 import highspy
+import numpy as np
 
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.scheduler.capacity import Item, Pool
@@ -34,6 +40,9 @@ SEED = 0
 # Above this many (deployment, cluster) pairs the spread bonus is left out: its binaries
 # would dwarf the placement model.
 SPREAD_PAIRS_LIMIT = 20_000
+# Pools with more nodes than this keep the per-pool bound even with multi-node workers.
+NODE_ROWS_LIMIT = 64
+INF = highspy.kHighsInf
 
 
 @dataclass
@@ -47,13 +56,66 @@ class Option:
 
 
 @dataclass
-class PoolRows:
-    """The terms of one pool's capacity rows: per resource, (column, amount) pairs."""
+class PoolTerms:
+    """What may land on one pool: per new option's role, (column, demand)."""
 
     pool: Pool
-    terms: dict[tuple[str, int], list[tuple[int, float]]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
+    terms: list[tuple[int, PodDemand]] = field(default_factory=list)
+
+
+class Model:
+    """Columns and rows collected in order, passed to HiGHS in bulk."""
+
+    def __init__(self) -> None:
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+        self.cost: list[float] = []
+        self.rows_lower: list[float] = []
+        self.rows_upper: list[float] = []
+        self.starts: list[int] = []
+        self.index: list[int] = []
+        self.value: list[float] = []
+
+    def col(self, upper: float, cost: float = 0.0, lower: float = 0.0) -> int:
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.cost.append(cost)
+        return len(self.cost) - 1
+
+    def row(self, lower: float, upper: float, terms: dict[int, float]) -> None:
+        if not terms:
+            return
+        self.rows_lower.append(lower)
+        self.rows_upper.append(upper)
+        self.starts.append(len(self.index))
+        for col in sorted(terms):
+            self.index.append(col)
+            self.value.append(terms[col])
+
+    def into(self, h: highspy.Highs) -> None:
+        n = len(self.cost)
+        h.addCols(
+            n,
+            np.array(self.cost, dtype=np.float64),
+            np.array(self.lower, dtype=np.float64),
+            np.array(self.upper, dtype=np.float64),
+            0,
+            np.zeros(n, dtype=np.int32),
+            np.zeros(0, dtype=np.int32),
+            np.zeros(0, dtype=np.float64),
+        )
+        h.changeColsIntegrality(
+            n, np.arange(n, dtype=np.int32), np.ones(n, dtype=np.uint8)
+        )  # every column is an integer
+        h.addRows(
+            len(self.rows_lower),
+            np.array(self.rows_lower, dtype=np.float64),
+            np.array(self.rows_upper, dtype=np.float64),
+            len(self.index),
+            np.array(self.starts, dtype=np.int32),
+            np.array(self.index, dtype=np.int32),
+            np.array(self.value, dtype=np.float64),
+        )
 
 
 def pod_resources(demand: PodDemand) -> dict[str, int]:
@@ -83,40 +145,39 @@ def optimize(run: Placement, time_limit: float) -> OptimizeReport:
     # GPUs are whole units and the spread bonus is worth at most 0.5 of one, so stopping
     # within 0.25 of the bound never gives up a GPU.
     h.setOptionValue("mip_abs_gap", 0.25)
-    inf = highspy.kHighsInf
 
     weights = _priority_weights(run, order, missing)
     gpus = {k: replica_gpus(d) for k, d in order}
+    model = Model()
     by_dep: dict[str, list[int]] = defaultdict(list)
-    pools: dict[tuple[str, int], PoolRows] = {}
-    for col, opt in enumerate(options):
-        opt.column = col
+    pools: dict[tuple[str, int], PoolTerms] = {}
+    for opt in options:
         cost = float(weights[opt.deployment] * gpus[opt.deployment])
-        h.addVar(0.0, float(missing[opt.deployment]))
-        h.changeColCost(col, cost)
-        h.changeColIntegrality(col, highspy.HighsVarType.kInteger)
-        by_dep[opt.deployment].append(col)
+        opt.column = model.col(float(missing[opt.deployment]), cost)
+        by_dep[opt.deployment].append(opt.column)
         for _, pos, demand in opt.pools:
             pool = run.cluster_pools[opt.cluster][pos]
-            rows = pools.setdefault((opt.cluster, pos), PoolRows(pool))
-            for resource, amount in pod_resources(demand).items():
-                rows.terms[(resource, 0)].append((col, float(amount * demand.pods)))
-                if amount > 0:
-                    rows.terms[(resource, amount)].append((col, float(demand.pods)))
+            pools.setdefault((opt.cluster, pos), PoolTerms(pool)).terms.append((opt.column, demand))
     for dep_key in sorted(by_dep):
-        cols = by_dep[dep_key]
-        h.addRow(0.0, float(missing[dep_key]), len(cols), cols, [1.0] * len(cols))
+        model.row(-INF, float(missing[dep_key]), dict.fromkeys(by_dep[dep_key], 1.0))
     for key in sorted(pools):
-        _capacity_rows(h, pools[key], inf)
+        terms = pools[key]
+        gangs = any(d.pods_per_worker > 1 for _, d in terms.terms) or any(
+            i.demand.pods_per_worker > 1 for i in terms.pool.layout.items
+        )
+        if gangs and terms.pool.nodes <= NODE_ROWS_LIMIT:
+            _node_rows(model, terms)
+        else:
+            _capacity_rows(model, terms)
     if len(options) and _spread_pairs(options) <= SPREAD_PAIRS_LIMIT:
-        _spread_bonus(h, options, len(options), min(weights.values()) if weights else 1)
-    h.changeObjectiveSense(highspy.ObjSense.kMaximize)
-
+        _spread_bonus(model, options, min(weights.values()) if weights else 1)
     status = "no new replicas"
     seconds = 0.0
     objective = kept_gpus
     optimal = True
     if options:
+        model.into(h)
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
         h.run()
         model_status = h.getModelStatus()
         status = h.modelStatusToString(model_status)
@@ -173,47 +234,80 @@ def _options(
                 yield Option(dep_key, cluster, tuple(combo))
 
 
-def _capacity_rows(h: highspy.Highs, rows: PoolRows, inf: float) -> None:
+def _capacity_rows(model: Model, terms: PoolTerms) -> None:
     """Per resource: the pool's total, and per pod size s at most floor(node / s) pods of
     size >= s per node (kept pods count too)."""
-    pool = rows.pool
+    pool = terms.pool
     node = node_resources(pool)
     kept: dict[str, list[tuple[int, int]]] = defaultdict(list)  # resource -> (size, pods)
     for item in pool.layout.items:
         for resource, amount in pod_resources(item.demand).items():
             kept[resource].append((amount, item.demand.pods))
-    sizes: dict[str, list[int]] = defaultdict(list)
-    for resource, size in rows.terms:
-        sizes[resource].append(size)
-    for resource in sorted(sizes):
+    new: dict[str, list[tuple[int, int, int]]] = defaultdict(list)  # (column, size, pods)
+    for col, demand in terms.terms:
+        for resource, amount in pod_resources(demand).items():
+            new[resource].append((col, amount, demand.pods))
+    for resource in sorted(new):
         per_node = node.get(resource, 0)
-        for size in sorted(sizes[resource]):
-            terms = rows.terms[(resource, size)]
-            if size == 0:
-                used = sum(a * p for a, p in kept[resource])
-                bound = per_node * pool.nodes - used
-            else:
-                used = sum(p for a, p in kept[resource] if a >= size)
-                bound = (per_node // size) * pool.nodes - used
-            # Columns of the larger sizes count against the smaller sizes' rows too.
-            cols: dict[int, float] = defaultdict(float)
-            if size == 0:
-                for col, value in terms:
-                    cols[col] += value
-            else:
-                for (res, other), other_terms in rows.terms.items():
-                    if res == resource and other >= size:
-                        for col, value in other_terms:
-                            cols[col] += value
-            idx = sorted(cols)
-            h.addRow(-inf, float(max(0, bound)), len(idx), idx, [cols[c] for c in idx])
+        total: dict[int, float] = defaultdict(float)
+        for col, amount, pods in new[resource]:
+            total[col] += amount * pods
+        used = sum(a * p for a, p in kept[resource])
+        model.row(-INF, float(max(0, per_node * pool.nodes - used)), total)
+        for size in sorted({a for _, a, _ in new[resource] if a > 0}):
+            at_least: dict[int, float] = defaultdict(float)
+            for col, amount, pods in new[resource]:
+                if amount >= size:
+                    at_least[col] += pods
+            used = sum(p for a, p in kept[resource] if a >= size)
+            model.row(-INF, float(max(0, (per_node // size) * pool.nodes - used)), at_least)
+
+
+def _node_rows(model: Model, terms: PoolTerms) -> None:
+    """Pods per node for every role that may land on the pool (new and kept): each
+    role's pods are spread over the nodes, no node holds more pods of one role than it
+    has workers when those span nodes, every node within what it offers, node loads
+    non-increasing."""
+    pool = terms.pool
+    node = node_resources(pool)
+    nodes = range(pool.nodes)
+    load: list[dict[str, dict[int, float]]] = [defaultdict(dict) for _ in nodes]
+    roles: list[tuple[int | None, PodDemand]] = [(col, d) for col, d in terms.terms]
+    roles += [(None, i.demand) for i in pool.layout.items]
+    for col, demand in roles:
+        y = [model.col(float(demand.pods) if col is None else INF) for _ in nodes]
+        spread = {c: 1.0 for c in y}
+        if col is None:  # a kept role: its pods are on the pool, somewhere
+            model.row(float(demand.pods), float(demand.pods), spread)
+        else:
+            spread[col] = -float(demand.pods)
+            model.row(0.0, 0.0, spread)
+        if demand.pods_per_worker > 1:
+            for c in y:
+                if col is None:
+                    model.row(-INF, float(demand.workers), {c: 1.0})
+                else:
+                    model.row(-INF, 0.0, {c: 1.0, col: -float(demand.workers)})
+        for j, c in enumerate(y):
+            for resource, amount in pod_resources(demand).items():
+                if amount:
+                    load[j][resource][c] = float(amount)
+    for resource in sorted(node):
+        for j in nodes:
+            model.row(-INF, float(node[resource]), load[j][resource])
+        if resource == "devices":
+            for j in list(nodes)[1:]:
+                order = dict(load[j - 1][resource])
+                for c, v in load[j][resource].items():
+                    order[c] = order.get(c, 0.0) - v
+                model.row(0.0, INF, order)
 
 
 def _spread_pairs(options: list[Option]) -> int:
     return len({(o.deployment, o.cluster) for o in options})
 
 
-def _spread_bonus(h: highspy.Highs, options: list[Option], first: int, unit: int) -> None:
+def _spread_bonus(model: Model, options: list[Option], unit: int) -> None:
     """A binary per (deployment, cluster), at most the replicas placed there, each worth
     at most half a lowest-priority device in all: spread, never at a device's cost."""
     pairs: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -222,14 +316,11 @@ def _spread_bonus(h: highspy.Highs, options: list[Option], first: int, unit: int
         names.setdefault(opt.cluster, len(names))
         pairs[(opt.deployment, names[opt.cluster])].append(opt.column)
     bonus = 0.5 * unit / (len(pairs) + 1)
-    col = first
     for key in sorted(pairs):
-        h.addVar(0.0, 1.0)
-        h.changeColCost(col, bonus)
-        h.changeColIntegrality(col, highspy.HighsVarType.kInteger)
-        idx = [col, *pairs[key]]
-        h.addRow(-highspy.kHighsInf, 0.0, len(idx), idx, [1.0] + [-1.0] * len(pairs[key]))
-        col += 1
+        col = model.col(1.0, bonus)
+        terms = dict.fromkeys(pairs[key], -1.0)
+        terms[col] = 1.0
+        model.row(-INF, 0.0, terms)
 
 
 def _realise(
