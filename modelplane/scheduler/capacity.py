@@ -211,27 +211,38 @@ class Pool:
             return self.free_nodes(demand)
         return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None)
 
+    def room_for(self, layout: Layout, demand: PodDemand) -> int:
+        """Devices that more workers of `demand` could take on `layout`: as many whole
+        workers as the nodes seat, each worker's pods on distinct nodes."""
+        per_node = [self._pods_on_row(demand, row) for row in layout.free]
+        k = demand.pods_per_worker
+        workers = sum(per_node) // k
+        if k > 1:
+            while workers and sum(min(n, workers) for n in per_node) < k * workers:
+                workers -= 1
+        return workers * k * demand.devices_per_pod
+
     def pods_with_room(self, layout: Layout, demand: PodDemand) -> int:
         """How many more single pods of `demand` the nodes of `layout` have room for."""
-        total = 0
+        return sum(self._pods_on_row(demand, row) for row in layout.free)
+
+    def _pods_on_row(self, demand: PodDemand, row: list[int]) -> int:
         memo = self._pods_per_row
-        for row in layout.free:
-            key = (demand.requests, tuple(row))
-            hit = memo.get(key)
-            if hit is None:
-                hit = 0
-                left = row[:]
-                consumed = self.shape.consumed
-                while (take := take_from_node(demand.requests, left)) is not None:
-                    hit += 1
-                    used = [(k, n) for k, n in take.items() if consumed[k]]
-                    if not used:
-                        break  # only matched devices: one pod stands for any number
-                    for k, n in used:
-                        left[k] -= n
-                memo[key] = hit
-            total += hit
-        return total
+        key = (demand.requests, tuple(row))
+        hit = memo.get(key)
+        if hit is None:
+            hit = 0
+            left = row[:]
+            consumed = self.shape.consumed
+            while (take := take_from_node(demand.requests, left)) is not None:
+                hit += 1
+                used = [(k, n) for k, n in take.items() if consumed[k]]
+                if not used:
+                    break  # only matched devices: one pod stands for any number
+                for k, n in used:
+                    left[k] -= n
+            memo[key] = hit
+        return hit
 
     def _place(self, layout: Layout, item: Item) -> bool:
         """Place every pod of `item` on `layout` (mutated); on failure leave it unchanged."""

@@ -255,22 +255,20 @@ class Placement:
     def _takes_room(
         self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: int
     ) -> bool:
-        """True when `after` has room for fewer pods of a pending deployment than `before`,
-        where that deployment's pods are larger than `demand` (counted in nodes with room
-        for one), or it can go to fewer clusters than `reach` (counted in pods)."""
+        """True when, from `before` to `after`, a pending deployment loses room for more
+        devices than the placement takes (whole workers, each worker's pods on distinct
+        nodes), or one that fewer clusters than `reach` can host loses any room."""
         pending = getattr(self, "_pending", None)
         if not pending:
             return False
         others = pending.get((self.eligibility.profile_ids[pool.cluster], pool.position))
         if not others:
             return False
+        takes = before.free_total - after.free_total
         for other, other_reach in others:
-            if other.devices_per_pod > demand.devices_per_pod:
-                if pool.nodes_with_room(after, other) < pool.nodes_with_room(before, other):
-                    return True
-            elif other_reach < reach:
-                if pool.pods_with_room(after, other) < pool.pods_with_room(before, other):
-                    return True
+            lost = pool.room_for(before, other) - pool.room_for(after, other)
+            if lost > takes or (lost > 0 and other_reach < reach):
+                return True
         return False
 
     def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
