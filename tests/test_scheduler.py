@@ -848,7 +848,7 @@ L1 = inference_class("l1", 1)
     [
         # same priority: m1 (8 GPUs) first, then m0 fills c0: 10 GPUs, the optimum
         ((0, 0), {"ml/m0": [("c0", 0), ("c0", 1)], "ml/m1": [("c1", 0)]}),
-        # m0 first by priority: c0 twice (c1 would take m1's room), then forced onto c1
+        # m0 first by priority: c0 twice (c1 would cost m1 8 GPUs of room for 1), then c1
         ((1, 0), {"ml/m0": [("c0", 0), ("c0", 1), ("c1", 0)], "ml/m1": []}),
         # m1 first by priority and by size
         ((0, 1), {"ml/m0": [("c0", 0), ("c0", 1)], "ml/m1": [("c1", 0)]}),
@@ -884,4 +884,46 @@ def test_multi_node_workers_use_the_roomiest_nodes_when_tightest_fails(
     f = fleet([H100], gpu_clusters(("a", nodes)), [deployment("m", replicas, tensor=2, pipeline=2)])
     result = schedule(f, None)
     assert len(where(result, "ml/m")) == placed
+    assert schedule(f, result.lock) == result
+
+
+# -- packing: the worst cases of bench/packing_quality.py, reduced -------------------------
+
+G2 = inference_class("g2", 2)
+G4 = inference_class("g4", 4)
+G8 = inference_class("g8", 8)
+
+
+@pytest.mark.parametrize(
+    ("clusters", "deployments", "expected"),
+    [
+        # fewer choices: big (anywhere) goes to b, where small (zone a only) cannot go
+        (
+            [cluster("a", [pool("p", "g8", 1)], labels={"zone": "a"}),
+             cluster("b", [pool("p", "g8", 1)], labels={"zone": "b"})],
+            [deployment("big", 1, tensor=8),
+             deployment("small", 2, tensor=4, selector={"matchLabels": {"zone": "a"}})],
+            {"ml/big": [("b", 0)], "ml/small": [("a", 0), ("a", 1)]},
+        ),
+        # a 2-GPU pod on a's 2-GPU nodes would cost m1's 1+1-GPU workers both nodes (4
+        # devices of room for 2): m0 goes to b's single node, which such workers cannot use
+        (
+            [cluster("a", [pool("p", "g2", 2)]), cluster("b", [pool("p", "g8", 1)])],
+            [deployment("m0", 1, tensor=2), deployment("m1", 2, tensor=1, pipeline=2)],
+            {"ml/m0": [("b", 0)], "ml/m1": [("a", 0), ("a", 1)]},
+        ),
+        # worst fit seats two 2-GPU pods and a 1+1-GPU worker on two 4-GPU nodes
+        (
+            [cluster("a", [pool("p", "g4", 2)])],
+            [deployment("x", 2, tensor=2), deployment("y", 1, tensor=1, pipeline=2)],
+            {"ml/x": [("a", 0), ("a", 1)], "ml/y": [("a", 0)]},
+        ),
+    ],
+    ids=["fewer-choices", "gang-room", "worst-fit-packing"],
+)
+def test_packing_worst_cases(
+        clusters: list[Any], deployments: list[Any], expected: dict[str, list[tuple[str, int]]]) -> None:
+    f = fleet([G2, G4, G8], clusters, deployments)
+    result = schedule(f, None)
+    assert {k: where(result, k) for k in expected} == expected
     assert schedule(f, result.lock) == result

@@ -125,3 +125,18 @@ def test_plan_optimize_cli_reports_the_solve(tmp_path: Path) -> None:
     )
     assert "optimize" not in json.loads(plain.stdout)
     assert json.loads(plain.stdout)["deployments"] == body["deployments"]
+
+
+def test_optimize_models_distinct_nodes_for_multi_node_workers() -> None:
+    """Two 8-GPU nodes: one 8-GPU pod plus a 4+4-GPU worker look like 16 GPUs to a per-pool
+    bound (and spread better), but the worker then has one node left; two 4+4 workers fit."""
+    f = fleet(
+        [H8],
+        [cluster("a", [pool("p", "h8", 2)])],
+        [deployment("one", 1, tensor=8), deployment("two", 2, tensor=4, pipeline=2)],
+    )
+    result = schedule(f, None, optimize=True)
+    assert result.optimize is not None and result.optimize.optimal
+    assert (result.optimize.objective_gpus, result.optimize.placed_gpus) == (16, 16)
+    assert where(result, "ml/two") == [("a", 0), ("a", 1)]
+    assert schedule(f, result.lock, optimize=True) == result

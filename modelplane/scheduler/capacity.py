@@ -20,7 +20,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from modelplane.scheduler.matching import ClassShape, PodDemand, take_from_node
+from modelplane.scheduler.matching import ClassShape, PodDemand, Request, take_from_node
 
 ItemOrder = tuple[int, int, int, str, int, int]
 RULES = 3  # packing rules, see Pool.pack
@@ -69,6 +69,15 @@ class Layout:
         )
 
 
+def _whole(per_node: list[int], k: int) -> int:
+    """Workers of `k` pods on distinct nodes that nodes seating `per_node` pods hold."""
+    workers = sum(per_node) // k
+    if k > 1:
+        while workers and sum(min(n, workers) for n in per_node) < k * workers:
+            workers -= 1
+    return workers
+
+
 class Pool:
     """One node pool of one cluster: its node shape and its current layout."""
 
@@ -94,12 +103,17 @@ class Pool:
         self._misfits: set[tuple[PodDemand, int]] = set()
         self._free_nodes: dict[PodDemand, int] = {}
         # Pods of a request list that fit on a node with a given free row (layout-free).
-        self._pods_per_row: dict[tuple[object, tuple[int, ...]], int] = {}
+        # Keys use id(requests): every request tuple is held by the run's Matcher.
+        self._pods_per_row: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._room: dict[tuple[int, int], int] = {}  # whole workers, current layout
+        self._rows: dict[int, list[int]] = {}  # pods per node, current layout
 
     def set_layout(self, layout: Layout) -> None:
         self.layout = layout
         self._misfits.clear()
         self._free_nodes.clear()
+        self._room.clear()
+        self._rows.clear()
 
     def empty(self) -> Layout:
         per_node = self.shape.consumed_per_node
@@ -211,30 +225,55 @@ class Pool:
             return self.free_nodes(demand)
         return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None)
 
-    def room_for(self, layout: Layout, demand: PodDemand) -> int:
-        """Devices that more workers of `demand` could take on `layout`: as many whole
-        workers as the nodes seat, each worker's pods on distinct nodes."""
-        per_node = [self._pods_on_row(demand, row) for row in layout.free]
-        k = demand.pods_per_worker
-        workers = sum(per_node) // k
-        if k > 1:
-            while workers and sum(min(n, workers) for n in per_node) < k * workers:
-                workers -= 1
-        return workers * k * demand.devices_per_pod
+    def room_for(
+        self,
+        layout: Layout,
+        requests: tuple[Request, ...],
+        k: int,
+        size: int,
+        base: Layout | None = None,
+    ) -> int:
+        """Devices that more workers of `k` pods of `requests` (`size` devices each) could
+        take on `layout`: as many whole workers as the nodes seat, each worker's pods on
+        distinct nodes. `base`, the current layout, lends the counts of nodes that
+        `layout` did not change."""
+        if layout is self.layout:
+            key = (id(requests), k)  # requests live as long as the run's matcher
+            hit = self._room.get(key)
+            if hit is None:
+                hit = self._room[key] = _whole(self._per_node(requests), k)
+            return hit * k * size
+        if base is self.layout:
+            per_node = self._per_node(requests)[:]
+            for node, row in enumerate(layout.free):
+                if layout.node_free[node] != base.node_free[node] or row != base.free[node]:
+                    per_node[node] = self._pods_on_row(requests, row)
+        else:
+            per_node = [self._pods_on_row(requests, row) for row in layout.free]
+        return _whole(per_node, k) * k * size
+
+    def _per_node(self, requests: tuple[Request, ...]) -> list[int]:
+        """Per node of the current layout, how many more pods of `requests` it seats."""
+        hit = self._rows.get(id(requests))
+        if hit is None:
+            hit = self._rows[id(requests)] = [
+                self._pods_on_row(requests, row) for row in self.layout.free
+            ]
+        return hit
 
     def pods_with_room(self, layout: Layout, demand: PodDemand) -> int:
         """How many more single pods of `demand` the nodes of `layout` have room for."""
-        return sum(self._pods_on_row(demand, row) for row in layout.free)
+        return sum(self._pods_on_row(demand.requests, row) for row in layout.free)
 
-    def _pods_on_row(self, demand: PodDemand, row: list[int]) -> int:
+    def _pods_on_row(self, requests: tuple[Request, ...], row: list[int]) -> int:
         memo = self._pods_per_row
-        key = (demand.requests, tuple(row))
+        key = (id(requests), tuple(row))
         hit = memo.get(key)
         if hit is None:
             hit = 0
             left = row[:]
             consumed = self.shape.consumed
-            while (take := take_from_node(demand.requests, left)) is not None:
+            while (take := take_from_node(requests, left)) is not None:
                 hit += 1
                 used = [(k, n) for k, n in take.items() if consumed[k]]
                 if not used:

@@ -16,7 +16,7 @@ from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler import reasons
 from modelplane.scheduler.capacity import Item, Layout, Pool
 from modelplane.scheduler.eligibility import Eligibility, RolePools
-from modelplane.scheduler.matching import Matcher, PodDemand
+from modelplane.scheduler.matching import Matcher, PodDemand, Request
 from modelplane.scheduler.taints import BLOCKS_NEW, EVICTS
 
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
@@ -186,6 +186,7 @@ class Placement:
         order = self.fill_order()
         self._reach = {key: self._reach_of(key, dep) for key, dep in order}
         self._pending = self._pending_demands(order)
+        self._pending_view = {}
         for dep_key, dep in order:
             self._forget_pending(dep_key, dep)
             if dep.spec.replicas > len(self.placed[dep_key]):
@@ -248,6 +249,7 @@ class Placement:
         reach = self._reach[dep_key]
         for pid, pos, demand in self._demands(dep_key, dep):
             counter = self._pending[(pid, pos)]
+            self._pending_view.pop((pid, pos), None)
             counter[(demand, reach)] -= 1
             if counter[(demand, reach)] <= 0:
                 del counter[(demand, reach)]
@@ -261,20 +263,41 @@ class Placement:
         pending = getattr(self, "_pending", None)
         if not pending:
             return False
-        others = pending.get((self.eligibility.profile_ids[pool.cluster], pool.position))
+        others = self._pending_shapes(self.eligibility.profile_ids[pool.cluster], pool.position)
         if not others:
             return False
         takes = before.free_total - after.free_total
-        for other, other_reach in others:
-            lost = pool.room_for(before, other) - pool.room_for(after, other)
+        for requests, k, size, other_reach in others:
+            room = pool.room_for(before, requests, k, size)
+            if room <= takes and other_reach >= reach:
+                continue  # cannot lose more than it has
+            lost = room - pool.room_for(after, requests, k, size, base=before)
             if lost > takes or (lost > 0 and other_reach < reach):
                 return True
         return False
 
+    _pending_view: dict[tuple[int, int], list[tuple[tuple[Request, ...], int, int, int]]]
+
+    def _pending_shapes(
+        self, pid: int, pos: int
+    ) -> list[tuple[tuple[Request, ...], int, int, int]]:
+        """The pending demands of a pool, as (requests, pods per worker, devices per pod,
+        least reach): what the room check needs, each shape once."""
+        key = (pid, pos)
+        view = self._pending_view.get(key)
+        if view is None:
+            least: dict[tuple[tuple[Request, ...], int, int], int] = {}
+            for demand, reach in self._pending.get(key, ()):
+                shape = (demand.requests, demand.pods_per_worker, demand.devices_per_pod)
+                least[shape] = min(reach, least.get(shape, reach))
+            view = self._pending_view[key] = [(*shape, r) for shape, r in least.items()]
+        return view
+
     def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
-        """Add replicas one by one on the open cluster with room that takes no room from a
-        larger pending pod, hosting the fewest of them (ties: the name sorting first); when
-        every such cluster would take room, the same order among those that do.
+        """Add replicas one by one on the open cluster with room that takes no room a
+        pending deployment needs (`_takes_room`), hosting the fewest of them (ties: the
+        name sorting first); when every such cluster would take room, the same order
+        among those that do.
 
         A cluster without room is not asked again: during one deployment's fill, clusters
         only fill up. A cluster that would take room is not asked again until no other is
