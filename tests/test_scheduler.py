@@ -905,6 +905,15 @@ G8 = inference_class("g8", 8)
              deployment("small", 2, tensor=4, selector={"matchLabels": {"zone": "a"}})],
             {"ml/big": [("b", 0)], "ml/small": [("a", 0), ("a", 1)]},
         ),
+        # as many clusters each, but m0 can go to b and m1 cannot: m0 leaves a to m1
+        (
+            [cluster("a", [pool("p", "g8", 1)], labels={"zone": "a"}),
+             cluster("b", [pool("p", "g4", 1)], labels={"zone": "b"}),
+             cluster("c", [pool("p", "g2", 1)], labels={"zone": "a"})],
+            [deployment("m0", 1, tensor=4),
+             deployment("m1", 5, tensor=2, selector={"matchLabels": {"zone": "a"}})],
+            {"ml/m0": [("b", 0)], "ml/m1": [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("c", 0)]},
+        ),
         # a 2-GPU pod on a's 2-GPU nodes would cost m1's 1+1-GPU workers both nodes (4
         # devices of room for 2): m0 goes to b's single node, which such workers cannot use
         (
@@ -919,7 +928,7 @@ G8 = inference_class("g8", 8)
             {"ml/x": [("a", 0), ("a", 1)], "ml/y": [("a", 0)]},
         ),
     ],
-    ids=["fewer-choices", "gang-room", "worst-fit-packing"],
+    ids=["fewer-choices", "other-choices", "gang-room", "worst-fit-packing"],
 )
 def test_packing_worst_cases(
         clusters: list[Any], deployments: list[Any], expected: dict[str, list[tuple[str, int]]]) -> None:

@@ -21,6 +21,7 @@ from modelplane.scheduler.taints import BLOCKS_NEW, EVICTS
 
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
 RolePlan = list[tuple[str, Pool, Layout]]  # (role, pool, that pool's layout with the role on it)
+Reach = frozenset[int]  # the cluster profiles open to a deployment's new replicas
 
 
 def replica_gpus(dep: ModelDeployment) -> int:
@@ -208,23 +209,23 @@ class Placement:
         )
 
     # Pending demands: per (profile id, pool position), how many deployments still to be
-    # filled may put a pod of each demand there, by their reach (clusters open to them).
-    _pending: dict[tuple[int, int], Counter[tuple[PodDemand, int]]]
-    _reach: dict[str, int]
+    # filled may put a pod of each demand there, by their reach (profiles open to them).
+    _pending: dict[tuple[int, int], Counter[tuple[PodDemand, Reach]]]
+    _reach: dict[str, Reach]
 
-    def _reach_of(self, dep_key: str, dep: ModelDeployment) -> int:
-        """How many clusters are open to new replicas of `dep` (before capacity)."""
+    def _reach_of(self, dep_key: str, dep: ModelDeployment) -> Reach:
+        """The cluster profiles open to new replicas of `dep` (before capacity)."""
         eligibility = self.eligibility
-        return sum(
-            len(members)
-            for members in eligibility.members.values()
+        return frozenset(
+            pid
+            for pid, members in eligibility.members.items()
             if eligibility.open_for_new(dep_key, dep, members[0]) is not None
         )
 
     def _pending_demands(
         self, order: Sequence[tuple[str, ModelDeployment]]
-    ) -> dict[tuple[int, int], Counter[tuple[PodDemand, int]]]:
-        pending: dict[tuple[int, int], Counter[tuple[PodDemand, int]]] = {}
+    ) -> dict[tuple[int, int], Counter[tuple[PodDemand, Reach]]]:
+        pending: dict[tuple[int, int], Counter[tuple[PodDemand, Reach]]] = {}
         for dep_key, dep in order:
             if dep.spec.replicas <= len(self.placed[dep_key]):
                 continue
@@ -255,11 +256,12 @@ class Placement:
                 del counter[(demand, reach)]
 
     def _takes_room(
-        self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: int
+        self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: Reach
     ) -> bool:
         """True when, from `before` to `after`, a pending deployment loses room for more
         devices than the placement takes (whole workers, each worker's pods on distinct
-        nodes), or one that fewer clusters than `reach` can host loses any room."""
+        nodes), or loses any room while this deployment (open to `reach`) could go to a
+        cluster that it cannot."""
         pending = getattr(self, "_pending", None)
         if not pending:
             return False
@@ -267,30 +269,33 @@ class Placement:
         if not others:
             return False
         takes = before.free_total - after.free_total
-        for requests, k, size, other_reach in others:
+        for requests, k, size, reaches in others:
+            narrower = any(not reach <= other for other in reaches)
             room = pool.room_for(before, requests, k, size)
-            if room <= takes and other_reach >= reach:
+            if room <= takes and not narrower:
                 continue  # cannot lose more than it has
             lost = room - pool.room_for(after, requests, k, size, base=before)
-            if lost > takes or (lost > 0 and other_reach < reach):
+            if lost > takes or (lost > 0 and narrower):
                 return True
         return False
 
-    _pending_view: dict[tuple[int, int], list[tuple[tuple[Request, ...], int, int, int]]]
+    _pending_view: dict[tuple[int, int], list[tuple[tuple[Request, ...], int, int, list[Reach]]]]
 
     def _pending_shapes(
         self, pid: int, pos: int
-    ) -> list[tuple[tuple[Request, ...], int, int, int]]:
+    ) -> list[tuple[tuple[Request, ...], int, int, list[Reach]]]:
         """The pending demands of a pool, as (requests, pods per worker, devices per pod,
-        least reach): what the room check needs, each shape once."""
+        the distinct reaches of their deployments): each shape once."""
         key = (pid, pos)
         view = self._pending_view.get(key)
         if view is None:
-            least: dict[tuple[tuple[Request, ...], int, int], int] = {}
+            reaches: dict[tuple[tuple[Request, ...], int, int], list[Reach]] = {}
             for demand, reach in self._pending.get(key, ()):
                 shape = (demand.requests, demand.pods_per_worker, demand.devices_per_pod)
-                least[shape] = min(reach, least.get(shape, reach))
-            view = self._pending_view[key] = [(*shape, r) for shape, r in least.items()]
+                seen = reaches.setdefault(shape, [])
+                if reach not in seen:
+                    seen.append(reach)
+            view = self._pending_view[key] = [(*shape, r) for shape, r in reaches.items()]
         return view
 
     def _fill(self, dep_key: str, dep: ModelDeployment) -> None:
@@ -388,7 +393,7 @@ class Placement:
         option."""
         pools = self.cluster_pools[cluster]
         roles = role_pools.roles
-        reach = getattr(self, "_reach", {}).get(dep_key, 0)
+        reach = getattr(self, "_reach", {}).get(dep_key, frozenset())
 
         def search(position: int, layouts: dict[int, Layout]) -> tuple[bool, RolePlan] | None:
             if position == len(roles):
