@@ -57,6 +57,7 @@ class Layout:
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
     rule: int = 0  # the packing rule it was packed by (see Pool.pack)
+    key: int = -1  # a number for its items, set by the scheduler (Placement._layout_id)
 
     def copy(self) -> Layout:
         return Layout(

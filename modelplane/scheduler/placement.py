@@ -70,6 +70,7 @@ class Placement:
             key: {} for key in self.deployments
         }
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
+        self._layout_ids: dict[tuple[object, ...], int] = {}
 
     def _refresh_room(self, cluster: str) -> None:
         self.cluster_room[cluster] = max(
@@ -321,6 +322,7 @@ class Placement:
         fresh = iter([c for c in role_pools if c not in hosted])
         pending = next(fresh, None)
         deferred: list[tuple[int, str, int, RolePlan]] = []  # would take room
+        alike: dict[object, tuple[bool, list[tuple[str, int, Layout]]] | None] = {}
         while missing:
             if pending is not None and (not heap or (0, pending) < heap[0]):
                 count, cluster = 0, pending
@@ -339,7 +341,7 @@ class Placement:
             if not self._may_fit(cluster, open_pools):
                 continue
             index = lowest_free(taken.setdefault(cluster, set()))
-            found = self._fit(dep_key, dep, cluster, index, open_pools)
+            found = self._fit_alike(dep_key, dep, cluster, index, open_pools, alike)
             if found is None:
                 continue
             harm, plan = found
@@ -349,6 +351,44 @@ class Placement:
             self._commit(dep_key, cluster, index, plan, taken)
             missing -= 1
             heapq.heappush(heap, (count + 1, cluster))
+
+    def _fit_alike(
+        self,
+        dep_key: str,
+        dep: ModelDeployment,
+        cluster: str,
+        index: int,
+        role_pools: RolePools,
+        alike: dict[object, tuple[bool, list[tuple[str, int, Layout]]] | None],
+    ) -> tuple[bool, RolePlan] | None:
+        """`_fit`, answered once for clusters that look alike: same profile, same index,
+        and pools with the same nodes holding the same items (a layout is a function of
+        its items). `alike` lives for one deployment's fill (pending work is fixed)."""
+        pools = self.cluster_pools[cluster]
+        key = (
+            index,
+            self.eligibility.profile_ids[cluster],
+            tuple((p.nodes, self._layout_id(p.layout)) for p in pools),
+        )
+        if key in alike:
+            hit = alike[key]
+            if hit is None:
+                return None
+            # Layouts are never changed once made, so clusters may share them.
+            return hit[0], [(role, pools[pos], layout) for role, pos, layout in hit[1]]
+        found = self._fit(dep_key, dep, cluster, index, role_pools)
+        if found is None:
+            alike[key] = None
+        else:
+            alike[key] = (found[0], [(role, pool.position, lay) for role, pool, lay in found[1]])
+        return found
+
+    def _layout_id(self, layout: Layout) -> int:
+        """A small number per distinct item list (the same for equal layouts)."""
+        if layout.key < 0:
+            items = tuple((i.order, i.role, id(i.demand)) for i in layout.items)
+            layout.key = self._layout_ids.setdefault(items, len(self._layout_ids))
+        return layout.key
 
     def _commit(
         self, dep_key: str, cluster: str, index: int, plan: RolePlan, taken: dict[str, set[int]]
