@@ -10,7 +10,9 @@ stack's name says what it owns:
 - `deploy-<namespace>-<name>`: one ModelDeployment's replicas from the lock.
   Exports `endpoints` (the composed ModelEndpoints), `replicas`.
 - `gateway`: the InferenceGateway, every ModelEndpoint backend and every
-  ModelService route. Exports `address`, `services`, `endpoints`.
+  ModelService route. Exports `address`, `services`, `endpoints`. Replica endpoints
+  are routed only while their replica is in the lock and its cluster is not in
+  `MODELPLANE_UNROUTABLE` (comma-separated cluster names; `reconcile` keeps it).
 
 Which fleet: `MODELPLANE_FLEET_DIR` (the driver sets it), else config `modelplane:specs`
 (relative to the repository root), else the project directory when it is a fleet (each
@@ -60,6 +62,7 @@ DEFAULT_ORGANIZATION = "organization"
 FLEET_ENV = "MODELPLANE_FLEET_DIR"
 LOCK_ENV = "MODELPLANE_LOCK"
 UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
+UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"  # modelplane.driver.unroutable
 PLACEHOLDER_SECRET = "modelplane-render-placeholder"
 
 
@@ -424,9 +427,10 @@ async def run_gateway(ctx: Context) -> None:
     # Replicas being drained (autoscaling scale-in) leave every route before their
     # workload is deleted (scheduling.md, "Autoscaling").
     draining = ctx.lock.draining()
+    unroutable = unroutable_clusters()
     for key in ctx.fleet.deployments:
         records = await up.require(deploy_stack(key), "endpoints")
-        for record in records or []:
+        for record in routable_records(records or [], ctx.lock, key, unroutable):
             if record.get("name") in draining:
                 continue
             info = EndpointInfo.from_record(record, gateway_cluster=ref)
@@ -480,6 +484,34 @@ async def run_gateway(ctx: Context) -> None:
     pulumi.export(
         "endpoints", [_endpoint_export(e) for e in sorted(endpoints, key=lambda e: e.key)]
     )
+
+
+def unroutable_clusters() -> frozenset[str]:
+    """The clusters whose endpoints stay out of routes (`MODELPLANE_UNROUTABLE`, comma
+    separated; the driver sets it from `.modelplane/routing.json`)."""
+    raw = os.environ.get(UNROUTABLE_ENV, "")
+    return frozenset(c.strip() for c in raw.split(",") if c.strip())
+
+
+def routable_records(
+    records: list[Mapping[str, Any]],
+    lock: PlacementLock,
+    deployment: str,
+    unroutable: frozenset[str],
+) -> list[Mapping[str, Any]]:
+    """A deployment stack's endpoint records the routes may use: replicas still in the
+    lock (the deployment stack may not have run since they were removed) on clusters that
+    are not unroutable."""
+    placed = {(r.name, r.cluster) for r in lock.replicas_of(deployment)}
+    out = []
+    for record in records:
+        cluster = record.get("cluster")
+        if cluster in unroutable:
+            continue
+        if cluster and (record.get("name"), cluster) not in placed:
+            continue
+        out.append(record)
+    return out
 
 
 def _endpoint_export(ep: Any) -> Mapping[str, Any]:

@@ -15,6 +15,7 @@ from modelplane.health.observation import (
     Observation,
     PoolObservation,
     ReplicaObservation,
+    RoutesObservation,
 )
 from modelplane.health.readiness import readiness
 from modelplane.health.rules import (
@@ -369,6 +370,10 @@ def test_service_counts_routable_endpoints() -> None:
 def test_observation_json_round_trips() -> None:
     observation = obs(healthy("a", replicas={"m-a0": rep(2, 1, "p: x")}), down("b"))
     assert Observation.from_json(observation.as_json()) == observation
+    routed = dataclasses.replace(
+        observation, routes=RoutesObservation(services={"ml/chat": ("m-a0", "ep")})
+    )
+    assert Observation.from_json(routed.as_json()) == routed
 
 
 # -- model caches ---------------------------------------------------------------------------
@@ -431,3 +436,146 @@ def test_model_cache_resolved_where_the_replicas_run() -> None:
         if c.type == "ModelCacheResolved"
     ]
     assert (cond.status, cond.message) == ("True", "ml/weights hydrated on a, b")
+
+
+# -- routes ---------------------------------------------------------------------------------
+
+
+def _with_gateway(f: Any, cluster_ref: str) -> Any:
+    from modelplane.api.inference_gateway import InferenceGateway
+
+    gateway = InferenceGateway.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceGateway",
+            "metadata": {"name": "default"},
+            "spec": {"cluster": {"inferenceClusterRef": cluster_ref}},
+        }
+    )
+    return dataclasses.replace(f, gateway=gateway)
+
+
+PLACED_ON_ALL = lock(
+    {
+        "ml/m": [
+            ("m-a0", "a", 0, {"unified": "gpu"}),
+            ("m-b0", "b", 0, {"unified": "gpu"}),
+            ("m-c0", "c", 0, {"unified": "gpu"}),
+        ]
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("seen", "placement", "unroutable"),
+    [
+        ((healthy("a"), healthy("b"), healthy("c")), PLACED_ON_ALL, {}),
+        (
+            (healthy("a"), down("b"), healthy("c")),
+            PLACED_ON_ALL,
+            {"b": "API unreachable (cannot reach https://x: refused)"},
+        ),
+        (
+            (healthy("a"), healthy("b"), healthy("c", gw=None)),
+            PLACED_ON_ALL,
+            {"c": "no gateway address (inference-gateway has none)"},
+        ),
+        # not Ready nodes: the pods may still serve; the routes keep them
+        ((healthy("a"), healthy("b", ready={"gpu": 0}), healthy("c")), PLACED_ON_ALL, {}),
+        # the gateway's own cluster is never left out (nothing routes when it is down)
+        ((down("a"), healthy("b"), healthy("c")), PLACED_ON_ALL, {}),
+        # a cluster without replicas changes no route
+        (
+            (healthy("a"), down("b"), healthy("c")),
+            lock({"ml/m": [("m-a0", "a", 0, {"unified": "gpu"})]}),
+            {},
+        ),
+    ],
+    ids=["healthy", "unreachable", "no-gateway", "not-ready", "gateway-cluster", "no-replicas"],
+)
+def test_unroutable_clusters(
+    seen: tuple[ClusterObservation, ...], placement: Any, unroutable: dict[str, str]
+) -> None:
+    from modelplane.health.rules import unroutable_clusters
+
+    f = _with_gateway(three_clusters(), "a")
+    view = effective_fleet(f, obs(*seen), {}, NOW, GRACE)
+    assert unroutable_clusters(f, placement, view.health) == unroutable
+
+
+def _chat(f: Any) -> Any:
+    f.services["ml/chat"] = ModelService.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelService",
+            "metadata": {"name": "chat", "namespace": "ml"},
+            "spec": {
+                "endpoints": [{"selector": {"matchLabels": {"modelplane.ai/deployment": "m"}}}]
+            },
+        }
+    )
+    return f
+
+
+@pytest.mark.parametrize(
+    ("routes", "routable", "unroutable", "routes_error"),
+    [
+        (
+            RoutesObservation(services={"ml/chat": ("m-a0", "m-c0", "m-old")}),
+            1,
+            [
+                "m-b0: not in the route (yet)",
+                "m-c0: cluster c no gateway address (inference-gateway has none)",
+                "m-old: in the route, but no longer placed",
+            ],
+            None,
+        ),
+        (
+            RoutesObservation(services={"ml/chat": ("m-a0", "m-b0", "m-c0")}),
+            2,
+            ["m-c0: cluster c no gateway address (inference-gateway has none)"],
+            None,
+        ),
+        (
+            RoutesObservation(services={}),
+            0,
+            [
+                "m-a0: not in the route (yet)",
+                "m-b0: not in the route (yet)",
+                "m-c0: not in the route (yet)",
+            ],
+            None,
+        ),
+        (
+            RoutesObservation(observed=False, error="gateway cluster a: refused"),
+            2,
+            ["m-c0: cluster c no gateway address (inference-gateway has none)"],
+            "gateway routes not observed: gateway cluster a: refused",
+        ),
+    ],
+    ids=["live-route-decides", "all-in-route", "no-route", "routes-not-observed"],
+)
+def test_service_routability_comes_from_the_live_route(
+    routes: RoutesObservation, routable: int, unroutable: list[str], routes_error: str | None
+) -> None:
+    f = _chat(three_clusters())
+    observation = Observation(
+        NOW,
+        {
+            c.name: c
+            for c in (
+                healthy("a", replicas={"m-a0": rep(1, 1)}),
+                healthy("b", replicas={"m-b0": rep(1, 1)}),
+                healthy("c", replicas={"m-c0": rep(1, 1)}, gw=None),
+            )
+        },
+        routes,
+    )
+    s = readiness(f, PLACED_ON_ALL, observation).service("ml/chat")
+    assert (s.endpoints, s.routable, s.unroutable, s.routes_error) == (
+        3,
+        routable,
+        unroutable,
+        routes_error,
+    )
+    assert s.as_json()["routesObserved"] == (routes_error is None)

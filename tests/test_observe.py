@@ -194,8 +194,8 @@ def test_a_silent_cluster_is_bounded_by_the_timeout(tmp_path: Path) -> None:
         (
             "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
             "clusters: [{name: c, cluster: {server: https://h}}]\n"
-            "users: [{name: u, user: {exec: {command: aws}}}]\n",
-            "the kubeconfig uses an exec/auth-provider plugin (not supported)",
+            "users: [{name: u, user: {auth-provider: {name: gcp}}}]\n",
+            "the kubeconfig uses an auth-provider plugin (not supported)",
         ),
     ],
 )

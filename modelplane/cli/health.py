@@ -145,6 +145,17 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
     return tables
 
 
+def cloud_kubeconfigs(fleet: Any) -> dict[str, str]:
+    """GKE/EKS kubeconfigs from their cluster stacks' outputs (none when the backend cannot
+    be read: those clusters are then not observed)."""
+    from modelplane.driver.errors import DriverError
+
+    try:
+        return dict(fleet.cluster_kubeconfigs())
+    except DriverError:
+        return {}
+
+
 def fleet_readiness(
     fleet: Any,
     service_urls: dict[str, Any] | None = None,
@@ -157,7 +168,12 @@ def fleet_readiness(
     from modelplane.observe import observe_fleet, read_since
 
     observation = observe_fleet(
-        fleet.spec, fleet.path, lock=fleet.previous, env=fleet.env, timeout=timeout
+        fleet.spec,
+        fleet.path,
+        lock=fleet.previous,
+        env=fleet.env,
+        timeout=timeout,
+        kubeconfigs=cloud_kubeconfigs(fleet),
     )
     since = read_since(fleet.state_dir)
     result, _ = observed_schedule(
@@ -249,7 +265,8 @@ def reconcile(
             if not current.ok:
                 raise typer.Exit(1)
             return
-        if stop.wait(every):
+        # A fixed cadence: a round that ran an `up` does not delay the next observation.
+        if stop.wait(max(0.0, every - current.duration)):
             err.print("reconcile: stopped", highlight=False)
             return
 
@@ -289,6 +306,17 @@ def _say_round(current: Any, out: Any, err: Any) -> None:
                     + "; ".join(rep.reasons),
                     highlight=False,
                 )
+    for line in current.orphans_deleted:
+        out.print(f"{head}: orphan deleted: {line}", highlight=False)
+    for line in current.orphan_errors:
+        err.print(f"{head}: orphan not deleted yet: {line}", highlight=False)
+    first = current.routes_first
+    if first is not None:
+        out.print(
+            f"{head}: routes first (unroutable: {', '.join(current.unroutable) or 'none'}): "
+            f"gateway {'ok' if first.ok else 'FAILED'} in {first.duration:.1f}s",
+            highlight=False,
+        )
     run = current.run
     if current.skipped_up:
         out.print(f"{head}: nothing changed ({current.duration:.1f}s)", highlight=False)

@@ -9,7 +9,8 @@ successful update. The fingerprint covers:
 - the outputs of the stacks it depends on (values, secrets included, only hashed);
 - the secrets it resolves outside the state (``MODELPLANE_SECRET_*`` variables and
   ``file:`` references), hashed, and its own extra stack config (``pulumi config set``);
-- the program itself (the source of the ``stacks`` and ``components`` packages).
+- the program itself (the source of the ``stacks`` and ``components`` packages);
+- for the gateway, the clusters whose endpoints it leaves out of routes (``reconcile``).
 
 The digest is recorded in the update's message (``modelplane-inputs: <digest>``), which
 every Pulumi backend keeps in the stack history, so skipping works from any checkout.
@@ -22,7 +23,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -184,18 +185,21 @@ def stack_fingerprint(
     environ: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
     program: str | None = None,
+    unroutable: Sequence[str] = (),
 ) -> str:
-    """The digest of every input of one stack (see the module docstring)."""
-    return digest(
-        {
-            "stack": unit.name,
-            "inputs": owned_inputs(fleet, lock, unit),
-            "upstream": {name: upstream_outputs.get(name) for name in sorted(unit.depends_on)},
-            "secrets": secret_digests(fleet, unit, environ, base_dir),
-            "config": dict(extra_config or {}),
-            "program": program if program is not None else program_digest(),
-        }
-    )
+    """The digest of every input of one stack (see the module docstring); ``unroutable``:
+    the clusters the gateway leaves out of routes (an input of the gateway stack only)."""
+    data: dict[str, Any] = {
+        "stack": unit.name,
+        "inputs": owned_inputs(fleet, lock, unit),
+        "upstream": {name: upstream_outputs.get(name) for name in sorted(unit.depends_on)},
+        "secrets": secret_digests(fleet, unit, environ, base_dir),
+        "config": dict(extra_config or {}),
+        "program": program if program is not None else program_digest(),
+    }
+    if unit.kind == "InferenceGateway" and unroutable:
+        data["unroutable"] = sorted(unroutable)
+    return digest(data)
 
 
 def update_message(fingerprint: str) -> str:

@@ -40,10 +40,11 @@ from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
+from modelplane.driver.unroutable import read_unroutable
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
-from modelplane.stacks import StackUnit, stack_units
+from modelplane.stacks import StackUnit, cluster_stack, stack_units
 
 OnEvent = Callable[[str, StackEvent], None]
 """``on_event(stack_name, event)``: a :class:`~modelplane.driver.events.StackEvent` for each
@@ -383,6 +384,34 @@ class Fleet:
                 return []
         return list((exported.deployment or {}).get("resources") or [])
 
+    def cluster_kubeconfigs(self) -> dict[str, str]:
+        """The kubeconfig of every cloud cluster (GKE, EKS) whose cluster stack has run: its
+        ``kubeconfig`` output, the only place it exists. Secrets: for the observation only,
+        never printed. Without such clusters no engine is started."""
+        from pulumi.automation.errors import CommandError, StackNotFoundError
+
+        wanted = {
+            cluster_stack(name): name
+            for name, c in self.spec.clusters.items()
+            if c.spec.cluster.existing is None
+        }
+        if not wanted:
+            return {}
+        out: dict[str, str] = {}
+        with self._session(Observer()) as session:
+            existing = set(session.list_stacks())
+            for stack_name, name in sorted(wanted.items()):
+                if stack_name not in existing:
+                    continue
+                try:
+                    outputs = session.stack(stack_name, create=False).outputs()
+                except (StackNotFoundError, CommandError):
+                    continue
+                value = outputs.get("kubeconfig")
+                if value is not None and isinstance(value.value, str) and value.value:
+                    out[name] = value.value
+        return out
+
     # -- internals -------------------------------------------------------------------------
 
     @contextmanager
@@ -423,7 +452,8 @@ class Fleet:
             if on_event is not None:
                 on_event(unit.name, StackEvent(unit.name, "started"))
 
-        session.set_program_inputs(self.path, lock_path)
+        unroutable = tuple(sorted(read_unroutable(self.state_dir)))
+        session.set_program_inputs(self.path, lock_path, unroutable)
         spec = self.spec
         return ops.RunContext(
             session,
@@ -435,6 +465,7 @@ class Fleet:
             on_start=started,
             check=lambda unit: missing_for_stack(spec, unit, session.env),
             plan_dir=self.state_dir / "plan",
+            unroutable=unroutable,
         )
 
     def _run(

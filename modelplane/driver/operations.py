@@ -52,6 +52,8 @@ class RunContext:
     # Extra keyword arguments of `Stack.preview` (refresh, policy_packs).
     preview_options: dict[str, Any] = field(default_factory=dict)
     plan_dir: Path = field(default_factory=lambda: Path(".modelplane/plan"))
+    # Clusters whose endpoints the gateway leaves out of routes (`.modelplane/routing.json`).
+    unroutable: tuple[str, ...] = ()
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # plain values
     masked: dict[str, dict[str, Any]] = field(default_factory=dict)  # secrets masked
 
@@ -188,6 +190,7 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         extra_config=ctx.session.extra_config(unit.name),
         environ=ctx.session.env,
         base_dir=ctx.fleet_dir,
+        unroutable=ctx.unroutable,
     )
 
 

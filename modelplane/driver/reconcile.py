@@ -1,11 +1,24 @@
 """`modelplane reconcile`: observe -> plan -> `up` what changed -> report, round after round.
 
 One round (`Reconciler.round`): re-read the specs and the lock, observe every cluster
-(`modelplane.observe`), schedule on the effective fleet (`modelplane.health.rules`), remember
-since when clusters are unhealthy (`.modelplane/health.json`), then `Fleet.up` with that
-plan -- which writes the lock only when it changes and runs only the stacks whose inputs
-changed. When neither the specs nor the placement changed since the last successful round,
-`up` is not called at all (every `resync` rounds it is, to catch other input changes).
+(`modelplane.observe`; GKE/EKS kubeconfigs read from their cluster stacks' outputs),
+delete the recorded orphans of clusters that answer again (`modelplane.driver.orphans`),
+schedule on the effective fleet (`modelplane.health.rules`), remember since when clusters
+are unhealthy (`.modelplane/health.json`) and which clusters' endpoints stay out of routes
+(`.modelplane/routing.json`), then:
+
+1. routes first: when a cluster became unroutable or replicas leave a cluster whose
+   endpoints were still routed, the `gateway` stack alone, so dead endpoints leave the
+   HTTPRoutes before anything else runs;
+2. objects of replicas leaving an unreachable cluster are recorded as orphans and dropped
+   from the deployment stacks' state;
+3. `Fleet.up` with that plan -- only the deployment stacks whose placement changed and the
+   gateway when the specs did not change since the last successful round (every stack,
+   skipping unchanged ones by fingerprint, otherwise).
+
+When neither the specs, the placement nor the unroutable clusters changed since the last
+successful round, `up` is not called at all (every `resync` rounds it is, to catch other
+input changes).
 
 Beside a CI `up`: a stack whose Pulumi lock is held by another update is reported as
 locked and retried next round; nothing else is shared.
@@ -26,19 +39,29 @@ from modelplane.autoscale import Decision, autoscale_fleet
 from modelplane.driver.errors import DriverError
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.observer import Observer
+from modelplane.driver.orphans import delete_orphans, orphan_of, read_orphans, record_orphans
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
+from modelplane.driver.unroutable import read_unroutable, write_unroutable
 from modelplane.health.observation import Observation
-from modelplane.health.rules import DEFAULT_GRACE, UNREACHABLE, HealthView, observed_schedule
+from modelplane.health.rules import (
+    DEFAULT_GRACE,
+    UNREACHABLE,
+    HealthView,
+    observed_schedule,
+    unroutable_clusters,
+)
 from modelplane.observe import (
     DEFAULT_TIMEOUT,
+    kubeconfig_for,
     observe_fleet,
     read_autoscale_state,
     read_since,
     write_autoscale_state,
     write_since,
 )
-from modelplane.stacks import deploy_stack
+from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
+from modelplane.stacks import GATEWAY_STACK, deploy_stack
 
 RESYNC_ROUNDS = 10
 
@@ -61,6 +84,11 @@ class Round:
     autoscale: dict[str, Decision] = field(default_factory=dict)  # autoscaled deployments
     draining: list[str] = field(default_factory=list)  # replicas that started draining
     drained: dict[str, str] = field(default_factory=dict)  # drains that ended, and why
+    unroutable: dict[str, str] = field(default_factory=dict)  # cluster -> why out of routes
+    routes_first: RunResult | None = None  # the gateway stack alone, before the rest
+    orphans_deleted: list[str] = field(default_factory=list)
+    orphan_errors: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     duration: float = 0.0
 
     @property
@@ -70,6 +98,9 @@ class Round:
     @property
     def ok(self) -> bool:
         return self.error is None and (self.run is None or self.run.ok)
+
+    def phase(self, name: str, started: float) -> None:
+        self.phases[name] = round(time.monotonic() - started, 2)
 
     def as_json(self) -> dict[str, Any]:
         view = self.view
@@ -86,7 +117,15 @@ class Round:
             "removed": self.moved,
             "added": self.added,
             "forgotten": self.forgotten,
-            "lockWritten": bool(self.run and self.run.lock_written),
+            "unroutable": self.unroutable,
+            "routesFirst": None if self.routes_first is None else self.routes_first.as_json(),
+            "orphansDeleted": self.orphans_deleted,
+            "orphanErrors": self.orphan_errors,
+            "phases": self.phases,
+            "lockWritten": bool(
+                (self.run and self.run.lock_written)
+                or (self.routes_first and self.routes_first.lock_written)
+            ),
             "up": None if self.run is None else self.run.as_json(),
             "upSkipped": self.skipped_up,
             "locked": self.locked,
@@ -96,14 +135,39 @@ class Round:
         }
 
 
-def _digest(fleet: Fleet, plan: Plan) -> str:
-    """What the stacks are derived from, as far as reconcile can tell: specs + placement."""
+def _spec_digest(fleet: Fleet) -> str:
+    """What the stacks are derived from besides the placement: the specs."""
     spec = fleet.spec
-    parts: dict[str, Any] = {"lock": plan.lock.model_dump(mode="json")}
+    parts: dict[str, Any] = {}
     for kind in ("classes", "clusters", "deployments", "services", "endpoints", "caches"):
         parts[kind] = {k: v.model_dump(mode="json") for k, v in getattr(spec, kind).items()}
     parts["gateway"] = spec.gateway.model_dump(mode="json") if spec.gateway else None
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _digest(spec_digest: str, plan: Plan, unroutable: Mapping[str, str]) -> str:
+    """What the stacks are derived from, as far as reconcile can tell: specs + placement +
+    the clusters left out of routes."""
+    parts = {
+        "specs": spec_digest,
+        "lock": plan.lock.model_dump(mode="json"),
+        "unroutable": sorted(unroutable),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _placement_changed(fleet: Fleet, plan: Plan) -> list[str]:
+    """The deployment stacks whose replicas differ between the lock and the plan."""
+    keys = set(fleet.previous.deployments) | set(plan.lock.deployments)
+    out = []
+    for key in sorted(keys):
+        if key not in fleet.spec.deployments:
+            continue
+        before = fleet.previous.deployments.get(key)
+        after = plan.lock.deployments.get(key)
+        if (before and before.model_dump()) != (after and after.model_dump()):
+            out.append(deploy_stack(key))
+    return out
 
 
 class Reconciler:
@@ -133,6 +197,7 @@ class Reconciler:
         self.clock = clock
         self.rounds = 0
         self._applied: str | None = None  # digest of the last successful `up`
+        self._applied_specs: str | None = None  # its specs part
 
     def round(self) -> Round:
         """One observe -> plan -> up pass. Expected problems are in `Round.error`."""
@@ -150,6 +215,34 @@ class Reconciler:
         current.duration = time.monotonic() - started
         return current
 
+    def _kubeconfigs(self, f: Fleet) -> dict[str, str]:
+        try:
+            return f.cluster_kubeconfigs()
+        except DriverError:
+            return {}
+
+    def _clean_orphans(
+        self, f: Fleet, observation: Observation, kubeconfigs: Mapping[str, str], current: Round
+    ) -> None:
+        """Delete the recorded orphans of clusters that answer again."""
+        waiting = {o.cluster for o in read_orphans(f.state_dir)}
+        readers: dict[str, KubeReader] = {}
+        for name in sorted(waiting):
+            seen = observation.cluster(name)
+            if name not in f.spec.clusters or seen is None or not seen.reachable:
+                continue
+            text, _ = kubeconfig_for(f.spec, name, f.path, f.env, kubeconfigs)
+            if text is None:
+                continue
+            try:
+                readers[name] = KubeReader(parse_kubeconfig(text, str(f.path)), self.timeout)
+            except KubeError as exc:
+                current.orphan_errors.append(f"{name}: {exc}")
+        if readers:
+            done, errors = delete_orphans(f.state_dir, readers)
+            current.orphans_deleted += done
+            current.orphan_errors += errors
+
     def _round(self, current: Round) -> None:
         f = Fleet.load(
             self.fleet_dir,
@@ -158,16 +251,23 @@ class Reconciler:
             secrets_provider=self.secrets_provider,
             env=self.env,
         )
+        t = time.monotonic()
+        kubeconfigs = self._kubeconfigs(f)
         observation = observe_fleet(
             f.spec,
             f.path,
             lock=f.previous,
             env=f.env,
+            kubeconfigs=kubeconfigs,
             timeout=self.timeout,
             now=self.clock(),
             metrics=True,
         )
         current.observation = observation
+        current.phase("observe", t)
+        t = time.monotonic()
+        self._clean_orphans(f, observation, kubeconfigs, current)
+        current.phase("orphans", t)
         since = read_since(f.state_dir)
         # Autoscaling (scheduling.md, "Autoscaling"): new counts and finished drains go into
         # the lock the scheduler starts from.
@@ -197,20 +297,39 @@ class Reconciler:
                 state.routes_gone.setdefault(name, self.clock())
             write_autoscale_state(f.state_dir, state)
 
-        digest = _digest(f, plan)
+        current.unroutable = unroutable_clusters(f.spec, plan.lock, view.health)
+        were = set(read_unroutable(f.state_dir))
+        write_unroutable(f.state_dir, current.unroutable)
+        # Endpoints to take out of the routes now: those of newly unroutable clusters and of
+        # replicas leaving a cluster whose endpoints were still routed.
+        drop_routes = bool(set(current.unroutable) - were) or any(
+            before[name] not in were for name in current.moved
+        )
+        specs = _spec_digest(f)
+        digest = _digest(specs, plan, current.unroutable)
         resync = self.rounds % RESYNC_ROUNDS == 0
         if digest == self._applied and not plan.changed and not resync:
             current.skipped_up = True
             routes_updated()
             return
-        # Replicas leaving a cluster whose API is gone cannot be deleted there: drop their
-        # objects from the deployment stacks' state instead of failing the stack.
+        changed_deployments = _placement_changed(f, plan)
+        has_gateway = f.spec.gateway is not None
+        # 1. Routes first: dead endpoints leave the HTTPRoutes before anything else runs.
+        if has_gateway and self._applied is not None and drop_routes:
+            t = time.monotonic()
+            current.routes_first = f.up(
+                plan, only=[GATEWAY_STACK], parallel=1, observer=self.observer_factory()
+            )
+            current.phase("routesFirst", t)
+        # 2. Replicas leaving a cluster whose API is gone cannot be deleted there: record
+        # their objects as orphans and drop them from the deployment stacks' state.
         gone = {
             before[name]
             for name in current.moved
             if view.health.get(before[name]) and view.health[before[name]].code == UNREACHABLE
         }
         if gone:
+            t = time.monotonic()
             moved_from = {
                 key
                 for key, dep in f.previous.deployments.items()
@@ -220,17 +339,42 @@ class Reconciler:
             current.forgotten = forget_cluster_objects(
                 f, [deploy_stack(k) for k in sorted(moved_from)], gone
             )
-        run = f.up(plan, parallel=self.parallel, observer=self.observer_factory())
+            current.phase("forget", t)
+        # 3. The rest: only the changed deployment stacks (and the gateway) when the specs
+        # are those of the last successful round; otherwise every stack, by fingerprint.
+        only: list[str] | None = None
+        if specs == self._applied_specs and not resync:
+            only = changed_deployments + ([GATEWAY_STACK] if has_gateway else [])
+            if current.routes_first is not None and current.routes_first.ok:
+                if not changed_deployments:
+                    only = []  # the gateway already ran with these inputs
+        t = time.monotonic()
+        if only == []:
+            run = current.routes_first
+            assert run is not None
+        else:
+            run = f.up(plan, only=only, parallel=self.parallel, observer=self.observer_factory())
         current.run = run
+        current.phase("up", t)
         if run.ok:
             self._applied = digest
+            self._applied_specs = specs
             routes_updated()
+        else:
+            self._applied_specs = None  # retry every stack (by fingerprint) next round
+
+
+def _provider_cluster(resource: Mapping[str, Any]) -> str:
+    """`dev-3` from a provider reference `urn:...::pulumi:providers:kubernetes::dev-3-k8s::<id>`."""
+    name = str(resource.get("provider", "")).split("::")[-2]
+    return name[: -len("-k8s")] if name.endswith("-k8s") else name
 
 
 def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) -> dict[str, int]:
     """Drop from each stack's state the Kubernetes objects managed through the provider of
     an unreachable cluster (`<cluster>-k8s`): they cannot be deleted there, and the
-    providers pin `deleteUnreachable: false`. The objects stay on the cluster if it returns.
+    providers pin `deleteUnreachable: false`. Each is recorded as an orphan first
+    (`modelplane.driver.orphans`), deleted when the cluster answers again.
     Returns how many resources each stack forgot."""
     from pulumi.automation.errors import StackNotFoundError
 
@@ -253,6 +397,11 @@ def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) 
             gone = {r["urn"] for r in resources if r.get("provider") in dead}
             if not gone:
                 continue
+            # Recorded before the state forgets them: deleted when the cluster is back.
+            orphans = [
+                orphan_of(_provider_cluster(r), name, r) for r in resources if r["urn"] in gone
+            ]
+            record_orphans(fleet.state_dir, [o for o in orphans if o is not None])
             keep = []
             for r in resources:
                 if r["urn"] in gone:

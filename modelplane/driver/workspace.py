@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ import yaml
 
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.settings import SecretsSettings, engine_environment, local_state_dir
+from modelplane.driver.unroutable import UNROUTABLE_ENV
 
 if TYPE_CHECKING:
     from pulumi.automation import LocalWorkspace, PulumiCommand, Stack
@@ -236,9 +237,16 @@ class EngineSession:
         ws = self.workspace(".project")
         return sorted(s.name.rsplit("/", 1)[-1] for s in ws.list_stacks())
 
-    def set_program_inputs(self, fleet_dir: Path, lock: Path) -> None:
-        """The fleet and lock the program reads, for every workspace made after this."""
-        self.program_env = {FLEET_ENV: str(fleet_dir), LOCK_ENV: str(lock)}
+    def set_program_inputs(
+        self, fleet_dir: Path, lock: Path, unroutable: Sequence[str] = ()
+    ) -> None:
+        """The fleet and lock the program reads (and the clusters the gateway leaves out of
+        routes), for every workspace made after this."""
+        self.program_env = {
+            FLEET_ENV: str(fleet_dir),
+            LOCK_ENV: str(lock),
+            UNROUTABLE_ENV: ",".join(sorted(unroutable)),
+        }
 
     def config_file(self, stack: str) -> Path:
         """The stack's config file (committed with the fleet)."""

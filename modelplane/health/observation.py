@@ -104,11 +104,41 @@ class ClusterObservation:
 
 
 @dataclass(frozen=True)
+class RoutesObservation:
+    """The ModelService routes live on the gateway cluster: per service (`ns/name`), the
+    endpoints its HTTPRoute's backends reach (by endpoint name). `observed` False: the
+    gateway cluster could not be read (`error` says why)."""
+
+    observed: bool = True
+    error: str | None = None
+    services: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "observed": self.observed,
+            "error": self.error,
+            "services": {k: list(v) for k, v in sorted(self.services.items())},
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any] | None) -> RoutesObservation | None:
+        if data is None:
+            return None
+        return RoutesObservation(
+            bool(data.get("observed", True)),
+            data.get("error"),
+            {str(k): tuple(v) for k, v in (data.get("services") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
 class Observation:
-    """Every cluster of the fleet at one time (`at`: seconds since the epoch)."""
+    """Every cluster of the fleet at one time (`at`: seconds since the epoch), and the
+    routes on the gateway cluster (None: the fleet has no gateway or it was not read)."""
 
     at: float
     clusters: dict[str, ClusterObservation] = field(default_factory=dict)
+    routes: RoutesObservation | None = None
 
     def cluster(self, name: str) -> ClusterObservation | None:
         return self.clusters.get(name)
@@ -117,6 +147,7 @@ class Observation:
         return {
             "at": self.at,
             "clusters": {k: v.as_json() for k, v in sorted(self.clusters.items())},
+            "routes": None if self.routes is None else self.routes.as_json(),
         }
 
     @staticmethod
@@ -156,4 +187,6 @@ class Observation:
                 },
                 duration=float(c.get("duration", 0.0)),
             )
-        return Observation(float(data.get("at", 0.0)), clusters)
+        return Observation(
+            float(data.get("at", 0.0)), clusters, RoutesObservation.from_json(data.get("routes"))
+        )

@@ -123,6 +123,7 @@ class ServiceStatus:
     endpoints: int
     routable: int
     unroutable: list[str]  # `<endpoint>: <why>`
+    routes_error: str | None = None  # the live routes could not be read: from the placement
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +131,8 @@ class ServiceStatus:
             "endpoints": self.endpoints,
             "routable": self.routable,
             "unroutable": list(self.unroutable),
+            "routesObserved": self.routes_error is None,
+            "routesError": self.routes_error,
         }
 
 
@@ -399,13 +402,16 @@ def readiness(
             )
         )
     for key, svc in fleet.services.items():
-        out.services.append(_service(fleet, key, svc, ready_endpoints, health, service_urls))
+        out.services.append(
+            _service(fleet, key, svc, ready_endpoints, health, service_urls, observation.routes)
+        )
     return out
 
 
-def _service(fleet, key, svc, rows, health, urls) -> ServiceStatus:  # type: ignore[no-untyped-def]
+def _service(fleet, key, svc, rows, health, urls, routes) -> ServiceStatus:  # type: ignore[no-untyped-def]
     """Endpoints the service selects (first entry wins, as in routing) and which are
-    routable: a Ready replica on a cluster with a gateway address, or a static endpoint."""
+    routable: a backend of the service's live route (when the routes were observed) that is
+    a Ready replica on a healthy cluster, or a static endpoint."""
     ns = svc.metadata.namespace
     candidates: list[tuple[str, dict[str, str], ReplicaStatus | None]] = []
     for dep_key, dep in fleet.deployments.items():
@@ -431,14 +437,28 @@ def _service(fleet, key, svc, rows, health, urls) -> ServiceStatus:  # type: ign
             if name not in seen and entry.selector.matches(labels):
                 seen.add(name)
                 chosen.append((name, row))
+    live: tuple[str, ...] | None = None
+    routes_error = None
+    if routes is not None:
+        if routes.observed:
+            live = routes.services.get(key, ())
+        else:
+            routes_error = f"gateway routes not observed: {routes.error}"
     unroutable = []
     for name, row in chosen:
-        if row is None:
+        h = health.get(row.cluster) if row is not None else None
+        if live is not None and name not in live:
+            unroutable.append(f"{name}: not in the route (yet)")
+        elif row is None:
             continue  # a static ModelEndpoint: not observed, counted as routable
-        h = health.get(row.cluster)
-        if row.phase != READY:
+        elif row.phase != READY:
             unroutable.append(f"{name}: {row.phase}, {row.reason}".rstrip(", "))
         elif h is not None and not h.healthy:
             unroutable.append(f"{name}: cluster {row.cluster} {h.problem}")
+    routable = len(chosen) - len(unroutable)
+    names = {name for name, _ in chosen}
+    for name in live or ():
+        if name not in names:
+            unroutable.append(f"{name}: in the route, but no longer placed")
     url = (urls or {}).get(key)
-    return ServiceStatus(key, url, len(chosen), len(chosen) - len(unroutable), unroutable)
+    return ServiceStatus(key, url, len(chosen), routable, unroutable, routes_error)

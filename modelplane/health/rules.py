@@ -169,3 +169,21 @@ def observed_schedule(
         for key, rep in result.report.items()
     }
     return ScheduleResult(lock=result.lock, report=report), view
+
+
+ROUTE_BLOCKING = (UNREACHABLE, NO_GATEWAY)
+
+
+def unroutable_clusters(
+    fleet: FleetSpec, lock: PlacementLock, health: Mapping[str, ClusterHealth]
+) -> dict[str, str]:
+    """Clusters whose replicas' endpoints leave the ModelService routes now (scheduling.md
+    rule 6): unreachable or without a gateway address, hosting replicas in `lock`, and not
+    the gateway's own cluster. Cluster -> why."""
+    gateway = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None
+    hosting = {r.cluster for dep in lock.deployments.values() for r in dep.replicas}
+    return {
+        name: h.problem or h.code or ""
+        for name, h in sorted(health.items())
+        if h.code in ROUTE_BLOCKING and name in hosting and name != gateway
+    }

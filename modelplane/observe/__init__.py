@@ -5,8 +5,9 @@
 Every cluster is read in its own thread, each request bounded by ``timeout`` seconds and
 the whole cluster by ``deadline``; a cluster that is down is an observation with its error
 (never a traceback). Kubeconfigs come from each InferenceCluster's ``secretRef`` (resolved
-as the stacks do: ``MODELPLANE_SECRET_*``, then ``file:``) or from ``kubeconfigs`` (e.g. a
-cloud cluster's stack output); they are secrets, never logged.
+as the stacks do: ``MODELPLANE_SECRET_*``, then ``file:``) or from ``kubeconfigs`` (a cloud
+cluster's stack output, which the driver reads: this package never talks to Pulumi); they
+are secrets, never logged. The ModelService routes are read on the gateway's cluster.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.autoscale import AutoscaleState
-from modelplane.health.observation import ClusterObservation, Observation
-from modelplane.observe.cluster import observe_cluster
+from modelplane.health.observation import ClusterObservation, Observation, RoutesObservation
+from modelplane.observe.cluster import observe_cluster, observe_routes
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.secrets import SecretNotFound, resolve_secret
 from modelplane.stacks import cache_clusters
@@ -32,6 +33,7 @@ HEALTH_FILE = "health.json"
 AUTOSCALE_FILE = "autoscale.json"
 
 __all__ = [
+    "kubeconfig_for",
     "observe_fleet",
     "read_autoscale_state",
     "read_since",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 
-def _kubeconfig(
+def kubeconfig_for(
     fleet: FleetSpec,
     name: str,
     fleet_dir: Path,
@@ -53,7 +55,7 @@ def _kubeconfig(
     source = fleet.clusters[name].spec.cluster
     existing = source.existing
     if existing is None:
-        return None, f"{source.source} cluster: its kubeconfig is a stack output"
+        return None, f"{source.source} cluster: no kubeconfig (its cluster stack has not run)"
     if existing.secret_ref is None:
         return None, "renderTo cluster: nothing to observe"
     ref = existing.secret_ref
@@ -106,6 +108,19 @@ def observe_fleet(
                 continue
             for r in dep.replicas:
                 wanted.setdefault(r.cluster, []).append(r.name)
+    routes: list[RoutesObservation] = []
+    gateway_ref = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None
+    service_namespaces = sorted(
+        {s.metadata.namespace or "default" for s in fleet.services.values()}
+    )
+
+    def read_routes(text: str, where: str) -> None:
+        try:
+            reader = KubeReader(parse_kubeconfig(text, str(fleet_dir)), timeout=timeout)
+        except KubeError as exc:
+            routes.append(RoutesObservation(observed=False, error=f"{where}: {exc}"))
+            return
+        routes.append(observe_routes(reader, service_namespaces))
 
     def one(name: str, text: str) -> None:
         started = time.monotonic()
@@ -118,13 +133,34 @@ def observe_fleet(
         observed = observe_cluster(
             name, reader, _namespaces(fleet, lock, name), caches, wanted.get(name, ())
         )
+        if name == gateway_ref:
+            if observed.reachable:
+                routes.append(observe_routes(reader, service_namespaces))
+            else:
+                error = f"gateway cluster {name}: {observed.error}"
+                routes.append(RoutesObservation(observed=False, error=error))
         if time.monotonic() - started <= limit:
             results[name] = observed
 
+    if fleet.gateway is not None and gateway_ref is None:
+        ref = fleet.gateway.spec.cluster.existing.secret_ref  # type: ignore[union-attr]
+        try:
+            found = resolve_secret(
+                ref.name, ref.key, config=lambda _k: None, env=env, base_dir=fleet_dir
+            )
+            gw = threading.Thread(
+                target=read_routes, args=(found.value, "gateway"), daemon=True, name="observe-gw"
+            )
+            threads["\0gateway"] = gw
+            gw.start()
+        except SecretNotFound as exc:
+            routes.append(RoutesObservation(observed=False, error=f"gateway: no kubeconfig: {exc}"))
     for name in fleet.clusters:
-        text, why = _kubeconfig(fleet, name, fleet_dir, env, kubeconfigs or {})
+        text, why = kubeconfig_for(fleet, name, fleet_dir, env, kubeconfigs or {})
         if text is None:
             results[name] = ClusterObservation(name, observed=False, error=why)
+            if name == gateway_ref:
+                routes.append(RoutesObservation(observed=False, error=f"gateway cluster: {why}"))
             continue
         thread = threading.Thread(
             target=one, args=(name, text), daemon=True, name=f"observe-{name}"
@@ -134,14 +170,21 @@ def observe_fleet(
     end = time.monotonic() + limit
     for name, thread in threads.items():
         thread.join(max(0.0, end - time.monotonic()))
-        if name not in results:
+        if name not in results and name in fleet.clusters:
             results[name] = ClusterObservation(
                 name,
                 reachable=False,
                 error=f"no complete answer within {limit:.0f}s",
                 duration=limit,
             )
-    return Observation(at, {n: results[n] for n in sorted(results)})
+    seen_routes = None
+    if fleet.gateway is not None:
+        seen_routes = (
+            routes[0]
+            if routes
+            else RoutesObservation(observed=False, error=f"no complete answer within {limit:.0f}s")
+        )
+    return Observation(at, {n: results[n] for n in sorted(results)}, seen_routes)
 
 
 def health_path(state_dir: Path) -> Path:

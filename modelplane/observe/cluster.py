@@ -13,6 +13,7 @@ from modelplane.health.observation import (
     ClusterObservation,
     PoolObservation,
     ReplicaObservation,
+    RoutesObservation,
 )
 from modelplane.observe.kube import KubeError, KubeReader
 
@@ -26,6 +27,10 @@ GATEWAY_PATH = (
 )
 RESOURCE_API = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
 LWS_API = "leaderworkerset.x-k8s.io/v1"
+SERVICE_LABEL = "modelplane.ai/service"
+ENDPOINT_LABEL = "modelplane.ai/endpoint"
+ROUTE_API = "gateway.networking.k8s.io/v1"
+ENVOY_BACKEND_API = "gateway.envoyproxy.io/v1alpha1"
 
 
 def _ready(obj: dict[str, Any]) -> bool:
@@ -281,3 +286,45 @@ def observe_cluster(
         caches=cache_states,
         duration=time.monotonic() - started,
     )
+
+
+def observe_routes(reader: KubeReader, namespaces: Iterable[str]) -> RoutesObservation:
+    """The ModelService HTTPRoutes (labelled `modelplane.ai/service`) on the gateway cluster:
+    per service, the endpoints its backends reach. A backend Service or Envoy Backend names
+    its endpoint in `modelplane.ai/endpoint`; a replica's own Service (a replica on the
+    gateway's cluster) in `modelplane.ai/replica`."""
+    services: dict[str, tuple[str, ...]] = {}
+    try:
+        for ns in sorted(set(namespaces)):
+            routes = reader.items(
+                f"/apis/{ROUTE_API}/namespaces/{ns}/httproutes", labelSelector=SERVICE_LABEL
+            )
+            if not routes:
+                continue
+            named: dict[tuple[str, str], str] = {}
+            for svc in reader.items(f"/api/v1/namespaces/{ns}/services"):
+                meta = svc.get("metadata") or {}
+                lab = meta.get("labels") or {}
+                who = lab.get(ENDPOINT_LABEL) or lab.get(REPLICA_LABEL)
+                if who:
+                    named[("Service", str(meta.get("name")))] = str(who)
+            for backend in reader.items(
+                f"/apis/{ENVOY_BACKEND_API}/namespaces/{ns}/backends",
+                labelSelector=ENDPOINT_LABEL,
+            ):
+                meta = backend.get("metadata") or {}
+                named[("Backend", str(meta.get("name")))] = str(meta["labels"][ENDPOINT_LABEL])
+            for route in routes:
+                meta = route.get("metadata") or {}
+                key = f"{ns}/{meta['labels'][SERVICE_LABEL]}"
+                reached: list[str] = []
+                for rule in (route.get("spec") or {}).get("rules") or []:
+                    for ref in rule.get("backendRefs") or []:
+                        kind = str(ref.get("kind") or "Service")
+                        name = named.get((kind, str(ref.get("name"))), str(ref.get("name")))
+                        if name not in reached:
+                            reached.append(name)
+                services[key] = tuple(services.get(key, ()) + tuple(reached))
+    except (KubeError, KeyError, TypeError, ValueError) as exc:
+        return RoutesObservation(observed=False, error=f"gateway routes: {exc}")
+    return RoutesObservation(services=services)

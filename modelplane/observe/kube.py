@@ -1,8 +1,9 @@
 """A read-only Kubernetes client from a kubeconfig (standard library only).
 
-The kubeconfig is a secret: it is never logged, and errors never quote it. Client
-certificate and key data are written to files (mode 0600) in a private temporary
-directory only for as long as ``ssl`` needs to load them, then deleted.
+The kubeconfig is a secret: it is never logged, and errors never quote it. An exec
+credential plugin (GKE, EKS) is run as kubectl runs it. Client certificate and key data
+are written to files (mode 0600) in a private temporary directory only for as long as
+``ssl`` needs to load them, then deleted.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import base64
 import json
 import os
 import ssl
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -23,6 +25,7 @@ import yaml
 
 RETRIES = 2
 RETRY_PAUSE = 0.25
+EXEC_TIMEOUT = 10.0
 
 
 class KubeError(Exception):
@@ -70,8 +73,11 @@ def _data(block: dict[str, Any], key: str, base_dir: str | None) -> bytes | None
     return None
 
 
-def parse_kubeconfig(text: str, base_dir: str | None = None) -> KubeTarget:
-    """The current context's server and credentials (exec plugins are not supported)."""
+def parse_kubeconfig(
+    text: str, base_dir: str | None = None, exec_timeout: float = 10.0
+) -> KubeTarget:
+    """The current context's server and credentials (an exec plugin is run for them;
+    auth-provider plugins are not supported)."""
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -90,9 +96,13 @@ def parse_kubeconfig(text: str, base_dir: str | None = None) -> KubeTarget:
     server = str(cluster.get("server") or "")
     if not server:
         raise KubeError(0, "the kubeconfig's cluster has no server")
-    if user.get("exec") or user.get("auth-provider"):
-        raise KubeError(0, "the kubeconfig uses an exec/auth-provider plugin (not supported)")
+    if user.get("auth-provider"):
+        raise KubeError(0, "the kubeconfig uses an auth-provider plugin (not supported)")
+    cert_data = _data(user, "client-certificate", base_dir)
+    key_data = _data(user, "client-key", base_dir)
     token = user.get("token")
+    if user.get("exec"):
+        token, cert_data, key_data = exec_credential(user["exec"], base_dir, exec_timeout)
     if not token and user.get("tokenFile"):
         try:
             with open(user["tokenFile"], encoding="utf-8") as fh:
@@ -103,9 +113,64 @@ def parse_kubeconfig(text: str, base_dir: str | None = None) -> KubeTarget:
         server=server.rstrip("/"),
         ca_data=_data(cluster, "certificate-authority", base_dir),
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
-        cert_data=_data(user, "client-certificate", base_dir),
-        key_data=_data(user, "client-key", base_dir),
+        cert_data=cert_data,
+        key_data=key_data,
         token=token or None,
+    )
+
+
+def exec_credential(
+    spec: Any, base_dir: str | None, timeout: float = EXEC_TIMEOUT
+) -> tuple[str | None, bytes | None, bytes | None]:
+    """Run a kubeconfig's exec credential plugin (`client.authentication.k8s.io`, as
+    kubectl does: GKE's `gke-gcloud-auth-plugin`, EKS's `aws eks get-token`); its token or
+    client certificate and key. Nothing it prints is ever quoted in an error."""
+    if not isinstance(spec, dict) or not spec.get("command"):
+        raise KubeError(0, "the kubeconfig's exec plugin has no command")
+    command = str(spec["command"])
+    if os.sep in command and not os.path.isabs(command) and base_dir:
+        command = os.path.join(base_dir, command)
+    name = os.path.basename(command)
+    env = dict(os.environ)
+    for item in spec.get("env") or []:
+        if isinstance(item, dict) and item.get("name"):
+            env[str(item["name"])] = str(item.get("value") or "")
+    api_version = str(spec.get("apiVersion") or "client.authentication.k8s.io/v1beta1")
+    env["KUBERNETES_EXEC_INFO"] = json.dumps(
+        {"apiVersion": api_version, "kind": "ExecCredential", "spec": {"interactive": False}}
+    )
+    try:
+        done = subprocess.run(
+            [command, *(str(a) for a in spec.get("args") or [])],
+            env=env,
+            capture_output=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise KubeError(0, f"the kubeconfig's exec plugin {name} is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise KubeError(0, f"the kubeconfig's exec plugin {name} timed out") from None
+    except OSError as exc:
+        raise KubeError(0, f"the kubeconfig's exec plugin {name}: {exc.strerror}") from None
+    if done.returncode != 0:
+        raise KubeError(0, f"the kubeconfig's exec plugin {name} failed (exit {done.returncode})")
+    try:
+        status = json.loads(done.stdout).get("status") or {}
+    except (ValueError, AttributeError):
+        raise KubeError(
+            0, f"the kubeconfig's exec plugin {name} printed no ExecCredential"
+        ) from None
+    token = status.get("token") or None
+    cert = status.get("clientCertificateData")
+    key = status.get("clientKeyData")
+    if not token and not (cert and key):
+        raise KubeError(0, f"the kubeconfig's exec plugin {name} returned no credential")
+    return (
+        str(token) if token else None,
+        str(cert).encode() if cert else None,
+        str(key).encode() if key else None,
     )
 
 

@@ -1,0 +1,208 @@
+"""Objects left on a cluster that came back after `reconcile` dropped them from the state.
+
+When a cluster's API is unreachable, `reconcile` removes the objects managed through its
+provider from the deployment stacks' state (they cannot be deleted there). Each is first
+recorded here (`.modelplane/orphans.json`: cluster, apiVersion, kind, namespace, name, uid;
+never a secret). When the cluster answers again, `delete_orphans` deletes them -- with a
+`uid` precondition, so an object re-created since under the same name is never touched --
+and forgets those that are gone. Namespaces are never deleted (other objects may live in
+them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelplane.observe.kube import KubeError, KubeReader
+
+ORPHANS_FILE = "orphans.json"
+SKIP_KINDS = frozenset({"Namespace"})
+SKIP_GROUPS = ("helm.sh/", "yaml")  # components, not objects with a REST path
+
+
+@dataclass(frozen=True)
+class Orphan:
+    cluster: str
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str | None = None
+    stack: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "stack": self.stack,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Orphan:
+        return Orphan(
+            str(data["cluster"]),
+            str(data["apiVersion"]),
+            str(data["kind"]),
+            data.get("namespace") or None,
+            str(data["name"]),
+            data.get("uid") or None,
+            str(data.get("stack") or ""),
+        )
+
+    def describe(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.cluster}: {self.kind} {where}{self.name}"
+
+
+def orphan_of(cluster: str, stack: str, resource: Mapping[str, Any]) -> Orphan | None:
+    """The object a Kubernetes resource of a stack's state stands for (None: not an object
+    modelplane may delete, e.g. a provider, a component or a Namespace)."""
+    token = str(resource.get("type", ""))
+    parts = token.split(":")
+    if len(parts) != 3 or parts[0] != "kubernetes" or parts[1].startswith(SKIP_GROUPS):
+        return None
+    group_version, kind = parts[1], parts[2]
+    if kind in SKIP_KINDS:
+        return None
+    api_version = (
+        group_version[len("core/") :] if group_version.startswith("core/") else group_version
+    )
+    outputs = resource.get("outputs") or {}
+    meta = outputs.get("metadata") if isinstance(outputs, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    ident = str(resource.get("id") or "")
+    namespace, _, name = ident.rpartition("/")
+    name = str(meta.get("name") or name)
+    namespace = str(meta.get("namespace") or namespace) or None
+    if not name:
+        return None
+    uid = meta.get("uid")
+    return Orphan(cluster, api_version, kind, namespace, name, str(uid) if uid else None, stack)
+
+
+def orphans_path(state_dir: Path) -> Path:
+    return state_dir / ORPHANS_FILE
+
+
+def read_orphans(state_dir: Path) -> list[Orphan]:
+    try:
+        data = json.loads(orphans_path(state_dir).read_text(encoding="utf-8"))
+        return [Orphan.from_json(o) for o in data.get("orphans") or []]
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return []
+
+
+def write_orphans(state_dir: Path, orphans: Iterable[Orphan]) -> None:
+    unique = {(o.cluster, o.api_version, o.kind, o.namespace or "", o.name): o for o in orphans}
+    path = orphans_path(state_dir)
+    if not unique:
+        path.unlink(missing_ok=True)
+        return
+    state_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    body = {"orphans": [unique[k].as_json() for k in sorted(unique)]}
+    tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def record_orphans(state_dir: Path, orphans: Iterable[Orphan]) -> None:
+    write_orphans(state_dir, [*read_orphans(state_dir), *orphans])
+
+
+class KubeDeleter(KubeReader):
+    """DELETE with preconditions, through the same connection settings as the reader."""
+
+    def __init__(self, reader: KubeReader) -> None:
+        self.__dict__.update(reader.__dict__)
+        self._plural: dict[tuple[str, str], tuple[str, bool] | None] = {}
+
+    def resource(self, api_version: str, kind: str) -> tuple[str, bool] | None:
+        """(plural, namespaced) of a kind, from API discovery; None when not served."""
+        key = (api_version, kind)
+        if key not in self._plural:
+            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            found = None
+            try:
+                listing = self.get(base)
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                listing = {}
+            for res in listing.get("resources") or []:
+                if res.get("kind") == kind and "/" not in str(res.get("name")):
+                    found = (str(res["name"]), bool(res.get("namespaced")))
+                    break
+            self._plural[key] = found
+        return self._plural[key]
+
+    def delete(self, orphan: Orphan) -> str:
+        """`deleted`, `gone` (already absent or replaced by a newer object) or raises."""
+        found = self.resource(orphan.api_version, orphan.kind)
+        if found is None:
+            return "gone"  # the kind is not served any more: nothing of it is left
+        plural, namespaced = found
+        base = "/api/v1" if orphan.api_version == "v1" else f"/apis/{orphan.api_version}"
+        ns = f"/namespaces/{orphan.namespace}" if namespaced and orphan.namespace else ""
+        path = f"{base}{ns}/{plural}/{orphan.name}"
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+        }
+        if orphan.uid:
+            body["preconditions"] = {"uid": orphan.uid}
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(
+            self.server + path, data=json.dumps(body).encode(), method="DELETE", headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, context=self._context, timeout=self.timeout):
+                return "deleted"
+        except urllib.error.HTTPError as exc:
+            if exc.code in (404, 409):  # absent, or the uid is another object's now
+                return "gone"
+            raise KubeError(exc.code, f"{path}: HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise KubeError(0, f"cannot reach {self.server}: {reason}") from None
+
+
+def delete_orphans(
+    state_dir: Path, readers: Mapping[str, KubeReader]
+) -> tuple[list[str], list[str]]:
+    """Delete the recorded orphans of every cluster in `readers` (clusters that answer);
+    forget those that are gone. Returns (what was deleted or found gone, errors)."""
+    orphans = read_orphans(state_dir)
+    if not orphans:
+        return [], []
+    keep: list[Orphan] = []
+    done: list[str] = []
+    errors: list[str] = []
+    deleters = {c: KubeDeleter(r) for c, r in readers.items()}
+    for orphan in orphans:
+        deleter = deleters.get(orphan.cluster)
+        if deleter is None:
+            keep.append(orphan)
+            continue
+        try:
+            outcome = deleter.delete(orphan)
+        except KubeError as exc:
+            keep.append(orphan)
+            errors.append(f"{orphan.describe()}: {exc}")
+            continue
+        done.append(f"{orphan.describe()} ({outcome})")
+    write_orphans(state_dir, keep)
+    return done, errors
