@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from modelplane.driver.reconcile import Reconciler
-from tests.test_engine_local import LOCAL, REPO, copy_fleet, engine_root, env  # noqa: F401
+from tests.test_engine_local import CANARY, LOCAL, REPO, copy_fleet, engine_root, env  # noqa: F401
 
 pytestmark = pytest.mark.engine
 
@@ -95,3 +95,49 @@ def test_reconcile_cli_stops_cleanly_on_sigterm(
     assert "round 2: nothing changed" in text
     assert "reconcile: stopped" in err.read_text()
     assert "Traceback" not in err.read_text()
+
+
+GKE = """\
+apiVersion: modelplane.ai/v1alpha1
+kind: InferenceCluster
+metadata: {name: g1}
+spec:
+  cluster: {source: GKE, gke: {project: p, region: europe-west4}}
+  nodePools:
+  - {name: gpu, className: CLASS, nodeCount: 1, zones: [europe-west4-a]}
+"""
+
+
+def test_reconcile_reads_a_cloud_clusters_kubeconfig_from_its_stack_output(
+    tmp_path: Path,
+    env: dict[str, str],  # noqa: F811
+) -> None:
+    """GKE/EKS kubeconfigs exist only as the cluster stack's secret output: the driver reads
+    it for the observation; it is never printed."""
+    import pulumi
+
+    from modelplane.driver.fleet import Fleet
+    from modelplane.driver.observer import Observer
+    from modelplane.observe import observe_fleet
+
+    fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
+    f = Fleet.load(fleet_dir, env=env)
+    (fleet_dir / "g1.yaml").write_text(GKE.replace("CLASS", next(iter(f.spec.classes))))
+    f = Fleet.load(fleet_dir, env=env)
+    assert f.cluster_kubeconfigs() == {}  # its stack has not run
+
+    kubeconfig = "apiVersion: v1\nclusters: [{name: g, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+    kubeconfig += "contexts: [{name: g, context: {cluster: g, user: g}}]\ncurrent-context: g\n"
+    kubeconfig += f"users: [{{name: g, user: {{token: {CANARY}}}}}]\n"
+
+    def program() -> None:
+        pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))
+
+    with f._session(Observer()) as session:
+        session.set_program_inputs(f.path, f.lock_path)
+        session.stack("cluster-g1").up(program=program, color="never")
+    assert f.cluster_kubeconfigs() == {"g1": kubeconfig}
+    seen = observe_fleet(f.spec, f.path, env=env, kubeconfigs=f.cluster_kubeconfigs(), timeout=1)
+    assert seen.clusters["g1"].observed and not seen.clusters["g1"].reachable
+    assert "cannot reach https://127.0.0.1:9" in (seen.clusters["g1"].error or "")
+    assert CANARY not in json.dumps(seen.as_json())

@@ -110,7 +110,7 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
                 s.key,
                 s.url or "(no address yet)",
                 f"{s.routable}/{s.endpoints}",
-                "\n".join(s.unroutable),
+                "\n".join([*s.unroutable, *([s.routes_error] if s.routes_error else [])]),
             )
         tables.append(services)
     if view.caches:
@@ -162,8 +162,10 @@ def fleet_readiness(
     *,
     grace: float = DEFAULT_GRACE,
     timeout: float = 5.0,
+    kubeconfigs: dict[str, str] | None = None,
 ) -> FleetReadiness:
-    """Observe the clusters of a loaded `modelplane.Fleet` and build its readiness view."""
+    """Observe the clusters of a loaded `modelplane.Fleet` and build its readiness view
+    (`kubeconfigs`: the cloud clusters' ones, read from their stacks when not given)."""
     from modelplane.health.rules import observed_schedule
     from modelplane.observe import observe_fleet, read_since
 
@@ -173,7 +175,7 @@ def fleet_readiness(
         lock=fleet.previous,
         env=fleet.env,
         timeout=timeout,
-        kubeconfigs=cloud_kubeconfigs(fleet),
+        kubeconfigs=cloud_kubeconfigs(fleet) if kubeconfigs is None else kubeconfigs,
     )
     since = read_since(fleet.state_dir)
     result, _ = observed_schedule(
@@ -342,8 +344,9 @@ def wait_ready(
 ) -> FleetReadiness:
     """Observe until every deployment in `keys` is READY or `timeout` passed; the last view."""
     deadline = time.monotonic() + timeout
+    kubeconfigs = cloud_kubeconfigs(fleet)
     while True:
-        view = fleet_readiness(fleet)
+        view = fleet_readiness(fleet, kubeconfigs=kubeconfigs)
         pending = [d for d in view.deployments if d.key in keys and d.ready < d.desired]
         if not pending or time.monotonic() >= deadline:
             return view
