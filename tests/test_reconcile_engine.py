@@ -99,12 +99,27 @@ def test_reconcile_cli_stops_cleanly_on_sigterm(
 
 GKE = """\
 apiVersion: modelplane.ai/v1alpha1
+kind: InferenceClass
+metadata: {name: l4-gke}
+spec:
+  devices:
+  - name: gpu
+    driver: gpu.nvidia.com
+    deviceClassName: gpu.nvidia.com
+    count: 1
+    capacity:
+      memory: {value: 24Gi}
+  provisioning:
+    provider: GKE
+    gke: {machineType: g2-standard-8, accelerator: {type: nvidia-l4, count: 1}}
+---
+apiVersion: modelplane.ai/v1alpha1
 kind: InferenceCluster
 metadata: {name: g1}
 spec:
   cluster: {source: GKE, gke: {project: p, region: europe-west4}}
   nodePools:
-  - {name: gpu, className: CLASS, nodeCount: 1, zones: [europe-west4-a]}
+  - {name: gpu, className: l4-gke, nodeCount: 1, zones: [europe-west4-a]}
 """
 
 
@@ -121,8 +136,7 @@ def test_reconcile_reads_a_cloud_clusters_kubeconfig_from_its_stack_output(
     from modelplane.observe import observe_fleet
 
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
-    f = Fleet.load(fleet_dir, env=env)
-    (fleet_dir / "g1.yaml").write_text(GKE.replace("CLASS", next(iter(f.spec.classes))))
+    (fleet_dir / "g1.yaml").write_text(GKE)
     f = Fleet.load(fleet_dir, env=env)
     assert f.cluster_kubeconfigs() == {}  # its stack has not run
 
