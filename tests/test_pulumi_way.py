@@ -463,6 +463,53 @@ def test_the_combined_schema_validates_every_example_document(tmp_path: Path) ->
     assert schema["$defs"]["ModelService"]["properties"]["spec"]["description"]
 
 
+def _undescribed(node: object, at: str = "") -> list[str]:
+    """Every property, at any depth, of a JSON Schema that has no description."""
+    missing: list[str] = []
+    if isinstance(node, dict):
+        for name, prop in (node.get("properties") or {}).items():
+            text = prop.get("description") if isinstance(prop, dict) else None
+            if not (isinstance(text, str) and text.strip()):
+                missing.append(f"{at}/properties/{name}")
+        for key, value in node.items():
+            missing += _undescribed(value, f"{at}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            missing += _undescribed(value, f"{at}/{i}")
+    return missing
+
+
+def _descriptions(node: object) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["description"]] if isinstance(node.get("description"), str) else []
+        return own + [t for v in node.values() for t in _descriptions(v)]
+    if isinstance(node, list):
+        return [t for v in node for t in _descriptions(v)]
+    return []
+
+
+def test_every_field_of_every_schema_is_described(tmp_path: Path) -> None:
+    result = CliRunner().invoke(_cli(), ["schema", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    files = sorted(tmp_path.glob("*.schema.json"))
+    assert len(files) == 9  # eight kinds (with the lock) and the combined one
+    for path in files:
+        schema = json.loads(path.read_text())
+        assert _undescribed(schema) == [], path.name
+        # Docstrings read as prose: no line break inside a paragraph.
+        texts = _descriptions(schema)
+        assert texts and [t for t in texts if "\n" in t.replace("\n\n", "")] == [], path.name
+    combined = json.loads((tmp_path / "modelplane.schema.json").read_text())
+    # A deep field, with the docstring of its model attribute.
+    pool = combined["$defs"]["NodePool"]["properties"]["maxNodeCount"]["description"]
+    assert "scheduler's capacity" in pool
+    # The check itself finds a field without one.
+    assert _undescribed({"properties": {"a": {"type": "object", "properties": {"b": {}}}}}) == [
+        "/properties/a",
+        "/properties/a/properties/b",
+    ]
+
+
 def test_the_library_face() -> None:
     import modelplane
     from modelplane import DriverError, FleetInvalid, RunResult, StackEvent, StackResult

@@ -51,32 +51,47 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 class AutoscalingMetric(Strict):
     type: MetricType
+    """queueDepth, runningRequests, kvCacheUsage or requestRate (per replica)."""
     target: float = Field(gt=0, le=1e6)
+    """The per-replica value to hold (> 0; kvCacheUsage at most 1)."""
 
 
 class ScalingBehavior(Strict):
     stabilization_window: Duration
+    """How far back recommendations are considered (30s, 5m, ...; at most 1h)."""
     max_step: int = Field(ge=1, le=1000)
+    """At most this many replicas per step."""
 
 
 class UpBehavior(ScalingBehavior):
     stabilization_window: Duration = 0.0
+    """Scaling up takes the lowest recommendation of this window (default 0s)."""
     max_step: int = Field(default=4, ge=1, le=1000)
+    """At most this many replicas added per step (default 4)."""
 
 
 class DownBehavior(ScalingBehavior):
     stabilization_window: Duration = 300.0
+    """Scaling down takes the highest recommendation of this window (default 5m)."""
     max_step: int = Field(default=1, ge=1, le=1000)
+    """At most this many replicas removed per step (default 1)."""
 
 
 class Autoscaling(Strict):
     min_replicas: int = Field(ge=1, le=1000)
+    """The lowest replica count (>= 1: a replica is what reports load)."""
     max_replicas: int = Field(ge=1, le=1000)
+    """The highest replica count (<= 1000)."""
     metrics: list[AutoscalingMetric] = Field(min_length=1, max_length=4)
+    """What to scale on (1..4, each type at most once); the highest recommendation wins."""
     tolerance: float = Field(default=0.1, ge=0, lt=1)
+    """|observed/target - 1| within this holds the count (default 0.1)."""
     scale_up: UpBehavior = Field(default_factory=UpBehavior)
+    """How fast to scale up."""
     scale_down: DownBehavior = Field(default_factory=DownBehavior)
+    """How fast to scale down."""
     drain_timeout: Duration = 60.0
+    """Longest wait for in-flight requests on scale-in (default 60s)."""
 
     @field_validator("metrics")
     @classmethod

@@ -17,9 +17,12 @@ _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 
 
 class Strict(BaseModel):
-    """Base of every spec model: camelCase on the wire, unknown fields are errors."""
+    """Base of every spec model: camelCase on the wire, unknown fields are errors.
+
+    Each field's docstring is its description in the JSON Schemas (`modelplane schema`)."""
 
     model_config = ConfigDict(
+        use_attribute_docstrings=True,
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
@@ -97,15 +100,24 @@ UserLabels = Annotated[Labels, AfterValidator(check_no_reserved_labels)]
 
 class ObjectMeta(Strict):
     name: DNSLabel
+    """The object's name: a DNS-1123 label of at most 63 characters."""
     namespace: DNSLabel | None = None
+    """The namespace of a namespaced kind (default `default`); cluster-scoped kinds have none."""
     labels: Labels = Field(default_factory=dict)
+    """Free-form labels: the matching surface of selectors (clusterSelector, ModelService
+    endpoints).
+    """
     annotations: dict[str, str] = Field(default_factory=dict)
+    """Free-form annotations, kept with the object and not interpreted."""
 
 
 class LabelSelectorRequirement(Strict):
     key: LabelKey
+    """The label key the requirement applies to."""
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """In, NotIn (need values), Exists or DoesNotExist (take none)."""
     values: list[str] = Field(default_factory=list)
+    """The values for In and NotIn; empty for Exists and DoesNotExist."""
 
     @model_validator(mode="after")
     def _values_match_operator(self) -> LabelSelectorRequirement:
@@ -120,7 +132,9 @@ class LabelSelector(Strict):
     """A Kubernetes LabelSelector. An empty selector matches everything."""
 
     match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Labels that must all be present with exactly these values."""
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    """Requirements that must all hold (ANDed with matchLabels)."""
 
     def matches(self, labels: dict[str, str]) -> bool:
         for key, value in self.match_labels.items():
@@ -152,10 +166,15 @@ class LabelSelector(Strict):
 
 class LocalObjectReference(Strict):
     name: DNSSubdomain
+    """The name of the referenced object in the same namespace."""
 
 
 class SecretKeyRef(Strict):
     """Where a secret value comes from (see architecture.md, "Secrets")."""
 
     name: str = Field(min_length=1, max_length=253)
+    """The secret's name: stack config `modelplane:secrets.<name>.<key>`, env
+    `MODELPLANE_SECRET_<NAME>_<KEY>`, or `file:<path>`.
+    """
     key: str = Field(min_length=1, max_length=253)
+    """The key within the secret."""

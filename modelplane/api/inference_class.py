@@ -21,9 +21,13 @@ class DeviceAttribute(Strict):
     """Exactly one of string | version | bool | int."""
 
     string: str | None = Field(default=None, max_length=253)
+    """A string attribute value."""
     version: str | None = Field(default=None, max_length=32)
+    """A semantic-version attribute value (x.y.z)."""
     bool_: bool | None = Field(default=None, alias="bool")
+    """A boolean attribute value."""
     int_: int | None = Field(default=None, alias="int")
+    """An integer attribute value."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> DeviceAttribute:
@@ -54,6 +58,7 @@ _ATTRIBUTE_KINDS = (
 
 class DeviceCapacity(Strict):
     value: QuantityStr = Field(min_length=1, max_length=32)
+    """The capacity as a Kubernetes quantity (e.g. 141Gi)."""
 
 
 def _check_names(mapping: dict[str, object], what: str) -> None:
@@ -66,12 +71,21 @@ def _check_names(mapping: dict[str, object], what: str) -> None:
 
 class ClassDevice(Strict):
     name: str = Field(min_length=1, max_length=63)
+    """The device's name within the class (unique), referenced by nodeSelector.devices[].name."""
     driver: DNSSubdomain
+    """The DRA driver; also the domain of bare attribute and capacity names in CEL."""
     device_class_name: DNSSubdomain | None = None
+    """The DRA DeviceClass the device is claimed from; required when claim is DRA."""
     claim: Literal["DRA", "Synthetic"] = "DRA"
+    """DRA (default): claimed through a ResourceClaim; Synthetic: matched by the scheduler, never
+    claimed.
+    """
     count: int = Field(default=1, ge=1, le=64)
+    """Devices of this kind per node (1..64)."""
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict, max_length=32)
+    """Device attributes by name (at most 32), each exactly one of string, version, bool, int."""
     capacity: dict[str, DeviceCapacity] = Field(default_factory=dict, max_length=32)
+    """Device capacities by name (at most 32), as Kubernetes quantities."""
 
     @model_validator(mode="after")
     def _dra_needs_class(self) -> ClassDevice:
@@ -84,25 +98,36 @@ class ClassDevice(Strict):
 
 class Accelerator(Strict):
     type: str = Field(min_length=1, max_length=63)
+    """The cloud's accelerator type (e.g. nvidia-h200, nvidia-l4)."""
     count: int = Field(ge=1, le=16)
+    """Accelerators per node (1..16); must equal the count of the class's first DRA device."""
 
 
 class GKEMachine(Strict):
     machine_type: str = Field(min_length=1)
+    """The GCE machine type of the pool's nodes (e.g. a3-highgpu-8g)."""
     disk_size_gb: int = Field(default=100, ge=10)
+    """Boot disk size in GB (default 100, at least 10)."""
     accelerator: Accelerator
+    """The GPUs attached to each node."""
 
 
 class EKSMachine(Strict):
     instance_type: str = Field(min_length=1)
+    """The EC2 instance type of the pool's nodes (e.g. p5en.48xlarge)."""
     disk_size_gb: int = Field(default=100, ge=10)
+    """Root volume size in GB (default 100, at least 10)."""
     accelerator: Accelerator
+    """The GPUs of each node."""
 
 
 class Provisioning(Strict):
     provider: Literal["GKE", "EKS"]
+    """GKE or EKS; the block of that name is required."""
     gke: GKEMachine | None = None
+    """How to provision such a node on GKE."""
     eks: EKSMachine | None = None
+    """How to provision such a node on EKS."""
 
     @model_validator(mode="after")
     def _block_named_by_provider(self) -> Provisioning:
@@ -123,8 +148,11 @@ class Provisioning(Strict):
 
 class InferenceClassSpec(Strict):
     description: str = ""
+    """A human-readable description of the recipe."""
     devices: list[ClassDevice] = Field(min_length=1, max_length=16)
+    """The devices on one node of a pool (1..16, unique names), one entry per kind of device."""
     provisioning: Provisioning | None = None
+    """How to provision such a node on a cloud; absent: capabilities only (existing pools)."""
 
     @field_validator("devices")
     @classmethod

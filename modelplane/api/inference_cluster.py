@@ -30,8 +30,11 @@ def _cidr(value: str) -> str:
 
 class GKENetworking(Strict):
     node_cidr: str = "10.0.0.0/24"
+    """The nodes' subnet (default 10.0.0.0/24)."""
     pod_cidr: str = "10.1.0.0/16"
+    """The pods' secondary range (default 10.1.0.0/16)."""
     service_cidr: str = "10.2.0.0/16"
+    """The services' secondary range (default 10.2.0.0/16)."""
 
     _check = field_validator("node_cidr", "pod_cidr", "service_cidr")(lambda v: _cidr(v))
 
@@ -58,11 +61,13 @@ class GKENetworking(Strict):
 
 class EKSNetworking(Strict):
     vpc_cidr: str = "10.0.0.0/16"
+    """The VPC's CIDR block (default 10.0.0.0/16)."""
     subnet_cidrs: list[str] = Field(
         default_factory=lambda: ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20"],
         min_length=2,
         max_length=6,
     )
+    """The subnets, one per availability zone (2..6, inside vpcCidr, not overlapping)."""
 
     @model_validator(mode="after")
     def _subnets_inside_vpc(self) -> EKSNetworking:
@@ -85,29 +90,41 @@ class EKSNetworking(Strict):
 
 class GKESource(Strict):
     project: str = Field(min_length=1)
+    """The GCP project the cluster is created in."""
     region: str = Field(min_length=1, max_length=32)
+    """The GCP region of the (regional) cluster."""
     kubernetes_version: str = "1.35"
+    """The Kubernetes minor version (default "1.35")."""
     networking: GKENetworking = Field(default_factory=GKENetworking)
+    """The cluster's network ranges."""
 
 
 class EKSSource(Strict):
     region: str = Field(min_length=1, max_length=32)
+    """The AWS region of the cluster."""
     kubernetes_version: str = "1.36"
+    """The Kubernetes minor version (default "1.36", DRA GA)."""
     networking: EKSNetworking = Field(default_factory=EKSNetworking)
+    """The cluster's VPC and subnets."""
 
 
 class KubeconfigSecretRef(SecretKeyRef):
     key: str = Field(default="kubeconfig", min_length=1, max_length=253)
+    """The key within the secret that holds the kubeconfig (default `kubeconfig`)."""
 
 
 class ExistingCache(Strict):
     storage_class_name: DNSSubdomain
+    """The ReadWriteMany StorageClass the cluster already has, for ModelCache."""
 
 
 class ExistingSource(Strict):
     secret_ref: KubeconfigSecretRef | None = None
+    """Where the cluster's kubeconfig comes from (see docs/architecture.md, Secrets)."""
     cache: ExistingCache | None = None
+    """The cluster's storage for ModelCache."""
     render_to: str | None = Field(default=None, min_length=1)
+    """Instead of applying to a cluster, keep this directory's manifests in sync with the stack."""
 
     @model_validator(mode="after")
     def _needs_a_target(self) -> ExistingSource:
@@ -120,9 +137,13 @@ class ExistingSource(Strict):
 
 class ClusterSource(Strict):
     source: Literal["GKE", "EKS", "Existing"]
+    """GKE, EKS or Existing; the block of that name is required."""
     gke: GKESource | None = None
+    """A GKE cluster modelplane provisions."""
     eks: EKSSource | None = None
+    """An EKS cluster modelplane provisions."""
     existing: ExistingSource | None = None
+    """A cluster that already exists, reached with its kubeconfig (or rendered to a directory)."""
 
     @model_validator(mode="after")
     def _block_named_by_source(self) -> ClusterSource:
@@ -139,17 +160,28 @@ class ClusterSource(Strict):
 
 class CapacityBlock(Strict):
     capacity_reservation_id: str = Field(pattern=r"^cr-[0-9a-f]+$", min_length=4, max_length=64)
+    """The EC2 capacity reservation (cr-...) the pool's nodes launch into (EKS only)."""
 
 
 class NodePool(Strict):
     name: DNSLabel = Field(max_length=40)
+    """The pool's name (unique, at most 40 characters; `system` is reserved)."""
     class_name: DNSSubdomain
+    """The InferenceClass describing one node of this pool."""
     node_count: int = Field(default=1, ge=0)
+    """Initial nodes (default 1); later changes are the autoscaler's."""
     min_node_count: int | None = Field(default=None, ge=0)
+    """The autoscaler's minimum node count."""
     max_node_count: int | None = Field(default=None, ge=1)
+    """The autoscaler's maximum node count; the scheduler's capacity is maxNodeCount, else
+    nodeCount.
+    """
     zones: list[str] = Field(default_factory=list, max_length=8)
+    """The zones of the pool's nodes (required for GPU pools on GKE and EKS)."""
     capacity_block: CapacityBlock | None = None
+    """An EC2 capacity reservation for the pool (EKS only)."""
     fabric: Literal["None", "EFA"] = "None"
+    """None (default) or EFA (EKS only): the node-to-node network fabric."""
 
     @model_validator(mode="after")
     def _counts_ordered(self) -> NodePool:
@@ -172,8 +204,11 @@ class NodePool(Strict):
 
 class Taint(Strict):
     key: str = Field(min_length=1)
+    """The taint's key."""
     value: str = ""
+    """The taint's value (may be empty)."""
     effect: Effect
+    """NoSchedule or NoExecute."""
 
     def describe(self) -> str:
         return (
@@ -185,14 +220,21 @@ class WorkloadGateway(Strict):
     """A platform-run gateway controller's class, for clusters without the installed stack."""
 
     class_name: DNSSubdomain
+    """The GatewayClass modelplane's workload Gateway uses."""
     port: int = Field(default=80, ge=1, le=65535)
+    """The listener port replicas are reached on (default 80)."""
 
 
 class ServingStackOptions(Strict):
     install: bool = True
+    """Install the serving stack (default true); false: the platform team runs its own."""
     chart_repository: str = ""
+    """A chart mirror for air-gapped installs (OCI or https); empty: the upstream repositories."""
     versions: dict[str, str] = Field(default_factory=dict)
+    """Per-component chart version overrides."""
     gateway: WorkloadGateway | None = None
+    """Only with install: false -- the platform's own gateway controller for the workload Gateway.
+    """
 
     @model_validator(mode="after")
     def _gateway_only_without_install(self) -> ServingStackOptions:
@@ -206,9 +248,15 @@ class ServingStackOptions(Strict):
 
 class InferenceClusterSpec(Strict):
     cluster: ClusterSource
+    """Where the cluster comes from: provisioned on GKE or EKS, or an existing one."""
     node_pools: list[NodePool] = Field(min_length=1, max_length=8)
+    """The GPU node pools (1..8, unique names); provisioned clusters also get a `system` pool."""
     taints: list[Taint] = Field(default_factory=list)
+    """Whole-cluster scheduling taints (drain, maintenance), matched against deployments'
+    tolerations.
+    """
     serving_stack: ServingStackOptions = Field(default_factory=ServingStackOptions)
+    """Overrides of the per-cluster serving stack."""
 
     @field_validator("node_pools")
     @classmethod

@@ -12,11 +12,14 @@ from modelplane.api.inference_cluster import KubeconfigSecretRef
 
 class ExistingGatewayCluster(Strict):
     secret_ref: KubeconfigSecretRef
+    """Where the gateway cluster's kubeconfig comes from."""
 
 
 class GatewayCluster(Strict):
     inference_cluster_ref: DNSLabel | None = None
+    """The InferenceCluster the gateway runs on."""
     existing: ExistingGatewayCluster | None = None
+    """A cluster outside the fleet, reached with its kubeconfig."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> GatewayCluster:
@@ -27,7 +30,9 @@ class GatewayCluster(Strict):
 
 class InferenceGatewaySpec(Strict):
     backend: Literal["Traefik", "EnvoyGateway"] = "Traefik"
+    """The gateway implementation: Traefik (default) or EnvoyGateway."""
     cluster: GatewayCluster
+    """The cluster the gateway runs on (exactly one of inferenceClusterRef or existing)."""
     version: str | None = Field(default=None, description="chart version override")
 
 

@@ -11,20 +11,29 @@ from modelplane.api.base import API_VERSION, LabelSelector, ObjectMeta, Strict
 
 class AuthSecret(Strict):
     name: str = Field(min_length=1, max_length=253)
+    """The secret holding the Hugging Face token."""
     key: str = "HF_TOKEN"
+    """The key within the secret (default HF_TOKEN)."""
 
 
 class HuggingFaceSource(Strict):
     repo: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[-A-Za-z0-9_.]+$")
+    """The Hugging Face repository (owner/name)."""
     revision: str = "main"
+    """The branch, tag or commit (default main)."""
     auth_secret: AuthSecret | None = None
+    """The token for gated or private repositories."""
 
 
 class ModelCacheSpec(Strict):
     source: Literal["HuggingFace"]
+    """Where the weights come from: HuggingFace; the block of that name is required."""
     hugging_face: HuggingFaceSource | None = None
+    """The Hugging Face repository to stage."""
     size_gib: int = Field(alias="sizeGiB", ge=1, le=100_000)
+    """The volume's size in GiB (1..100000)."""
     cluster_selector: LabelSelector = Field(default_factory=LabelSelector)
+    """Which InferenceClusters get a copy, by their labels; empty: all."""
 
     @model_validator(mode="after")
     def _block_named_by_source(self) -> ModelCacheSpec:

@@ -26,9 +26,13 @@ RoleName = Literal["unified", "prefill", "decode"]
 
 class Toleration(Strict):
     key: str = ""
+    """The taint key to tolerate; empty with Exists tolerates every taint."""
     operator: Literal["Exists", "Equal"] = "Equal"
+    """Equal (default; key and value must match) or Exists (any value)."""
     value: str = ""
+    """The taint value to match with Equal."""
     effect: Literal["NoSchedule", "NoExecute", ""] = ""
+    """The taint effect to tolerate; empty: every effect."""
 
     @model_validator(mode="after")
     def _operator_rules(self) -> Toleration:
@@ -41,16 +45,22 @@ class Toleration(Strict):
 
 class CelSelector(Strict):
     cel: str = Field(min_length=1, max_length=10240)
+    """A CEL expression over `device` (attributes, capacity) that must be true."""
 
 
 class DeviceRequest(Strict):
     name: DNSLabel
+    """The device's name in the InferenceClass (e.g. gpu, nic)."""
     count: int | None = Field(default=None, ge=1, le=64)
+    """Devices per node; the GPU request defaults to the topology's GPUs per node, others need it.
+    """
     selectors: list[CelSelector] = Field(default_factory=list, max_length=8)
+    """CEL expressions the device must satisfy (at most 8, all must hold)."""
 
 
 class NodeSelector(Strict):
     devices: list[DeviceRequest] = Field(min_length=1, max_length=16)
+    """What each worker node must offer (1..16 requests, unique names), in DRA terms."""
 
     @field_validator("devices")
     @classmethod
@@ -69,9 +79,13 @@ class NodeSelector(Strict):
 
 class Topology(Strict):
     tensor: int = Field(ge=1, le=64)
+    """Tensor-parallel degree (GPUs per node of one model shard)."""
     pipeline: int = Field(default=1, ge=1, le=64)
+    """Pipeline-parallel degree (default 1)."""
     data: int = Field(default=1, ge=1, le=1024)
+    """Data-parallel degree (default 1); a multiple of dataLocal."""
     data_local: int = Field(default=1, ge=1, le=64)
+    """Data-parallel ranks per node (default 1)."""
 
     @model_validator(mode="after")
     def _data_multiple_of_local(self) -> Topology:
@@ -88,14 +102,20 @@ class Topology(Strict):
 
 class WorkerResources(Strict):
     cpu: QuantityStr
+    """CPU per pod (a Kubernetes quantity)."""
     memory: QuantityStr
+    """Memory per pod (a Kubernetes quantity)."""
 
 
 class Workers(Strict):
     count: int = Field(default=1, ge=1, le=64)
+    """Worker instances per replica (default 1); for prefill/decode, the P:D ratio."""
     topology: Topology
+    """The parallelism of one worker: tensor, pipeline, data, dataLocal."""
     resources: WorkerResources
+    """CPU and memory per pod."""
     template: PodTemplate
+    """The pod template of every pod of a worker (a subset of a PodTemplateSpec)."""
 
     @model_validator(mode="after")
     def _args_agree_with_topology(self) -> Workers:
@@ -156,24 +176,39 @@ class Role(Strict):
     """One self-contained serving role: what each worker node needs and the workers."""
 
     node_selector: NodeSelector | None = None
+    """What each worker node of this role must offer."""
     workers: Workers
+    """The role's workers."""
 
 
 class ModelCacheRef(Strict):
     name: DNSLabel
+    """The ModelCache in the deployment's namespace."""
 
 
 class ModelDeploymentSpec(Strict):
     replicas: int = Field(default=1, ge=0, le=1000)
+    """ModelReplicas across the fleet (0..1000)."""
     cluster_selector: LabelSelector = Field(default_factory=LabelSelector)
+    """Which InferenceClusters may host replicas, by their labels; empty: all."""
     tolerations: list[Toleration] = Field(default_factory=list)
+    """Cluster taints the deployment tolerates (Kubernetes semantics)."""
     node_selector: NodeSelector | None = None
+    """Unified serving: what each worker node must offer."""
     workers: Workers | None = None
+    """Unified serving: the workers of each replica."""
     prefill: Role | None = None
+    """Disaggregated serving: the prefill role (with decode)."""
     decode: Role | None = None
+    """Disaggregated serving: the decode role (with prefill)."""
     model_cache_ref: ModelCacheRef | None = None
+    """A ModelCache mounted read-only at /mnt/models; replicas go only where it is."""
     priority: int = 0
+    """Higher is placed first when capacity is short (default 0)."""
     autoscaling: Autoscaling | None = None
+    """Move the replica count between bounds after the engines' load (`reconcile`); replicas is the
+    start.
+    """
 
     @model_validator(mode="after")
     def _autoscaling_bounds(self) -> ModelDeploymentSpec:

@@ -21,11 +21,16 @@ from modelplane.api.problems import raise_if
 
 class ServiceEndpoint(Strict):
     selector: LabelSelector
+    """Which ModelEndpoints (composed replicas and hand-written) this entry routes to, by label."""
     weight: int = Field(default=1, ge=1, le=1_000_000, strict=True)
+    """The entry's share of the traffic (1..1000000, default 1), split over the endpoints it
+    selects.
+    """
 
 
 class ModelServiceSpec(Strict):
     endpoints: list[ServiceEndpoint] = Field(min_length=1)
+    """The weighted entries (1 or more); one mechanism for simple and weighted routing."""
 
 
 class ModelService(Strict):
@@ -93,7 +98,9 @@ def parse_endpoint_url(url: str) -> ParsedURL:
 
 class ModelEndpointSpec(Strict):
     url: str = Field(min_length=1)
+    """The endpoint's base URL: http(s), a host (IP, IPv6 or name), an optional port."""
     rewrite_path: str = "/"
+    """What the service prefix is rewritten to (default /)."""
 
     @field_validator("url")
     @classmethod

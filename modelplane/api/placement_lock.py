@@ -11,10 +11,17 @@ from modelplane.api.base import DNSLabel, Strict
 
 class LockedReplica(Strict):
     name: DNSLabel
+    """The replica's name (<deployment[:57]>-<5-char hash>)."""
     cluster: DNSLabel
+    """The InferenceCluster the replica is placed on."""
     index: int = Field(ge=0)
+    """The replica's index (its modelplane.ai/replica-index label); (cluster, index) is unique per
+    deployment.
+    """
     pools: dict[Literal["unified", "prefill", "decode"], DNSLabel] = Field(min_length=1)
-    draining: bool = False  # autoscaling scale-in: out of the routes, workload still up
+    """The node pool of each role: {unified} or {prefill, decode}."""
+    draining: bool = False
+    """Autoscaling scale-in: out of the routes, the workload still up."""
 
     @field_validator("pools")
     @classmethod
@@ -26,7 +33,9 @@ class LockedReplica(Strict):
 
 class LockedDeployment(Strict):
     autoscaled_replicas: int | None = Field(default=None, ge=0, le=1000)
+    """The autoscaled replica count (absent: the spec's replicas)."""
     replicas: list[LockedReplica] = Field(default_factory=list)
+    """The placed replicas."""
 
     @property
     def serving(self) -> list[LockedReplica]:
@@ -36,8 +45,11 @@ class LockedDeployment(Strict):
 
 class PlacementLock(Strict):
     api_version: Literal["modelplane.ai/v1alpha1"] = "modelplane.ai/v1alpha1"
+    """Always modelplane.ai/v1alpha1."""
     kind: Literal["PlacementLock"] = "PlacementLock"
+    """Always PlacementLock."""
     deployments: dict[str, LockedDeployment] = Field(default_factory=dict)
+    """Placements by deployment (<namespace>/<name>)."""
 
     def replicas_of(self, key: str) -> list[LockedReplica]:
         dep = self.deployments.get(key)

@@ -24,6 +24,19 @@ ENVELOPE = {
 }
 
 
+def _tidy(node: Any) -> Any:
+    """Descriptions as prose: a docstring's line breaks inside a paragraph become spaces."""
+    if isinstance(node, dict):
+        tidy = {k: _tidy(v) for k, v in node.items()}
+        if isinstance(tidy.get("description"), str):
+            paragraphs = tidy["description"].split("\n\n")
+            tidy["description"] = "\n\n".join(" ".join(p.split()) for p in paragraphs).strip()
+        return tidy
+    if isinstance(node, list):
+        return [_tidy(v) for v in node]
+    return node
+
+
 def _describe_envelope(schema: dict[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties", {})
     for name, text in ENVELOPE.items():
@@ -41,7 +54,7 @@ def kind_schema(kind: str, model: type[BaseModel]) -> dict[str, Any]:
         doc = _describe_envelope(doc)
     doc["$schema"] = DRAFT
     doc["$id"] = f"{kind}.schema.json"
-    return doc
+    return _tidy(doc)
 
 
 def combined_schema(kinds: dict[str, type[BaseModel]]) -> dict[str, Any]:
@@ -56,21 +69,26 @@ def combined_schema(kinds: dict[str, type[BaseModel]]) -> dict[str, Any]:
         defs[name] = _describe_envelope(defs[name])
         branches.append(
             {
-                "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+                "if": {
+                    "properties": {"kind": {"const": kind, "description": ENVELOPE["kind"]}},
+                    "required": ["kind"],
+                },
                 "then": {"$ref": ref},
             }
         )
-    return {
-        "$schema": DRAFT,
-        "$id": COMBINED,
-        "title": "modelplane spec document",
-        "description": "Any modelplane spec document; its kind selects the schema.",
-        "type": "object",
-        "required": ["apiVersion", "kind"],
-        "properties": {
-            "apiVersion": {"const": API_VERSION, "description": ENVELOPE["apiVersion"]},
-            "kind": {"enum": sorted(kinds), "description": ENVELOPE["kind"]},
-        },
-        "allOf": branches,
-        "$defs": defs,
-    }
+    return _tidy(
+        {
+            "$schema": DRAFT,
+            "$id": COMBINED,
+            "title": "modelplane spec document",
+            "description": "Any modelplane spec document; its kind selects the schema.",
+            "type": "object",
+            "required": ["apiVersion", "kind"],
+            "properties": {
+                "apiVersion": {"const": API_VERSION, "description": ENVELOPE["apiVersion"]},
+                "kind": {"enum": sorted(kinds), "description": ENVELOPE["kind"]},
+            },
+            "allOf": branches,
+            "$defs": defs,
+        }
+    )
