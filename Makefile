@@ -44,8 +44,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-# The components against the provider SDKs' type hints (strict on components/cloud/);
-# minutes the first time (the SDKs are large), cached in .mypy_cache after.
+# The components against the provider SDKs' type hints (strict on components/cloud/); also run
+# by `make test` (tests/test_typecheck.py). About a minute of CPU the first time (only the SDK
+# modules the components use are read), seconds after (.mypy_cache).
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

@@ -184,7 +184,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=provider)
         deps: list[pulumi.Resource] = []
         if install_controller:
-            repo = {"repo": s["repo"]} if s["repo"] else None
+            repo = k8s.helm.v3.RepositoryOptsArgs(repo=s["repo"]) if s["repo"] else None
             deps.append(
                 k8s.helm.v3.Release(
                     s["release"],

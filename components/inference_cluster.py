@@ -56,7 +56,9 @@ GKE_STORAGE_CLASS = "modelplane-rwx"
 EKS_STORAGE_CLASS = "modelplane-rwx-efs"
 
 
-def _class_of(cluster: InferenceCluster, pool: NodePool, classes: Mapping[str, InferenceClass]):
+def _class_of(
+    cluster: InferenceCluster, pool: NodePool, classes: Mapping[str, InferenceClass]
+) -> InferenceClass:
     cls = classes.get(pool.class_name)
     if cls is None:
         raise ValueError(
@@ -71,7 +73,9 @@ def _recipe(
 ) -> GKEMachine | EKSMachine:
     cls = _class_of(cluster, pool, classes)
     provisioning = cls.spec.provisioning
-    recipe = getattr(provisioning, cloud.lower(), None) if provisioning is not None else None
+    recipe: GKEMachine | EKSMachine | None = None
+    if provisioning is not None:
+        recipe = provisioning.gke if cloud == "GKE" else provisioning.eks
     if provisioning is None or provisioning.provider != cloud or recipe is None:
         raise ValueError(
             f"InferenceCluster {cluster.metadata.name!r}: node pool {pool.name!r} uses "

@@ -211,7 +211,8 @@ def gateway_address(gateway: pulumi.CustomResource, port: int = 80) -> pulumi.Ou
         host = f"[{address}]" if ":" in address else address
         return f"{host}:{port}"
 
-    return gateway.status.apply(with_port)  # type: ignore[attr-defined]
+    status: pulumi.Output[Any] = gateway.status  # type: ignore[attr-defined]
+    return status.apply(with_port)
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -270,21 +271,24 @@ class ServingStack(pulumi.ComponentResource):
         # outside kube-system only where a ResourceQuota allows them.
         dra = CHARTS["nvidiaDraDriver"]
         dra_namespace = ensure_namespace(dra.namespace, self._opts(), scope=name)
-        critical_pods = kubernetes.core.v1.ResourceQuota(
+        core = kubernetes.core.v1
+        critical_pods = core.ResourceQuota(
             f"{name}-allow-critical-pods",
-            metadata={"name": "allow-critical-pods", "namespace": dra.namespace},
-            spec={
-                "hard": {"pods": "1000"},
-                "scopeSelector": {
-                    "matchExpressions": [
-                        {
-                            "scopeName": "PriorityClass",
-                            "operator": "In",
-                            "values": ["system-node-critical", "system-cluster-critical"],
-                        }
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name="allow-critical-pods", namespace=dra.namespace
+            ),
+            spec=core.ResourceQuotaSpecArgs(
+                hard={"pods": "1000"},
+                scope_selector=core.ScopeSelectorArgs(
+                    match_expressions=[
+                        core.ScopedResourceSelectorRequirementArgs(
+                            scope_name="PriorityClass",
+                            operator="In",
+                            values=["system-node-critical", "system-cluster-critical"],
+                        )
                     ]
-                },
-            },
+                ),
+            ),
             opts=self._opts(depends_on=[dra_namespace] if dra_namespace else []),
         )
         self._release(

@@ -394,7 +394,9 @@ class EKSCluster(pulumi.ComponentResource):
                     access_policies={
                         "cluster-admin": eks.AccessPolicyAssociationArgs(
                             policy_arn=CLUSTER_ADMIN_POLICY,
-                            access_scope={"type": "cluster"},
+                            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(
+                                type="cluster"
+                            ),
                         )
                     },
                 )
@@ -415,7 +417,10 @@ class EKSCluster(pulumi.ComponentResource):
         self.cluster = cluster
 
         def addon(
-            addon_name: str, depends_on: Sequence[pulumi.Resource], **kwargs: object
+            addon_name: str,
+            depends_on: Sequence[pulumi.Resource],
+            pod_identity_associations: Sequence[aws.eks.AddonPodIdentityAssociationArgs]
+            | None = None,
         ) -> aws.eks.Addon:
             return aws.eks.Addon(
                 f"{name}-{addon_name}",
@@ -423,9 +428,9 @@ class EKSCluster(pulumi.ComponentResource):
                 addon_name=addon_name,
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
+                pod_identity_associations=pod_identity_associations,
                 tags=tags,
                 opts=self._opts(depends_on=[cluster, *depends_on]),
-                **kwargs,  # type: ignore[arg-type]
             )
 
         self.addons: dict[str, aws.eks.Addon] = {}
@@ -460,7 +465,9 @@ class EKSCluster(pulumi.ComponentResource):
             "aws-efs-csi-driver",
             [system, self.addons["eks-pod-identity-agent"], efs_csi_policy],
             pod_identity_associations=[
-                {"role_arn": efs_csi_role.arn, "service_account": "efs-csi-controller-sa"}
+                aws.eks.AddonPodIdentityAssociationArgs(
+                    role_arn=efs_csi_role.arn, service_account="efs-csi-controller-sa"
+                )
             ],
         )
 
@@ -513,8 +520,10 @@ class EKSCluster(pulumi.ComponentResource):
             }
         )
 
-    def _opts(self, **kwargs: object) -> pulumi.ResourceOptions:
-        return pulumi.ResourceOptions(parent=self, provider=self._provider, **kwargs)  # type: ignore[arg-type]
+    def _opts(self, depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(
+            parent=self, provider=self._provider, depends_on=list(depends_on) or None
+        )
 
     def _node_group(
         self,
@@ -584,56 +593,63 @@ class EKSCluster(pulumi.ComponentResource):
         efa_sg: aws.ec2.SecurityGroup | None,
         tags: dict[str, str],
     ) -> aws.ec2.LaunchTemplate:
-        network_interfaces = None
+        network_interfaces: list[aws.ec2.LaunchTemplateNetworkInterfaceArgs] | None = None
         if pool.fabric == "EFA":
             assert efa_sg is not None
             # Card 0 carries the primary ENA+EFA interface; every other network card an
             # EFA-only interface (no IP address, RDMA only).
             network_interfaces = [
-                {
-                    "network_card_index": card,
-                    "device_index": 0 if card == 0 else 1,
-                    "interface_type": "efa" if card == 0 else "efa-only",
-                    "delete_on_termination": "true",
-                    "security_groups": [cluster.cluster_security_group_id, efa_sg.id],
-                }
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    network_card_index=card,
+                    device_index=0 if card == 0 else 1,
+                    interface_type="efa" if card == 0 else "efa-only",
+                    delete_on_termination="true",
+                    security_groups=[cluster.cluster_security_group_id, efa_sg.id],
+                )
                 for card in range(pool.efa_interfaces)
             ]
         capacity_block = pool.capacity_block
+        _ReservationTarget = (
+            aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs
+        )
         return aws.ec2.LaunchTemplate(
             f"{name}-{pool.name}",
             instance_type=pool.instance_type,
             block_device_mappings=[
-                {
-                    "device_name": ROOT_DEVICE,
-                    "ebs": {
-                        "volume_size": pool.disk_size_gb,
-                        "volume_type": "gp3",
-                        "encrypted": "true",
-                        "delete_on_termination": "true",
-                    },
-                }
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=pool.disk_size_gb,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
             ],
             instance_market_options=(
-                {"market_type": "capacity-block"} if capacity_block is not None else None
+                aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+                if capacity_block is not None
+                else None
             ),
             capacity_reservation_specification=(
-                {
-                    "capacity_reservation_target": {
-                        "capacity_reservation_id": capacity_block.capacity_reservation_id
-                    }
-                }
+                aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                    capacity_reservation_target=_ReservationTarget(
+                        capacity_reservation_id=capacity_block.capacity_reservation_id
+                    )
+                )
                 if capacity_block is not None
                 else None
             ),
             network_interfaces=network_interfaces,
-            metadata_options={
-                "http_endpoint": "enabled",
-                "http_tokens": "required",
-                "http_put_response_hop_limit": 2,
-            },
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                http_put_response_hop_limit=2,
+            ),
             update_default_version=True,
-            tag_specifications=[{"resource_type": "instance", "tags": tags}],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type="instance", tags=tags)
+            ],
             tags=tags,
             opts=self._opts(),
         )

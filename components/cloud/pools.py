@@ -7,8 +7,12 @@ from typing import Protocol, TypeVar
 
 
 class _Pool(Protocol):
-    name: str
-    role: str
+    # Read-only: the pools are frozen dataclasses with a Literal role.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def role(self) -> str: ...
 
 
 P = TypeVar("P", bound=_Pool)

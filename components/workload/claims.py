@@ -69,7 +69,7 @@ def match_device(
         selectors = [_selector(s.cel) for s in request.selectors]
         matching = [d for d in enough if all(sel.matches(_device(d)) for sel in selectors)]
         named = [d for d in matching if d.name == request.name]
-        return (named or matching or [None])[0]
+        return next(iter(named or matching), None)
     named = [d for d in enough if d.name == request.name]
     if named:
         return named[0]

@@ -124,7 +124,10 @@ def register(
         return k8s.apiextensions.CustomResource(
             logical, api_version=api_version, kind=kind, opts=opts, **body
         )
-    return cls(logical, opts=opts, **{_snake(k): v for k, v in body.items()})
+    typed: pulumi.CustomResource = cls(
+        logical, opts=opts, **{_snake(k): v for k, v in body.items()}
+    )
+    return typed
 
 
 def ensure_namespace(

@@ -159,7 +159,7 @@ def engine_container(
     """The engine container: the user's, plus env, port, probe, requests, claim and mounts."""
     spec = ctx.role.workers.template.spec
     engine = spec.engine
-    body = dump(engine)
+    body: dict[str, Any] = dump(engine)
     user_env = body.pop("env", [])
     user_names = {e["name"] for e in user_env}
     env = [
