@@ -55,15 +55,29 @@ def nic_device(count: int = 16, *, link: str = "efa", claim: str = "Synthetic") 
 
 
 def inference_class(
-    name: str, gpus: int = 8, *, devices: list[dict[str, Any]] | None = None, **gpu: Any
+    name: str,
+    gpus: int = 8,
+    *,
+    devices: list[dict[str, Any]] | None = None,
+    allocatable: tuple[str, str] | None = None,
+    provisioning: dict[str, Any] | None = None,
+    **gpu: Any,
 ) -> InferenceClass:
-    """A class whose node carries `devices`, by default one DRA GPU kind of `gpus` devices."""
+    """A class whose node carries `devices`, by default one DRA GPU kind of `gpus` devices;
+    `allocatable` is the node's (cpu, memory)."""
+    spec: dict[str, Any] = {
+        "devices": devices if devices is not None else [gpu_device(gpus, **gpu)]
+    }
+    if allocatable is not None:
+        spec["allocatable"] = {"cpu": allocatable[0], "memory": allocatable[1]}
+    if provisioning is not None:
+        spec["provisioning"] = provisioning
     return InferenceClass.model_validate(
         {
             "apiVersion": "modelplane.ai/v1alpha1",
             "kind": "InferenceClass",
             "metadata": {"name": name},
-            "spec": {"devices": devices if devices is not None else [gpu_device(gpus, **gpu)]},
+            "spec": spec,
         }
     )
 
@@ -118,8 +132,10 @@ def role(
     data_local: int = 1,
     workers: int = 1,
     devices: list[dict[str, Any]] | None = None,
+    resources: tuple[str, str] = ("4", "16Gi"),
 ) -> dict[str, Any]:
-    """A role: `workers` workers of the given topology, with an optional nodeSelector."""
+    """A role: `workers` workers of the given topology, with an optional nodeSelector;
+    `resources` is each pod's (cpu, memory)."""
     spec: dict[str, Any] = {
         "workers": {
             "count": workers,
@@ -129,7 +145,7 @@ def role(
                 "data": data,
                 "dataLocal": data_local,
             },
-            "resources": {"cpu": "4", "memory": "16Gi"},
+            "resources": {"cpu": resources[0], "memory": resources[1]},
             "template": {"spec": {"containers": [{"name": "engine", "image": "vllm/vllm:1"}]}},
         }
     }
@@ -156,6 +172,7 @@ def deployment(
     priority: int = 0,
     cache: str | None = None,
     autoscaling: Mapping[str, Any] | None = None,
+    resources: tuple[str, str] = ("4", "16Gi"),
 ) -> ModelDeployment:
     """A unified deployment, or a disaggregated one when `prefill` and `decode` are given."""
     spec: dict[str, Any] = {
@@ -178,6 +195,7 @@ def deployment(
                 data_local=data_local,
                 workers=workers,
                 devices=devices,
+                resources=resources,
             )
         )
     if cache is not None:

@@ -1,12 +1,11 @@
 """DRA: one ResourceClaimTemplate per role, one request per device request that DRA claims.
 
 Which DeviceClass a request claims comes from the pool the scheduler chose: the
-request's CEL selectors are evaluated against the devices of the pool's
-InferenceClass and the first device that satisfies all of them (with enough
-devices per node) names the class. A request without selectors takes the class
-device of the same name, else the first DRA device with enough count. A request
-that lands on a `Synthetic` device is matched but never claimed, so a role whose
-requests are all synthetic gets no claim at all.
+class device `modelplane.scheduler.matching.choose_device` picks for the request
+on the pool's InferenceClass (the same function the scheduler charges), whose
+`deviceClassName` names the class. A request that lands on a `Synthetic` device is
+matched but never claimed, so a role whose requests are all synthetic gets no
+claim at all.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from components.workload.objects import Manifest, metadata
 from modelplane.api.inference_class import ClassDevice
 from modelplane.api.model_deployment import DeviceRequest, Role
 from modelplane.cel import Device, DeviceSelector, compile_selector
+from modelplane.scheduler.matching import choose_device
 
 CLAIM_NAME = "devices"  # the pod-level claim name containers reference
 
@@ -64,16 +64,16 @@ def request_count(role: Role, request: DeviceRequest) -> int:
 def match_device(
     request: DeviceRequest, count: int, devices: Sequence[ClassDevice]
 ) -> ClassDevice | None:
-    enough = [d for d in devices if d.count >= count]
-    if request.selectors:
-        selectors = [_selector(s.cel) for s in request.selectors]
-        matching = [d for d in enough if all(sel.matches(_device(d)) for sel in selectors)]
-        named = [d for d in matching if d.name == request.name]
-        return next(iter(named or matching), None)
-    named = [d for d in enough if d.name == request.name]
-    if named:
-        return named[0]
-    return next((d for d in enough if d.claim == "DRA"), None)
+    """The class device that serves `request` (the scheduler's `choose_device`)."""
+    selectors = [_selector(s.cel) for s in request.selectors]
+    kind = choose_device(
+        request.name,
+        count,
+        devices,
+        lambda i: all(sel.matches(_device(devices[i])) for sel in selectors),
+        selectors=bool(selectors),
+    )
+    return None if kind is None else devices[kind]
 
 
 def claim_requests(role: Role, devices: Sequence[ClassDevice], *, pool: str) -> list[ClaimRequest]:
@@ -82,13 +82,13 @@ def claim_requests(role: Role, devices: Sequence[ClassDevice], *, pool: str) -> 
     Raises ValueError when a request matches no device of the pool (the lock is
     then out of date with the specs: run `modelplane plan`).
     """
+    gpus = role.workers.topology.shape.gpus_per_node
     if role.node_selector is None:
-        gpu = next((d for d in devices if d.claim == "DRA"), None)
+        kind = choose_device(None, gpus, devices, lambda _: True, selectors=False)
+        gpu = None if kind is None else devices[kind]
         if gpu is None or gpu.device_class_name is None:
             return []
-        return [
-            ClaimRequest("gpu", gpu.device_class_name, role.workers.topology.shape.gpus_per_node)
-        ]
+        return [ClaimRequest("gpu", gpu.device_class_name, gpus)]
     out: list[ClaimRequest] = []
     for request in role.node_selector.devices:
         count = request_count(role, request)

@@ -7,8 +7,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from modelplane.api import machines
 from modelplane.api.base import API_VERSION, DNSSubdomain, ObjectMeta, Strict
 from modelplane.api.quantities import QuantityStr
+from modelplane.cel.quantity import parse_quantity
 
 _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SEMVER = re.compile(
@@ -146,11 +148,28 @@ class Provisioning(Strict):
         return recipe
 
 
+class NodeAllocatable(Strict):
+    """CPU and memory one node offers pods (its Node `.status.allocatable`)."""
+
+    cpu: QuantityStr = Field(min_length=1, max_length=32)
+    memory: QuantityStr = Field(min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _positive(self) -> NodeAllocatable:
+        for name in ("cpu", "memory"):
+            if parse_quantity(getattr(self, name)).sign() <= 0:
+                raise ValueError(f"{name} must be greater than zero")
+        return self
+
+
 class InferenceClassSpec(Strict):
     description: str = ""
     """A human-readable description of the recipe."""
     devices: list[ClassDevice] = Field(min_length=1, max_length=16)
     """The devices on one node of a pool (1..16, unique names), one entry per kind of device."""
+    allocatable: NodeAllocatable | None = None
+    """CPU and memory one node offers pods; default: derived from a known provisioning
+    machine type, else unchecked."""
     provisioning: Provisioning | None = None
     """How to provision such a node on a cloud; absent: capabilities only (existing pools)."""
 
@@ -175,6 +194,20 @@ class InferenceClassSpec(Strict):
                 f"{first_dra.name!r} count {first_dra.count}"
             )
         return self
+
+    @property
+    def node_allocatable(self) -> machines.Allocatable | None:
+        """What one node offers pods: `allocatable` if set, else derived from the
+        provisioning machine type when it is a known one, else None (unchecked)."""
+        if self.allocatable is not None:
+            cpu = parse_quantity(self.allocatable.cpu).value * 1000
+            memory = parse_quantity(self.allocatable.memory).value
+            return machines.Allocatable(int(cpu), int(memory))
+        if self.provisioning is None:
+            return None
+        recipe = self.provisioning.recipe
+        machine = recipe.machine_type if isinstance(recipe, GKEMachine) else recipe.instance_type
+        return machines.derived(self.provisioning.provider, machine)
 
     @property
     def gpu_device(self) -> ClassDevice | None:

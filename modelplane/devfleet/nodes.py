@@ -46,13 +46,14 @@ class NodeShape:
 
 
 def node_shape(klass: InferenceClass | None) -> NodeShape:
-    """The class's allocatable CPU/memory when it declares them, else generous defaults."""
+    """The class's allocatable CPU/memory (explicit or derived from its provisioning machine
+    type, the figures the scheduler charges), else generous defaults."""
     if klass is None:
         return NodeShape(cpu="8", memory="32Gi")
-    allocatable = getattr(klass.spec, "allocatable", None)
-    cpu = getattr(allocatable, "cpu", None) if allocatable is not None else None
-    memory = getattr(allocatable, "memory", None) if allocatable is not None else None
-    return NodeShape(cpu=str(cpu or DEFAULT_CPU), memory=str(memory or DEFAULT_MEMORY))
+    allocatable = klass.spec.node_allocatable
+    if allocatable is None:
+        return NodeShape()
+    return NodeShape(cpu=allocatable.cpu, memory=f"{allocatable.memory_bytes}")
 
 
 def node_name(cluster: str, pool: str, index: int) -> str:

@@ -20,7 +20,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from modelplane.scheduler.matching import ClassShape, PodDemand, Request, take_from_node
+from modelplane.scheduler.matching import ClassShape, PodDemand, Request, take_from_node, take_pod
 
 ItemOrder = tuple[int, int, int, str, int, int]
 RULES = 3  # packing rules, see Pool.pack
@@ -52,7 +52,8 @@ class Layout:
     """Items on a pool (in canonical order) and the devices left on each node."""
 
     items: list[Item]
-    free: list[list[int]]  # per node, per device kind (Synthetic kinds stay at full count)
+    free: list[list[int]]  # per node, per device kind (Synthetic kinds stay at full count),
+    # then cpu and memory when the class has an allocatable (ClassShape.row)
     node_free: list[int]  # per node, consumed (DRA) devices left
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
@@ -120,7 +121,7 @@ class Pool:
         per_node = self.shape.consumed_per_node
         return Layout(
             items=[],
-            free=[list(self.shape.counts) for _ in range(self.nodes)],
+            free=[self.shape.row() for _ in range(self.nodes)],
             node_free=[per_node] * self.nodes,
             free_total=per_node * self.nodes,
         )
@@ -214,17 +215,22 @@ class Pool:
         """Nodes of the current layout with room for one more pod of `demand`."""
         hit = self._free_nodes.get(demand)
         if hit is None:
-            hit = sum(
-                1 for row in self.layout.free if take_from_node(demand.requests, row) is not None
-            )
+            hit = sum(1 for row in self.layout.free if take_pod(demand, row) is not None)
             self._free_nodes[demand] = hit
         return hit
+
+    def device_nodes(self, demand: PodDemand) -> int:
+        """Nodes of the current layout with the devices for one more pod of `demand`,
+        whatever their CPU and memory."""
+        return sum(
+            1 for row in self.layout.free if take_from_node(demand.requests, row) is not None
+        )
 
     def nodes_with_room(self, layout: Layout, demand: PodDemand) -> int:
         """Nodes of `layout` with room for one more pod of `demand`."""
         if layout is self.layout:
             return self.free_nodes(demand)
-        return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None)
+        return sum(1 for row in layout.free if take_pod(demand, row) is not None)
 
     def room_for(
         self,
@@ -288,6 +294,7 @@ class Pool:
         """Place every pod of `item` on `layout` (mutated); on failure leave it unchanged."""
         demand = item.demand
         consumed = self.shape.consumed
+        kinds = len(consumed)
         free, node_free = layout.free, layout.node_free
         undo: list[tuple[int, dict[int, int], int]] = []
         roomiest = layout.rule == 2 or (layout.rule == 1 and demand.pods_per_worker > 1)
@@ -301,10 +308,10 @@ class Pool:
                 for node, row in enumerate(free):
                     if node in used_nodes:
                         continue
-                    take = take_from_node(demand.requests, row)
+                    take = take_pod(demand, row)
                     if take is None:
                         continue
-                    used = sum(n for k, n in take.items() if consumed[k])
+                    used = sum(n for k, n in take.items() if k < kinds and consumed[k])
                     left = node_free[node] - used
                     if best < 0 or (left > best_left if roomiest else left < best_left):
                         best, best_left, best_take, best_used = node, left, take, used
@@ -318,11 +325,12 @@ class Pool:
         return True
 
     def _apply(self, layout: Layout, node: int, take: dict[int, int], used: int, sign: int) -> None:
-        """Take (sign -1) or give back (sign +1) one pod's devices on `node`."""
+        """Take (sign -1) or give back (sign +1) one pod's devices, cpu and memory on `node`."""
         consumed = self.shape.consumed
+        kinds = len(consumed)
         row = layout.free[node]
         for kind, n in take.items():
-            if consumed[kind]:
+            if kind >= kinds or consumed[kind]:
                 row[kind] += sign * n
         layout.node_free[node] += sign * used
         layout.free_total += sign * used

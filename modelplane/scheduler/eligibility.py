@@ -120,6 +120,9 @@ class Eligibility:
             fits = [self.matcher.fit(dep_key, role_name, role, c) for c in classes]
             matching = tuple((pos, f.demand) for pos, f in enumerate(fits) if f.demand)
             if not matching:
+                oversized = next((f.oversized for f in fits if f.oversized), None)
+                if oversized is not None:
+                    return reasons.no_pool_offers(role_name, oversized)
                 unmatched = {f.unmatched for f in fits if f.unmatched}
                 names = [r.name for r in role.node_selector.devices] if role.node_selector else []
                 ordered = [n for n in names if n in unmatched] or sorted(unmatched)

@@ -1,24 +1,52 @@
-"""Which device kinds of a class serve a role's device requests (CEL, memoized).
+"""Which device kind of a class serves each of a role's device requests (CEL, memoized).
 
-A role's pod asks, per device request in order, for `count` devices of the
-first device kind of the node that still has that many left for this pod and
-satisfies every CEL selector of the request. What is static about that (which
-kinds a request may take from, and whether a pod fits on an empty node) is
+A role's pod asks, per device request in order, for `count` devices of the one
+device kind `choose_device` picks for that request on the class (the same
+function names the DeviceClass of the workload's ResourceClaimTemplate, so the
+scheduler charges what the claim asks for). What is static about that (the
+kind, and whether a pod fits on an empty node, CPU and memory included) is
 computed once per (deployment, role, class) here; what depends on occupancy
 lives in `capacity`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from modelplane.api.inference_class import ClassDevice, InferenceClass
 from modelplane.api.model_deployment import Role
 from modelplane.cel import CelCompileError, Device, compile_selector
+from modelplane.cel.quantity import parse_quantity
 
 # The name a role without a nodeSelector gives its one implicit device request.
 IMPLICIT_GPU_REQUEST = "gpu"
+
+
+def choose_device(
+    name: str | None,
+    count: int,
+    devices: Sequence[ClassDevice],
+    satisfies: Callable[[int], bool],
+    *,
+    selectors: bool,
+) -> int | None:
+    """The one device kind (index into `devices`) that serves a device request, or None.
+
+    The candidates are the kinds with at least `count` devices per node for which
+    `satisfies(index)` holds (every CEL selector of the request matches). Of those: the
+    kind named like the request; else, for a request with selectors, the first candidate;
+    else (no selectors, or the implicit GPU request with `name` None) the first DRA
+    candidate. The scheduler charges this kind and the workload's ResourceClaimTemplate
+    claims its DeviceClass, so both always agree."""
+    candidates = [i for i, d in enumerate(devices) if d.count >= count and satisfies(i)]
+    named = [i for i in candidates if name is not None and devices[i].name == name]
+    if named:
+        return named[0]
+    if selectors:
+        return candidates[0] if candidates else None
+    return next((i for i in candidates if devices[i].claim == "DRA"), None)
 
 
 @dataclass(frozen=True)
@@ -27,7 +55,7 @@ class Request:
 
     name: str
     count: int
-    kinds: tuple[int, ...]  # indices into the class's devices that may serve it, in class order
+    kinds: tuple[int, ...]  # the class device that serves it (`choose_device`), or ()
 
 
 @dataclass(frozen=True)
@@ -36,17 +64,28 @@ class ClassShape:
 
     counts: tuple[int, ...]
     consumed: tuple[bool, ...]  # DRA devices are consumed, Synthetic ones only matched
+    # Per node (cpu millicores, memory bytes), or () when the class's allocatable is unknown
+    # (CPU and memory unchecked). A node's row of free amounts is counts + resources.
+    resources: tuple[int, ...] = ()
 
     @property
     def consumed_per_node(self) -> int:
         return sum(c for c, used in zip(self.counts, self.consumed, strict=True) if used)
 
+    def row(self) -> list[int]:
+        """What an empty node has free: per device kind, then per resource."""
+        return [*self.counts, *self.resources]
+
     @staticmethod
     def of(cls: InferenceClass) -> ClassShape:
         devices = cls.spec.devices
+        allocatable = cls.spec.node_allocatable
         return ClassShape(
             counts=tuple(d.count for d in devices),
             consumed=tuple(d.claim == "DRA" for d in devices),
+            resources=()
+            if allocatable is None
+            else (allocatable.cpu_milli, allocatable.memory_bytes),
         )
 
 
@@ -61,12 +100,35 @@ class PodDemand:
     devices_per_pod: int  # sum of request counts: the pod's size, for packing order
     pods: int  # pods_per_worker x workers
     least_consumed: int  # DRA devices all pods surely consume (requests only DRA kinds serve)
+    resources: tuple[int, ...] = ()  # per pod (cpu millicores, memory bytes), as ClassShape
+
+
+def pod_resources(role: Role) -> tuple[int, int]:
+    """A role's per-pod (cpu millicores, memory bytes), rounded up."""
+    res = role.workers.resources
+    cpu = parse_quantity(res.cpu).value * 1000
+    return math.ceil(cpu), math.ceil(parse_quantity(res.memory).value)
+
+
+def take_pod(demand: PodDemand, free: list[int]) -> dict[int, int] | None:
+    """What one pod of `demand` takes from a node's row of free amounts (devices per kind,
+    then cpu and memory at the row's end), or None when the node has no room for it."""
+    taken = take_from_node(demand.requests, free)
+    if taken is None:
+        return None
+    base = len(free) - len(demand.resources)
+    for offset, amount in enumerate(demand.resources):
+        if free[base + offset] < amount:
+            return None
+        if amount:
+            taken[base + offset] = amount
+    return taken
 
 
 def take_from_node(requests: tuple[Request, ...], free: list[int]) -> dict[int, int] | None:
     """Devices per kind one pod takes from a node with `free` devices left, or None.
 
-    Each request takes from the first kind with `count` left for this pod
+    Each request takes from its kind when `count` are left for this pod
     (Synthetic kinds are always at full count on the node, but a pod's own
     requests do not share the same device).
     """
@@ -88,6 +150,12 @@ class RoleFit:
 
     demand: PodDemand | None
     unmatched: str | None = None
+    oversized: str | None = None  # the pod's cpu/memory, when the devices match but a node
+    # of the class has less CPU or memory than one pod asks
+
+
+def _one(kind: int | None) -> tuple[int, ...]:
+    return () if kind is None else (kind,)
 
 
 class Matcher:
@@ -131,24 +199,34 @@ class Matcher:
         devices = cls.spec.devices
         requests: list[Request] = []
         if role.node_selector is None:
-            kinds = tuple(i for i, d in enumerate(devices) if d.claim == "DRA" and d.count >= gpus)
-            requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, kinds))
+            kind = choose_device(None, gpus, devices, lambda _: True, selectors=False)
+            requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, _one(kind)))
         else:
             for req in role.node_selector.devices:
                 # Only the GPU request (`gpu_request`) may omit count (validated); it
                 # defaults to the topology's GPUs per node.
                 count = req.count if req.count is not None else gpus
                 exprs = [s.cel for s in req.selectors]
-                kinds = tuple(
-                    i
-                    for i, d in enumerate(devices)
-                    if d.count >= count and all(self._matches(e, class_name, d) for e in exprs)
+                kind = choose_device(
+                    req.name,
+                    count,
+                    devices,
+                    lambda i, exprs=exprs: all(  # type: ignore[misc]
+                        self._matches(e, class_name, devices[i]) for e in exprs
+                    ),
+                    selectors=bool(exprs),
                 )
-                requests.append(Request(req.name, count, kinds))
+                requests.append(Request(req.name, count, _one(kind)))
         # A pod must fit on an empty node; the first request it cannot take is the culprit.
         for upto in range(1, len(requests) + 1):
             if take_from_node(tuple(requests[:upto]), list(shape.counts)) is None:
                 return RoleFit(None, requests[upto - 1].name)
+        resources: tuple[int, ...] = ()
+        if shape.resources:
+            resources = pod_resources(role)
+            if any(a > b for a, b in zip(resources, shape.resources, strict=True)):
+                res = role.workers.resources
+                return RoleFit(None, oversized=f"cpu {res.cpu}, memory {res.memory}")
         pods = worker.nodes_per_worker * role.workers.count
         demand = PodDemand(
             requests=tuple(requests),
@@ -158,6 +236,7 @@ class Matcher:
             pods=pods,
             least_consumed=pods
             * sum(r.count for r in requests if all(shape.consumed[k] for k in r.kinds)),
+            resources=resources,
         )
         return RoleFit(demand)
 

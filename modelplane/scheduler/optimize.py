@@ -6,8 +6,8 @@ The model, after retain and scale down (kept replicas are constants):
 - per deployment, at most the replicas still missing;
 - per pool whose pods are all single-node: per resource, the total its nodes offer
   and, per pod size s, at most floor(node / s) pods of size >= s per node
-  (`pod_resources`; devices today, further per-node resources such as CPU and memory
-  slot in as more entries);
+  (`pod_resources`: devices, and cpu and memory where the class has an
+  allocatable);
 - per pool that hosts multi-node workers (whose pods need distinct nodes): pods per
   node, kept pods included, each node within what it offers, and no node with more
   pods of one role than that role has workers (so every worker's pods can be on
@@ -37,6 +37,7 @@ from modelplane.scheduler.placement import Placement, lowest_free, replica_gpus
 from modelplane.scheduler.result import OptimizeReport
 
 SEED = 0
+MIB = 1024 * 1024
 # Above this many (deployment, cluster) pairs the spread bonus is left out: its binaries
 # would dwarf the placement model.
 SPREAD_PAIRS_LIMIT = 20_000
@@ -119,13 +120,23 @@ class Model:
 
 
 def pod_resources(demand: PodDemand) -> dict[str, int]:
-    """What one pod consumes of a node, per resource. Extend here (cpu, memory)."""
-    return {"devices": demand.least_consumed // max(1, demand.pods)}
+    """What one pod consumes of a node, per resource (memory in MiB, rounded up)."""
+    out = {"devices": demand.least_consumed // max(1, demand.pods)}
+    if demand.resources:
+        cpu, memory = demand.resources
+        out["cpu"] = cpu
+        out["memory"] = -(-memory // MIB)
+    return out
 
 
 def node_resources(pool: Pool) -> dict[str, int]:
-    """What one node of the pool offers, per resource."""
-    return {"devices": pool.shape.consumed_per_node}
+    """What one node of the pool offers, per resource (memory in MiB, rounded down)."""
+    out = {"devices": pool.shape.consumed_per_node}
+    if pool.shape.resources:
+        cpu, memory = pool.shape.resources
+        out["cpu"] = cpu
+        out["memory"] = memory // MIB
+    return out
 
 
 def optimize(run: Placement, time_limit: float) -> OptimizeReport:

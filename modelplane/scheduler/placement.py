@@ -489,7 +489,9 @@ class Placement:
                 (pools[pos].free_nodes(d), -pos, pos, d) for pos, d in matching
             )
             if free < demand.pods:
-                return reasons.pool_short(pools[pool_pos].name, free, role, demand.pods)
+                pool = pools[pool_pos]
+                short = pool.device_nodes(demand) - free
+                return reasons.pool_short(pool.name, free, role, demand.pods, max(0, short))
         if len(role_pools.roles) > 1:
             return reasons.roles_together([role for role, _ in role_pools.roles])
         role, matching = role_pools.roles[0]

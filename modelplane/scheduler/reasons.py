@@ -33,9 +33,18 @@ def no_pool_matches(role: str, requests: Sequence[str]) -> str:
     return f"no pool matches {role} devices {', '.join(requests)}"
 
 
-def pool_short(pool: str, free_nodes: int, role: str, needs: int) -> str:
+def no_pool_offers(role: str, resources: str) -> str:
+    return f"no pool of the cluster offers {role}'s {resources} per pod"
+
+
+def pool_short(pool: str, free_nodes: int, role: str, needs: int, device_nodes: int = 0) -> str:
+    """`device_nodes`: nodes with the devices but not the CPU or memory for one more pod."""
     nodes = "node" if free_nodes == 1 else "nodes"
-    return f"pool {pool} has {free_nodes} free {nodes}, {role} needs {needs}"
+    text = f"pool {pool} has {free_nodes} free {nodes}, {role} needs {needs}"
+    if device_nodes:
+        more = "node has" if device_nodes == 1 else "nodes have"
+        text += f" (cpu/memory: {device_nodes} more {more} the devices)"
+    return text
 
 
 def pool_fragmented(pool: str, role: str) -> str:

@@ -1,0 +1,104 @@
+"""One device choice: the kind the scheduler charges is the kind the workload's claim asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.workload.claims import claim_requests
+from modelplane.scheduler import schedule
+from modelplane.scheduler.matching import Matcher
+from tests.factories import (
+    cluster,
+    deployment,
+    fleet,
+    gpu_device,
+    inference_class,
+    nic_device,
+    pool,
+    request,
+)
+
+MEM = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0'
+EFA = 'device.attributes["dra.net"].linkType == "efa"'
+OTHER = "a.example.com"
+
+
+@pytest.mark.parametrize(
+    ("devices", "requests", "tensor", "chosen", "claimed"),
+    [
+        # Same name first, although an earlier kind would also do (it used to take "a").
+        (
+            [gpu_device(8, name="a", driver=OTHER), gpu_device(8)],
+            [request("gpu")],
+            8,
+            ["gpu"],
+            ["gpu.nvidia.com"],
+        ),
+        # The implicit GPU request: the first DRA kind with enough devices (the claim used
+        # to take the first DRA kind whatever its count).
+        (
+            [gpu_device(4, name="small", driver=OTHER), gpu_device(8)],
+            None,
+            8,
+            ["gpu"],
+            ["gpu.nvidia.com"],
+        ),
+        # Selectors: the first kind that satisfies them.
+        (
+            [gpu_device(8, name="a", memory="40Gi"), gpu_device(8, name="b", driver=OTHER)],
+            [request("x", None, MEM.replace("gpu.nvidia.com", OTHER))],
+            8,
+            ["b"],
+            [OTHER],
+        ),
+        # A request without selectors never lands on a Synthetic kind of another name.
+        (
+            [nic_device(16), gpu_device(8)],
+            [request("gpu"), request("nic", 4)],
+            8,
+            ["gpu", "nic"],
+            ["gpu.nvidia.com"],  # the Synthetic NIC is matched, never claimed
+        ),
+        (
+            [nic_device(16), gpu_device(8)],
+            [request("gpu"), request("nic", 4, EFA)],
+            8,
+            ["gpu", "nic"],
+            ["gpu.nvidia.com"],
+        ),
+    ],
+)
+def test_scheduler_and_claim_choose_the_same_device(
+    devices: list[dict[str, Any]],
+    requests: list[dict[str, Any]] | None,
+    tensor: int,
+    chosen: list[str],
+    claimed: list[str],
+) -> None:
+    cls = inference_class("c", devices=devices)
+    dep = deployment("m", tensor=tensor, devices=requests)
+    role = dep.spec.roles["unified"]
+    fit = Matcher({"c": cls}).fit("ml/m", "unified", role, "c")
+    assert fit.demand is not None
+    names = [d.name for d in cls.spec.devices]
+    assert [names[k] for r in fit.demand.requests for k in r.kinds] == chosen
+    got = claim_requests(role, cls.spec.devices, pool="p")
+    assert [c.device_class_name for c in got] == claimed
+    by_name = {d.name: d for d in cls.spec.devices}
+    for name in chosen:
+        if by_name[name].claim == "DRA":
+            assert by_name[name].device_class_name in claimed
+
+
+def test_the_scheduler_charges_only_the_claimed_kind() -> None:
+    """Two 8-GPU kinds on one node: a request named `gpu` claims only the `gpu` devices,
+    so one replica fits, not two."""
+    cls = inference_class("c", devices=[gpu_device(8, name="a", driver=OTHER), gpu_device(8)])
+    f = fleet(
+        [cls],
+        [cluster("k", [pool("p", "c", 1)])],
+        [deployment("m", 2, tensor=8, devices=[request("gpu")])],
+    )
+    assert len(schedule(f, None).report["ml/m"].replicas) == 1
