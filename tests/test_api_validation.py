@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,85 @@ def _engine_args(args: list[str]) -> Callable[[Docs], None]:
     return _set("ModelDeployment:spec.workers.template.spec.containers.0.args", args)
 
 
+def _all(*mutations: Callable[[Docs], None]) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        for m in mutations:
+            m(docs)
+
+    return mutate
+
+
+def _decode_port(docs: Docs) -> None:
+    spec = docs[2]["spec"]
+    workers = spec.pop("workers")
+    decode = copy.deepcopy(workers)
+    decode["template"]["spec"]["containers"][0]["args"] = ["--port", "8000"]
+    spec["prefill"], spec["decode"] = {"workers": workers}, {"workers": decode}
+
+
+def _cache_on(docs: Docs) -> None:
+    docs.append(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelCache",
+            "metadata": {"name": "weights", "namespace": "team"},
+            "spec": {
+                "source": "HuggingFace",
+                "huggingFace": {"repo": "org/model"},
+                "sizeGiB": 10,
+            },
+        }
+    )
+
+
+EKS_TWO_SUBNETS = {
+    "source": "EKS",
+    "eks": {
+        "region": "us-west-2",
+        "networking": {"vpcCidr": "10.0.0.0/16", "subnetCidrs": ["10.0.0.0/20", "10.0.16.0/20"]},
+    },
+}
+
 CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
+    # Checks the components used to make inside the Pulumi program (as ValueErrors).
+    (
+        "serving-stack-version-key",
+        _set("InferenceCluster:spec.servingStack", {"versions": {"envoy": "v1"}}),
+        "InferenceCluster c1",
+        "spec.servingStack.versions",
+        "unknown component(s) envoy",
+    ),
+    (
+        "eks-zones-over-subnets",
+        _all(
+            _set("InferenceCluster:spec.cluster", EKS_TWO_SUBNETS),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a", "us-west-2b", "x"]),
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.eks.networking.subnetCidrs",
+        "use 3 zones",
+    ),
+    (
+        "decode-engine-on-the-sidecar-port",
+        _decode_port,
+        "ModelDeployment team/m",
+        "spec.decode.workers.template.spec.containers[engine].args",
+        "P/D routing sidecar owns",
+    ),
+    (
+        "cache-without-storage-class",
+        _cache_on,
+        "ModelCache team/weights",
+        "spec.clusterSelector",
+        "no RWX StorageClass",
+    ),
+    (
+        "allocatable-zero",
+        _set("InferenceClass:spec.allocatable", {"cpu": "0", "memory": "1Gi"}),
+        "InferenceClass l4",
+        "spec.allocatable",
+        "cpu must be greater than zero",
+    ),
     # (id, mutation, object, field path, message fragment)
     (
         "unknown-field",

@@ -820,3 +820,10 @@ def test_cluster_provider_needs_exactly_one_target() -> None:
         MockRun().run(lambda: cluster_provider("p", kubeconfig=None, render_to=None, opts=None))
     with pytest.raises(ValueError, match="exactly one"):
         MockRun().run(lambda: cluster_provider("p", kubeconfig="k", render_to="/x", opts=None))
+
+
+def test_validate_knows_exactly_the_pinned_serving_stack_components() -> None:
+    from components.charts import VERSION_KEYS
+    from modelplane.api.inference_cluster import SERVING_STACK_COMPONENTS
+
+    assert VERSION_KEYS == SERVING_STACK_COMPONENTS

@@ -855,10 +855,16 @@ L1 = inference_class("l1", 1)
     ],
 )
 def test_larger_replicas_first_and_no_stranded_big_nodes(
-        priorities: tuple[int, int], expected: dict[str, list[tuple[str, int]]]) -> None:
-    f = fleet([L1, H100], [cluster("c0", [pool("p", "l1", 2)]), cluster("c1", [pool("p", "h100", 1)])],
-              [deployment("m0", 3, tensor=1, priority=priorities[0]),
-               deployment("m1", 5, tensor=8, priority=priorities[1])])
+    priorities: tuple[int, int], expected: dict[str, list[tuple[str, int]]]
+) -> None:
+    f = fleet(
+        [L1, H100],
+        [cluster("c0", [pool("p", "l1", 2)]), cluster("c1", [pool("p", "h100", 1)])],
+        [
+            deployment("m0", 3, tensor=1, priority=priorities[0]),
+            deployment("m1", 5, tensor=8, priority=priorities[1]),
+        ],
+    )
     result = schedule(f, None)
     assert {k: where(result, k) for k in expected} == expected
     assert schedule(f, result.lock) == result
@@ -869,17 +875,35 @@ def test_spread_yields_only_to_room_a_larger_pending_pod_could_use() -> None:
     clusters = gpu_clusters(("a", 2), ("b", 1))
     spread = schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1)]), None)
     assert where(spread, "ml/small") == [("a", 0), ("b", 0)]
-    both = schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1),
-                                             deployment("big", 2, tensor=8)]), None)
+    both = schedule(
+        fleet(
+            [H100],
+            clusters,
+            [deployment("small", 2, tensor=1, priority=1), deployment("big", 2, tensor=8)],
+        ),
+        None,
+    )
     assert where(both, "ml/small") == [("a", 0), ("a", 1)]
     assert where(both, "ml/big") == [("a", 0), ("b", 0)]
-    assert schedule(fleet([H100], clusters, [deployment("small", 2, tensor=1, priority=1),
-                                             deployment("big", 2, tensor=8)]), both.lock) == both
+    assert (
+        schedule(
+            fleet(
+                [H100],
+                clusters,
+                [deployment("small", 2, tensor=1, priority=1), deployment("big", 2, tensor=8)],
+            ),
+            both.lock,
+        )
+        == both
+    )
 
 
-@pytest.mark.parametrize(("nodes", "replicas", "placed"), [(3, 6, 6), (3, 7, 6), (2, 4, 4), (1, 1, 0)])
+@pytest.mark.parametrize(
+    ("nodes", "replicas", "placed"), [(3, 6, 6), (3, 7, 6), (2, 4, 4), (1, 1, 0)]
+)
 def test_multi_node_workers_use_the_roomiest_nodes_when_tightest_fails(
-        nodes: int, replicas: int, placed: int) -> None:
+    nodes: int, replicas: int, placed: int
+) -> None:
     """Six 2x2-GPU workers (pods on distinct nodes) fill three 8-GPU nodes exactly."""
     f = fleet([H100], gpu_clusters(("a", nodes)), [deployment("m", replicas, tensor=2, pipeline=2)])
     result = schedule(f, None)
@@ -899,19 +923,27 @@ G8 = inference_class("g8", 8)
     [
         # fewer choices: big (anywhere) goes to b, where small (zone a only) cannot go
         (
-            [cluster("a", [pool("p", "g8", 1)], labels={"zone": "a"}),
-             cluster("b", [pool("p", "g8", 1)], labels={"zone": "b"})],
-            [deployment("big", 1, tensor=8),
-             deployment("small", 2, tensor=4, selector={"matchLabels": {"zone": "a"}})],
+            [
+                cluster("a", [pool("p", "g8", 1)], labels={"zone": "a"}),
+                cluster("b", [pool("p", "g8", 1)], labels={"zone": "b"}),
+            ],
+            [
+                deployment("big", 1, tensor=8),
+                deployment("small", 2, tensor=4, selector={"matchLabels": {"zone": "a"}}),
+            ],
             {"ml/big": [("b", 0)], "ml/small": [("a", 0), ("a", 1)]},
         ),
         # as many clusters each, but m0 can go to b and m1 cannot: m0 leaves a to m1
         (
-            [cluster("a", [pool("p", "g8", 1)], labels={"zone": "a"}),
-             cluster("b", [pool("p", "g4", 1)], labels={"zone": "b"}),
-             cluster("c", [pool("p", "g2", 1)], labels={"zone": "a"})],
-            [deployment("m0", 1, tensor=4),
-             deployment("m1", 5, tensor=2, selector={"matchLabels": {"zone": "a"}})],
+            [
+                cluster("a", [pool("p", "g8", 1)], labels={"zone": "a"}),
+                cluster("b", [pool("p", "g4", 1)], labels={"zone": "b"}),
+                cluster("c", [pool("p", "g2", 1)], labels={"zone": "a"}),
+            ],
+            [
+                deployment("m0", 1, tensor=4),
+                deployment("m1", 5, tensor=2, selector={"matchLabels": {"zone": "a"}}),
+            ],
             {"ml/m0": [("b", 0)], "ml/m1": [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("c", 0)]},
         ),
         # a 2-GPU pod on a's 2-GPU nodes would cost m1's 1+1-GPU workers both nodes (4
@@ -931,7 +963,8 @@ G8 = inference_class("g8", 8)
     ids=["fewer-choices", "other-choices", "gang-room", "worst-fit-packing"],
 )
 def test_packing_worst_cases(
-        clusters: list[Any], deployments: list[Any], expected: dict[str, list[tuple[str, int]]]) -> None:
+    clusters: list[Any], deployments: list[Any], expected: dict[str, list[tuple[str, int]]]
+) -> None:
     f = fleet([G2, G4, G8], clusters, deployments)
     result = schedule(f, None)
     assert {k: where(result, k) for k in expected} == expected

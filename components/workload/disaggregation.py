@@ -23,14 +23,13 @@ from typing import Any
 import yaml
 
 from components.workload.objects import SKIP_AWAIT, Manifest, metadata
-from components.workload.pods import port_arg
 from components.workload.routes import INFERENCE_GROUP
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.pod_template import Container
+from modelplane.api.topology import POOL_PORT, port_arg
 
 LLMD_ROLE = "llm-d.ai/role"
 LLMD_SERVING = "llm-d.ai/inference-serving"
-POOL_PORT = 8000
 DECODE_ENGINE_PORT = 8001
 NIXL_PORT = 5557
 EPP_PORT = 9002
@@ -64,7 +63,7 @@ def decode_engine_port(engine: Container) -> tuple[int, list[str]]:
     port = port_arg([*engine.command, *engine.args])
     if port is not None and port != POOL_PORT:
         return port, []
-    if port == POOL_PORT:
+    if port == POOL_PORT:  # validate rejects this (ModelDeploymentSpec); kept as a guard
         raise ValueError(
             "the decode engine listens on 8000, which the P/D routing sidecar owns: "
             "give it another --port (or omit --port to get 8001)"

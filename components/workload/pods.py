@@ -28,7 +28,7 @@ from components.workload.objects import (
 from modelplane.api.model_deployment import ModelDeployment, Role
 from modelplane.api.placement_lock import LockedReplica
 from modelplane.api.pod_template import Container
-from modelplane.api.topology import WorkerShape
+from modelplane.api.topology import WorkerShape, port_arg
 
 ENGINE = "engine"
 DEFAULT_ENGINE_PORT = 8000
@@ -84,22 +84,6 @@ def _clean(value: Any) -> Any:
 
 def dump(model: Any) -> Any:
     return _clean(model.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
-def port_arg(argv: list[str]) -> int | None:
-    """The value of `--port` in engine args (`--port=N`, `--port N`), if any."""
-    tokens: list[str] = []
-    for item in argv:
-        tokens.extend(item.split())
-    for i, tok in enumerate(tokens):
-        flag, eq, value = tok.partition("=")
-        if flag != "--port":
-            continue
-        if not eq:
-            value = tokens[i + 1] if i + 1 < len(tokens) else ""
-        if value.isdigit():
-            return int(value)
-    return None
 
 
 def engine_port(engine: Container) -> int:

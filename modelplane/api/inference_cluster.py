@@ -225,6 +225,25 @@ class WorkloadGateway(Strict):
     """The listener port replicas are reached on (default 80)."""
 
 
+# The components of the serving stack whose versions `servingStack.versions` may override
+# (components.charts pins them; a test keeps both lists equal).
+SERVING_STACK_COMPONENTS: frozenset[str] = frozenset(
+    {
+        "certManager",
+        "envoyGateway",
+        "envoyAiGatewayCrds",
+        "envoyAiGateway",
+        "prometheus",
+        "leaderWorkerSet",
+        "nodeFeatureDiscovery",
+        "nvidiaDraDriver",
+        "keda",
+        "gatewayApi",
+        "inferenceExtension",
+    }
+)
+
+
 class ServingStackOptions(Strict):
     install: bool = True
     """Install the serving stack (default true); false: the platform team runs its own."""
@@ -235,6 +254,17 @@ class ServingStackOptions(Strict):
     gateway: WorkloadGateway | None = None
     """Only with install: false -- the platform's own gateway controller for the workload Gateway.
     """
+
+    @field_validator("versions")
+    @classmethod
+    def _known_components(cls, versions: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(versions) - SERVING_STACK_COMPONENTS)
+        if unknown:
+            raise ValueError(
+                f"unknown component(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(SERVING_STACK_COMPONENTS))}"
+            )
+        return versions
 
     @model_validator(mode="after")
     def _gateway_only_without_install(self) -> ServingStackOptions:
@@ -280,6 +310,18 @@ class InferenceClusterSpec(Strict):
                 problems.append((f"nodePools[{i}].capacityBlock", "only supported on EKS"))
             if pool.fabric == "EFA" and source != "EKS":
                 problems.append((f"nodePools[{i}].fabric", "EFA is only supported on EKS"))
+        eks = self.cluster.eks
+        if source == "EKS" and eks is not None:
+            zones = sorted({z for pool in self.node_pools for z in pool.zones})
+            blocks = len(eks.networking.subnet_cidrs)
+            if len(zones) > blocks:
+                problems.append(
+                    (
+                        "cluster.eks.networking.subnetCidrs",
+                        f"the node pools use {len(zones)} zones ({', '.join(zones)}) but "
+                        f"subnetCidrs has {blocks} blocks (one per zone is needed)",
+                    )
+                )
         raise_if(problems)
         return self
 

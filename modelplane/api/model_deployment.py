@@ -19,7 +19,14 @@ from modelplane.api.base import (
 from modelplane.api.pod_template import PodTemplate
 from modelplane.api.problems import raise_if
 from modelplane.api.quantities import QuantityStr
-from modelplane.api.topology import TOPOLOGY_ENV, WorkerShape, flag_value_agrees, parallel_flags
+from modelplane.api.topology import (
+    POOL_PORT,
+    TOPOLOGY_ENV,
+    WorkerShape,
+    flag_value_agrees,
+    parallel_flags,
+    port_arg,
+)
 
 RoleName = Literal["unified", "prefill", "decode"]
 
@@ -237,6 +244,22 @@ class ModelDeploymentSpec(Strict):
         raise_if(problems)
         for name, role in self.roles.items():
             self._check_device_counts(name, role)
+        if self.decode is not None:
+            engine = self.decode.workers.template.spec.engine
+            first = engine.ports[0].container_port if engine.ports else None
+            if (
+                first in (None, POOL_PORT)
+                and port_arg([*engine.command, *engine.args]) == POOL_PORT
+            ):
+                raise_if(
+                    [
+                        (
+                            "decode.workers.template.spec.containers[engine].args",
+                            f"the decode engine listens on {POOL_PORT}, which the P/D routing "
+                            "sidecar owns: give it another --port (or omit --port to get 8001)",
+                        )
+                    ]
+                )
         return self
 
     def _check_device_counts(self, name: str, role: Role) -> None:

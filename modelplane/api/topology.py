@@ -84,3 +84,23 @@ def parallel_flags(argv: list[str]) -> list[tuple[str, str, str]]:
             value = tokens[i + 1] if i + 1 < len(tokens) else ""
         found.append((flag, field, value))
     return found
+
+
+POOL_PORT = 8000
+"""On decode pods of a disaggregated deployment the P/D routing sidecar owns this port."""
+
+
+def port_arg(argv: list[str]) -> int | None:
+    """The value of `--port` in engine args (`--port=N`, `--port N`), if any."""
+    tokens: list[str] = []
+    for item in argv:
+        tokens.extend(item.split())
+    for i, tok in enumerate(tokens):
+        flag, eq, value = tok.partition("=")
+        if flag != "--port":
+            continue
+        if not eq:
+            value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if value.isdigit():
+            return int(value)
+    return None
