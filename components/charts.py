@@ -66,6 +66,9 @@ _PINS = (
     ("nodeFeatureDiscovery", "node-feature-discovery", "oci://registry.k8s.io/nfd/charts",                    "0.18.3",  "node-feature-discovery"),
     ("nvidiaDraDriver",      "dra-driver-nvidia-gpu",  "oci://registry.k8s.io/dra-driver-nvidia/charts",      "0.4.0",   "dra-driver-nvidia-gpu"),
     ("keda",                 "keda",                   "https://kedacore.github.io/charts",                   "2.20.2",  "keda"),
+    # EKS only (InferenceCluster installs it, whatever servingStack.install says): scales the
+    # managed node groups between minNodeCount and maxNodeCount.
+    ("clusterAutoscaler",    "cluster-autoscaler",     "https://kubernetes.github.io/autoscaler",             "9.59.0",  "kube-system"),
 )
 # fmt: on
 

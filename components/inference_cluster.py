@@ -25,7 +25,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components.charts import resolve_chart
 from components.cloud.eks import (
+    AUTOSCALER_SERVICE_ACCOUNT,
+    POOL_LABEL,
     EKSCapacityBlock,
     EKSCluster,
     EKSClusterArgs,
@@ -50,7 +53,7 @@ from components.serving_stack import (
 )
 from components.workload.objects import ensure_namespace
 from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
-from modelplane.api.inference_cluster import InferenceCluster, NodePool
+from modelplane.api.inference_cluster import InferenceCluster, InferenceClusterSpec, NodePool
 
 GKE_STORAGE_CLASS = "modelplane-rwx"
 EKS_STORAGE_CLASS = "modelplane-rwx-efs"
@@ -287,6 +290,10 @@ class InferenceClusterComponent(pulumi.ComponentResource):
             cache = existing.cache if existing is not None else None
             self.storage_class_name = cache.storage_class_name if cache is not None else None
 
+        self.autoscaler: kubernetes.helm.v3.Release | None = None
+        if isinstance(self.cloud, EKSCluster) and self.cloud.autoscaler_identity is not None:
+            self.autoscaler = self._autoscaler(name, self.cloud, spec, k8s_child)
+
         self.serving_stack: ServingStack | None = None
         if spec.serving_stack.install and render_to is None:
             self.serving_stack = ServingStack(
@@ -322,4 +329,45 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 "storage_class_name": self.storage_class_name,
                 "pool_shapes": self.pool_shapes,
             }
+        )
+
+    @staticmethod
+    def _autoscaler(
+        name: str,
+        cloud: EKSCluster,
+        spec: InferenceClusterSpec,
+        opts: pulumi.ResourceOptions,
+    ) -> kubernetes.helm.v3.Release:
+        """cluster-autoscaler on the system pool, discovering this cluster's node groups, with
+        its AWS permissions through the Pod Identity association (docs/architecture.md)."""
+        chart = resolve_chart(
+            "clusterAutoscaler", spec.serving_stack.versions, spec.serving_stack.chart_repository
+        )
+        return kubernetes.helm.v3.Release(
+            f"{name}-{chart.spec.release_name}",
+            name=chart.spec.release_name,
+            chart=chart.chart,
+            version=chart.version,
+            repository_opts=(
+                kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
+                if chart.repository
+                else None
+            ),
+            namespace=chart.spec.namespace,
+            create_namespace=False,
+            values={
+                "cloudProvider": "aws",
+                "awsRegion": cloud.region,
+                "autoDiscovery": {"clusterName": cloud.cluster_name},
+                "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
+                "nodeSelector": {POOL_LABEL: "system"},
+                "extraArgs": {
+                    "balance-similar-node-groups": True,
+                    # GPU pods claim their devices through DRA (ResourceClaims).
+                    "enable-dynamic-resource-allocation": True,
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(depends_on=[cloud.autoscaler_identity])
+            ),
         )

@@ -827,3 +827,52 @@ def test_validate_knows_exactly_the_pinned_serving_stack_components() -> None:
     from modelplane.api.inference_cluster import SERVING_STACK_COMPONENTS
 
     assert VERSION_KEYS == SERVING_STACK_COMPONENTS
+
+
+def test_eks_cluster_autoscaler_with_pod_identity() -> None:
+    """Node groups may grow to maxNodeCount (the scheduler counts it): cluster-autoscaler
+    runs on the system pool with its AWS permissions through EKS Pod Identity."""
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+
+    role = run.one("aws:iam/role:Role", name="eks-west-cluster-autoscaler")
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+    assert trust["Principal"]["Service"] == "pods.eks.amazonaws.com"
+    assert set(trust["Action"]) == {"sts:AssumeRole", "sts:TagSession"}
+    policy = run.one("aws:iam/rolePolicy:RolePolicy", name="eks-west-cluster-autoscaler")
+    assert policy.inputs["role"] == role.id
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    scale = next(s for s in statements if "autoscaling:SetDesiredCapacity" in s["Action"])
+    assert scale["Condition"]["StringEquals"] == {
+        "aws:ResourceTag/k8s.io/cluster-autoscaler/eks-west": "owned"
+    }
+    assert any("eks:DescribeNodegroup" in s["Action"] for s in statements)
+
+    association = run.one("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+    assert association.inputs["clusterName"] == "eks-west"
+    assert association.inputs["namespace"] == "kube-system"
+    assert association.inputs["serviceAccount"] == "cluster-autoscaler"
+    assert association.inputs["roleArn"] == role.state["arn"]
+    assert association.depends_on(run.one("eks:index:Cluster"))
+
+    autoscaler = run.one(RELEASE, name="eks-west-mp-cluster-autoscaler")
+    assert autoscaler.inputs["chart"] == "cluster-autoscaler"
+    assert autoscaler.inputs["version"] == CHARTS["clusterAutoscaler"].version
+    assert autoscaler.get("repositoryOpts.repo") == "https://kubernetes.github.io/autoscaler"
+    assert autoscaler.inputs["namespace"] == "kube-system"
+    assert autoscaler.get("values.cloudProvider") == "aws"
+    assert autoscaler.get("values.awsRegion") == "us-west-2"
+    assert autoscaler.get("values.autoDiscovery.clusterName") == "eks-west"
+    assert autoscaler.get("values.rbac.serviceAccount.name") == "cluster-autoscaler"
+    assert autoscaler.get("values.nodeSelector") == {"modelplane.ai/pool": "system"}
+    assert autoscaler.depends_on(association)
+    assert autoscaler.provider and "eks-west-k8s" in autoscaler.provider
+
+
+def test_gke_clusters_get_no_cluster_autoscaler_release() -> None:
+    run = MockRun()
+    run.run(
+        lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})
+    )
+    assert not [r for r in run.of_type(RELEASE) if "cluster-autoscaler" in r.name]
+    assert not run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")

@@ -165,6 +165,13 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert deploy.count("update") == deploy.count("delete") == deploy.count("replace") == 0
     assert gateway.count("update") == 1 and gateway.count("delete") == 0
 
+    # The cluster stack alone is refused while the other stacks hold objects on it.
+    refused = fleet.destroy(only=["cluster-local"])
+    (alone,) = refused.results
+    assert alone.outcome is Outcome.FAILED and alone.error
+    assert "deploy-demo-qwen" in alone.error and "gateway" in alone.error
+    assert fleet.resources("cluster-local") and manifests(rendered) == after
+
     # Destroy: manifests gone, no resources left in any stack.
     gone = check(fleet.destroy())
     assert [r.stack for r in gone.results] == ["gateway", "deploy-demo-qwen", "cluster-local"]

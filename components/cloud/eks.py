@@ -44,6 +44,8 @@ EFA_INTERFACES: dict[str, int] = {"p5": 32, "p5e": 32, "p5en": 16, "p4d": 4, "p4
 """EFA interfaces per instance family (one per network card); other families get one."""
 
 _POLICY = "arn:aws:iam::aws:policy/"
+AUTOSCALER_NAMESPACE = "kube-system"
+AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
 
@@ -183,6 +185,49 @@ def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderReso
         if isinstance(p, pulumi.ProviderResource) and p.package == "aws":
             return p
     return None
+
+
+def autoscaler_policy(cluster_name: str) -> str:
+    """What cluster-autoscaler needs on AWS: read the node groups and instance types (also to
+    scale a managed node group up from zero), and resize or shrink only this cluster's
+    groups (EKS tags their Auto Scaling groups `k8s.io/cluster-autoscaler/<cluster>=owned`)."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": [
+                        "autoscaling:DescribeAutoScalingGroups",
+                        "autoscaling:DescribeAutoScalingInstances",
+                        "autoscaling:DescribeLaunchConfigurations",
+                        "autoscaling:DescribeScalingActivities",
+                        "autoscaling:DescribeTags",
+                        "ec2:DescribeImages",
+                        "ec2:DescribeInstanceTypes",
+                        "ec2:DescribeLaunchTemplateVersions",
+                        "ec2:GetInstanceTypesFromInstanceRequirements",
+                        "eks:DescribeNodegroup",
+                    ],
+                    "Resource": "*",
+                },
+                {
+                    "Effect": "Allow",
+                    "Action": [
+                        "autoscaling:SetDesiredCapacity",
+                        "autoscaling:TerminateInstanceInAutoScalingGroup",
+                    ],
+                    "Resource": "*",
+                    "Condition": {
+                        "StringEquals": {
+                            f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"
+                        }
+                    },
+                },
+            ],
+        },
+        sort_keys=True,
+    )
 
 
 NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
@@ -470,6 +515,43 @@ class EKSCluster(pulumi.ComponentResource):
                 )
             ],
         )
+
+        # --- cluster-autoscaler identity (EKS Pod Identity) --------------------------------
+        # Installed (by InferenceCluster, through the cluster's Kubernetes provider) when some
+        # node group may grow beyond its initial size; node groups ignore later changes to
+        # their desired size, so the autoscaler owns it.
+        self.autoscaler_identity: aws.eks.PodIdentityAssociation | None = None
+        self.region = args.region
+        if any(p.max_node_count > p.desired_size for p in pools):
+            autoscaler_role = aws.iam.Role(
+                f"{name}-cluster-autoscaler",
+                assume_role_policy=_assume_role_policy(
+                    "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
+                ),
+                tags=tags,
+                opts=self._opts(),
+            )
+            autoscaler_policy_ = aws.iam.RolePolicy(
+                f"{name}-cluster-autoscaler",
+                role=autoscaler_role.id,
+                policy=autoscaler_policy(cluster_name),
+                opts=self._opts(),
+            )
+            self.autoscaler_identity = aws.eks.PodIdentityAssociation(
+                f"{name}-cluster-autoscaler",
+                cluster_name=cluster_name,
+                namespace=AUTOSCALER_NAMESPACE,
+                service_account=AUTOSCALER_SERVICE_ACCOUNT,
+                role_arn=autoscaler_role.arn,
+                tags=tags,
+                opts=self._opts(
+                    depends_on=[
+                        cluster,
+                        self.addons["eks-pod-identity-agent"],
+                        autoscaler_policy_,
+                    ]
+                ),
+            )
 
         # --- EFS (ReadWriteMany storage for model caches) ------------------------------
         nfs_sg = aws.ec2.SecurityGroup(

@@ -238,6 +238,7 @@ SERVING_STACK_COMPONENTS: frozenset[str] = frozenset(
         "nodeFeatureDiscovery",
         "nvidiaDraDriver",
         "keda",
+        "clusterAutoscaler",
         "gatewayApi",
         "inferenceExtension",
     }

@@ -314,6 +314,14 @@ def up(
         bool,
         typer.Option("--prune", help="Destroy and remove stacks the fleet no longer derives."),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --prune: destroy a cluster stack even while other stacks still hold "
+            "objects on it.",
+        ),
+    ] = False,
     yes: YesOpt = False,
     refresh: RefreshOpt = False,
     expect_no_changes: ExpectNoChangesOpt = False,
@@ -379,6 +387,7 @@ def up(
                 all_stacks=all_stacks,
                 only=stack,
                 prune=prune,
+                force=force,
                 observer=obs,
                 refresh=refresh,
                 expect_no_changes=expect_no_changes,
@@ -420,6 +429,13 @@ def destroy(
     remove: Annotated[
         bool, typer.Option("--remove", help="Also delete the stacks and their history.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Destroy a cluster stack even while other stacks still hold objects on it.",
+        ),
+    ] = False,
     lock: LockOpt = None,
     backend: BackendOpt = None,
     secrets_provider: SecretsOpt = None,
@@ -445,7 +461,9 @@ def destroy(
                 raise typer.Exit(EXIT_FAILED)
         run = _run(
             output,
-            lambda obs: f.destroy(parallel=parallel, only=stack, remove=remove, observer=obs),
+            lambda obs: f.destroy(
+                parallel=parallel, only=stack, remove=remove, force=force, observer=obs
+            ),
         )
     _report(run, output, headers=not no_headers)
 

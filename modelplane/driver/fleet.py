@@ -29,6 +29,7 @@ from modelplane.api.errors import FleetInvalid
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import LOCK_FILE, load_fleet
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.driver import hosting
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
 from modelplane.driver.events import StackEvent, StackProgress, stack_event
@@ -44,7 +45,7 @@ from modelplane.driver.unroutable import read_unroutable
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
-from modelplane.stacks import StackUnit, cluster_stack, stack_units
+from modelplane.stacks import StackUnit, Tier, cluster_stack, stack_units
 
 OnEvent = Callable[[str, StackEvent], None]
 """``on_event(stack_name, event)``: a :class:`~modelplane.driver.events.StackEvent` for each
@@ -234,6 +235,7 @@ class Fleet:
         all_stacks: bool = False,
         only: Iterable[str] | None = None,
         prune: bool = False,
+        force: bool = False,
         observer: Observer | None = None,
         refresh: bool = False,
         expect_no_changes: bool = False,
@@ -243,8 +245,9 @@ class Fleet:
 
         Stacks whose inputs did not change since their last successful update are skipped
         unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
-        derives are reported (``orphans``) and destroyed only with ``prune``.
-        ``refresh``, ``expect_no_changes`` and ``policy_packs`` are passed to every
+        derives are reported (``orphans``) and destroyed only with ``prune``; a cluster stack
+        among them is not destroyed while another stack still holds objects on it, unless
+        ``force``. ``refresh``, ``expect_no_changes`` and ``policy_packs`` are passed to every
         ``pulumi up`` (``--refresh``, ``--expect-no-changes``, ``--policy-pack``).
         """
         started = time.monotonic()
@@ -274,17 +277,21 @@ class Fleet:
                 names = {u.name for u in units}
                 orphans = [self._orphan_unit(n) for n in existing if n not in names]
                 if orphans and prune:
+                    refused = {} if force else self._still_hosting(session, orphans, existing)
                     pruned = self._run(
                         "destroy",
                         orphans,
-                        lambda u: ops.destroy_stack(ctx, u, remove=True),
+                        lambda u: (
+                            self._refused(u, refused) or ops.destroy_stack(ctx, u, remove=True)
+                        ),
                         parallel,
                         observer,
                         on_event=on_event,
                         reverse=True,
                     )
                     for r in pruned.results:
-                        r.note = "no longer in the fleet: destroyed and removed"
+                        if r.ok:
+                            r.note = "no longer in the fleet: destroyed and removed"
                     run.results.extend(pruned.results)
                 else:
                     run.orphans = [u.name for u in orphans]
@@ -298,10 +305,13 @@ class Fleet:
         on_event: OnEvent | None = None,
         only: Iterable[str] | None = None,
         remove: bool = False,
+        force: bool = False,
         observer: Observer | None = None,
     ) -> RunResult:
         """Destroy every stack of the fleet that exists in the backend (also stacks the
-        fleet no longer derives), in reverse tier order; ``remove`` deletes the stacks too."""
+        fleet no longer derives), in reverse tier order; ``remove`` deletes the stacks too.
+        A cluster stack is not destroyed while a stack outside the run still holds objects
+        on it (it fails saying which), unless ``force``."""
         observer = observer or Observer()
         with self._session(observer) as session:
             existing = set(session.list_stacks())
@@ -311,10 +321,11 @@ class Fleet:
             units += [self._orphan_unit(n) for n in sorted(existing - names)]
             units = self._select(units, only, known=[u.name for u in derived] + sorted(existing))
             ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+            refused = {} if force else self._still_hosting(session, units, existing)
             return self._run(
                 "destroy",
                 units,
-                lambda u: ops.destroy_stack(ctx, u, remove=remove),
+                lambda u: self._refused(u, refused) or ops.destroy_stack(ctx, u, remove=remove),
                 parallel,
                 observer,
                 on_event=on_event,
@@ -510,6 +521,38 @@ class Fleet:
         run_result.duration = time.monotonic() - started
         observer.run_finished(run_result)
         return run_result
+
+    def _still_hosting(
+        self, session: EngineSession, units: list[StackUnit], existing: Iterable[str]
+    ) -> dict[str, list[str]]:
+        """Cluster stacks among `units` on which a stack outside `units` still holds
+        objects (read from the stacks' exported state), with those stacks."""
+        from pulumi.automation.errors import StackNotFoundError
+
+        clusters = [u.name for u in units if u.tier == Tier.CLUSTERS]
+        if not clusters:
+            return {}
+        leaving = {u.name for u in units}
+        others = sorted(
+            n for n in existing if n not in leaving and tier_of_stack_name(n) != Tier.CLUSTERS
+        )
+        states: dict[str, list[dict[str, Any]]] = {}
+        for name in others:
+            try:
+                exported = session.stack(name, create=False).export_stack()
+            except StackNotFoundError:
+                continue
+            states[name] = list((exported.deployment or {}).get("resources") or [])
+        gateway = self.spec.gateway
+        gateway_cluster = gateway.spec.cluster.inference_cluster_ref if gateway else None
+        return hosting.still_hosting(clusters, states, gateway_cluster)
+
+    @staticmethod
+    def _refused(unit: StackUnit, refused: Mapping[str, list[str]]) -> StackResult | None:
+        stacks = refused.get(unit.name)
+        if not stacks:
+            return None
+        return StackResult(unit.name, unit.tier, Outcome.FAILED, error=hosting.refusal(stacks))
 
     @staticmethod
     def _orphan_unit(name: str) -> StackUnit:
