@@ -876,3 +876,24 @@ def test_gke_clusters_get_no_cluster_autoscaler_release() -> None:
     )
     assert not [r for r in run.of_type(RELEASE) if "cluster-autoscaler" in r.name]
     assert not run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+
+
+def test_eks_efa_pools_get_the_efa_device_plugin() -> None:
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    plugin = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
+    assert plugin.inputs["chart"] == "aws-efa-k8s-device-plugin"
+    assert plugin.get("repositoryOpts.repo") == "https://aws.github.io/eks-charts"
+    assert plugin.inputs["namespace"] == "kube-system"
+    assert plugin.get("values.tolerations") == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+    plain = inference_cluster(
+        "eks-plain",
+        {"source": "EKS", "eks": {"region": "us-west-2"}},
+        [{"name": "gpu-a10g", "className": "a10g", "nodeCount": 1, "zones": ["us-west-2b"]}],
+    )
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-plain", plain, EKS_CLASSES))
+    assert not [r for r in run.of_type(RELEASE) if "efa" in r.name]

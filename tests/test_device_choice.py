@@ -83,7 +83,7 @@ def test_scheduler_and_claim_choose_the_same_device(
     fit = Matcher({"c": cls}).fit("ml/m", "unified", role, "c")
     assert fit.demand is not None
     names = [d.name for d in cls.spec.devices]
-    assert [names[k] for r in fit.demand.requests for k in r.kinds] == chosen
+    assert [names[r.kinds[0]] for r in fit.demand.requests] == chosen
     got = claim_requests(role, cls.spec.devices, pool="p")
     assert [c.device_class_name for c in got] == claimed
     by_name = {d.name: d for d in cls.spec.devices}
@@ -102,3 +102,18 @@ def test_the_scheduler_charges_only_the_claimed_kind() -> None:
         [deployment("m", 2, tensor=8, devices=[request("gpu")])],
     )
     assert len(schedule(f, None).report["ml/m"].replicas) == 1
+
+
+def test_kinds_of_one_device_class_serve_one_claim() -> None:
+    """Two GPU kinds of the same DeviceClass: the claim can be served by either on a real
+    node, so the scheduler may spill into the second (3 pods of 2 on 2 + 4 GPUs)."""
+    cls = inference_class("c", devices=[gpu_device(2, name="g1"), gpu_device(4, name="g2")])
+    f = fleet([cls], [cluster("k", [pool("p", "c", 1)])], [deployment("m", 4, tensor=2)])
+    assert len(schedule(f, None).report["ml/m"].replicas) == 3
+    dep = deployment("m", tensor=2)
+    fit = Matcher({"c": cls}).fit("ml/m", "unified", dep.spec.roles["unified"], "c")
+    assert fit.demand is not None and fit.demand.requests[0].kinds == (0, 1)
+    assert [
+        c.device_class_name
+        for c in claim_requests(dep.spec.roles["unified"], cls.spec.devices, pool="p")
+    ] == ["gpu.nvidia.com"]

@@ -1,9 +1,10 @@
 """Which device kind of a class serves each of a role's device requests (CEL, memoized).
 
-A role's pod asks, per device request in order, for `count` devices of the one
+A role's pod asks, per device request in order, for `count` devices of the
 device kind `choose_device` picks for that request on the class (the same
-function names the DeviceClass of the workload's ResourceClaimTemplate, so the
-scheduler charges what the claim asks for). What is static about that (the
+function names the DeviceClass of the workload's ResourceClaimTemplate), or of
+another kind the same claim can be served by on a real node (`same_claim`), so
+the scheduler charges only what the claim can get. What is static about that (the
 kind, and whether a pod fits on an empty node, CPU and memory included) is
 computed once per (deployment, role, class) here; what depends on occupancy
 lives in `capacity`.
@@ -49,13 +50,47 @@ def choose_device(
     return next((i for i in candidates if devices[i].claim == "DRA"), None)
 
 
+def same_claim(a: ClassDevice, b: ClassDevice) -> bool:
+    """Whether what claims `a` may be served by `b` on a real node: the same DeviceClass of
+    the same driver (DRA), the same extended resource, or (Synthetic) the same device."""
+    if a.claim != b.claim:
+        return False
+    if a.claim == "DRA":
+        return (a.device_class_name, a.driver) == (b.device_class_name, b.driver)
+    if a.claim == "ExtendedResource":
+        return a.resource_name == b.resource_name
+    return a is b
+
+
+def device_kinds(
+    name: str | None,
+    count: int,
+    devices: Sequence[ClassDevice],
+    satisfies: Callable[[int], bool],
+    *,
+    selectors: bool,
+) -> tuple[int, ...]:
+    """The kinds a request may take its devices from: the kind `choose_device` picks (whose
+    DeviceClass the claim names), then the other candidates the same claim can be served
+    by (`same_claim`), in class order; () when no kind serves it."""
+    chosen = choose_device(name, count, devices, satisfies, selectors=selectors)
+    if chosen is None:
+        return ()
+    peers = [
+        i
+        for i, d in enumerate(devices)
+        if i != chosen and d.count >= count and same_claim(devices[chosen], d) and satisfies(i)
+    ]
+    return (chosen, *peers)
+
+
 @dataclass(frozen=True)
 class Request:
     """One device request of a pod, resolved against one class."""
 
     name: str
     count: int
-    kinds: tuple[int, ...]  # the class device that serves it (`choose_device`), or ()
+    kinds: tuple[int, ...]  # the kinds that may serve it (`device_kinds`), or ()
 
 
 @dataclass(frozen=True)
@@ -128,7 +163,7 @@ def take_pod(demand: PodDemand, free: list[int]) -> dict[int, int] | None:
 def take_from_node(requests: tuple[Request, ...], free: list[int]) -> dict[int, int] | None:
     """Devices per kind one pod takes from a node with `free` devices left, or None.
 
-    Each request takes from its kind when `count` are left for this pod
+    Each request takes from the first of its kinds with `count` left for this pod
     (Synthetic kinds are always at full count on the node, but a pod's own
     requests do not share the same device).
     """
@@ -152,10 +187,6 @@ class RoleFit:
     unmatched: str | None = None
     oversized: str | None = None  # the pod's cpu/memory, when the devices match but a node
     # of the class has less CPU or memory than one pod asks
-
-
-def _one(kind: int | None) -> tuple[int, ...]:
-    return () if kind is None else (kind,)
 
 
 class Matcher:
@@ -199,15 +230,15 @@ class Matcher:
         devices = cls.spec.devices
         requests: list[Request] = []
         if role.node_selector is None:
-            kind = choose_device(None, gpus, devices, lambda _: True, selectors=False)
-            requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, _one(kind)))
+            kinds = device_kinds(None, gpus, devices, lambda _: True, selectors=False)
+            requests.append(Request(IMPLICIT_GPU_REQUEST, gpus, kinds))
         else:
             for req in role.node_selector.devices:
                 # Only the GPU request (`gpu_request`) may omit count (validated); it
                 # defaults to the topology's GPUs per node.
                 count = req.count if req.count is not None else gpus
                 exprs = [s.cel for s in req.selectors]
-                kind = choose_device(
+                kinds = device_kinds(
                     req.name,
                     count,
                     devices,
@@ -216,7 +247,7 @@ class Matcher:
                     ),
                     selectors=bool(exprs),
                 )
-                requests.append(Request(req.name, count, _one(kind)))
+                requests.append(Request(req.name, count, kinds))
         # A pod must fit on an empty node; the first request it cannot take is the culprit.
         for upto in range(1, len(requests) + 1):
             if take_from_node(tuple(requests[:upto]), list(shape.counts)) is None:
