@@ -68,6 +68,8 @@ _PINS = (
     ("keda",                 "keda",                   "https://kedacore.github.io/charts",                   "2.20.2",  "keda"),
     # EKS only (InferenceCluster installs it, whatever servingStack.install says): scales the
     # managed node groups between minNodeCount and maxNodeCount.
+    # EKS pools with fabric EFA: advertises the EFA interfaces as vpc.amazonaws.com/efa.
+    ("awsEfaDevicePlugin",   "aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts",                 "v0.5.8",  "kube-system"),
     ("clusterAutoscaler",    "cluster-autoscaler",     "https://kubernetes.github.io/autoscaler",             "9.59.0",  "kube-system"),
 )
 # fmt: on

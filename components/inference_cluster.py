@@ -294,6 +294,10 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         if isinstance(self.cloud, EKSCluster) and self.cloud.autoscaler_identity is not None:
             self.autoscaler = self._autoscaler(name, self.cloud, spec, k8s_child)
 
+        self.efa_device_plugin: kubernetes.helm.v3.Release | None = None
+        if isinstance(self.cloud, EKSCluster) and any(p.fabric == "EFA" for p in spec.node_pools):
+            self.efa_device_plugin = self._efa_device_plugin(name, spec, k8s_child)
+
         self.serving_stack: ServingStack | None = None
         if spec.serving_stack.install and render_to is None:
             self.serving_stack = ServingStack(
@@ -329,6 +333,36 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 "storage_class_name": self.storage_class_name,
                 "pool_shapes": self.pool_shapes,
             }
+        )
+
+    @staticmethod
+    def _efa_device_plugin(
+        name: str, spec: InferenceClusterSpec, opts: pulumi.ResourceOptions
+    ) -> kubernetes.helm.v3.Release:
+        """The AWS EFA device plugin: each EFA node advertises its interfaces as the extended
+        resource `vpc.amazonaws.com/efa`, which pods of classes that declare them as an
+        ExtendedResource device request (docs/api.md). It tolerates the GPU taint."""
+        chart = resolve_chart(
+            "awsEfaDevicePlugin", spec.serving_stack.versions, spec.serving_stack.chart_repository
+        )
+        return kubernetes.helm.v3.Release(
+            f"{name}-{chart.spec.release_name}",
+            name=chart.spec.release_name,
+            chart=chart.chart,
+            version=chart.version,
+            repository_opts=(
+                kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
+                if chart.repository
+                else None
+            ),
+            namespace=chart.spec.namespace,
+            create_namespace=False,
+            values={
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ]
+            },
+            opts=opts,
         )
 
     @staticmethod

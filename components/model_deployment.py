@@ -32,7 +32,7 @@ import pulumi
 
 from components.model_cache import cache_claim_name
 from components.workload import disaggregation as pd
-from components.workload.claims import claim_requests, claim_template
+from components.workload.claims import claim_requests, claim_template, extended_resources
 from components.workload.objects import (
     CLUSTER,
     DEPLOYMENT,
@@ -142,7 +142,8 @@ def replica_manifests(
     for role_name, role in deployment.spec.roles.items():
         pool = replica.pools[role_name]  # type: ignore[index]
         role_labels = {**base, ROLE: role_name}
-        requests = claim_requests(role, target.pool_devices.get(pool, ()), pool=pool)
+        devices = target.pool_devices.get(pool, ())
+        requests = claim_requests(role, devices, pool=pool)
         rct = child_name(replica.name, role_name, "devices") if requests else None
         if rct is not None:
             out.append(claim_template(rct, ns, role_labels, requests))
@@ -153,6 +154,7 @@ def replica_manifests(
             role,
             claim_template=rct,
             cache_claim=cache_claim,
+            extended=extended_resources(role, devices),
             extra_labels=pd.role_labels(role_name) if disaggregated else {},
         )
         out.append(

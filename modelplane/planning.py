@@ -24,6 +24,17 @@ class PlanOutcome:
     warnings: list[SpecError] = field(default_factory=list)
 
     @property
+    def removed(self) -> dict[str, int]:
+        """Deployments the previous lock placed that the fleet no longer has, with how many
+        replicas it placed: their stacks keep running until `up --prune` destroys them, and
+        the scheduler does not count their devices (docs/scheduling.md)."""
+        return {
+            key: len(dep.replicas)
+            for key, dep in sorted(self.previous.deployments.items())
+            if key not in self.fleet.deployments and dep.replicas
+        }
+
+    @property
     def shortfall(self) -> bool:
         return self.result is not None and any(r.unplaced for r in self.result.report.values())
 
@@ -37,9 +48,20 @@ class PlanOutcome:
             }
         deployments = {key: rep.as_dict() for key, rep in self.result.report.items()}
         out: dict[str, Any] = {"deployments": deployments, "errors": [], "warnings": warnings}
+        if self.removed:
+            out["removed"] = {
+                key: {"replicas": n, "note": removed_note(n)} for key, n in self.removed.items()
+            }
         if self.result.optimize is not None:
             out["optimize"] = self.result.optimize.as_dict()
         return out
+
+
+def removed_note(replicas: int) -> str:
+    return (
+        f"removed from the fleet: its {replicas} replica(s) keep running until `up --prune` "
+        "destroys its stack, and their devices are not counted in this plan"
+    )
 
 
 def plan_fleet(

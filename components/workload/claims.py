@@ -111,6 +111,21 @@ def claim_requests(role: Role, devices: Sequence[ClassDevice], *, pool: str) -> 
     return out
 
 
+def extended_resources(role: Role, devices: Sequence[ClassDevice]) -> dict[str, int]:
+    """Per extended resource, how many of it each pod of the role requests: the requests
+    that land on `ExtendedResource` devices (e.g. EFA interfaces through the AWS EFA device
+    plugin, `vpc.amazonaws.com/efa`)."""
+    out: dict[str, int] = {}
+    if role.node_selector is None:
+        return out
+    for request in role.node_selector.devices:
+        device = match_device(request, request_count(role, request), devices)
+        if device is not None and device.claim == "ExtendedResource" and device.resource_name:
+            count = request_count(role, request)
+            out[device.resource_name] = out.get(device.resource_name, 0) + count
+    return out
+
+
 def claim_template(
     name: str, namespace: str, labels: Mapping[str, str], requests: Sequence[ClaimRequest]
 ) -> Manifest:

@@ -52,6 +52,8 @@ class PodContext:
     role: Role
     claim_template: str | None = None
     cache_claim: str | None = None
+    # Extended resources (device plugins) each pod requests, e.g. {"vpc.amazonaws.com/efa": 16}.
+    extended: Mapping[str, int] = field(default_factory=dict)
     # Labels of serving pods only (prefill/decode: the llm-d role labels the EPP filters on).
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
@@ -162,6 +164,11 @@ def engine_container(
     requests = dict(resources.get("requests", {}))
     requests.update(cpu=ctx.role.workers.resources.cpu, memory=ctx.role.workers.resources.memory)
     resources["requests"] = requests
+    if ctx.extended:
+        limits = dict(resources.get("limits", {}))
+        for name, count in sorted(ctx.extended.items()):
+            requests[name] = limits[name] = str(count)
+        resources["limits"] = limits
     if ctx.claim_template is not None:
         resources["claims"] = [{"name": CLAIM_NAME}]
     body["resources"] = resources

@@ -71,6 +71,11 @@ def _check_names(mapping: dict[str, object], what: str) -> None:
             )
 
 
+_RESOURCE_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
 class ClassDevice(Strict):
     name: str = Field(min_length=1, max_length=63)
     """The device's name within the class (unique), referenced by nodeSelector.devices[].name."""
@@ -78,10 +83,14 @@ class ClassDevice(Strict):
     """The DRA driver; also the domain of bare attribute and capacity names in CEL."""
     device_class_name: DNSSubdomain | None = None
     """The DRA DeviceClass the device is claimed from; required when claim is DRA."""
-    claim: Literal["DRA", "Synthetic"] = "DRA"
-    """DRA (default): claimed through a ResourceClaim; Synthetic: matched by the scheduler, never
-    claimed.
+    claim: Literal["DRA", "ExtendedResource", "Synthetic"] = "DRA"
+    """DRA (default): claimed through a ResourceClaim; ExtendedResource: a device plugin's
+    extended resource (`resourceName`) the pod requests; Synthetic: matched by the scheduler,
+    never claimed.
     """
+    resource_name: str | None = Field(default=None, max_length=253)
+    """The extended resource (domain/name, e.g. vpc.amazonaws.com/efa); only with claim
+    ExtendedResource, and required there."""
     count: int = Field(default=1, ge=1, le=64)
     """Devices of this kind per node (1..64)."""
     attributes: dict[str, DeviceAttribute] = Field(default_factory=dict, max_length=32)
@@ -93,6 +102,14 @@ class ClassDevice(Strict):
     def _dra_needs_class(self) -> ClassDevice:
         if self.claim == "DRA" and not self.device_class_name:
             raise ValueError("deviceClassName is required when claim is DRA")
+        if self.claim == "ExtendedResource":
+            if not self.resource_name or not _RESOURCE_NAME.match(self.resource_name):
+                raise ValueError(
+                    "resourceName (a device plugin's extended resource, domain/name such as "
+                    "vpc.amazonaws.com/efa) is required when claim is ExtendedResource"
+                )
+        elif self.resource_name is not None:
+            raise ValueError("resourceName is only for claim ExtendedResource")
         _check_names(self.attributes, "attribute")
         _check_names(self.capacity, "capacity")
         return self
@@ -152,7 +169,9 @@ class NodeAllocatable(Strict):
     """CPU and memory one node offers pods (its Node `.status.allocatable`)."""
 
     cpu: QuantityStr = Field(min_length=1, max_length=32)
+    """Allocatable CPU per node, a Kubernetes quantity (e.g. "188", "7910m")."""
     memory: QuantityStr = Field(min_length=1, max_length=32)
+    """Allocatable memory per node, a Kubernetes quantity (e.g. 1900Gi)."""
 
     @model_validator(mode="after")
     def _positive(self) -> NodeAllocatable:

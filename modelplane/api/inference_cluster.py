@@ -239,6 +239,7 @@ SERVING_STACK_COMPONENTS: frozenset[str] = frozenset(
         "nvidiaDraDriver",
         "keda",
         "clusterAutoscaler",
+        "awsEfaDevicePlugin",
         "gatewayApi",
         "inferenceExtension",
     }

@@ -43,6 +43,7 @@ class NodeShape:
     cpu: str = DEFAULT_CPU
     memory: str = DEFAULT_MEMORY
     pods: str = DEFAULT_PODS
+    extended: tuple[tuple[str, int], ...] = ()  # device plugins' resources (ExtendedResource)
 
 
 def node_shape(klass: InferenceClass | None) -> NodeShape:
@@ -50,10 +51,15 @@ def node_shape(klass: InferenceClass | None) -> NodeShape:
     type, the figures the scheduler charges), else generous defaults."""
     if klass is None:
         return NodeShape(cpu="8", memory="32Gi")
+    extended = tuple(
+        (d.resource_name, d.count)
+        for d in klass.spec.devices
+        if d.claim == "ExtendedResource" and d.resource_name
+    )
     allocatable = klass.spec.node_allocatable
     if allocatable is None:
-        return NodeShape()
-    return NodeShape(cpu=allocatable.cpu, memory=f"{allocatable.memory_bytes}")
+        return NodeShape(extended=extended)
+    return NodeShape(cpu=allocatable.cpu, memory=f"{allocatable.memory_bytes}", extended=extended)
 
 
 def node_name(cluster: str, pool: str, index: int) -> str:
@@ -70,6 +76,7 @@ def _node(
 ) -> Manifest:
     name = node_name(cluster, pool, index)
     resources = {"cpu": shape.cpu, "memory": shape.memory, "pods": shape.pods}
+    resources.update((name, str(count)) for name, count in shape.extended)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -116,7 +123,7 @@ def resource_slices(node: str, klass: InferenceClass) -> list[Manifest]:
     by_driver: dict[str, list[dict[str, Any]]] = {}
     for device in klass.spec.devices:
         if device.claim != "DRA":
-            continue  # Synthetic devices are matched by modelplane, never claimed
+            continue  # Synthetic devices are only matched; ExtendedResource ones are on the Node
         by_driver.setdefault(device.driver, []).extend(_device_entries(device))
     slices = []
     for driver, devices in sorted(by_driver.items()):

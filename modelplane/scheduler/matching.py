@@ -98,7 +98,8 @@ class ClassShape:
     """The node of a pool: per device kind, how many and whether they are consumed."""
 
     counts: tuple[int, ...]
-    consumed: tuple[bool, ...]  # DRA devices are consumed, Synthetic ones only matched
+    consumed: tuple[bool, ...]  # DRA and ExtendedResource devices are consumed, Synthetic
+    # ones only matched
     # Per node (cpu millicores, memory bytes), or () when the class's allocatable is unknown
     # (CPU and memory unchecked). A node's row of free amounts is counts + resources.
     resources: tuple[int, ...] = ()
@@ -117,7 +118,7 @@ class ClassShape:
         allocatable = cls.spec.node_allocatable
         return ClassShape(
             counts=tuple(d.count for d in devices),
-            consumed=tuple(d.claim == "DRA" for d in devices),
+            consumed=tuple(d.claim != "Synthetic" for d in devices),
             resources=()
             if allocatable is None
             else (allocatable.cpu_milli, allocatable.memory_bytes),
