@@ -402,6 +402,9 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 },
             },
             opts=pulumi.ResourceOptions.merge(
-                opts, pulumi.ResourceOptions(depends_on=[cloud.autoscaler_identity])
+                opts,
+                pulumi.ResourceOptions(
+                    depends_on=[cloud.autoscaler_identity] if cloud.autoscaler_identity else []
+                ),
             ),
         )

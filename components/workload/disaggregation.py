@@ -26,7 +26,8 @@ from components.workload.objects import SKIP_AWAIT, Manifest, metadata
 from components.workload.routes import INFERENCE_GROUP
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.pod_template import Container
-from modelplane.api.topology import POOL_PORT, port_arg
+from modelplane.api.topology import POOL_PORT as POOL_PORT
+from modelplane.api.topology import port_arg
 
 LLMD_ROLE = "llm-d.ai/role"
 LLMD_SERVING = "llm-d.ai/inference-serving"
