@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
     Manifest,
+    app_labels,
     ensure_namespace,
     labels,
     metadata,
@@ -56,7 +57,9 @@ ENVOY = {
     "class": "modelplane-envoy",
     "port": 80,
 }
-GATEWAY_LABELS = labels({"modelplane.ai/gateway": "default"})
+GATEWAY_LABELS = labels(
+    app_labels("inference-gateway", GATEWAY_NAME, "gateway"), {"modelplane.ai/gateway": "default"}
+)
 WAIT_FOR_ADDRESS = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
 
 

@@ -46,12 +46,14 @@ from components.cloud.gke import (
 )
 from components.providers import cluster_provider
 from components.serving_stack import (
+    GATEWAY_CLASS_NAME,
     SYSTEM_NAMESPACE,
     ServingStack,
     gateway_address,
     workload_gateway,
+    workload_gateway_class,
 )
-from components.workload.objects import ensure_namespace
+from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster, InferenceClusterSpec, NodePool
 
@@ -259,7 +261,10 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         if isinstance(self.cloud, GKECluster):
             self.storage_class = kubernetes.storage.v1.StorageClass(
                 f"{name}-{GKE_STORAGE_CLASS}",
-                metadata={"name": GKE_STORAGE_CLASS},
+                metadata={
+                    "name": GKE_STORAGE_CLASS,
+                    "labels": app_labels("model-cache", GKE_STORAGE_CLASS, "storage-class"),
+                },
                 provisioner="filestore.csi.storage.gke.io",
                 parameters={"tier": "enterprise", "network": self.cloud.network_name},
                 reclaim_policy="Delete",
@@ -271,7 +276,10 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         elif isinstance(self.cloud, EKSCluster):
             self.storage_class = kubernetes.storage.v1.StorageClass(
                 f"{name}-{EKS_STORAGE_CLASS}",
-                metadata={"name": EKS_STORAGE_CLASS},
+                metadata={
+                    "name": EKS_STORAGE_CLASS,
+                    "labels": app_labels("model-cache", EKS_STORAGE_CLASS, "storage-class"),
+                },
                 provisioner="efs.csi.aws.com",
                 parameters={
                     "provisioningMode": "efs-ap",
@@ -322,6 +330,23 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 ),
             )
             self.gateway_address = gateway_address(self.workload_gateway, own.port)
+        elif spec.serving_stack.install or spec.serving_stack.gateway is not None:
+            # renderTo: nothing to install into, but the rendered directory is the cluster's
+            # hand-off, so it holds the workload Gateway the replicas' routes attach to (and the
+            # installed stack's GatewayClass); no address until a controller programs it.
+            render_own = spec.serving_stack.gateway
+            namespace = ensure_namespace(SYSTEM_NAMESPACE, k8s_child, scope=name)
+            after: list[pulumi.Resource] = [namespace] if namespace else []
+            if render_own is None:
+                after.append(workload_gateway_class(name, k8s_child))
+            self.workload_gateway = workload_gateway(
+                name,
+                render_own.class_name if render_own is not None else GATEWAY_CLASS_NAME,
+                render_own.port if render_own is not None else 80,
+                pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=after)),
+                await_address=False,
+            )
+            self.gateway_address = pulumi.Output.from_input(None)
         else:
             self.gateway_address = pulumi.Output.from_input(None)
 

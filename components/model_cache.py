@@ -19,6 +19,7 @@ from components.workload.objects import (
     MODEL_CACHE,
     SKIP_AWAIT,
     Manifest,
+    app_labels,
     ensure_namespace,
     labels,
     metadata,
@@ -48,7 +49,8 @@ def cache_claim_name(cache_name: str) -> str:
 
 
 def cache_labels(cache: ModelCache) -> dict[str, str]:
-    return labels({MODEL_CACHE: cache.metadata.name})
+    name = cache.metadata.name
+    return labels(app_labels(name, name, "model-cache"), {MODEL_CACHE: name})
 
 
 def pvc_manifest(

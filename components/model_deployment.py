@@ -40,6 +40,7 @@ from components.workload.objects import (
     REPLICA_INDEX,
     ROLE,
     Manifest,
+    app_labels,
     dns1035,
     ensure_namespace,
     labels,
@@ -47,6 +48,7 @@ from components.workload.objects import (
 )
 from components.workload.pods import (
     LWS_WORKER_INDEX,
+    ROLE_COMPONENT,
     PodContext,
     deployment_manifest,
     engine_container,
@@ -135,13 +137,20 @@ def replica_manifests(
 ) -> list[Manifest]:
     """Every Kubernetes object of one replica, in apply order (pure)."""
     ns = deployment.metadata.namespace or "default"
-    base = labels({DEPLOYMENT: deployment.metadata.name, REPLICA: replica.name})
+    model = deployment.metadata.name
+    base = labels(
+        app_labels(model, replica.name, "routing"), {DEPLOYMENT: model, REPLICA: replica.name}
+    )
     disaggregated = deployment.spec.disaggregated
     cache_claim = cache_claim_name(cache.metadata.name) if cache is not None else None
     out: list[Manifest] = []
     for role_name, role in deployment.spec.roles.items():
         pool = replica.pools[role_name]  # type: ignore[index]
-        role_labels = {**base, ROLE: role_name}
+        role_labels = {
+            **base,
+            **app_labels(model, replica.name, ROLE_COMPONENT[role_name]),
+            ROLE: role_name,
+        }
         devices = target.pool_devices.get(pool, ())
         requests = claim_requests(role, devices, pool=pool)
         rct = child_name(replica.name, role_name, "devices") if requests else None
@@ -190,7 +199,8 @@ def replica_manifests(
     pool_name = child_name(replica.name, "pool")
     epp = dns1035(replica.name, "epp")
     serving = {REPLICA: replica.name, pd.LLMD_SERVING: "true"}
-    out.extend(pd.epp_manifests(epp, ns, base, pool_name, pd.kv_block_size(deployment)))
+    epp_labels = {**base, **app_labels(model, replica.name, "endpoint-picker")}
+    out.extend(pd.epp_manifests(epp, ns, epp_labels, pool_name, pd.kv_block_size(deployment)))
     out.append(pd.inference_pool(pool_name, ns, base, serving, epp))
     decode = deployment.spec.roles["decode"]
     decode_selector = {REPLICA: replica.name, ROLE: "decode"}

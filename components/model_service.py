@@ -29,6 +29,7 @@ from components.workload.objects import (
     ENDPOINT,
     SERVICE,
     Manifest,
+    app_labels,
     dns1035,
     labels,
     register,
@@ -149,7 +150,9 @@ def endpoint_manifests(endpoint: EndpointInfo, backend: Backend) -> list[Manifes
         return []  # the replica's own Service already exists on this cluster
     url = endpoint.parsed
     name = endpoint_object_name(endpoint)
-    object_labels = labels({ENDPOINT: endpoint.name})
+    object_labels = labels(
+        app_labels(endpoint.name, endpoint.name, "endpoint"), {ENDPOINT: endpoint.name}
+    )
     if uses_envoy_backend(url, backend):
         return [envoy_backend(name, endpoint.namespace, object_labels, url)]
     return [
@@ -219,7 +222,10 @@ def service_route_manifest(
     return service_route(
         service.metadata.name,
         service.metadata.namespace or "default",
-        labels({SERVICE: service.metadata.name}),
+        labels(
+            app_labels(service.metadata.name, service.metadata.name, "service-route"),
+            {SERVICE: service.metadata.name},
+        ),
         service.path_prefix,
         backends,
         backend=backend,

@@ -33,7 +33,7 @@ from components.charts import (
     crd_files,
     resolve_chart,
 )
-from components.workload.objects import ensure_namespace
+from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_cluster import ServingStackOptions
 
 SYSTEM_NAMESPACE = "modelplane-system"
@@ -164,25 +164,46 @@ def _first_address(status: Any) -> str | None:
     return None
 
 
+def workload_gateway_class(name: str, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """The installed stack's GatewayClass ``envoy`` (Envoy Gateway's controller)."""
+    return kubernetes.apiextensions.CustomResource(
+        f"{name}-gatewayclass",
+        api_version="gateway.networking.k8s.io/v1",
+        kind="GatewayClass",
+        metadata={
+            "name": GATEWAY_CLASS_NAME,
+            "labels": app_labels("inference-gateway", GATEWAY_CLASS_NAME, "gateway-class"),
+        },
+        spec={"controllerName": GATEWAY_CONTROLLER},
+        opts=opts,
+    )
+
+
 def workload_gateway(
     name: str,
     class_name: str,
     port: int,
     opts: pulumi.ResourceOptions,
+    *,
+    await_address: bool = True,
 ) -> pulumi.CustomResource:
     """The cluster's workload Gateway `modelplane-system/inference-gateway` of ``class_name``:
-    a plain CustomResource so that `status` is an output, and Pulumi waits for an address."""
+    a plain CustomResource so that `status` is an output, and Pulumi waits for an address
+    (unless ``await_address`` is false: rendered manifests have no controller to wait for)."""
+    meta: dict[str, Any] = {
+        "name": GATEWAY_NAME,
+        "namespace": SYSTEM_NAMESPACE,
+        "labels": app_labels("inference-gateway", GATEWAY_NAME, "workload-gateway"),
+    }
+    if await_address:
+        meta["annotations"] = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
     return pulumi.CustomResource(
         "kubernetes:gateway.networking.k8s.io/v1:Gateway",
         f"{name}-gateway",
         {
             "apiVersion": "gateway.networking.k8s.io/v1",
             "kind": "Gateway",
-            "metadata": {
-                "name": GATEWAY_NAME,
-                "namespace": SYSTEM_NAMESPACE,
-                "annotations": {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"},
-            },
+            "metadata": meta,
             "spec": {
                 "gatewayClassName": class_name,
                 "listeners": [
@@ -275,7 +296,9 @@ class ServingStack(pulumi.ComponentResource):
         critical_pods = core.ResourceQuota(
             f"{name}-allow-critical-pods",
             metadata=kubernetes.meta.v1.ObjectMetaArgs(
-                name="allow-critical-pods", namespace=dra.namespace
+                name="allow-critical-pods",
+                namespace=dra.namespace,
+                labels=app_labels("nvidia-dra-driver", "allow-critical-pods", "resource-quota"),
             ),
             spec=core.ResourceQuotaSpecArgs(
                 hard={"pods": "1000"},
@@ -303,13 +326,9 @@ class ServingStack(pulumi.ComponentResource):
         # puts its objects there too): a NamespacePatch like every other stack's namespace, so
         # destroying this stack gives up its fields and a later `up` re-creates it cleanly.
         namespace = ensure_namespace(SYSTEM_NAMESPACE, self._opts(), scope=name)
-        self.gateway_class = kubernetes.apiextensions.CustomResource(
-            f"{name}-gatewayclass",
-            api_version="gateway.networking.k8s.io/v1",
-            kind="GatewayClass",
-            metadata={"name": GATEWAY_CLASS_NAME},
-            spec={"controllerName": GATEWAY_CONTROLLER},
-            opts=self._opts(depends_on=[self.gateway_api_crds, self.releases["envoyGateway"]]),
+        self.gateway_class = workload_gateway_class(
+            name,
+            self._opts(depends_on=[self.gateway_api_crds, self.releases["envoyGateway"]]),
         )
         self.gateway = workload_gateway(
             name,

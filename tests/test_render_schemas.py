@@ -116,3 +116,90 @@ def test_wrong_field_names_are_caught(rendered: dict[str, Path]) -> None:
     pool = _first(rendered, "InferencePool")
     pool["spec"]["targetPortNumber"] = 8000
     assert k8s_schemas.errors(pool)
+
+
+# --- recommended labels and a complete renderTo hand-off ------------------------------------
+
+RECOMMENDED = ("name", "instance", "component", "part-of", "managed-by")
+
+
+def _pod_templates(manifest: dict) -> list[tuple[str, dict]]:
+    spec = manifest.get("spec") or {}
+    found = []
+    if isinstance(spec.get("template"), dict) and manifest["kind"] in ("Deployment", "Job"):
+        found.append(("spec.template", spec["template"]))
+    lws = spec.get("leaderWorkerTemplate") or {}
+    for key in ("leaderTemplate", "workerTemplate"):
+        if key in lws:
+            found.append((f"spec.leaderWorkerTemplate.{key}", lws[key]))
+    return found
+
+
+def _missing_labels(manifest: dict) -> list[str]:
+    problems = []
+    places = [("metadata", manifest["metadata"]), *_pod_templates(manifest)]
+    for where, meta_owner in places:
+        meta = meta_owner if where == "metadata" else meta_owner.get("metadata", {})
+        have = meta.get("labels") or {}
+        missing = [k for k in RECOMMENDED if not have.get(f"app.kubernetes.io/{k}")]
+        if missing:
+            problems.append(f"{where}: no app.kubernetes.io/{{{','.join(missing)}}}")
+    return problems
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_every_generated_object_carries_the_recommended_labels(
+    fleet: str, rendered: dict[str, Path]
+) -> None:
+    problems: list[str] = []
+    templates = 0
+    for path, manifest in _manifests(rendered[fleet]):
+        templates += len(_pod_templates(manifest))
+        problems += [f"{path.name}: {p}" for p in _missing_labels(manifest)]
+        # part-of and managed-by are modelplane's own; selectors never carry the recommended
+        # labels (a workload's selector is immutable, so they are metadata only).
+        labels = manifest["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "modelplane", path.name
+        assert labels["app.kubernetes.io/managed-by"] == "modelplane", path.name
+        selector = (manifest.get("spec") or {}).get("selector") or {}
+        selector = selector.get("matchLabels", selector) if isinstance(selector, dict) else {}
+        assert not [k for k in selector if k.startswith("app.kubernetes.io/")], path.name
+    assert not problems, "\n".join(problems)
+    assert templates > 0, f"{fleet}: no pod template rendered"
+    # The check itself sees a missing label.
+    bare = {"kind": "Job", "metadata": {"labels": {}}, "spec": {"template": {"metadata": {}}}}
+    assert len(_missing_labels(bare)) == 2
+
+
+def test_replica_selectors_are_unchanged(rendered: dict[str, Path]) -> None:
+    """The selectors of existing workloads cannot change (immutable): only modelplane's keys."""
+    for fleet in FLEETS:
+        for path, m in _manifests(rendered[fleet]):
+            if m["kind"] == "Deployment" and "modelplane.ai/role" in m["metadata"]["labels"]:
+                assert set(m["spec"]["selector"]["matchLabels"]) == {
+                    "modelplane.ai/replica",
+                    "modelplane.ai/role",
+                }, path
+
+
+def test_every_route_of_a_render_to_cluster_attaches_to_a_rendered_gateway(
+    rendered: dict[str, Path],
+) -> None:
+    """specs/local renders its one cluster's hand-off: each HTTPRoute's Gateway is in it."""
+    manifests = [m for _, m in _manifests(rendered["local"])]
+    gateways = {
+        (m["metadata"].get("namespace", "default"), m["metadata"]["name"])
+        for m in manifests
+        if m["kind"] == "Gateway"
+    }
+    classes = {m["metadata"]["name"] for m in manifests if m["kind"] == "GatewayClass"}
+    routes = [m for m in manifests if m["kind"] == "HTTPRoute"]
+    assert len(routes) >= 2  # the replica's route and the ModelService's
+    for route in routes:
+        for ref in route["spec"]["parentRefs"]:
+            assert ref.get("kind", "Gateway") == "Gateway"
+            ns = ref.get("namespace", route["metadata"].get("namespace", "default"))
+            assert (ns, ref["name"]) in gateways, (route["metadata"]["name"], ref, gateways)
+    for m in manifests:
+        if m["kind"] == "Gateway":
+            assert m["spec"]["gatewayClassName"] in classes, m["metadata"]["name"]

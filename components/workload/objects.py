@@ -30,6 +30,11 @@ MODEL_CACHE = "modelplane.ai/modelcache"
 SERVICE = "modelplane.ai/service"
 ENDPOINT = "modelplane.ai/endpoint"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}
+#: The Kubernetes recommended labels every object modelplane generates carries (on its
+#: metadata and its pod templates; never in a selector, which is immutable on workloads).
+APP_LABEL_KEYS = tuple(
+    f"app.kubernetes.io/{k}" for k in ("name", "instance", "component", "part-of", "managed-by")
+)
 
 # Long-running work (model downloads, GPU nodes scaling up) must not block `pulumi up`;
 # readiness is reported by `modelplane status` instead.
@@ -48,6 +53,22 @@ def labels(*parts: Mapping[str, str] | None, **extra: str) -> dict[str, str]:
             out.update(part)
     out.update(extra)
     return out
+
+
+def app_labels(name: str, instance: str, component: str) -> dict[str, str]:
+    """The recommended labels: what the object belongs to (``name``, e.g. the model), which
+    instance of it (e.g. the replica), its ``component``; part of and managed by modelplane."""
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "modelplane",
+        **MANAGED_BY,
+    }
+
+
+#: Namespaces are shared by every stack on a cluster: the same labels from each of them.
+NAMESPACE_LABELS = app_labels("modelplane", "modelplane", "namespace")
 
 
 def metadata(
@@ -77,7 +98,7 @@ def namespace_manifest(namespace: str) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": metadata(namespace, None, labels()),
+        "metadata": metadata(namespace, None, labels(NAMESPACE_LABELS)),
     }
 
 

@@ -22,6 +22,7 @@ from components.workload.objects import (
     ROLE,
     SKIP_AWAIT,
     Manifest,
+    app_labels,
     labels,
     metadata,
 )
@@ -95,10 +96,21 @@ def engine_port(engine: Container) -> int:
     return port_arg([*engine.command, *engine.args]) or DEFAULT_ENGINE_PORT
 
 
+#: `app.kubernetes.io/component` of each serving role's objects and pods.
+ROLE_COMPONENT = {"unified": "model-server", "prefill": "prefill-server", "decode": "decode-server"}
+
+
+def replica_app_labels(ctx: PodContext) -> dict[str, str]:
+    """The recommended labels of a role's objects: the model, the replica, the role."""
+    return app_labels(ctx.deployment.metadata.name, ctx.replica.name, ROLE_COMPONENT[ctx.role_name])
+
+
 def pod_labels(ctx: PodContext, position: Position = "single") -> dict[str, str]:
-    """Template labels, then modelplane's; `extra_labels` only on serving pods (not LWS workers)."""
+    """The recommended labels, the template's (which may refine them), then modelplane's;
+    `extra_labels` only on serving pods (not LWS workers)."""
     user = ctx.role.workers.template.metadata.labels
     return labels(
+        replica_app_labels(ctx),
         user,
         ctx.extra_labels if position != "worker" else None,
         {
