@@ -50,6 +50,7 @@ from pulumi.runtime.config import get_config, is_config_secret
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
+from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.loader import LOCK_FILE, load_fleet
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import read_lock
@@ -324,6 +325,22 @@ async def run_cache(ctx: Context) -> None:
     pulumi.export("clusters", comp.clusters)
 
 
+def no_gateway_address_warning(
+    cluster: str, gateway_address: str | None, gateway: InferenceGateway | None
+) -> str | None:
+    """The warning that a cluster's replicas are left out of routes, only when that is true:
+    the cluster has no gateway address and is not the InferenceGateway's own cluster (whose
+    replicas are routed straight to their Services)."""
+    if gateway_address:
+        return None
+    if gateway is not None and gateway.spec.cluster.inference_cluster_ref == cluster:
+        return None
+    return (
+        f"cluster {cluster!r} has no gateway address (yet): its replicas' endpoints "
+        "carry no url and are left out of ModelService routes until it has one"
+    )
+
+
 async def run_deployment(ctx: Context) -> None:
     from components.model_deployment import ModelDeploymentComponent
     from components.workload.targets import ClusterTarget
@@ -346,16 +363,9 @@ async def run_deployment(ctx: Context) -> None:
             gateway_address=conn.gateway_address or "",
             storage_class_name=conn.storage_class_name,
         )
-        gateway = ctx.fleet.gateway
-        on_gateway_cluster = (
-            gateway is not None and gateway.spec.cluster.inference_cluster_ref == name
-        )
-        if not conn.gateway_address and not on_gateway_cluster:
-            # (replicas on the gateway's own cluster are routed through their Services)
-            pulumi.log.warn(
-                f"cluster {name!r} has no gateway address (yet): its replicas' endpoints "
-                "carry no url and are left out of ModelService routes until it has one"
-            )
+        warning = no_gateway_address_warning(name, conn.gateway_address, ctx.fleet.gateway)
+        if warning:
+            pulumi.log.warn(warning)
     cache = None
     ref = deployment.spec.model_cache_ref
     if ref is not None:

@@ -608,3 +608,100 @@ def test_values_at_diff_paths_mask_secrets(inputs: dict, path: str, expected: ob
     from modelplane.driver.events import value_at
 
     assert value_at(SimpleNamespace(inputs=inputs), path) == expected
+
+
+# --- noise and help ---------------------------------------------------------------------------
+
+
+def test_a_warning_every_stack_reports_is_said_once_per_run() -> None:
+    from modelplane.cli.engine_verbs import warnings_once
+
+    skew = "resource plugin kubernetes is expected to have version >=4.34.2, but has 4.25.0"
+    results = [
+        StackResult("cluster-local", Tier.CLUSTERS, Outcome.SUCCEEDED, warnings=[skew]),
+        StackResult("deploy-demo-qwen", Tier.DEPLOYMENTS, Outcome.SUCCEEDED, warnings=[skew, "x"]),
+        StackResult("gateway", Tier.GATEWAY, Outcome.SUCCEEDED, warnings=[skew]),
+    ]
+    assert warnings_once(RunResult("up", "file:///s", results)) == [
+        (skew, ["cluster-local", "deploy-demo-qwen", "gateway"]),
+        ("x", ["deploy-demo-qwen"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cluster", "address", "gateway_cluster", "warned"),
+    [
+        ("local", None, "local", False),  # the gateway's own cluster: routed via Services
+        ("local", "", "local", False),
+        ("edge", None, "local", True),  # really left out of routes
+        ("edge", "10.0.0.9", "local", False),  # has an address
+        ("edge", None, None, True),  # the gateway runs on an existing cluster
+    ],
+)
+def test_the_no_gateway_address_warning_only_when_true(
+    cluster: str, address: str | None, gateway_cluster: str | None, warned: bool
+) -> None:
+    from modelplane.api.inference_gateway import InferenceGateway
+    from stacks.program import no_gateway_address_warning
+
+    ref = (
+        {"inferenceClusterRef": gateway_cluster}
+        if gateway_cluster
+        else {"existing": {"secretRef": {"name": "gw"}}}
+    )
+    gateway = InferenceGateway.model_validate(
+        {"metadata": {"name": "default"}, "spec": {"cluster": ref}}
+    )
+    warning = no_gateway_address_warning(cluster, address, gateway)
+    assert (warning is not None) == warned
+    if warned:
+        assert warning is not None and f"cluster {cluster!r} has no gateway address" in warning
+
+
+def _commands() -> list[tuple[list[str], object]]:
+    import typer
+
+    def walk(command: object, path: list[str]) -> list[tuple[list[str], object]]:
+        found = [(path, command)]
+        if isinstance(getattr(command, "commands", None), dict):
+            for name, sub in command.commands.items():  # type: ignore[attr-defined]
+                found += walk(sub, [*path, name])
+        return found
+
+    return walk(typer.main.get_command(_cli()), [])
+
+
+def test_every_help_text_renders_in_full() -> None:
+    """typer renders help as rich markup: a literal `[secret]` would silently vanish."""
+    import inspect
+
+    commands = _commands()
+    assert len(commands) > 12
+    missing = []
+    for path, command in commands:
+        result = CliRunner().invoke(_cli(), [*path, "--help"], env={"COLUMNS": "1000"})
+        assert result.exit_code == 0, (path, result.output)
+        shown = " ".join(result.output.replace("│", " ").split())
+        texts = inspect.cleandoc(command.help or "").split("\n\n")  # type: ignore[attr-defined]
+        texts += [p.help for p in command.params if getattr(p, "help", None)]  # type: ignore[attr-defined]
+        for text in texts:
+            plain = " ".join(text.replace("\\[", "[").split())
+            if plain and plain not in shown:
+                missing.append((" ".join(path), plain))
+    assert missing == []
+    # The check sees a swallowed bracket.
+    assert "[secret]" not in " ".join(
+        CliRunner().invoke(_demo_app(), ["--help"], env={"COLUMNS": "200"}).output.split()
+    )
+
+
+def _demo_app():
+    import typer
+
+    demo = typer.Typer(add_completion=False)
+
+    @demo.command()
+    def show() -> None:
+        """Values shown as [secret] here."""
+
+    return demo

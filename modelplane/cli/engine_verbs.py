@@ -192,11 +192,7 @@ def _report(
                 note_width=80 if out.is_terminal else None,
             )
         )
-        seen: dict[str, list[str]] = {}
-        for r in run.results:
-            for warning in r.warnings:
-                seen.setdefault(warning, []).append(r.stack)
-        for warning, where in seen.items():
+        for warning, where in warnings_once(run):
             err.print(
                 f"[yellow]warning[/] ({escape(', '.join(where))}): {escape(warning)}",
                 highlight=False,
@@ -209,6 +205,16 @@ def _report(
                 )
     if not run.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def warnings_once(run: RunResult) -> list[tuple[str, list[str]]]:
+    """Each distinct warning of a run once, with the stacks that reported it (the engine's
+    plugin version-skew warning comes from every stack; it is said once per run)."""
+    seen: dict[str, list[str]] = {}
+    for r in run.results:
+        for warning in r.warnings:
+            seen.setdefault(warning, []).append(r.stack)
+    return list(seen.items())
 
 
 def _interactive() -> bool:
