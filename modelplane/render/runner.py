@@ -8,6 +8,7 @@ import importlib
 import re
 import shutil
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,9 @@ def render_stack(
             asyncio.set_event_loop(None)
         return StackRun(list(mocks.registrations), holder.get("outputs", StackOutputs({})))
 
-    return contextvars.Context().run(run)
+    # A thread of its own, so that the caller's event loop (if any) is left as it was.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelplane-render") as pool:
+        return pool.submit(contextvars.Context().run, run).result()
 
 
 # --- writing ------------------------------------------------------------------------------
