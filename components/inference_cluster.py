@@ -25,7 +25,6 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.charts import resolve_chart
 from components.cloud.eks import (
     AUTOSCALER_SERVICE_ACCOUNT,
     POOL_LABEL,
@@ -50,6 +49,7 @@ from components.serving_stack import (
     SYSTEM_NAMESPACE,
     ServingStack,
     gateway_address,
+    helm_release,
     workload_gateway,
     workload_gateway_class,
 )
@@ -367,20 +367,11 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         """The AWS EFA device plugin: each EFA node advertises its interfaces as the extended
         resource `vpc.amazonaws.com/efa`, which pods of classes that declare them as an
         ExtendedResource device request (docs/api.md). It tolerates the GPU taint."""
-        chart = resolve_chart(
-            "awsEfaDevicePlugin", spec.serving_stack.versions, spec.serving_stack.chart_repository
-        )
-        return kubernetes.helm.v3.Release(
-            f"{name}-{chart.spec.release_name}",
-            name=chart.spec.release_name,
-            chart=chart.chart,
-            version=chart.version,
-            repository_opts=(
-                kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
-                if chart.repository
-                else None
-            ),
-            namespace=chart.spec.namespace,
+        return helm_release(
+            name,
+            "awsEfaDevicePlugin",
+            spec.serving_stack.versions,
+            spec.serving_stack.chart_repository,
             create_namespace=False,
             values={
                 "tolerations": [
@@ -399,20 +390,11 @@ class InferenceClusterComponent(pulumi.ComponentResource):
     ) -> kubernetes.helm.v3.Release:
         """cluster-autoscaler on the system pool, discovering this cluster's node groups, with
         its AWS permissions through the Pod Identity association (docs/architecture.md)."""
-        chart = resolve_chart(
-            "clusterAutoscaler", spec.serving_stack.versions, spec.serving_stack.chart_repository
-        )
-        return kubernetes.helm.v3.Release(
-            f"{name}-{chart.spec.release_name}",
-            name=chart.spec.release_name,
-            chart=chart.chart,
-            version=chart.version,
-            repository_opts=(
-                kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
-                if chart.repository
-                else None
-            ),
-            namespace=chart.spec.namespace,
+        return helm_release(
+            name,
+            "clusterAutoscaler",
+            spec.serving_stack.versions,
+            spec.serving_stack.chart_repository,
             create_namespace=False,
             values={
                 "cloudProvider": "aws",

@@ -45,6 +45,37 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 RELEASE_TIMEOUT_SECONDS = 900
 
 
+def helm_release(
+    prefix: str,
+    key: str,
+    versions: Mapping[str, str],
+    chart_repository: str,
+    *,
+    values: Mapping[str, Any],
+    create_namespace: bool,
+    opts: pulumi.ResourceOptions,
+) -> kubernetes.helm.v3.Release:
+    """The Helm release of catalogue chart `key` (components/charts.py), named
+    `<prefix>-<release>`, at the version the cluster pins."""
+    chart = resolve_chart(key, versions, chart_repository)
+    return kubernetes.helm.v3.Release(
+        f"{prefix}-{chart.spec.release_name}",
+        name=chart.spec.release_name,
+        chart=chart.chart,
+        version=chart.version,
+        repository_opts=(
+            kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
+            if chart.repository
+            else None
+        ),
+        namespace=chart.spec.namespace,
+        create_namespace=create_namespace,
+        values=dict(values),
+        timeout=RELEASE_TIMEOUT_SECONDS,
+        opts=opts,
+    )
+
+
 def _envoy_gateway_values() -> dict[str, Any]:
     return {
         "config": {
@@ -359,21 +390,13 @@ class ServingStack(pulumi.ComponentResource):
         create_namespace: bool = True,
         depends_on: Sequence[pulumi.Resource] = (),
     ) -> kubernetes.helm.v3.Release:
-        chart = resolve_chart(key, self._versions, self._options.chart_repository)
-        release = kubernetes.helm.v3.Release(
-            f"{self._name}-{chart.spec.release_name}",
-            name=chart.spec.release_name,
-            chart=chart.chart,
-            version=chart.version,
-            repository_opts=(
-                kubernetes.helm.v3.RepositoryOptsArgs(repo=chart.repository)
-                if chart.repository
-                else None
-            ),
-            namespace=chart.spec.namespace,
-            create_namespace=create_namespace,
+        release = helm_release(
+            self._name,
+            key,
+            self._versions,
+            self._options.chart_repository,
             values=dict(values) if values is not None else chart_values(key),
-            timeout=RELEASE_TIMEOUT_SECONDS,
+            create_namespace=create_namespace,
             opts=self._opts(depends_on=list(depends_on)),
         )
         self.releases[key] = release
