@@ -38,6 +38,7 @@ QWEN = "demo/qwen"
 CHAT = "demo/chat"
 INTERVAL = 10.0  # seconds between reconcile rounds in the failover test
 GRACE = 10.0
+PROBE = 2.0  # between rounds, how often reconcile checks whether each API server answers
 # Dead endpoints out of the live route: one interval + the first round's own time + this
 # (Traefik picking up the changed HTTPRoute, the test's polling).
 ROUTE_SLACK = 10.0
@@ -387,6 +388,8 @@ def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[
                 f"{INTERVAL:.0f}s",
                 "--grace",
                 f"{GRACE:.0f}s",
+                "--probe",
+                f"{PROBE:.0f}s",
                 "--timeout",
                 "2s",
                 "-o",
@@ -406,12 +409,17 @@ def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[
             process.wait(30)
 
 
-def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
+def events(state: dict[str, Any]) -> list[dict[str, Any]]:
     text = state["out"].read_text()
     try:
         return json_stream(text)
     except ValueError:  # a round being written
         return json_stream(text[: text.rfind("\n}\n") + 3])
+
+
+def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rounds' JSON (without the probe's `{"probe": ...}` lines between them)."""
+    return [e for e in events(state) if "probe" not in e]
 
 
 def live_routes(cluster: FleetCluster) -> tuple[str, ...]:
@@ -544,6 +552,8 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
     report = {
         "interval": INTERVAL,
         "grace": GRACE,
+        "probe": PROBE,
+        "probeNoticed": [e for e in events(reconciler) if "probe" in e],
         "routeDroppedAfter": round(dropped - down, 1),
         "routeDropGoalMet": dropped - down <= 2 * INTERVAL,
         "replacedAfter": round(replaced - down, 1),

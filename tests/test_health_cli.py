@@ -140,3 +140,64 @@ def test_reconcile_rejects_a_bad_interval_without_a_traceback() -> None:
     assert result.returncode == 2
     assert "'soon' is not a duration" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+class _Probes:
+    """Answers `probe()` from a script (one answer per call); counts the calls."""
+
+    def __init__(self, answers: list[dict[str, bool]]) -> None:
+        self.answers = answers
+        self.calls = 0
+
+    def probe(self) -> dict[str, bool]:
+        self.calls += 1
+        return self.answers.pop(0) if self.answers else {}
+
+
+@pytest.mark.parametrize(
+    ("answers", "wait", "every", "expect", "calls", "at_most"),
+    [
+        # nothing changes: the whole wait, probing along the way
+        ([], 0.5, 0.1, {}, 1, 1.0),
+        # a cluster stops answering at the third probe: the next round starts at once
+        ([{}, {}, {"dev-3": False}], 10.0, 0.05, {"dev-3": False}, 3, 1.0),
+        # probing off: plain wait, no probe
+        ([{"dev-3": False}], 0.3, 0.0, {}, 0, 1.0),
+    ],
+    ids=["unchanged", "change-starts-round", "probe-off"],
+)
+def test_reconcile_waits_for_the_next_round_or_a_probed_change(
+    answers: list[dict[str, bool]],
+    wait: float,
+    every: float,
+    expect: dict[str, bool],
+    calls: int,
+    at_most: float,
+) -> None:
+    import threading
+    import time
+
+    from modelplane.cli.health import _wait_for_next_round
+
+    probes = _Probes(answers)
+    started = time.monotonic()
+    changed = _wait_for_next_round(probes, threading.Event(), wait, every)
+    elapsed = time.monotonic() - started
+    assert changed == expect
+    assert probes.calls >= calls if not expect else probes.calls == calls
+    assert elapsed < max(at_most, wait + 0.5)
+    if not expect:
+        assert elapsed >= wait - 0.01
+
+
+def test_reconcile_wait_ends_when_stopped() -> None:
+    import threading
+    import time
+
+    from modelplane.cli.health import _wait_for_next_round
+
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    started = time.monotonic()
+    assert _wait_for_next_round(_Probes([]), stop, 30.0, 0.05) == {}
+    assert time.monotonic() - started < 2.0

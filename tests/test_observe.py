@@ -14,7 +14,7 @@ import pytest
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.devcluster import DevCluster
 from modelplane.health.observation import PoolObservation
-from modelplane.observe import observe_fleet, read_since, write_since
+from modelplane.observe import observe_fleet, probe_reachable, read_since, write_since
 from modelplane.observe.kube import KubeError, parse_kubeconfig
 from tests.factories import cluster, deployment, fleet, inference_class, pool
 
@@ -221,3 +221,21 @@ def test_health_memory_round_trips(tmp_path: Path) -> None:
     assert read_since(tmp_path / "state") == {"a": 3.0, "b": 12.5}
     (tmp_path / "state" / "health.json").write_text("{not json")
     assert read_since(tmp_path / "state") == {}
+
+
+@pytest.mark.apiserver
+def test_probe_says_which_api_servers_answer(dev_cluster: DevCluster, tmp_path: Path) -> None:
+    with socket.socket() as closed, socket.socket() as silent:
+        closed.bind(("127.0.0.1", 0))
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepts connections, never answers
+        targets = {
+            "up": dev_cluster.kubeconfig_path.read_text(),
+            "down": _kubeconfig(f"https://127.0.0.1:{closed.getsockname()[1]}"),
+            "silent": _kubeconfig(f"https://127.0.0.1:{silent.getsockname()[1]}"),
+        }
+        started = time.monotonic()
+        answers = probe_reachable(targets, tmp_path, timeout=0.5)
+        elapsed = time.monotonic() - started
+    assert answers == {"down": False, "silent": False, "up": True}
+    assert elapsed < 2.0  # in parallel, each bounded by the timeout

@@ -211,6 +211,14 @@ def reconcile(
         str, typer.Option("--interval", help="Time between rounds (e.g. 30s, 2m).")
     ] = "30s",
     once: Annotated[bool, typer.Option("--once", help="One round, then exit.")] = False,
+    probe: Annotated[
+        str,
+        typer.Option(
+            "--probe",
+            help="Between rounds, check this often whether each cluster's API server still "
+            "answers (or answers again); a change starts the next round at once. 0: off.",
+        ),
+    ] = "5s",
     grace: GraceOpt = "5m",
     timeout: Annotated[
         str, typer.Option("--timeout", help="Per-request timeout when observing a cluster.")
@@ -242,6 +250,7 @@ def reconcile(
     if output not in ("table", "json"):
         raise typer.BadParameter("--output is table or json")
     every = parse_duration(interval)
+    probe_every = 0.0 if probe == "off" else parse_duration(probe)
     reconciler = Reconciler(
         fleet,
         lock=lock,
@@ -268,9 +277,40 @@ def reconcile(
                 raise typer.Exit(1)
             return
         # A fixed cadence: a round that ran an `up` does not delay the next observation.
-        if stop.wait(max(0.0, every - current.duration)):
+        # Meanwhile the cheap probe may start the next round early.
+        changed = _wait_for_next_round(reconciler, stop, every - current.duration, probe_every)
+        if changed:
+            if output == "json":
+                print_json({"probe": changed, "at": time.time()})
+            else:
+                said = ", ".join(
+                    f"{name} {'answers again' if up else 'stopped answering'}"
+                    for name, up in sorted(changed.items())
+                )
+                out.print(f"{time.strftime('%H:%M:%S')} probe: {said}: round now", highlight=False)
+        if stop.is_set():
             err.print("reconcile: stopped", highlight=False)
             return
+
+
+def _wait_for_next_round(
+    reconciler: Any, stop: threading.Event, wait: float, probe_every: float
+) -> dict[str, bool]:
+    """Wait up to ``wait`` seconds (or until ``stop``), probing the clusters every
+    ``probe_every`` seconds (0: never); return early with the clusters whose API server
+    stopped (False) or started (True) answering since the last round."""
+    deadline = time.monotonic() + max(0.0, wait)
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if stop.wait(min(left, probe_every) if probe_every > 0 else left):
+            break
+        if probe_every > 0 and time.monotonic() < deadline:
+            changed: dict[str, bool] = reconciler.probe()
+            if changed:
+                return changed
+    return {}
 
 
 def _say_round(current: Any, out: Any, err: Any) -> None:

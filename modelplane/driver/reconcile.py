@@ -55,6 +55,7 @@ from modelplane.observe import (
     DEFAULT_TIMEOUT,
     kubeconfig_for,
     observe_fleet,
+    probe_reachable,
     read_autoscale_state,
     read_since,
     write_autoscale_state,
@@ -198,6 +199,10 @@ class Reconciler:
         self.rounds = 0
         self._applied: str | None = None  # digest of the last successful `up`
         self._applied_specs: str | None = None  # its specs part
+        # For the probe between rounds: each observed cluster's kubeconfig and whether its
+        # API answered in the last round.
+        self._probe_targets: dict[str, str] = {}
+        self._reachable: dict[str, bool] = {}
 
     def round(self) -> Round:
         """One observe -> plan -> up pass. Expected problems are in `Round.error`."""
@@ -214,6 +219,30 @@ class Reconciler:
             current.error = str(exc)
         current.duration = time.monotonic() - started
         return current
+
+    def probe(self, timeout: float | None = None) -> dict[str, bool]:
+        """The clusters whose API server answers differently from the last round's
+        observation, each with whether it answers now (False: gone, True: back):
+        `GET /version` on each, in parallel. Run between rounds; a non-empty answer means
+        the next round should start now."""
+        if not self._probe_targets:
+            return {}
+        limit = min(self.timeout, 2.0) if timeout is None else timeout
+        now = probe_reachable(self._probe_targets, self.fleet_dir, limit)
+        return {name: up for name, up in now.items() if up != self._reachable.get(name, up)}
+
+    def _remember_reachability(
+        self, f: Fleet, observation: Observation, kubeconfigs: Mapping[str, str]
+    ) -> None:
+        self._probe_targets, self._reachable = {}, {}
+        for name in f.spec.clusters:
+            seen = observation.cluster(name)
+            if seen is None or not seen.observed:
+                continue  # no kubeconfig: nothing to probe
+            text, _ = kubeconfig_for(f.spec, name, f.path, f.env, kubeconfigs)
+            if text is not None:
+                self._probe_targets[name] = text
+                self._reachable[name] = seen.reachable
 
     def _kubeconfigs(self, f: Fleet) -> dict[str, str]:
         try:
@@ -265,6 +294,7 @@ class Reconciler:
         )
         current.observation = observation
         current.phase("observe", t)
+        self._remember_reachability(f, observation, kubeconfigs)
         t = time.monotonic()
         self._clean_orphans(f, observation, kubeconfigs, current)
         current.phase("orphans", t)

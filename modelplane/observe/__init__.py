@@ -35,6 +35,7 @@ AUTOSCALE_FILE = "autoscale.json"
 __all__ = [
     "kubeconfig_for",
     "observe_fleet",
+    "probe_reachable",
     "read_autoscale_state",
     "read_since",
     "write_autoscale_state",
@@ -185,6 +186,33 @@ def observe_fleet(
             else RoutesObservation(observed=False, error=f"no complete answer within {limit:.0f}s")
         )
     return Observation(at, {n: results[n] for n in sorted(results)}, seen_routes)
+
+
+def probe_reachable(
+    targets: Mapping[str, str], fleet_dir: str | Path, timeout: float = 2.0
+) -> dict[str, bool]:
+    """Whether each cluster's API server answers `GET /version` (cluster -> kubeconfig
+    text), all in parallel, at most ``timeout`` seconds: the cheap check `reconcile` runs
+    between rounds so that a cluster going away (or coming back) starts a round at once."""
+    answers: dict[str, bool] = {}
+
+    def one(name: str, text: str) -> None:
+        try:
+            KubeReader(parse_kubeconfig(text, str(fleet_dir)), timeout=timeout).get("/version")
+            answers[name] = True
+        except KubeError:
+            answers[name] = False
+
+    threads = [
+        threading.Thread(target=one, args=item, daemon=True, name=f"probe-{item[0]}")
+        for item in sorted(targets.items())
+    ]
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + timeout + 1.0
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
+    return {name: answers.get(name, False) for name in sorted(targets)}
 
 
 def health_path(state_dir: Path) -> Path:
