@@ -11,7 +11,13 @@ from pydantic import ValidationError
 
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.loader import LOCK_FILE, Document, validation_errors, with_marks
-from modelplane.api.placement_lock import LockedReplica, PlacementLock, duplicate_entries
+from modelplane.api.placement_lock import (
+    LockedDeployment,
+    LockedReplica,
+    PlacementLock,
+    RoleFootprint,
+    duplicate_entries,
+)
 from modelplane.api.yamlread import MAX_FILE_BYTES, read_yaml
 
 ROLE_ORDER = ("unified", "prefill", "decode")
@@ -84,28 +90,48 @@ def _replica_lines(r: LockedReplica) -> list[str]:
     ]
     if r.draining:
         lines.append("      draining: true")
+    if r.footprint is not None:
+        roles = ", ".join(
+            f"{role}: {_footprint(r.footprint[role])}" for role in ROLE_ORDER if role in r.footprint
+        )
+        lines.append(f"      footprint: {{{roles}}}")
+    return lines
+
+
+def _footprint(f: RoleFootprint) -> str:
+    devices = ", ".join(f"{_scalar(name)}: {f.devices[name]}" for name in sorted(f.devices))
+    return (
+        f"{{workers: {f.workers}, nodesPerWorker: {f.nodes_per_worker}, devices: {{{devices}}}, "
+        f"cpuMillis: {f.cpu_millis}, memoryBytes: {f.memory_bytes}}}"
+    )
+
+
+def _section(name: str, deployments: dict[str, LockedDeployment]) -> list[str]:
+    if not deployments:
+        return [f"{name}: {{}}"]
+    lines = [f"{name}:"]
+    for key in sorted(deployments):
+        replicas = sorted(deployments[key].replicas, key=lambda r: (r.cluster, r.index))
+        lines.append(f"  {_scalar(key)}:")
+        count = deployments[key].autoscaled_replicas
+        if count is not None:
+            lines.append(f"    autoscaledReplicas: {count}")
+        if not replicas:
+            lines.append("    replicas: []")
+            continue
+        lines.append("    replicas:")
+        for r in replicas:
+            lines.extend(_replica_lines(r))
     return lines
 
 
 def dump_lock(lock: PlacementLock) -> str:
-    """The canonical text: deployments by key, replicas by (cluster, index)."""
+    """The canonical text: deployments by key, replicas by (cluster, index); then the
+    removed deployments whose stacks still run, the same way (only when there are any)."""
     lines = ["apiVersion: modelplane.ai/v1alpha1", "kind: PlacementLock"]
-    if not lock.deployments:
-        lines.append("deployments: {}")
-    else:
-        lines.append("deployments:")
-        for key in sorted(lock.deployments):
-            replicas = sorted(lock.deployments[key].replicas, key=lambda r: (r.cluster, r.index))
-            lines.append(f"  {_scalar(key)}:")
-            count = lock.deployments[key].autoscaled_replicas
-            if count is not None:
-                lines.append(f"    autoscaledReplicas: {count}")
-            if not replicas:
-                lines.append("    replicas: []")
-                continue
-            lines.append("    replicas:")
-            for r in replicas:
-                lines.extend(_replica_lines(r))
+    lines += _section("deployments", lock.deployments)
+    if lock.removed:
+        lines += _section("removed", lock.removed)
     return "\n".join(lines) + "\n"
 
 

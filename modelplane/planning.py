@@ -11,7 +11,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
-from modelplane.scheduler import DEFAULT_TIME_LIMIT, ScheduleResult, schedule
+from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
 
 
 @dataclass
@@ -24,15 +24,11 @@ class PlanOutcome:
     warnings: list[SpecError] = field(default_factory=list)
 
     @property
-    def removed(self) -> dict[str, int]:
-        """Deployments the previous lock placed that the fleet no longer has, with how many
-        replicas it placed: their stacks keep running until `up --prune` destroys them, and
-        the scheduler does not count their devices (docs/scheduling.md)."""
-        return {
-            key: len(dep.replicas)
-            for key, dep in sorted(self.previous.deployments.items())
-            if key not in self.fleet.deployments and dep.replicas
-        }
+    def removed(self) -> dict[str, RemovedReport]:
+        """Deployments the previous lock placed that the fleet no longer has: their stacks
+        keep running until `up --prune` destroys them, and the scheduler charges what they
+        hold (docs/scheduling.md, "Pools and capacity")."""
+        return dict(self.result.removed) if self.result is not None else {}
 
     @property
     def shortfall(self) -> bool:
@@ -49,19 +45,10 @@ class PlanOutcome:
         deployments = {key: rep.as_dict() for key, rep in self.result.report.items()}
         out: dict[str, Any] = {"deployments": deployments, "errors": [], "warnings": warnings}
         if self.removed:
-            out["removed"] = {
-                key: {"replicas": n, "note": removed_note(n)} for key, n in self.removed.items()
-            }
+            out["removed"] = {key: r.as_dict() for key, r in self.removed.items()}
         if self.result.optimize is not None:
             out["optimize"] = self.result.optimize.as_dict()
         return out
-
-
-def removed_note(replicas: int) -> str:
-    return (
-        f"removed from the fleet: its {replicas} replica(s) keep running until `up --prune` "
-        "destroys its stack, and their devices are not counted in this plan"
-    )
 
 
 def plan_fleet(

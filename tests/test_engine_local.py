@@ -209,6 +209,9 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     orphaned = runner.invoke(app, ["up", str(fleet_dir), "--yes", "-o", "json"], env=cli_env)
     assert orphaned.exit_code == 0, orphaned.output
     assert json.loads(orphaned.output)["orphans"] == ["deploy-demo-qwen"]
+    # Its replicas still run: the lock keeps what they hold until the stack is destroyed.
+    lock_text = (fleet_dir / "modelplane.lock.yaml").read_text()
+    assert "\nremoved:\n  demo/qwen:\n" in lock_text and "footprint: {unified:" in lock_text
     pruned = runner.invoke(
         app, ["up", str(fleet_dir), "--yes", "--prune", "-o", "json"], env=cli_env
     )
@@ -216,6 +219,7 @@ def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     result = {s["stack"]: s for s in json.loads(pruned.output)["stacks"]}
     assert result["deploy-demo-qwen"]["result"] == "succeeded"
     assert result["deploy-demo-qwen"]["changes"]["delete"] > 0
+    assert "removed:" not in (fleet_dir / "modelplane.lock.yaml").read_text()
     assert not any("qwen" in name for name in manifests(fleet_dir / "rendered"))
     down = runner.invoke(app, ["destroy", str(fleet_dir), "--yes"], env=cli_env)
     assert down.exit_code == 0, down.output

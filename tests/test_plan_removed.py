@@ -33,10 +33,13 @@ def test_removed_deployments_are_reported(tmp_path: Path) -> None:
     lock = tmp_path / "lock.yaml"
     _lock_with(lock, "team/m", "team/gone")
     outcome = plan_fleet(fleet, lock)
-    assert outcome.removed == {"team/gone": 2}
+    assert {key: r.replicas for key, r in outcome.removed.items()} == {"team/gone": 2}
     removed = outcome.as_json()["removed"]
     assert list(removed) == ["team/gone"] and removed["team/gone"]["replicas"] == 2
+    # This lock records no footprints (an older lock): nothing is charged, and it says so.
+    assert removed["team/gone"]["holds"] == {} and removed["team/gone"]["unknown"] == 2
     assert "up --prune" in removed["team/gone"]["note"]
+    assert "not counted in this plan" in removed["team/gone"]["note"]
     # The table output says so too.
     table = subprocess.run(
         [sys.executable, "-m", "modelplane", "plan", str(fleet), "--lock", str(lock)],

@@ -185,12 +185,16 @@ def test_lowest_free_index_is_reused() -> None:
     assert result.lock.deployments["ml/my-model"].replicas[1].name == "my-model-609c5"
 
 
-def test_replicas_of_removed_deployments_free_their_capacity() -> None:
+def test_replicas_of_removed_deployments_hold_their_capacity_until_pruned() -> None:
     classes, clusters = [H100], gpu_clusters(("a", 1))
     first = schedule(fleet(classes, clusters, [deployment("old", 1, tensor=8)]), None)
     second = schedule(fleet(classes, clusters, [deployment("new", 1, tensor=8)]), first.lock)
     assert list(second.lock.deployments) == ["ml/new"]
-    assert where(second, "ml/new") == [("a", 0)]
+    assert list(second.lock.removed) == ["ml/old"]  # its stack still runs (no prune yet)
+    assert where(second, "ml/new") == []
+    pruned = second.lock.model_copy(update={"removed": {}})
+    third = schedule(fleet(classes, clusters, [deployment("new", 1, tensor=8)]), pruned)
+    assert where(third, "ml/new") == [("a", 0)]
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,44 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from modelplane.api.base import DNSLabel, Strict
+
+Role = Literal["unified", "prefill", "decode"]
+
+
+class RoleFootprint(Strict):
+    """What the pods of one role of a placed replica hold on their pool, as the scheduler
+    accounts it (scheduling.md, "Pools and capacity")."""
+
+    workers: int = Field(ge=1)
+    """Worker instances of the role."""
+    nodes_per_worker: int = Field(ge=1)
+    """Pods per worker, each on a node of its own."""
+    devices: dict[str, int] = Field(default_factory=dict)
+    """Per pod: the consumed device kinds of the pool's class it takes, by kind name."""
+    cpu_millis: int = Field(ge=0)
+    """CPU per pod, in millicores."""
+    memory_bytes: int = Field(ge=0)
+    """Memory per pod, in bytes."""
+
+    @field_validator("devices")
+    @classmethod
+    def _counts(cls, devices: dict[str, int]) -> dict[str, int]:
+        bad = sorted(name for name, count in devices.items() if count < 1)
+        if bad:
+            raise ValueError(f"device counts must be at least 1 ({', '.join(bad)})")
+        return devices
+
+    @property
+    def pods(self) -> int:
+        return self.workers * self.nodes_per_worker
+
+    @property
+    def devices_held(self) -> int:
+        """Devices all its pods hold."""
+        return self.pods * sum(self.devices.values())
 
 
 class LockedReplica(Strict):
@@ -18,10 +53,12 @@ class LockedReplica(Strict):
     """The replica's index (its modelplane.ai/replica-index label); (cluster, index) is unique per
     deployment.
     """
-    pools: dict[Literal["unified", "prefill", "decode"], DNSLabel] = Field(min_length=1)
+    pools: dict[Role, DNSLabel] = Field(min_length=1)
     """The node pool of each role: {unified} or {prefill, decode}."""
     draining: bool = False
     """Autoscaling scale-in: out of the routes, the workload still up."""
+    footprint: dict[Role, RoleFootprint] | None = None
+    """Per role, what its pods hold on their pool (absent in locks written before it)."""
 
     @field_validator("pools")
     @classmethod
@@ -29,6 +66,12 @@ class LockedReplica(Strict):
         if set(pools) not in ({"unified"}, {"prefill", "decode"}):
             raise ValueError("pools must be {unified} or {prefill, decode}")
         return pools
+
+    @model_validator(mode="after")
+    def _footprint_roles(self) -> LockedReplica:
+        if self.footprint is not None and set(self.footprint) != set(self.pools):
+            raise ValueError("footprint must have the roles of pools")
+        return self
 
 
 class LockedDeployment(Strict):
@@ -50,6 +93,15 @@ class PlacementLock(Strict):
     """Always PlacementLock."""
     deployments: dict[str, LockedDeployment] = Field(default_factory=dict)
     """Placements by deployment (<namespace>/<name>)."""
+    removed: dict[str, LockedDeployment] = Field(default_factory=dict)
+    """Deployments removed from the fleet whose stacks still run (until `up --prune`)."""
+
+    @model_validator(mode="after")
+    def _removed_apart(self) -> PlacementLock:
+        both = sorted(set(self.deployments) & set(self.removed))
+        if both:
+            raise ValueError(f"in both deployments and removed: {', '.join(both)}")
+        return self
 
     def replicas_of(self, key: str) -> list[LockedReplica]:
         dep = self.deployments.get(key)
@@ -71,11 +123,14 @@ def duplicate_entries(lock: PlacementLock) -> list[tuple[str, str]]:
     them in memory and resolves them the same in any order.
     """
     problems = []
-    for key, dep in lock.deployments.items():
+    for section, key, dep in [
+        *(("deployments", k, d) for k, d in lock.deployments.items()),
+        *(("removed", k, d) for k, d in lock.removed.items()),
+    ]:
         names: dict[str, int] = {}
         slots: dict[tuple[str, int], int] = {}
         for i, r in enumerate(dep.replicas):
-            at = f"deployments.{key}.replicas[{i}]"
+            at = f"{section}.{key}.replicas[{i}]"
             if r.name in names:
                 problems.append(
                     (f"{at}.name", f"duplicate replica {r.name!r} (also replicas[{names[r.name]}])")

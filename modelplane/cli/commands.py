@@ -25,7 +25,7 @@ from modelplane.cli.output import (
     warning_table,
 )
 from modelplane.lock import write_lock
-from modelplane.planning import PlanOutcome, plan_fleet, removed_note
+from modelplane.planning import PlanOutcome, plan_fleet
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
 
 
@@ -141,9 +141,9 @@ def plan(
             console.print(warning_table(outcome.warnings))
     else:
         console.print(_plan_table(outcome.as_json()["deployments"]))
-        for key, replicas in outcome.removed.items():
+        for key, removed in outcome.removed.items():
             console.print(
-                f"[yellow]removed[/] {escape(key)}: {escape(removed_note(replicas))}",
+                f"[yellow]removed[/] {escape(key)}: {escape(removed.note)}",
                 highlight=False,
             )
         for name, problem in health.items():

@@ -135,9 +135,11 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
         cache_key = f"{dep.metadata.namespace}/{cache_ref.name}" if cache_ref else None
         return {
             "deployment": _dump(dep),
-            # `draining` changes the routes (the gateway stack), not the workloads.
+            # `draining` changes the routes (the gateway stack), not the workloads; the footprint
+            # is the scheduler's record.
             "replicas": [
-                r.model_dump(mode="json", by_alias=True, exclude={"draining"}) for r in replicas
+                r.model_dump(mode="json", by_alias=True, exclude={"draining", "footprint"})
+                for r in replicas
             ],
             "clusters": {c: _dump(fleet.clusters.get(c)) for c in clusters},
             "classes": {n: _dump(fleet.classes.get(n)) for n in sorted(pool_classes)},
@@ -149,7 +151,15 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
             "services": {k: _dump(v) for k, v in fleet.services.items()},
             "endpoints": {k: _dump(v) for k, v in fleet.endpoints.items()},
             "deployments": {k: _dump(v.metadata) for k, v in fleet.deployments.items()},
-            "lock": _dump(lock),
+            # Footprints and removed deployments are the scheduler's, not the routes'.
+            "lock": lock.model_dump(
+                mode="json",
+                by_alias=True,
+                exclude={
+                    "removed": True,
+                    "deployments": {"__all__": {"replicas": {"__all__": {"footprint"}}}},
+                },
+            ),
         }
     raise ValueError(f"unknown stack kind {unit.kind!r}")
 

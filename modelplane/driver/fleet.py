@@ -45,7 +45,7 @@ from modelplane.driver.unroutable import read_unroutable
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
-from modelplane.stacks import StackUnit, Tier, cluster_stack, stack_units
+from modelplane.stacks import StackUnit, Tier, cluster_stack, deploy_stack, stack_units
 
 OnEvent = Callable[[str, StackEvent], None]
 """``on_event(stack_name, event)``: a :class:`~modelplane.driver.events.StackEvent` for each
@@ -94,6 +94,14 @@ class FleetStatus:
             "endpoints": self.endpoints,
             "gateway": self.gateway,
         }
+
+
+def _prune_removed(lock: PlacementLock, keep: set[str]) -> PlacementLock:
+    """`lock` without the removed deployments whose `deploy-` stack is not in `keep`."""
+    removed = {k: d for k, d in lock.removed.items() if deploy_stack(k) in keep}
+    if removed == lock.removed:
+        return lock
+    return lock.model_copy(update={"removed": removed})
 
 
 class Fleet:
@@ -258,10 +266,12 @@ class Fleet:
             # Listing the stacks first also initialises a fresh backend before stacks run
             # in parallel.
             existing = session.list_stacks()
-            written = write_lock(self.lock_path, plan.lock)
-            self.previous = plan.lock
+            # A removed deployment holds its capacity while its stack exists (scheduling.md).
+            lock = _prune_removed(plan.lock, keep=set(existing))
+            written = write_lock(self.lock_path, lock)
+            self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
-            ctx = self._context(session, plan.lock, self.lock_path, on_event, observer)
+            ctx = self._context(session, lock, self.lock_path, on_event, observer)
             if refresh:
                 ctx.up_options["refresh"] = True
             if expect_no_changes:
@@ -293,6 +303,13 @@ class Fleet:
                         if r.ok:
                             r.note = "no longer in the fleet: destroyed and removed"
                     run.results.extend(pruned.results)
+                    # Their capacity is free now: drop the removed deployments destroyed.
+                    gone = {r.stack for r in pruned.results if r.ok}
+                    lock = _prune_removed(lock, keep=set(existing) - gone)
+                    if write_lock(self.lock_path, lock):
+                        run.lock_written = True
+                        observer.message(f"wrote: {self.lock_path} (pruned deployments dropped)")
+                    self.previous = lock
                 else:
                     run.orphans = [u.name for u in orphans]
             run.duration = time.monotonic() - started

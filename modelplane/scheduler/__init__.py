@@ -1,8 +1,8 @@
 """The fleet scheduler: pure and deterministic (no I/O, no clock, no randomness, no Pulumi).
 
-`schedule(fleet, previous)` applies the rules of design/scheduling.md: charge and
-retain what the previous lock placed, scale down, fill in priority order, and
-explain every shortfall.
+`schedule(fleet, previous)` applies the rules of design/scheduling.md: charge what
+removed deployments still hold, charge and retain what the previous lock placed,
+scale down, fill in priority order, and explain every shortfall.
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.scheduler.placement import Placement
+from modelplane.scheduler.reserved import (
+    RemovedReport,
+    footprint,
+    removed_deployments,
+    removed_reports,
+    reserved_items,
+)
 from modelplane.scheduler.result import DeploymentReport, OptimizeReport, ScheduleResult
 
 __all__ = [
@@ -22,6 +29,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "DeploymentReport",
     "OptimizeReport",
+    "RemovedReport",
     "ScheduleResult",
     "schedule",
 ]
@@ -65,7 +73,8 @@ def schedule(
     seconds, then topped up by the greedy fill (scheduling.md, "Optimising")."""
     fleet = autoscaled_fleet(fleet, previous)
     run = Placement(fleet)
-    run.retain(previous)
+    removed = removed_deployments(fleet, previous)
+    run.retain(previous, reserved_items(removed, run.pools, fleet.classes))
     run.scale_down()
     solved: OptimizeReport | None = None
     if optimize:
@@ -86,6 +95,13 @@ def schedule(
                 index=index,
                 pools=dict(pools),
                 draining=draining,
+                footprint=footprint(
+                    run.matcher,
+                    fleet.classes,
+                    key,
+                    dep,
+                    {role: run.pools[(cluster, pool)] for role, pool in pools.items()},
+                ),
             )
             for (cluster, index), pools, draining in sorted(slots, key=lambda s: s[0])
         ]
@@ -105,5 +121,8 @@ def schedule(
             ),
         )
     return ScheduleResult(
-        lock=PlacementLock(deployments=deployments), report=report, optimize=solved
+        lock=PlacementLock(deployments=deployments, removed=removed),
+        report=report,
+        optimize=solved,
+        removed=removed_reports(removed, run.pools, run.deployments),
     )

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
-from modelplane.scheduler import reasons
+from modelplane.scheduler import reasons, reserved
 from modelplane.scheduler.capacity import Item, Layout, Pool
 from modelplane.scheduler.eligibility import Eligibility, RolePools
 from modelplane.scheduler.matching import Matcher, PodDemand, Request
@@ -79,18 +79,26 @@ class Placement:
 
     # -- 2 + 3: retain -------------------------------------------------------------------
 
-    def retain(self, previous: PlacementLock | None) -> None:
-        """Keep what the lock placed where it still may be and still fits; charge it."""
-        if previous is None:
-            return
-        items: dict[tuple[str, str], list[Item]] = {}
-        for dep_key in sorted(previous.deployments):
+    def retain(
+        self,
+        previous: PlacementLock | None,
+        reserved: Mapping[tuple[str, str], list[Item]] | None = None,
+    ) -> None:
+        """Keep what the lock placed where it still may be and still fits; charge it, and
+        the `reserved` items per pool (capacity that removed deployments hold, see
+        `reserved`: they sort after every kept replica and are never dropped for one)."""
+        items: dict[tuple[str, str], list[Item]] = {
+            key: list(held) for key, held in (reserved or {}).items()
+        }
+        previous = previous or PlacementLock()
+        for dep_key in sorted(set(previous.deployments) | set(previous.removed)):
             dep = self.deployments.get(dep_key)
             if dep is None:
                 continue
+            locked = previous.deployments.get(dep_key) or previous.removed[dep_key]
             # The whole entry is the sort key, so duplicates resolve the same in any order.
             replicas = sorted(
-                previous.deployments[dep_key].replicas,
+                locked.replicas,
                 key=lambda r: (r.cluster, r.index, r.name, sorted(r.pools.items())),
             )
             for replica in replicas:
@@ -109,7 +117,11 @@ class Placement:
             pool = self.pools[key]
             layout, misfits = pool.pack(items[key])
             pool.set_layout(layout)
-            failed += [(i.deployment, pool.cluster, i.index) for i in misfits]
+            failed += [
+                (i.deployment, pool.cluster, i.index)
+                for i in misfits
+                if i.deployment in self.deployments
+            ]
         for cluster in sorted({cluster for cluster, _ in items}):
             self._refresh_room(cluster)
         self._drop(failed)
@@ -148,6 +160,8 @@ class Placement:
         queue = sorted(set(replicas))
         while queue:
             dep_key, cluster, index = queue.pop(0)
+            if dep_key not in self.placed:
+                continue  # a removed deployment's held capacity that no longer fits
             pools = self.placed[dep_key].pop((cluster, index), None)
             if pools is None:
                 pools = self.draining[dep_key].pop((cluster, index), None)
@@ -491,9 +505,20 @@ class Placement:
             if free < demand.pods:
                 pool = pools[pool_pos]
                 short = pool.device_nodes(demand) - free
-                return reasons.pool_short(pool.name, free, role, demand.pods, max(0, short))
+                why = reasons.pool_short(pool.name, free, role, demand.pods, max(0, short))
+                return why + self._held_note([pools[pos] for pos, _ in matching])
         if len(role_pools.roles) > 1:
             return reasons.roles_together([role for role, _ in role_pools.roles])
         role, matching = role_pools.roles[0]
         free, _, pool_pos, _ = max((pools[pos].free_nodes(d), -pos, pos, d) for pos, d in matching)
-        return reasons.pool_fragmented(pools[pool_pos].name, role)
+        why = reasons.pool_fragmented(pools[pool_pos].name, role)
+        return why + self._held_note([pools[pos] for pos, _ in matching])
+
+    def _held_note(self, pools: Sequence[Pool]) -> str:
+        """What removed deployments hold on `pools`, as a reason's suffix (or "")."""
+        held: list[tuple[str, str, int]] = []
+        for pool in pools:
+            for key, n in sorted(reserved.held(pool, self.deployments).items()):
+                if n:
+                    held.append((key, pool.name, n))
+        return reasons.held_by_removed(held)

@@ -53,3 +53,11 @@ def pool_fragmented(pool: str, role: str) -> str:
 
 def roles_together(roles: Sequence[str]) -> str:
     return f"no room for {' and '.join(roles)} together"
+
+
+def held_by_removed(held: Sequence[tuple[str, str, int]]) -> str:
+    """A reason's suffix naming what removed deployments hold: (deployment, pool, devices)."""
+    if not held:
+        return ""
+    parts = [f"removed {key} holds {n} devices on {pool}" for key, pool, n in held]
+    return f" ({'; '.join(parts)} until up --prune)"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
+from modelplane.scheduler.reserved import RemovedReport
 
 
 def replica_json(r: LockedReplica) -> dict[str, Any]:
@@ -80,6 +81,8 @@ class ScheduleResult:
     lock: PlacementLock  # deployments sorted by key, replicas by (cluster, index)
     report: dict[str, DeploymentReport]  # every deployment of the fleet, sorted by key
     optimize: OptimizeReport | None = field(default=None, compare=False)  # with --optimize
+    # Deployments removed from the fleet whose stacks still run, by key (scheduler.reserved)
+    removed: dict[str, RemovedReport] = field(default_factory=dict)
 
     @property
     def short(self) -> bool:
