@@ -231,3 +231,20 @@ def test_plan_says_what_removed_deployments_hold(tmp_path: Path) -> None:
     assert "removed:\n  team/old:" in text
     assert runner.invoke(app, [*args, "--write"]).exit_code == 0
     assert lock.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("stacks", "kept"),
+    [
+        ({"deploy-ml-old", "gateway"}, ["ml/old"]),  # its stack still runs: keep holding
+        ({"gateway"}, []),  # destroyed by --prune (or never created): capacity free
+    ],
+)
+def test_up_keeps_removed_entries_while_their_stack_exists(
+    stacks: set[str], kept: list[str]
+) -> None:
+    from modelplane.driver.fleet import _prune_removed
+
+    lock = schedule(dev_fleet(NEW, nodes=3), placed_lock()).lock
+    assert list(_prune_removed(lock, keep=stacks).removed) == kept
+    assert _prune_removed(lock, keep=stacks).deployments == lock.deployments
