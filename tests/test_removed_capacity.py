@@ -248,3 +248,10 @@ def test_up_keeps_removed_entries_while_their_stack_exists(
     lock = schedule(dev_fleet(NEW, nodes=3), placed_lock()).lock
     assert list(_prune_removed(lock, keep=stacks).removed) == kept
     assert _prune_removed(lock, keep=stacks).deployments == lock.deployments
+
+
+def test_removed_replica_that_no_longer_fits_is_not_charged() -> None:
+    """The pool shrank to one node: one removed replica is charged, the other cannot be."""
+    result = schedule(dev_fleet(nodes=1), placed_lock())
+    assert result.removed["ml/old"].holds == {"dev-1/gpu-l4": 8}
+    assert len(result.lock.removed["ml/old"].replicas) == 2  # both stay until pruned
