@@ -59,6 +59,8 @@ class Layout:
     least_used: int = 0  # what the items consume at least, however they are packed
     rule: int = 0  # the packing rule it was packed by (see Pool.pack)
     key: int = -1  # a number for its items, set by the scheduler (Placement._layout_id)
+    sig: int = -1  # a number for its rule and demand sequence (Placement._sig): layouts
+    # with the same one have the same free rows, whichever deployments hold the items
 
     def copy(self) -> Layout:
         return Layout(

@@ -6,6 +6,7 @@ Placement state: every placed replica as deployment key -> (cluster, index) ->
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,48 @@ from modelplane.scheduler.taints import BLOCKS_NEW, EVICTS
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
 RolePlan = list[tuple[str, Pool, Layout]]  # (role, pool, that pool's layout with the role on it)
 Reach = frozenset[int]  # the cluster profiles open to a deployment's new replicas
+
+
+_SPLIT = object()  # a group whose members may answer differently
+
+
+def _item_order(item: Item) -> tuple[object, ...]:
+    return item.order
+
+
+class _Group:
+    """Clusters that look alike, during one deployment's fill: the members (name order)
+    not yet visited, and the answer for all of them (`Placement._group_answer`)."""
+
+    __slots__ = ("key", "members", "role_pools", "at", "next", "answered", "answer", "template")
+
+    def __init__(self, key: tuple[object, ...], members: list[str], role_pools: RolePools):
+        self.key = key
+        self.members = members
+        self.role_pools = role_pools
+        self.at = 0
+        self.next = ""
+        self.answered = False
+        self.answer: bool | object | None = None
+        self.template: list[tuple[str, int, Layout]] = []
+
+    def advance(self, taken: dict[str, set[int]]) -> bool:
+        """Move `next` to the next member hosting none of the deployment; False at the end."""
+        members = self.members
+        while self.at < len(members):
+            cluster = members[self.at]
+            self.at += 1
+            if cluster not in taken:
+                self.next = cluster
+                return True
+        return False
+
+    def rest(self, taken: dict[str, set[int]]) -> list[str]:
+        """`next` and every later member hosting none of the deployment."""
+        out = [self.next]
+        while self.advance(taken):
+            out.append(self.next)
+        return out
 
 
 def replica_gpus(dep: ModelDeployment) -> int:
@@ -71,6 +114,12 @@ class Placement:
         }
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
         self._layout_ids: dict[tuple[object, ...], int] = {}
+        self._demand_ids: dict[int, int] = {}
+        self._demand_values: dict[PodDemand, int] = {}
+        self._sig_ids: dict[tuple[object, ...], int] = {}
+        self._sig_ties: list[dict[tuple[int, int, int], set[int]]] = []
+        self._state: dict[str, tuple[object, ...]] = {}  # cluster -> group key, during fill
+        self._groups: dict[tuple[object, ...], list[str]] = {}
 
     def _refresh_room(self, cluster: str) -> None:
         self.cluster_room[cluster] = max(
@@ -203,10 +252,12 @@ class Placement:
         self._reach = {key: self._reach_of(key, dep) for key, dep in order}
         self._pending = self._pending_demands(order)
         self._pending_view = {}
+        self._group_clusters()
         for dep_key, dep in order:
             self._forget_pending(dep_key, dep)
             if dep.spec.replicas > len(self.placed[dep_key]):
                 self._fill(dep_key, dep)
+        self._state, self._groups = {}, {}
         # Reasons describe the final state, so re-planning the written lock, which starts
         # from that state, reports exactly the same.
         self.explain()
@@ -321,50 +372,212 @@ class Placement:
 
         A cluster without room is not asked again: during one deployment's fill, clusters
         only fill up. A cluster that would take room is not asked again until no other is
-        left: it only changes when this deployment places there."""
+        left: it only changes when this deployment places there.
+
+        Clusters hosting none of this deployment are visited by group (`_groups`: same
+        profile, pools with the same nodes, packing rule and demand sequence): one
+        answer serves every member, in name order, as long as the new pods' place in
+        each pool's packing order does not depend on the member (`_group_answer`)."""
         placed = self.placed[dep_key]
         missing = dep.spec.replicas - len(placed)
         hosted = Counter(cluster for cluster, _ in placed)
         taken: dict[str, set[int]] = {}
         for cluster, index in [*placed, *self.draining[dep_key]]:
             taken.setdefault(cluster, set()).add(index)
-        role_pools = self._open_clusters(dep_key, dep)
-        # Clusters already hosting some are in a heap by (count, name); the others all
-        # host 0 and are visited in name order.
-        heap = [(count, c) for c, count in hosted.items() if c in role_pools]
+        eligibility = self.eligibility
+        opened: dict[int, RolePools | None] = {
+            pid: eligibility.open_for_new(dep_key, dep, members[0])
+            for pid, members in eligibility.members.items()
+        }
+        profile_ids = eligibility.profile_ids
+
+        def open_pools(cluster: str) -> RolePools | None:
+            return opened[profile_ids[cluster]]
+
+        # Clusters already hosting some are in a heap by (count, name). The others host 0
+        # and come first, in name order: `fresh` holds, by name, single clusters (those
+        # with only draining replicas of this deployment) and groups (by their next member).
+        heap = [(count, c) for c, count in hosted.items() if open_pools(c) is not None]
         heapq.heapify(heap)
-        fresh = iter([c for c in role_pools if c not in hosted])
-        pending = next(fresh, None)
-        deferred: list[tuple[int, str, int, RolePlan]] = []  # would take room
+        fresh: list[tuple[str, int, _Group | None]] = [
+            (c, 0, None) for c in taken if c not in hosted and open_pools(c) is not None
+        ]
+        room = self.cluster_room
+        for key, members in self._groups.items():
+            role_pools = opened[key[0]]
+            if role_pools is None or not members or room[members[0]] < role_pools.least_room:
+                continue
+            group = _Group(key, members[:], role_pools)
+            if group.advance(taken):
+                fresh.append((group.next, 0, group))
+        heapq.heapify(fresh)
+        seq = 0
+        # would take room: (count, name, seq, (index, plan) or a group)
+        deferred: list[tuple[int, str, int, tuple[int, RolePlan] | _Group]] = []
         alike: dict[object, tuple[bool, list[tuple[str, int, Layout]]] | None] = {}
         while missing:
-            if pending is not None and (not heap or (0, pending) < heap[0]):
-                count, cluster = 0, pending
-                pending = next(fresh, None)
+            group: _Group | None = None
+            if fresh:
+                cluster, _, group = heapq.heappop(fresh)
+                count = 0
             elif heap:
                 count, cluster = heapq.heappop(heap)
             elif deferred:
-                count, cluster, index, plan = heapq.heappop(deferred)
-                self._commit(dep_key, cluster, index, plan, taken)
+                count, cluster, _, what = heapq.heappop(deferred)
+                if isinstance(what, _Group):
+                    plan = self._realize(dep_key, cluster, what.template)
+                    self._commit(dep_key, cluster, 0, plan, taken)
+                    if what.advance(taken):
+                        seq += 1
+                        heapq.heappush(deferred, (0, what.next, seq, what))
+                else:
+                    self._commit(dep_key, cluster, what[0], what[1], taken)
                 missing -= 1
                 heapq.heappush(heap, (count + 1, cluster))
                 continue
             else:
                 break
-            open_pools = role_pools[cluster]
-            if not self._may_fit(cluster, open_pools):
+            if group is not None:
+                answer = self._group_answer(dep_key, dep, cluster, group)
+                if answer is None:
+                    continue
+                if answer is _SPLIT:
+                    fresh += [(c, 0, None) for c in group.rest(taken)]
+                    heapq.heapify(fresh)
+                    continue
+                if answer:
+                    seq += 1
+                    heapq.heappush(deferred, (0, cluster, seq, group))
+                    continue
+                plan = self._realize(dep_key, cluster, group.template)
+                self._commit(dep_key, cluster, 0, plan, taken)
+                missing -= 1
+                heapq.heappush(heap, (1, cluster))
+                if group.advance(taken):
+                    heapq.heappush(fresh, (group.next, 0, group))
                 continue
-            index = lowest_free(taken.setdefault(cluster, set()))
-            found = self._fit_alike(dep_key, dep, cluster, index, open_pools, alike)
+            role_pools = open_pools(cluster)
+            assert role_pools is not None
+            if not self._may_fit(cluster, role_pools):
+                continue
+            index = lowest_free(taken.get(cluster, ()))
+            found = self._fit_alike(dep_key, dep, cluster, index, role_pools, alike)
             if found is None:
                 continue
             harm, plan = found
             if harm:
-                heapq.heappush(deferred, (count, cluster, index, plan))
+                seq += 1
+                heapq.heappush(deferred, (count, cluster, seq, (index, plan)))
                 continue
             self._commit(dep_key, cluster, index, plan, taken)
             missing -= 1
             heapq.heappush(heap, (count + 1, cluster))
+
+    # -- groups of clusters that look alike ----------------------------------------------
+
+    def _demand_id(self, demand: PodDemand) -> int:
+        """A small number per distinct demand value (equal demands, equal numbers)."""
+        hit = self._demand_ids.get(id(demand))  # demands live as long as the run's matcher
+        if hit is None:
+            hit = self._demand_values.setdefault(demand, len(self._demand_values))
+            self._demand_ids[id(demand)] = hit
+        return hit
+
+    def _sig(self, layout: Layout) -> int:
+        """A small number per (packing rule, demand sequence) of a layout: packing is a
+        function of these, so layouts with the same number have the same free rows."""
+        if layout.sig < 0:
+            demand_id = self._demand_id
+            seq = tuple((*i.order[:3], demand_id(i.demand)) for i in layout.items)
+            key = (layout.rule, seq)
+            sig = self._sig_ids.get(key)
+            if sig is None:
+                sig = self._sig_ids[key] = len(self._sig_ids)
+                ties: dict[tuple[int, int, int], set[int]] = {}
+                for o0, o1, o2, d in seq:
+                    ties.setdefault((o0, o1, o2), set()).add(d)
+                self._sig_ties.append(ties)
+            layout.sig = sig
+        return layout.sig
+
+    def _state_key(self, cluster: str) -> tuple[object, ...]:
+        sig = self._sig
+        pools = self.cluster_pools[cluster]
+        return (self.eligibility.profile_ids[cluster], *((p.nodes, sig(p.layout)) for p in pools))
+
+    def _group_clusters(self) -> None:
+        """Put every cluster in its group (same state key), members in name order."""
+        self._state = {}
+        self._groups = {}
+        for cluster in self.cluster_names:
+            key = self._state[cluster] = self._state_key(cluster)
+            self._groups.setdefault(key, []).append(cluster)
+
+    def _regroup(self, cluster: str) -> None:
+        old = self._state.get(cluster)
+        if old is None:
+            return
+        members = self._groups[old]
+        del members[bisect.bisect_left(members, cluster)]
+        key = self._state[cluster] = self._state_key(cluster)
+        bisect.insort(self._groups.setdefault(key, []), cluster)
+
+    def _group_answer(
+        self, dep_key: str, dep: ModelDeployment, cluster: str, group: _Group
+    ) -> bool | object | None:
+        """For a group's members (index 0): None (no room), _SPLIT (the answer may differ
+        by member: ask each), else whether the placement takes room (`group.template`
+        holds the plan found on `cluster`).
+
+        A new pod's place in a pool's packing order is fixed by (priority, size, pods),
+        then by deployment key, index and role; among items that tie on the first three,
+        the place differs by member, which changes the packing only when the tying items
+        do not all have the pod's own demand."""
+        if group.answered:
+            return group.answer
+        group.answered = True
+        pools = self.cluster_pools[cluster]
+        prio = -dep.spec.priority
+        for _, matching in group.role_pools.roles:
+            for pos, demand in matching:
+                ties = self._sig_ties[self._sig(pools[pos].layout)]
+                same = ties.get((prio, -demand.devices_per_pod, -demand.pods))
+                if same is not None and (len(same) > 1 or self._demand_id(demand) not in same):
+                    group.answer = _SPLIT
+                    return _SPLIT
+        if not self._may_fit(cluster, group.role_pools):
+            return None
+        found = self._fit(dep_key, dep, cluster, 0, group.role_pools)
+        if found is None:
+            return None
+        group.template = [(role, pool.position, layout) for role, pool, layout in found[1]]
+        group.answer = found[0]
+        return group.answer
+
+    def _realize(
+        self, dep_key: str, cluster: str, template: list[tuple[str, int, Layout]]
+    ) -> RolePlan:
+        """A group's plan on one of its members: the member's items plus the new ones,
+        with the free rows of the template (the same demand sequence)."""
+        pools = self.cluster_pools[cluster]
+        plan: RolePlan = []
+        for role, pos, layout in template:
+            pool = pools[pos]
+            items = list(pool.layout.items)
+            for item in layout.items:
+                if item.deployment == dep_key:
+                    bisect.insort(items, item, key=_item_order)
+            found = Layout(
+                items,
+                layout.free,
+                layout.node_free,
+                layout.free_total,
+                layout.least_used,
+                layout.rule,
+                sig=layout.sig,
+            )
+            plan.append((role, pool, found))
+        return plan
 
     def _fit_alike(
         self,
@@ -410,6 +623,7 @@ class Placement:
         for _, pool, layout in plan:
             pool.set_layout(layout)
         self._refresh_room(cluster)
+        self._regroup(cluster)
         self.placed[dep_key][(cluster, index)] = {role: pool.name for role, pool, _ in plan}
         taken.setdefault(cluster, set()).add(index)
 
