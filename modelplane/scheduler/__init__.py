@@ -8,6 +8,7 @@ scale down, fill in priority order, and explain every shortfall.
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
@@ -71,6 +72,20 @@ def schedule(
 
     With `optimize`, new replicas are placed by a MILP (HiGHS) within `time_limit`
     seconds, then topped up by the greedy fill (scheduling.md, "Optimising")."""
+    # The run allocates many small objects and frees few: the cyclic collector would
+    # walk the whole heap (the fleet's models) over and over for nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _schedule(fleet, previous, optimize, time_limit)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _schedule(
+    fleet: FleetSpec, previous: PlacementLock | None, optimize: bool, time_limit: float
+) -> ScheduleResult:
     fleet = autoscaled_fleet(fleet, previous)
     run = Placement(fleet)
     removed = removed_deployments(fleet, previous)

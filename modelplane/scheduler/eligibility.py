@@ -55,6 +55,7 @@ class Eligibility:
         self._selected: dict[tuple[str, int], bool] = {}
         self._blocked: dict[tuple[str, int, tuple[str, ...]], str | None] = {}
         self._pools: dict[tuple[str, int], RolePools | str] = {}
+        self._by_classes: dict[tuple[str, tuple[str, ...]], RolePools | str] = {}
         self._open: dict[tuple[str, int], RolePools | None] = {}
 
     def open_for_new(self, dep_key: str, dep: ModelDeployment, cluster: str) -> RolePools | None:
@@ -109,7 +110,12 @@ class Eligibility:
         memo = (dep_key, self.profile_ids[cluster])
         hit = self._pools.get(memo)
         if hit is None:
-            hit = self._pools[memo] = self._resolve(dep_key, dep, self.profiles[cluster][2])
+            # Profiles that differ only in labels or taints have the same pools.
+            classes = self.profiles[cluster][2]
+            hit = self._by_classes.get((dep_key, classes))
+            if hit is None:
+                hit = self._by_classes[(dep_key, classes)] = self._resolve(dep_key, dep, classes)
+            self._pools[memo] = hit
         return hit
 
     def _resolve(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from modelplane.api.inference_class import ClassDevice, InferenceClass
 from modelplane.api.model_deployment import Role
@@ -104,7 +105,7 @@ class ClassShape:
     # (CPU and memory unchecked). A node's row of free amounts is counts + resources.
     resources: tuple[int, ...] = ()
 
-    @property
+    @cached_property
     def consumed_per_node(self) -> int:
         return sum(c for c, used in zip(self.counts, self.consumed, strict=True) if used)
 

@@ -22,6 +22,8 @@ from modelplane.scheduler.taints import BLOCKS_NEW, EVICTS
 
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
 RolePlan = list[tuple[str, Pool, Layout]]  # (role, pool, that pool's layout with the role on it)
+# A group's plan: (role, pool position, layout, the numbers of the new roles on it)
+Template = list[tuple[str, int, Layout, tuple[int, ...]]]
 Reach = frozenset[int]  # the cluster profiles open to a deployment's new replicas
 
 
@@ -46,7 +48,7 @@ class _Group:
         self.next = ""
         self.answered = False
         self.answer: bool | object | None = None
-        self.template: list[tuple[str, int, Layout]] = []
+        self.template: Template = []
 
     def advance(self, taken: dict[str, set[int]]) -> bool:
         """Move `next` to the next member hosting none of the deployment; False at the end."""
@@ -116,6 +118,11 @@ class Placement:
         self._layout_ids: dict[tuple[object, ...], int] = {}
         self._demand_ids: dict[int, int] = {}
         self._demand_values: dict[PodDemand, int] = {}
+        self._demand_list: list[PodDemand] = []  # by demand id
+        self._dep_demands: dict[str, list[tuple[int, int, int]]] = {}
+        # per RolePools (by id: they live as long as the run's eligibility), its roles'
+        # demands by number
+        self._asks: dict[int, tuple[object, ...]] = {}
         self._sig_ids: dict[tuple[object, ...], int] = {}
         self._sig_ties: list[dict[tuple[int, int, int], set[int]]] = []
         self._state: dict[str, tuple[object, ...]] = {}  # cluster -> group key, during fill
@@ -252,12 +259,14 @@ class Placement:
         self._reach = {key: self._reach_of(key, dep) for key, dep in order}
         self._pending = self._pending_demands(order)
         self._pending_view = {}
+        self._pending_version = {}
+        self._answers = {}
         self._group_clusters()
         for dep_key, dep in order:
             self._forget_pending(dep_key, dep)
             if dep.spec.replicas > len(self.placed[dep_key]):
                 self._fill(dep_key, dep)
-        self._state, self._groups = {}, {}
+        self._state, self._groups, self._answers = {}, {}, {}
         # Reasons describe the final state, so re-planning the written lock, which starts
         # from that state, reports exactly the same.
         self.explain()
@@ -276,7 +285,7 @@ class Placement:
 
     # Pending demands: per (profile id, pool position), how many deployments still to be
     # filled may put a pod of each demand there, by their reach (profiles open to them).
-    _pending: dict[tuple[int, int], Counter[tuple[PodDemand, Reach]]]
+    _pending: dict[tuple[int, int], Counter[tuple[int, Reach]]]  # (demand id, reach)
     _reach: dict[str, Reach]
 
     def _reach_of(self, dep_key: str, dep: ModelDeployment) -> Reach:
@@ -290,8 +299,8 @@ class Placement:
 
     def _pending_demands(
         self, order: Sequence[tuple[str, ModelDeployment]]
-    ) -> dict[tuple[int, int], Counter[tuple[PodDemand, Reach]]]:
-        pending: dict[tuple[int, int], Counter[tuple[PodDemand, Reach]]] = {}
+    ) -> dict[tuple[int, int], Counter[tuple[int, Reach]]]:
+        pending: dict[tuple[int, int], Counter[tuple[int, Reach]]] = {}
         for dep_key, dep in order:
             if dep.spec.replicas <= len(self.placed[dep_key]):
                 continue
@@ -300,14 +309,17 @@ class Placement:
                 pending.setdefault((pid, pos), Counter())[(demand, reach)] += 1
         return pending
 
-    def _demands(self, dep_key: str, dep: ModelDeployment) -> list[tuple[int, int, PodDemand]]:
-        out = []
-        for pid, members in self.eligibility.members.items():
-            pools = self.eligibility.open_for_new(dep_key, dep, members[0])
-            if pools is None:
-                continue
-            for _, matching in pools.roles:
-                out += [(pid, pos, demand) for pos, demand in matching]
+    def _demands(self, dep_key: str, dep: ModelDeployment) -> list[tuple[int, int, int]]:
+        """(profile id, pool position, demand id) for every pool open to `dep`'s roles."""
+        out = self._dep_demands.get(dep_key)
+        if out is None:
+            out = self._dep_demands[dep_key] = []
+            for pid, members in self.eligibility.members.items():
+                pools = self.eligibility.open_for_new(dep_key, dep, members[0])
+                if pools is None:
+                    continue
+                for _, matching in pools.roles:
+                    out += [(pid, pos, self._demand_id(demand)) for pos, demand in matching]
         return out
 
     def _forget_pending(self, dep_key: str, dep: ModelDeployment) -> None:
@@ -316,10 +328,12 @@ class Placement:
         reach = self._reach[dep_key]
         for pid, pos, demand in self._demands(dep_key, dep):
             counter = self._pending[(pid, pos)]
-            self._pending_view.pop((pid, pos), None)
             counter[(demand, reach)] -= 1
             if counter[(demand, reach)] <= 0:
                 del counter[(demand, reach)]
+                # The pool's pending shapes may change: a new view, a new version.
+                self._pending_view.pop((pid, pos), None)
+                self._pending_version[pid] = self._pending_version.get(pid, 0) + 1
 
     def _takes_room(
         self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: Reach
@@ -346,6 +360,9 @@ class Placement:
         return False
 
     _pending_view: dict[tuple[int, int], list[tuple[tuple[Request, ...], int, int, list[Reach]]]]
+    _pending_version: dict[int, int]  # per profile id: bumped when a pool's view may change
+    # Group answers (`_group_answer`) kept across deployments, by what they depend on.
+    _answers: dict[tuple[object, ...], tuple[object, Template]]
 
     def _pending_shapes(
         self, pid: int, pos: int
@@ -356,7 +373,9 @@ class Placement:
         view = self._pending_view.get(key)
         if view is None:
             reaches: dict[tuple[tuple[Request, ...], int, int], list[Reach]] = {}
-            for demand, reach in self._pending.get(key, ()):
+            demands = self._demand_list
+            for demand_id, reach in self._pending.get(key, ()):
+                demand = demands[demand_id]
                 shape = (demand.requests, demand.pods_per_worker, demand.devices_per_pod)
                 seen = reaches.setdefault(shape, [])
                 if reach not in seen:
@@ -425,7 +444,7 @@ class Placement:
             elif deferred:
                 count, cluster, _, what = heapq.heappop(deferred)
                 if isinstance(what, _Group):
-                    plan = self._realize(dep_key, cluster, what.template)
+                    plan = self._realize(dep_key, dep, cluster, what)
                     self._commit(dep_key, cluster, 0, plan, taken)
                     if what.advance(taken):
                         seq += 1
@@ -449,7 +468,7 @@ class Placement:
                     seq += 1
                     heapq.heappush(deferred, (0, cluster, seq, group))
                     continue
-                plan = self._realize(dep_key, cluster, group.template)
+                plan = self._realize(dep_key, dep, cluster, group)
                 self._commit(dep_key, cluster, 0, plan, taken)
                 missing -= 1
                 heapq.heappush(heap, (1, cluster))
@@ -479,7 +498,10 @@ class Placement:
         """A small number per distinct demand value (equal demands, equal numbers)."""
         hit = self._demand_ids.get(id(demand))  # demands live as long as the run's matcher
         if hit is None:
-            hit = self._demand_values.setdefault(demand, len(self._demand_values))
+            hit = self._demand_values.get(demand)
+            if hit is None:
+                hit = self._demand_values[demand] = len(self._demand_list)
+                self._demand_list.append(demand)
             self._demand_ids[id(demand)] = hit
         return hit
 
@@ -513,60 +535,100 @@ class Placement:
             key = self._state[cluster] = self._state_key(cluster)
             self._groups.setdefault(key, []).append(cluster)
 
-    def _regroup(self, cluster: str) -> None:
+    def _regroup(self, cluster: str, changed: Sequence[Pool]) -> None:
+        """Move a cluster whose `changed` pools have new layouts to its new group."""
         old = self._state.get(cluster)
         if old is None:
             return
         members = self._groups[old]
         del members[bisect.bisect_left(members, cluster)]
-        key = self._state[cluster] = self._state_key(cluster)
-        bisect.insort(self._groups.setdefault(key, []), cluster)
+        if not members:
+            del self._groups[old]
+        key = list(old)
+        for pool in changed:
+            key[pool.position + 1] = (pool.nodes, self._sig(pool.layout))
+        new = self._state[cluster] = tuple(key)
+        bisect.insort(self._groups.setdefault(new, []), cluster)
 
     def _group_answer(
         self, dep_key: str, dep: ModelDeployment, cluster: str, group: _Group
     ) -> bool | object | None:
         """For a group's members (index 0): None (no room), _SPLIT (the answer may differ
         by member: ask each), else whether the placement takes room (`group.template`
-        holds the plan found on `cluster`).
+        holds the plan, as pool positions and layouts, with the roles on each).
 
         A new pod's place in a pool's packing order is fixed by (priority, size, pods),
         then by deployment key, index and role; among items that tie on the first three,
         the place differs by member, which changes the packing only when the tying items
-        do not all have the pod's own demand."""
+        do not all have the pod's own demand.
+
+        The answer depends on the group, the priority, the roles' demands (by value), the
+        deployment's reach and the pending shapes on the profile's pools (their version),
+        not on the deployment itself: it is kept across deployments under that key."""
         if group.answered:
             return group.answer
         group.answered = True
+        roles = group.role_pools
+        asks = self._asks.get(id(roles))
+        if asks is None:
+            demand_id = self._demand_id
+            asks = tuple(
+                (role, tuple((pos, demand_id(d)) for pos, d in m)) for role, m in roles.roles
+            )
+            self._asks[id(roles)] = asks
+        memo = (
+            group.key,
+            dep.spec.priority,
+            asks,
+            self._reach.get(dep_key),
+            self._pending_version.get(group.key[0], 0),
+        )
+        hit = self._answers.get(memo)
+        if hit is None:
+            hit = self._answers[memo] = self._answer(dep_key, dep, cluster, group.role_pools)
+        group.answer, group.template = hit
+        return group.answer
+
+    def _answer(
+        self, dep_key: str, dep: ModelDeployment, cluster: str, role_pools: RolePools
+    ) -> tuple[object, Template]:
         pools = self.cluster_pools[cluster]
         prio = -dep.spec.priority
-        for _, matching in group.role_pools.roles:
+        for _, matching in role_pools.roles:
             for pos, demand in matching:
                 ties = self._sig_ties[self._sig(pools[pos].layout)]
                 same = ties.get((prio, -demand.devices_per_pod, -demand.pods))
                 if same is not None and (len(same) > 1 or self._demand_id(demand) not in same):
-                    group.answer = _SPLIT
-                    return _SPLIT
-        if not self._may_fit(cluster, group.role_pools):
-            return None
-        found = self._fit(dep_key, dep, cluster, 0, group.role_pools)
+                    return _SPLIT, []
+        if not self._may_fit(cluster, role_pools):
+            return None, []
+        found = self._fit(dep_key, dep, cluster, 0, role_pools)
         if found is None:
-            return None
-        group.template = [(role, pool.position, layout) for role, pool, layout in found[1]]
-        group.answer = found[0]
-        return group.answer
+            return None, []
+        # The plan is in role order; entry n's layout holds the new items of the roles
+        # up to n that are on its pool.
+        at = [pool.position for _, pool, _ in found[1]]
+        template: Template = [
+            (role, pool.position, layout, tuple(m for m in range(n + 1) if at[m] == at[n]))
+            for n, (role, pool, layout) in enumerate(found[1])
+        ]
+        return found[0], template
 
-    def _realize(
-        self, dep_key: str, cluster: str, template: list[tuple[str, int, Layout]]
-    ) -> RolePlan:
+    def _realize(self, dep_key: str, dep: ModelDeployment, cluster: str, group: _Group) -> RolePlan:
         """A group's plan on one of its members: the member's items plus the new ones,
         with the free rows of the template (the same demand sequence)."""
         pools = self.cluster_pools[cluster]
+        roles = group.role_pools.roles
+        priority = dep.spec.priority
         plan: RolePlan = []
-        for role, pos, layout in template:
+        for role, pos, layout, on in group.template:
             pool = pools[pos]
             items = list(pool.layout.items)
-            for item in layout.items:
-                if item.deployment == dep_key:
-                    bisect.insort(items, item, key=_item_order)
+            for n in on:
+                name, matching = roles[n]
+                demand = next(d for p, d in matching if p == pos)
+                item = Item.make(priority, dep_key, 0, name, n, demand)
+                bisect.insort(items, item, key=_item_order)
             found = Layout(
                 items,
                 layout.free,
@@ -623,7 +685,7 @@ class Placement:
         for _, pool, layout in plan:
             pool.set_layout(layout)
         self._refresh_room(cluster)
-        self._regroup(cluster)
+        self._regroup(cluster, [pool for _, pool, _ in plan])
         self.placed[dep_key][(cluster, index)] = {role: pool.name for role, pool, _ in plan}
         taken.setdefault(cluster, set()).add(index)
 
