@@ -122,7 +122,7 @@ class Placement:
         self._dep_demands: dict[str, list[tuple[int, int, int]]] = {}
         # per RolePools (by id: they live as long as the run's eligibility), its roles'
         # demands by number
-        self._asks: dict[int, tuple[object, ...]] = {}
+        self._asks: dict[int, tuple[tuple[object, ...], list[int]]] = {}
         self._sig_ids: dict[tuple[object, ...], int] = {}
         self._sig_ties: list[dict[tuple[int, int, int], set[int]]] = []
         self._state: dict[str, tuple[object, ...]] = {}  # cluster -> group key, during fill
@@ -333,7 +333,7 @@ class Placement:
                 del counter[(demand, reach)]
                 # The pool's pending shapes may change: a new view, a new version.
                 self._pending_view.pop((pid, pos), None)
-                self._pending_version[pid] = self._pending_version.get(pid, 0) + 1
+                self._pending_version[(pid, pos)] = self._pending_version.get((pid, pos), 0) + 1
 
     def _takes_room(
         self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: Reach
@@ -360,7 +360,7 @@ class Placement:
         return False
 
     _pending_view: dict[tuple[int, int], list[tuple[tuple[Request, ...], int, int, list[Reach]]]]
-    _pending_version: dict[int, int]  # per profile id: bumped when a pool's view may change
+    _pending_version: dict[tuple[int, int], int]  # bumped when the pool's view may change
     # Group answers (`_group_answer`) kept across deployments, by what they depend on.
     _answers: dict[tuple[object, ...], tuple[object, Template]]
 
@@ -569,24 +569,27 @@ class Placement:
             return group.answer
         group.answered = True
         roles = group.role_pools
-        asks = self._asks.get(id(roles))
-        if asks is None:
+        hit = self._asks.get(id(roles))
+        if hit is None:
             demand_id = self._demand_id
             asks = tuple(
                 (role, tuple((pos, demand_id(d)) for pos, d in m)) for role, m in roles.roles
             )
-            self._asks[id(roles)] = asks
+            positions = sorted({pos for _, m in roles.roles for pos, _ in m})
+            hit = self._asks[id(roles)] = (asks, positions)
+        asks, positions = hit
+        pid = group.key[0]
         memo = (
             group.key,
             dep.spec.priority,
             asks,
             self._reach.get(dep_key),
-            self._pending_version.get(group.key[0], 0),
+            tuple(self._pending_version.get((pid, pos), 0) for pos in positions),
         )
-        hit = self._answers.get(memo)
-        if hit is None:
-            hit = self._answers[memo] = self._answer(dep_key, dep, cluster, group.role_pools)
-        group.answer, group.template = hit
+        answer = self._answers.get(memo)
+        if answer is None:
+            answer = self._answers[memo] = self._answer(dep_key, dep, cluster, group.role_pools)
+        group.answer, group.template = answer
         return group.answer
 
     def _answer(
