@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -146,11 +147,13 @@ def reconciler(
 
 
 def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rounds' JSON (without the probe's `{"probe": ...}` lines between them)."""
     text = state["out"].read_text()
     try:
-        return json_stream(text)
+        found = json_stream(text)
     except ValueError:  # a round being written
-        return json_stream(text[: text.rfind("\n}\n") + 3])
+        found = json_stream(text[: text.rfind("\n}\n") + 3])
+    return [r for r in found if "probe" not in r]
 
 
 def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
@@ -309,8 +312,20 @@ def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
 
     services = wait_for("hi and lo routed", urls, timeout=UP_SLACK, interval=5.0)
     seen_before = len(rounds(reconciler))
-    loads = [Load(services[f"demo/{n}"]).__enter__() for n in ("hi", "lo") for _ in range(6)]
+    # Both loads must be in full flow before a round reads them: a round during the ramp
+    # would scale hi by less than the free room and lawfully give lo the rest. So the
+    # reconcile process is paused (SIGSTOP) while the clients start; a round it was in
+    # the middle of read no load, and changes nothing.
+    process = reconciler["process"]
+    loads: list[Load] = []
     try:
+        process.send_signal(signal.SIGSTOP)
+        try:
+            for name in ("hi", "lo"):
+                loads += [Load(services[f"demo/{name}"]).__enter__() for _ in range(6)]
+            wait_for("both loads flowing", lambda: all(x.count() >= 3 for x in loads), 120)
+        finally:
+            process.send_signal(signal.SIGCONT)
 
         def decided() -> dict[str, Any] | None:
             for r in rounds(reconciler)[seen_before:]:
