@@ -35,6 +35,7 @@ from components.charts import (
 )
 from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_cluster import ServingStackOptions
+from modelplane.observe.prometheus import engine_scrape_job
 
 SYSTEM_NAMESPACE = "modelplane-system"
 GATEWAY_NAME = "inference-gateway"
@@ -137,7 +138,8 @@ def _prometheus_values() -> dict[str, Any]:
                 "serviceMonitorSelectorNilUsesHelmValues": False,
                 "podMonitorNamespaceSelector": {},
                 "serviceMonitorNamespaceSelector": {},
-                "additionalScrapeConfigs": [envoy_proxy_job],
+                # The serving engines' vLLM metrics, read by `reconcile` for autoscaling.
+                "additionalScrapeConfigs": [envoy_proxy_job, engine_scrape_job()],
             }
         },
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modelplane.api.autoscaling import Autoscaling
@@ -52,6 +52,10 @@ class Decision:
     readings: tuple[MetricReading, ...] = ()
     notes: tuple[str, ...] = ()  # why a scale-in was held, missing metrics, ...
     history: History = field(default=(), compare=False)
+    # per replica with metrics: where they came from ("prometheus" | "pod-proxy"), and
+    # why not from Prometheus (replicas read through the pod proxy)
+    sources: tuple[tuple[str, str], ...] = ()
+    fallbacks: tuple[tuple[str, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -64,10 +68,17 @@ class Decision:
             "recommendation": self.recommendation,
             "metrics": [r.as_json() for r in self.readings],
             "notes": list(self.notes),
+            "metricsSource": dict(self.sources),
+            "metricsFallback": dict(self.fallbacks),
         }
 
+    def source(self) -> str:
+        """The metrics' sources in one word: `prometheus`, `pod-proxy`, `mixed` or `none`."""
+        found = {s for _, s in self.sources}
+        return found.pop() if len(found) == 1 else ("mixed" if found else "none")
+
     def describe(self) -> str:
-        return ", ".join(r.describe() for r in self.readings)
+        return ", ".join(r.describe() for r in self.readings) + f"; metrics: {self.source()}"
 
 
 def counter_rate(
@@ -305,6 +316,8 @@ def autoscale_fleet(
         replicas = list(locked.replicas) if locked else []
         values: dict[str, dict[str, float] | None] = {}
         missing: dict[str, str] = {}
+        sources: dict[str, tuple[str, str]] = {}
+        fallbacks: dict[str, tuple[str, str]] = {}
         for r in replicas:
             seen_replicas.add(r.name)
             cluster = observation.cluster(r.cluster)
@@ -317,6 +330,10 @@ def autoscale_fleet(
                 missing[r.name] = (got.metrics_error if got else None) or "no pods"
                 values[r.name] = None
                 continue
+            if got.metrics_source:
+                sources[r.name] = (r.name, got.metrics_source)
+            if got.metrics_fallback and got.metrics_source != "prometheus":
+                fallbacks[r.name] = (r.name, got.metrics_fallback)
             sample = dict(got.metrics)
             success = sample.pop("requestSuccess", None)
             if success is not None:
@@ -361,6 +378,11 @@ def autoscale_fleet(
             state.history.get(key, ()),
             now,
             {n: missing[n] for n in serving if n in missing},
+        )
+        decision = replace(
+            decision,
+            sources=tuple(sorted(src for n in serving if (src := sources.get(n)))),
+            fallbacks=tuple(sorted(why for n in serving if (why := fallbacks.get(n)))),
         )
         out.decisions[key] = decision
         new_state.history[key] = decision.history

@@ -650,6 +650,24 @@ def _existing_run(**serving: Any) -> MockRun:
     return run
 
 
+def test_serving_stack_prometheus_is_where_reconcile_asks_and_scrapes_the_engines() -> None:
+    from modelplane.observe.prometheus import (
+        ENGINE_JOB,
+        PROMETHEUS_NAMESPACE,
+        PROMETHEUS_SERVICE,
+        engine_scrape_job,
+    )
+
+    run = _existing_run()
+    [release] = [r for r in run.of_type(RELEASE) if r.inputs["name"] == "mp-kube-prometheus-stack"]
+    assert release.inputs["namespace"] == PROMETHEUS_NAMESPACE
+    # kube-prometheus-stack names its Prometheus Service `<fullname>-prometheus`
+    assert f"{release.get('values.fullnameOverride')}-prometheus" == PROMETHEUS_SERVICE
+    jobs = release.get("values.prometheus.prometheusSpec.additionalScrapeConfigs")
+    assert [j["job_name"] for j in jobs] == ["envoy-gateway-proxy", ENGINE_JOB]
+    assert jobs[1] == engine_scrape_job()
+
+
 def test_serving_stack_releases_pins_and_values() -> None:
     run = _existing_run()
     releases = {r.inputs["name"]: r for r in run.of_type(RELEASE)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -835,3 +836,93 @@ def test_render_layout(tmp_path: Path) -> None:
     ]["replicas"][0]["name"]
     assert (ref["kind"], ref["name"], ref["port"]) == ("Service", replica, 8000)
     assert ref["filters"][0]["urlRewrite"]["path"]["replacePrefixMatch"] == "/"
+
+
+# --- the serving stack's Prometheus scrapes exactly the serving engines ------------------------
+
+
+def _sanitize(name: str) -> str:
+    """Prometheus' label-name sanitizing of a pod label (kubernetes_sd)."""
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+def scrape_targets(job: dict[str, Any], pod: dict[str, Any], pod_name: str) -> list[dict[str, str]]:
+    """kubernetes_sd (role pod: one target per container port) and the job's relabeling,
+    evaluated on a rendered pod template: the targets' labels."""
+    out = []
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    for container in pod["spec"]["containers"]:
+        for port in container.get("ports") or []:
+            meta = {f"__meta_kubernetes_pod_label_{_sanitize(k)}": v for k, v in labels.items()}
+            meta |= {
+                "__meta_kubernetes_pod_name": pod_name,
+                "__meta_kubernetes_namespace": "ml-team",
+                "__meta_kubernetes_pod_container_port_name": port.get("name", ""),
+                "__meta_kubernetes_pod_container_name": container["name"],
+                "__address__": f"10.0.0.1:{port['containerPort']}",
+            }
+            kept = True
+            for rule in job["relabel_configs"]:
+                value = ";".join(meta.get(s, "") for s in rule["source_labels"])
+                if rule.get("action") == "keep":
+                    kept = kept and re.fullmatch(rule["regex"], value) is not None
+                elif kept:
+                    meta[rule["target_label"]] = value
+            if kept:
+                out.append(
+                    {k: v for k, v in meta.items() if not k.startswith("__meta")}
+                    | {"container": container["name"]}
+                )
+    return out
+
+
+def pod_templates(run: MockRun) -> list[dict[str, Any]]:
+    found = [d.get("spec.template") for d in run.of_type(DEPLOYMENT)]
+    for lws in run.of_type(LWS):
+        found.append(lws.get("spec.leaderWorkerTemplate.leaderTemplate"))
+        found.append(lws.get("spec.leaderWorkerTemplate.workerTemplate"))
+    return [t for t in found if t]
+
+
+@pytest.mark.parametrize(
+    ("text", "pools", "expected"),
+    [
+        # one unified engine pod: its `http` port (8000), /metrics
+        (SMALL, {"unified": "mixed"}, [("small", "unified", "engine", "8000")]),
+        # prefill pods and the decode leader: its engine (moved to 8001) and its routing
+        # sidecar both name a port `http` (only the engine exports vLLM names); LWS decode
+        # workers expose no serving port, the EPP has no role
+        (
+            PD,
+            {"prefill": "h200", "decode": "h200"},
+            [
+                ("kimi", "decode", "engine", "8001"),
+                ("kimi", "decode", "pd-sidecar", "8000"),
+                ("kimi", "prefill", "engine", "8000"),
+            ],
+        ),
+    ],
+)
+def test_serving_stack_prometheus_scrapes_each_serving_engine(
+    text: str, pools: dict[str, str], expected: list[tuple[str, str, str, str]]
+) -> None:
+    from components.serving_stack import chart_values
+    from modelplane.observe.prometheus import ENGINE_JOB, REPLICA_TARGET_LABEL
+
+    jobs = chart_values("prometheus")["prometheus"]["prometheusSpec"]["additionalScrapeConfigs"]
+    [job] = [j for j in jobs if j["job_name"] == ENGINE_JOB]
+    assert job["metrics_path"] == "/metrics"
+    assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
+    run, _ = deploy(text, pools)
+    got = []
+    for template in pod_templates(run):
+        role = template["metadata"]["labels"].get("modelplane.ai/role", "none")
+        for target in scrape_targets(job, template, f"{role}-pod"):
+            container = target["container"]
+            replica = target[REPLICA_TARGET_LABEL]
+            assert replica == template["metadata"]["labels"]["modelplane.ai/replica"]
+            assert (target["pod"], target["namespace"]) == (f"{role}-pod", "ml-team")
+            got.append(
+                (replica.split("-")[0], role, container, target["__address__"].split(":")[1])
+            )
+    assert sorted(got) == sorted(expected), sorted(got)

@@ -259,6 +259,8 @@ def reconcile(
         grace=parse_duration(grace),
         timeout=parse_duration(timeout),
         parallel=parallel,
+        # a Prometheus sample older than two rounds is stale: missing, never a scale-in
+        metrics_stale_after=2 * every,
     )
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -332,6 +334,11 @@ def _say_round(current: Any, out: Any, err: Any) -> None:
             )
         for note in d.notes:
             out.print(f"{head}: autoscale {key}: {note}", highlight=False)
+        for replica, why in d.fallbacks:
+            out.print(
+                f"{head}: autoscale {key}: {replica} metrics through the pod proxy ({why})",
+                highlight=False,
+            )
     for name in current.draining:
         out.print(f"{head}: draining replica {name} (out of the routes)", highlight=False)
     for name, why in current.drained.items():

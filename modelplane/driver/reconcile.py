@@ -49,6 +49,7 @@ from modelplane.health.rules import (
     UNREACHABLE,
     HealthView,
     observed_schedule,
+    unready_replicas,
     unroutable_clusters,
 )
 from modelplane.observe import (
@@ -61,6 +62,7 @@ from modelplane.observe import (
     write_autoscale_state,
     write_since,
 )
+from modelplane.observe.cluster import DEFAULT_STALE_AFTER
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.stacks import GATEWAY_STACK, deploy_stack
 
@@ -86,6 +88,7 @@ class Round:
     draining: list[str] = field(default_factory=list)  # replicas that started draining
     drained: dict[str, str] = field(default_factory=dict)  # drains that ended, and why
     unroutable: dict[str, str] = field(default_factory=dict)  # cluster -> why out of routes
+    unready: dict[str, str] = field(default_factory=dict)  # replica -> why out of routes
     routes_first: RunResult | None = None  # the gateway stack alone, before the rest
     orphans_deleted: list[str] = field(default_factory=list)
     orphan_errors: list[str] = field(default_factory=list)
@@ -119,6 +122,7 @@ class Round:
             "added": self.added,
             "forgotten": self.forgotten,
             "unroutable": self.unroutable,
+            "unready": self.unready,
             "routesFirst": None if self.routes_first is None else self.routes_first.as_json(),
             "orphansDeleted": self.orphans_deleted,
             "orphanErrors": self.orphan_errors,
@@ -146,13 +150,19 @@ def _spec_digest(fleet: Fleet) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _digest(spec_digest: str, plan: Plan, unroutable: Mapping[str, str]) -> str:
+def _digest(
+    spec_digest: str,
+    plan: Plan,
+    unroutable: Mapping[str, str],
+    unready: Mapping[str, str] | None = None,
+) -> str:
     """What the stacks are derived from, as far as reconcile can tell: specs + placement +
-    the clusters left out of routes."""
+    the clusters and replicas left out of routes."""
     parts = {
         "specs": spec_digest,
         "lock": plan.lock.model_dump(mode="json"),
         "unroutable": sorted(unroutable),
+        "unready": sorted(unready or {}),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -182,6 +192,7 @@ class Reconciler:
         env: Mapping[str, str] | None = None,
         grace: float = DEFAULT_GRACE,
         timeout: float = DEFAULT_TIMEOUT,
+        metrics_stale_after: float = DEFAULT_STALE_AFTER,
         parallel: int = 4,
         observer_factory: Callable[[], Observer] = Observer,
         clock: Callable[[], float] = time.time,
@@ -193,6 +204,7 @@ class Reconciler:
         self.env = env
         self.grace = grace
         self.timeout = timeout
+        self.metrics_stale_after = metrics_stale_after
         self.parallel = parallel
         self.observer_factory = observer_factory
         self.clock = clock
@@ -291,6 +303,7 @@ class Reconciler:
             timeout=self.timeout,
             now=self.clock(),
             metrics=True,
+            stale_after=self.metrics_stale_after,
         )
         current.observation = observation
         current.phase("observe", t)
@@ -328,15 +341,17 @@ class Reconciler:
             write_autoscale_state(f.state_dir, state)
 
         current.unroutable = unroutable_clusters(f.spec, plan.lock, view.health)
+        # A replica joins the routes once its pods are seen Ready (a new one: next round).
+        current.unready = unready_replicas(plan.lock, observation)
         were = set(read_unroutable(f.state_dir))
-        write_unroutable(f.state_dir, current.unroutable)
+        write_unroutable(f.state_dir, current.unroutable, current.unready)
         # Endpoints to take out of the routes now: those of newly unroutable clusters and of
         # replicas leaving a cluster whose endpoints were still routed.
         drop_routes = bool(set(current.unroutable) - were) or any(
             before[name] not in were for name in current.moved
         )
         specs = _spec_digest(f)
-        digest = _digest(specs, plan, current.unroutable)
+        digest = _digest(specs, plan, current.unroutable, current.unready)
         resync = self.rounds % RESYNC_ROUNDS == 0
         if digest == self._applied and not plan.changed and not resync:
             current.skipped_up = True

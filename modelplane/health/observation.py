@@ -40,12 +40,18 @@ class ReplicaObservation:
     # the serving pods (`modelplane.autoscale.replica_values`), or why there are none.
     metrics: dict[str, float] | None = None
     metrics_error: str | None = None
+    # Where `metrics` came from: "prometheus" (the cluster's, through the API server's
+    # service proxy) or "pod-proxy" (each pod's /metrics); and why not Prometheus.
+    metrics_source: str | None = None
+    metrics_fallback: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         out = self._json()
         if self.metrics is not None or self.metrics_error is not None:
             out["metrics"] = self.metrics
             out["metricsError"] = self.metrics_error
+            out["metricsSource"] = self.metrics_source
+            out["metricsFallback"] = self.metrics_fallback
         return out
 
     def _json(self) -> dict[str, Any]:
@@ -178,6 +184,8 @@ class Observation:
                         int(v.get("runningPods", 0)),
                         v.get("metrics"),
                         v.get("metricsError"),
+                        v.get("metricsSource"),
+                        v.get("metricsFallback"),
                     )
                     for r, v in (c.get("replicas") or {}).items()
                 },

@@ -23,7 +23,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.autoscale import AutoscaleState
 from modelplane.health.observation import ClusterObservation, Observation, RoutesObservation
-from modelplane.observe.cluster import observe_cluster, observe_routes
+from modelplane.observe.cluster import DEFAULT_STALE_AFTER, observe_cluster, observe_routes
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.secrets import SecretNotFound, resolve_secret
 from modelplane.stacks import cache_clusters
@@ -90,11 +90,14 @@ def observe_fleet(
     deadline: float | None = None,
     now: float | None = None,
     metrics: bool = False,
+    stale_after: float = DEFAULT_STALE_AFTER,
 ) -> Observation:
     """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
     4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
     deployment's namespace). ``metrics``: also read the serving pods' `/metrics` of the
-    autoscaled deployments' replicas in ``lock`` (through each API server's pod proxy)."""
+    autoscaled deployments' replicas in ``lock``: from the cluster's Prometheus through
+    its API server's service proxy (samples older than ``stale_after`` seconds count as
+    missing), else each serving pod's `/metrics` through the pod proxy."""
     env = os.environ if env is None else env
     fleet_dir = Path(fleet_dir)
     limit = deadline if deadline is not None else 4 * timeout
@@ -132,7 +135,13 @@ def observe_fleet(
             return
         caches = [k for k in fleet.caches if name in cache_clusters(fleet, k)]
         observed = observe_cluster(
-            name, reader, _namespaces(fleet, lock, name), caches, wanted.get(name, ())
+            name,
+            reader,
+            _namespaces(fleet, lock, name),
+            caches,
+            wanted.get(name, ()),
+            now=at,
+            stale_after=stale_after,
         )
         if name == gateway_ref:
             if observed.reachable:

@@ -16,6 +16,20 @@ from modelplane.health.observation import (
     RoutesObservation,
 )
 from modelplane.observe.kube import KubeError, KubeReader
+from modelplane.observe.prometheus import (
+    PROMETHEUS_NAMESPACE,
+    PROMETHEUS_PROXY,
+    PROMETHEUS_SERVICE,
+    PodSamples,
+    PrometheusAnswerError,
+    metrics_query,
+    parse_samples,
+)
+
+PROMETHEUS = "prometheus"
+POD_PROXY = "pod-proxy"
+PROMETHEUS_SERVICE_REF = f"{PROMETHEUS_NAMESPACE}/{PROMETHEUS_SERVICE}"
+DEFAULT_STALE_AFTER = 60.0  # seconds: a Prometheus sample older than this is missing
 
 POOL_LABEL = "modelplane.ai/pool"
 REPLICA_LABEL = "modelplane.ai/replica"
@@ -137,28 +151,68 @@ class ClusterReader:
         text = self.reader.get_text(f"/api/v1/namespaces/{ns}/pods/{name}:{port}/proxy/metrics")
         return parse_metrics(text)
 
+    def prometheus_samples(
+        self, replicas: Iterable[str], now: float, stale_after: float
+    ) -> dict[str, dict[str, PodSamples]]:
+        """The cluster's Prometheus (the serving stack's), through the API server's service
+        proxy: the newest samples per replica and pod within `stale_after` seconds of `now`.
+        Raises KubeError (absent, unreachable) or PrometheusAnswerError."""
+        try:
+            body = self.reader.get(
+                PROMETHEUS_PROXY, query=metrics_query(replicas, stale_after), time=f"{now:.3f}"
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                raise KubeError(404, f"no Service {PROMETHEUS_SERVICE_REF}") from None
+            if exc.status:
+                raise KubeError(exc.status, f"service proxy: HTTP {exc.status}") from None
+            raise
+        return parse_samples(body, now, stale_after)
+
     def replica_metrics(
-        self, pods: list[dict[str, Any]]
-    ) -> tuple[dict[str, float] | None, str | None]:
-        """A replica's metric values over its serving pods, or None and why."""
+        self,
+        pods: list[dict[str, Any]],
+        scraped: dict[str, PodSamples] | None = None,
+        unscraped: str = "prometheus not asked",
+    ) -> tuple[dict[str, float] | None, str | None, str | None, str | None]:
+        """A replica's metric values over its serving pods, or None and why; the source
+        and why it is not Prometheus. `scraped`: the replica's pods' Prometheus samples
+        (None: Prometheus did not answer, `unscraped` says why); a pod without a fresh
+        sample there sends the whole replica through the pod proxy."""
         if not pods:
-            return None, "no pods"
-        samples = []
+            return None, "no pods", None, None
         for pod in pods:
-            name = (pod.get("metadata") or {}).get("name", "?")
             if not _ready(pod):
-                return None, f"{name} not Ready"
+                name = (pod.get("metadata") or {}).get("name", "?")
+                return None, f"{name} not Ready", None, None
+        names = [str((p.get("metadata") or {}).get("name", "?")) for p in pods]
+        fallback = unscraped
+        if scraped is not None:
+            absent = [n for n in names if n not in scraped]
+            if not absent:
+                values = replica_values([scraped[n].values for n in names])
+                if values:
+                    return values, None, PROMETHEUS, None
+                fallback = "prometheus: no vLLM metrics"
+            else:
+                fallback = "prometheus: no fresh sample of " + ", ".join(absent)
+        samples = []
+        for pod, name in zip(pods, names, strict=True):
             try:
                 samples.append(self.pod_metrics(pod))
             except KubeError as exc:
-                return None, f"{name}: /metrics unreadable ({exc})"
+                return None, f"{name}: /metrics unreadable ({exc})", None, fallback
         values = replica_values(samples)
         if not values:
-            return None, "no vLLM metrics in /metrics"
-        return values, None
+            return None, "no vLLM metrics in /metrics", None, fallback
+        return values, None, POD_PROXY, fallback
 
     def replicas(
-        self, namespaces: Iterable[str], metrics_for: Iterable[str] = ()
+        self,
+        namespaces: Iterable[str],
+        metrics_for: Iterable[str] = (),
+        now: float | None = None,
+        stale_after: float = DEFAULT_STALE_AFTER,
     ) -> dict[str, ReplicaObservation]:
         pods: dict[str, list[dict[str, Any]]] = {}
         claims: dict[str, list[bool]] = {}
@@ -190,6 +244,15 @@ class ClusterReader:
                 entry[1] += ready
         out = {}
         wanted = set(metrics_for)
+        scraped: dict[str, dict[str, PodSamples]] | None = None
+        unscraped = "prometheus not asked"
+        if wanted & set(pods):
+            try:
+                scraped = self.prometheus_samples(
+                    sorted(wanted), time.time() if now is None else now, stale_after
+                )
+            except (KubeError, PrometheusAnswerError) as exc:
+                unscraped = f"prometheus: {exc}"
         for replica in sorted({*pods, *claims, *groups}):
             mine = pods.get(replica, [])
             reasons = tuple(sorted(r for r in (_pod_reason(p) for p in mine) if r))
@@ -198,9 +261,11 @@ class ClusterReader:
             ]
             c = claims.get(replica, [])
             g = groups.get(replica, [0, 0])
-            values, why = None, None
+            values, why, source, fallback = None, None, None, None
             if replica in wanted:
-                values, why = self.replica_metrics(mine)
+                values, why, source, fallback = self.replica_metrics(
+                    mine, None if scraped is None else scraped.get(replica, {}), unscraped
+                )
             out[replica] = ReplicaObservation(
                 pods=len(mine),
                 ready_pods=sum(1 for p in mine if _ready(p)),
@@ -215,6 +280,8 @@ class ClusterReader:
                 ),
                 metrics=values,
                 metrics_error=why,
+                metrics_source=source,
+                metrics_fallback=fallback,
             )
         return out
 
@@ -248,6 +315,8 @@ def observe_cluster(
     namespaces: Iterable[str],
     caches: Iterable[str] = (),
     metrics_for: Iterable[str] = (),
+    now: float | None = None,
+    stale_after: float = DEFAULT_STALE_AFTER,
 ) -> ClusterObservation:
     """One cluster; an unreachable one is an observation with the error, never a raise."""
     started = time.monotonic()
@@ -267,7 +336,7 @@ def observe_cluster(
     except KubeError as exc:
         problems.append(f"gateway: {exc}")
     try:
-        replicas = cluster.replicas(namespaces, metrics_for)
+        replicas = cluster.replicas(namespaces, metrics_for, now, stale_after)
     except (KubeError, KeyError, TypeError, ValueError) as exc:
         problems.append(f"replicas: {exc}")
     cache_states: dict[str, CacheObservation] = {}
