@@ -543,3 +543,54 @@ def test_autoscaled_count_shows_in_plan_status_and_preview() -> None:
     }
     status = rendered(readiness_tables(view)[0])
     assert "AUTOSCALE" in status and f"1 (1..6); draining {leaving}" in status
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected_json", "fallbacks", "word", "printed"),
+    [
+        (["prometheus"] * 3, "prometheus", set(), "prometheus", 0),
+        (["pod-proxy"] * 3, "pod-proxy", {"prometheus: service proxy: HTTP 503"}, "pod-proxy", 3),
+        (
+            ["prometheus", "pod-proxy", "prometheus"],
+            None,
+            {"prometheus: no fresh sample of m-0"},
+            "mixed",
+            1,
+        ),
+    ],
+)
+def test_autoscale_round_reports_the_metrics_source_per_replica(
+    sources: list[str], expected_json: str | None, fallbacks: set[str], word: str, printed: int
+) -> None:
+    import dataclasses
+
+    from rich.console import Console
+
+    from modelplane.cli.health import _say_round
+    from modelplane.driver.reconcile import Round
+
+    f = fleet([H100], three_clusters(), [deployment("m", 3, tensor=8, autoscaling=FAST)])
+    lock = schedule(f, None).lock
+    names = [r.name for r in lock.replicas_of("ml/m")]
+    busy = {n: {"queueDepth": 40.0, "runningRequests": 1.0} for n in names}
+    observation = seen(lock, busy)
+    why = sorted(fallbacks)[0] if fallbacks else None
+    for name, source in zip(names, sources, strict=True):
+        c = next(c for c in observation.clusters.values() if name in c.replicas)
+        c.replicas[name] = dataclasses.replace(
+            c.replicas[name],
+            metrics_source=source,
+            metrics_fallback=why if source == "pod-proxy" else None,
+        )
+    decision = autoscale_fleet(f, lock, observation, AutoscaleState(), 100.0).decisions["ml/m"]
+    data = decision.as_json()
+    assert data["metricsSource"] == dict(zip(names, sources, strict=True))
+    if expected_json is not None:
+        assert set(data["metricsSource"].values()) == {expected_json}
+    assert set(data["metricsFallback"].values()) == fallbacks
+    assert decision.changed and decision.describe().endswith(f"; metrics: {word}")
+    out, err = Console(record=True, width=300), Console(record=True, width=300)
+    _say_round(Round(1, 0.0, autoscale={"ml/m": decision}), out, err)
+    text = out.export_text()
+    assert f"metrics: {word})" in text
+    assert text.count("metrics through the pod proxy") == printed

@@ -334,7 +334,8 @@ def _say_round(current: Any, out: Any, err: Any) -> None:
             )
         for note in d.notes:
             out.print(f"{head}: autoscale {key}: {note}", highlight=False)
-        for replica, why in d.fallbacks:
+        # why Prometheus was not used, with the rounds that say something about the count
+        for replica, why in d.fallbacks if (d.changed or d.notes) else ():
             out.print(
                 f"{head}: autoscale {key}: {replica} metrics through the pod proxy ({why})",
                 highlight=False,
