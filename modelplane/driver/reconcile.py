@@ -49,7 +49,6 @@ from modelplane.health.rules import (
     UNREACHABLE,
     HealthView,
     observed_schedule,
-    unready_replicas,
     unroutable_clusters,
 )
 from modelplane.observe import (
@@ -88,7 +87,6 @@ class Round:
     draining: list[str] = field(default_factory=list)  # replicas that started draining
     drained: dict[str, str] = field(default_factory=dict)  # drains that ended, and why
     unroutable: dict[str, str] = field(default_factory=dict)  # cluster -> why out of routes
-    unready: dict[str, str] = field(default_factory=dict)  # replica -> why out of routes
     routes_first: RunResult | None = None  # the gateway stack alone, before the rest
     orphans_deleted: list[str] = field(default_factory=list)
     orphan_errors: list[str] = field(default_factory=list)
@@ -122,7 +120,6 @@ class Round:
             "added": self.added,
             "forgotten": self.forgotten,
             "unroutable": self.unroutable,
-            "unready": self.unready,
             "routesFirst": None if self.routes_first is None else self.routes_first.as_json(),
             "orphansDeleted": self.orphans_deleted,
             "orphanErrors": self.orphan_errors,
@@ -150,19 +147,13 @@ def _spec_digest(fleet: Fleet) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _digest(
-    spec_digest: str,
-    plan: Plan,
-    unroutable: Mapping[str, str],
-    unready: Mapping[str, str] | None = None,
-) -> str:
+def _digest(spec_digest: str, plan: Plan, unroutable: Mapping[str, str]) -> str:
     """What the stacks are derived from, as far as reconcile can tell: specs + placement +
-    the clusters and replicas left out of routes."""
+    the clusters left out of routes."""
     parts = {
         "specs": spec_digest,
         "lock": plan.lock.model_dump(mode="json"),
         "unroutable": sorted(unroutable),
-        "unready": sorted(unready or {}),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -341,17 +332,15 @@ class Reconciler:
             write_autoscale_state(f.state_dir, state)
 
         current.unroutable = unroutable_clusters(f.spec, plan.lock, view.health)
-        # A replica joins the routes once its pods are seen Ready (a new one: next round).
-        current.unready = unready_replicas(plan.lock, observation)
         were = set(read_unroutable(f.state_dir))
-        write_unroutable(f.state_dir, current.unroutable, current.unready)
+        write_unroutable(f.state_dir, current.unroutable)
         # Endpoints to take out of the routes now: those of newly unroutable clusters and of
         # replicas leaving a cluster whose endpoints were still routed.
         drop_routes = bool(set(current.unroutable) - were) or any(
             before[name] not in were for name in current.moved
         )
         specs = _spec_digest(f)
-        digest = _digest(specs, plan, current.unroutable, current.unready)
+        digest = _digest(specs, plan, current.unroutable)
         resync = self.rounds % RESYNC_ROUNDS == 0
         if digest == self._applied and not plan.changed and not resync:
             current.skipped_up = True

@@ -187,28 +187,3 @@ def unroutable_clusters(
         for name, h in sorted(health.items())
         if h.code in ROUTE_BLOCKING and name in hosting and name != gateway
     }
-
-
-def unready_replicas(lock: PlacementLock, observation: Observation) -> dict[str, str]:
-    """Replicas whose endpoints stay out of the ModelService routes until their pods are
-    Ready (a scaled-out replica joins the routes the round after it is seen Ready): on a
-    cluster observed and answering, with no pods, a pod not Ready or a LeaderWorkerSet
-    group not ready. Draining replicas are out of the routes anyway. Replica -> why."""
-    out: dict[str, str] = {}
-    for dep in lock.deployments.values():
-        for r in dep.replicas:
-            if r.draining:
-                continue
-            seen = observation.cluster(r.cluster)
-            if seen is None or not seen.observed or not seen.reachable:
-                continue  # the cluster rules decide (unroutable clusters)
-            if seen.error and "replicas:" in seen.error:
-                continue  # its replicas could not be listed: nothing known
-            got = seen.replicas.get(r.name)
-            if got is None or got.pods == 0:
-                out[r.name] = "no pods yet"
-            elif got.ready_pods < got.pods:
-                out[r.name] = f"{got.ready_pods} of {got.pods} pods Ready"
-            elif got.ready_groups < got.groups:
-                out[r.name] = f"{got.ready_groups} of {got.groups} LeaderWorkerSet groups ready"
-    return dict(sorted(out.items()))
