@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,30 +154,48 @@ def _failure(
     )
 
 
-def upstream_outputs(ctx: RunContext, unit: StackUnit) -> dict[str, dict[str, Any]]:
-    """The outputs of the stacks ``unit`` reads (fetched when this run did not touch them)."""
+# At most this many `pulumi stack output` reads at once (each is a CLI process).
+OUTPUT_READERS = 4
+
+
+def _read_outputs(ctx: RunContext, names: Sequence[str]) -> None:
+    """Fetch the outputs of stacks this run has not seen yet, concurrently: the gateway reads
+    every deployment stack's, and each read is two CLI processes (masked and plain), so
+    reading them one after another dominated a gateway-only `up`. A stack that does not
+    exist has no outputs. (`stack output --stack` needs no `stack select` first.)"""
     from pulumi.automation.errors import StackNotFoundError
 
-    out: dict[str, dict[str, Any]] = {}
-    for dep in unit.depends_on:
-        if dep not in ctx.outputs:
-            try:
-                ctx.remember(dep, ctx.session.stack(dep, create=False).outputs())
-            except StackNotFoundError:
-                ctx.outputs[dep], ctx.masked[dep] = {}, {}
-        out[dep] = ctx.outputs[dep]
-    return out
+    missing = [n for n in dict.fromkeys(names) if n not in ctx.outputs]
+    if not missing:
+        return
+
+    def read(name: str) -> Any:
+        try:
+            return ctx.session.workspace(name).stack_outputs(name)
+        except StackNotFoundError:
+            return None
+
+    if len(missing) == 1:
+        found = [read(missing[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(OUTPUT_READERS, len(missing))) as pool:
+            found = list(pool.map(read, missing))
+    for name, outputs in zip(missing, found, strict=True):
+        if outputs is None:
+            ctx.outputs[name], ctx.masked[name] = {}, {}
+        else:
+            ctx.remember(name, outputs)
+
+
+def upstream_outputs(ctx: RunContext, unit: StackUnit) -> dict[str, dict[str, Any]]:
+    """The outputs of the stacks ``unit`` reads (fetched when this run did not touch them)."""
+    _read_outputs(ctx, unit.depends_on)
+    return {dep: ctx.outputs[dep] for dep in unit.depends_on}
 
 
 def deployed_outputs(ctx: RunContext, name: str) -> tuple[dict[str, Any], frozenset[str]]:
     """A deployed stack's outputs (plain values) and the names of its secret outputs."""
-    from pulumi.automation.errors import StackNotFoundError
-
-    if name not in ctx.outputs:
-        try:
-            ctx.remember(name, ctx.session.stack(name, create=False).outputs())
-        except StackNotFoundError:
-            ctx.outputs[name], ctx.masked[name] = {}, {}
+    _read_outputs(ctx, [name])
     secret = frozenset(k for k, v in ctx.masked[name].items() if v == SECRET_MASK)
     return dict(ctx.outputs[name]), secret
 
