@@ -1,13 +1,14 @@
 """Every Go binary modelplane needs, built concurrently by one command and cached per user.
 
-``python -m modelplane.toolchain install`` (part of ``make setup``) makes sure of three sets:
+``python -m modelplane.toolchain install`` (part of ``make setup``) makes sure of four sets:
 
 - the Pulumi engine (CLI, Python language host, Kubernetes provider): ``modelplane.engine``;
 - the Kubernetes control plane (kube-apiserver, kube-scheduler, kube-controller-manager,
   kubectl, kine): ``modelplane.devcluster.build``;
-- the dev fleet's kwok, LeaderWorkerSet controller and Traefik: ``modelplane.devfleet.binaries``.
+- the dev fleet's kwok, LeaderWorkerSet controller and Traefik: ``modelplane.devfleet.binaries``;
+- the dev fleet's Prometheus (Kubernetes discovery only): ``modelplane.devfleet.prometheus``.
 
-Each set is one wrapper module and one ``go build``, and the three run at the same time, so a
+Each set is one wrapper module and one ``go build``, and the four run at the same time, so a
 cold machine waits for the longest one rather than the sum (the Go build cache is shared; each
 set has its own lock, so concurrent callers wait instead of building twice). A cached set is
 found in milliseconds. ``status`` prints what is cached without building anything.
@@ -64,10 +65,17 @@ def _fleet(say: Progress) -> Path:
     return ensure_fleet_binaries(progress=say).bin_dir
 
 
+def _prometheus(say: Progress) -> Path:
+    from modelplane.devfleet.prometheus import ensure_prometheus
+
+    return ensure_prometheus(progress=say).parent
+
+
 SETS: dict[str, Callable[[Progress], Path]] = {
     "engine": _engine,
     "kube": _kube,
     "devfleet": _fleet,
+    "prometheus": _prometheus,
 }
 
 
@@ -89,6 +97,7 @@ def install(names: list[str]) -> list[Outcome]:
 def status() -> dict[str, Path | None]:
     from modelplane.devcluster.build import cached_kube_binaries
     from modelplane.devfleet.binaries import cached_fleet_binaries
+    from modelplane.devfleet.prometheus import cached_prometheus
     from modelplane.engine.bootstrap import find_engine
 
     engine = find_engine()
@@ -98,6 +107,7 @@ def status() -> dict[str, Path | None]:
         "engine": engine / "bin" if engine else None,
         "kube": kube.bin_dir if kube else None,
         "devfleet": fleet.bin_dir if fleet else None,
+        "prometheus": prometheus.parent if (prometheus := cached_prometheus()) else None,
     }
 
 

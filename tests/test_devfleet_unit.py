@@ -297,3 +297,50 @@ def test_dev_fleet_state_defaults_to_the_current_directory(
     monkeypatch.chdir(tmp_path)
     got, missing = expand_path_variables("${MODELPLANE_DEV_FLEET_STATE}/dev-1", {})
     assert (got, missing) == (f"{tmp_path}/.modelplane/dev-fleet/dev-1", [])
+
+
+def test_dev_prometheus_scrapes_like_the_serving_stack_through_its_api_server(
+    tmp_path: Path,
+) -> None:
+    from modelplane.devfleet.prometheus import prometheus_config, service_manifests
+    from modelplane.observe.prometheus import PROMETHEUS_PROXY, engine_scrape_job
+
+    config = prometheus_config(
+        server="https://127.77.1.11:6443", ca_file=tmp_path / "ca.crt", token_file=tmp_path / "t"
+    )
+    [job] = config["scrape_configs"]
+    [sd] = job.pop("kubernetes_sd_configs")
+    assert sd == {
+        "role": "pod",
+        "api_server": "https://127.77.1.11:6443",
+        "tls_config": {"ca_file": str(tmp_path / "ca.crt")},
+        "authorization": {"credentials_file": str(tmp_path / "t")},
+    }
+    expected = engine_scrape_job()
+    expected.pop("kubernetes_sd_configs")
+    assert job == expected
+    namespace, pod, service = service_manifests("dev-1-system-0")
+    # the path reconcile asks: /api/v1/namespaces/<ns>/services/<name>:<port name>/proxy/...
+    assert PROMETHEUS_PROXY.startswith(
+        f"/api/v1/namespaces/{namespace['metadata']['name']}/services/"
+        f"{service['metadata']['name']}:{service['spec']['ports'][0]['name']}/proxy/"
+    )
+    # the service proxy reaches Pods only: a hostNetwork pod (the node's IP, where the
+    # process listens) selected by the Service, its port by name
+    assert pod["spec"]["hostNetwork"] and pod["spec"]["nodeName"] == "dev-1-system-0"
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    [port] = pod["spec"]["containers"][0]["ports"]
+    assert (port["name"], port["containerPort"]) == (
+        service["spec"]["ports"][0]["targetPort"],
+        service["spec"]["ports"][0]["port"],
+    )
+
+
+def test_prometheus_wrapper_gomod_builds_the_pinned_module() -> None:
+    from modelplane.devfleet.prometheus import render_gomod
+    from modelplane.devfleet.versions import PROMETHEUS_MODULE_VERSION, PROMETHEUS_PACKAGE
+
+    text = render_gomod("module github.com/prometheus/prometheus\n\ngo 1.26.7\n")
+    assert "go 1.26.7" in text
+    assert f"tool {PROMETHEUS_PACKAGE}" in text
+    assert f"github.com/prometheus/prometheus {PROMETHEUS_MODULE_VERSION}" in text

@@ -82,6 +82,14 @@ def up(
             "--specs", help="Fleet specs whose node pools to simulate (default specs/dev)."
         ),
     ] = None,
+    prometheus: Annotated[
+        bool,
+        typer.Option(
+            "--prometheus",
+            help="Also run a Prometheus per cluster scraping the serving pods (as the serving "
+            "stack's does; `reconcile` reads autoscaling metrics from it).",
+        ),
+    ] = False,
     output: OutputOption = "table",
 ) -> None:
     """Build the binaries if needed (once), start the clusters in the background and print
@@ -90,7 +98,9 @@ def up(
     if specs is None and devfleet.DEFAULT_SPECS.is_dir():
         specs = devfleet.DEFAULT_SPECS
     try:
-        fleet = devfleet.up(root, clusters=clusters, specs=specs, progress=_progress)
+        fleet = devfleet.up(
+            root, clusters=clusters, specs=specs, progress=_progress, prometheus=prometheus
+        )
         report = devfleet.status(fleet)
     except (devfleet.DevFleetError, KubeBuildError, NetnsError) as exc:
         raise _fail(str(exc)) from None

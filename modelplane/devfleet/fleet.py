@@ -43,6 +43,7 @@ from modelplane.devfleet.cluster import (
     start_controllers,
 )
 from modelplane.devfleet.nodes import cluster_nodes
+from modelplane.devfleet.prometheus import ensure_prometheus, start_prometheus
 
 STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
 DEFAULT_STATE = Path(".modelplane/dev-fleet")
@@ -239,8 +240,12 @@ def up(
     progress: Progress | None = None,
     kube: KubeBinaries | None = None,
     fleet_binaries: FleetBinaries | None = None,
+    prometheus: bool = False,
+    prometheus_binary: Path | None = None,
 ) -> DevFleet:
-    """Start the dev fleet (or return it if it already runs). Each `up` starts empty."""
+    """Start the dev fleet (or return it if it already runs). Each `up` starts empty.
+    ``prometheus``: also one Prometheus per cluster, scraping the serving pods as the
+    serving stack's does, behind the Service `monitoring/prometheus-prometheus`."""
     say: Progress = progress or (lambda _m: None)
     if clusters < 1 or clusters > 50:
         raise DevFleetError(f"--clusters must be between 1 and 50, not {clusters}")
@@ -254,6 +259,12 @@ def up(
         existing.stop()
     fleet_spec = _load_specs(specs, say)
     kube = kube or ensure_kube_binaries(progress=say)
+    if prometheus and prometheus_binary is None:
+        # Two independent Go builds (when not cached): at the same time.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="devfleet-build") as pool:
+            building = pool.submit(ensure_prometheus, progress=say)
+            fleet_binaries = fleet_binaries or ensure_fleet_binaries(progress=say)
+            prometheus_binary = building.result()
     fleet_binaries = fleet_binaries or ensure_fleet_binaries(progress=say)
     started = time.monotonic()
     slot = _free_slot(clusters)
@@ -307,6 +318,8 @@ def up(
                 name,
                 cluster_nodes(c.name, spec, classes, c.addresses.pod_range),
             )
+            if prometheus_binary is not None:
+                start_prometheus(c, prometheus_binary, name)
 
         _parallel(controllers, fleet.clusters)
         fleet.save()  # the pod agent reads it

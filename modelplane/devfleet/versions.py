@@ -53,3 +53,18 @@ def fleet_cache_dir() -> Path:
     """``<cache root>/devfleet/kwok-v..-lws-v..-traefik-v..``."""
     key = f"kwok-v{KWOK_VERSION}-lws-v{LWS_VERSION}-traefik-v{TRAEFIK_VERSION}"
     return modelplane_cache_root() / "devfleet" / key
+
+
+#: Prometheus for the dev fleet's metrics (the serving stack's kube-prometheus-stack stands in):
+#: built alone (its Go module is not on the other binaries' Kubernetes client versions), with
+#: every service discovery but Kubernetes left out by Prometheus' own build tags.
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"  # Prometheus v3.16.0 (Go modules carry v0.3xx.y)
+PROMETHEUS_VERSION = "3.16.0"
+PROMETHEUS_PACKAGE = "github.com/prometheus/prometheus/cmd/prometheus"
+PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
+
+
+def prometheus_cache_dir() -> Path:
+    """``<cache root>/devfleet/prometheus-v..`` (beside the other fleet binaries)."""
+    return modelplane_cache_root() / "devfleet" / f"prometheus-v{PROMETHEUS_VERSION}"
