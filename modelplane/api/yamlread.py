@@ -2,8 +2,15 @@
 
 `read_yaml` parses with PyYAML's C loader (`CSafeLoader`), walks each composed
 document once to reject duplicate mapping keys (merge keys `<<` excepted), to
-bound the document's size once aliases are expanded, and to note the line and
-column of every field path. Problems come back as `YamlProblem`s, never raised.
+bound the document's size once aliases are expanded, and to build its value. The
+line and column of every field path are noted from the kept node tree when first
+asked for (only documents with errors need them). Problems come back as
+`YamlProblem`s, never raised.
+
+A document without anchors, merge keys, complex keys or non-default collection
+tags (what specs are) takes a short walk that only builds the value, checks keys
+and counts nodes; any other document, and any document where that walk finds a
+problem, takes the full walk (`_Walk`), which also tracks aliases and reports.
 """
 
 from __future__ import annotations
@@ -17,6 +24,14 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from modelplane.api.paths import join_path
 
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+# Scalars whose constructed value is immutable and depends only on tag and text: built
+# once per (tag, text), as spec files repeat the same numbers and flags many times.
+_MEMO_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null"))
+_SCALARS: dict[tuple[str, str], Any] = {}
+
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _RESOLVED: dict[tuple[str, tuple[bool, bool]], str] = {}  # plain scalar -> its implicit tag
 
@@ -26,6 +41,13 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     Python regexes; spec files repeat the same keys and values thousands of times)."""
 
     def resolve(self, kind: type, value: Any, implicit: Any) -> str:
+        if not self.yaml_path_resolvers:  # none on the safe loader: BaseResolver's defaults
+            if kind is MappingNode:
+                return _MAP
+            if kind is SequenceNode:
+                return _SEQ
+            if not implicit[0]:
+                return _STR  # quoted (or not plain): a string, no pattern applies
         if kind is not ScalarNode or len(value) > 64:
             return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
         key = (value, implicit)
@@ -51,11 +73,43 @@ class YamlProblem:
     column: int = 0
 
 
+class _Text:
+    """A file's text, composed again for marks when they are first asked for: only
+    documents with errors need marks, and keeping every node tree alive instead would
+    cost memory and the garbage collector's time."""
+
+    def __init__(self, text: str | bytes) -> None:
+        self.text = text
+        self.nodes: list[Node] | None = None
+
+    def node(self, index: int) -> Node | None:
+        if self.nodes is None:
+            self.nodes = []
+            loader = _Loader(self.text)
+            try:
+                while loader.check_node():
+                    self.nodes.append(loader.get_node())
+            except yaml.YAMLError:  # pragma: no cover - the text composed the first time
+                pass
+            finally:
+                loader.dispose()
+        return self.nodes[index] if index < len(self.nodes) else None
+
+
 @dataclass
 class YamlDocument:
     index: int
     body: Any
-    marks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    text: _Text | None = field(default=None, repr=False)  # the file, for marks
+    known: dict[str, tuple[int, int]] | None = field(default=None, repr=False)
+
+    @property
+    def marks(self) -> dict[str, tuple[int, int]]:
+        """(line, column) of every field path, worked out once, when first asked for."""
+        if self.known is None:
+            node = self.text.node(self.index) if self.text is not None else None
+            self.known = _marks(node) if node is not None else {}
+        return self.known
 
     def mark(self, path: str) -> tuple[int, int]:
         """(line, column) of path, or of its nearest ancestor that has one."""
@@ -78,11 +132,6 @@ def _parent(path: str) -> str:
 
 def _pos(node: Node) -> tuple[int, int]:
     return (node.start_mark.line + 1, node.start_mark.column + 1)
-
-
-_STR = "tag:yaml.org,2002:str"
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
 
 
 class _Walk:
@@ -182,6 +231,86 @@ class _TooLarge(Exception):
     pass
 
 
+class _Unusual(Exception):
+    """The short walk met something only the full walk handles (or reports)."""
+
+
+def _short_walk(loader: Any, root: Node) -> Any:
+    """The value of a tree of plain maps, lists and scalars (no aliases: the caller
+    checked the text has no anchor or no alias), as `_Walk` would build it; raises `_Unusual` on a
+    key that is not a plain string (merge, complex, int, bool...), a duplicate key, a
+    tagged collection or too many nodes."""
+    count = 0
+    construct = loader.construct_object
+
+    def scalar(node: Node) -> Any:
+        if node.tag not in _MEMO_TAGS or len(node.value) > 64:
+            return construct(node)
+        key = (node.tag, node.value)
+        try:
+            return _SCALARS[key]
+        except KeyError:
+            if len(_SCALARS) > 65536:
+                _SCALARS.clear()
+            value = _SCALARS[key] = construct(node)
+            return value
+
+    def visit(node: Node) -> Any:
+        nonlocal count
+        count += 1
+        kind = type(node)
+        if kind is ScalarNode:
+            return node.value if node.tag == _STR else scalar(node)
+        if kind is MappingNode:
+            if node.tag != _MAP:
+                raise _Unusual
+            out: dict[Any, Any] = {}
+            for k, v in node.value:
+                if type(k) is not ScalarNode or k.tag != _STR or k.value in out:
+                    raise _Unusual  # merge, complex, non-string or duplicate key
+                count += 1
+                out[k.value] = visit(v)
+            return out
+        if kind is SequenceNode and node.tag == _SEQ:
+            return [visit(item) for item in node.value]
+        raise _Unusual
+
+    value = visit(root)
+    if count > MAX_EXPANDED_NODES:
+        raise _Unusual
+    return value
+
+
+def _marks(root: Node) -> dict[str, tuple[int, int]]:
+    """Path -> (line, column), recorded as `_Walk.visit` meets paths (first one wins; a
+    node met again through an alias is not descended again; merged fields have none)."""
+    marks: dict[str, tuple[int, int]] = {}
+    done: set[int] = set()
+
+    def visit(node: Node, path: str | None) -> None:
+        if path is not None and path not in marks:
+            marks[path] = _pos(node)
+        if id(node) in done:
+            return
+        done.add(id(node))
+        if type(node) is MappingNode:
+            for k, v in node.value:
+                sub = None
+                if type(k) is ScalarNode and k.tag == MERGE_TAG:
+                    pass
+                else:
+                    if type(k) is ScalarNode and path is not None:
+                        sub = join_path(path, k.value)
+                    visit(k, None)
+                visit(v, sub)
+        elif type(node) is SequenceNode:
+            for i, item in enumerate(node.value):
+                visit(item, f"{path}[{i}]" if path is not None else None)
+
+    visit(root, "")
+    return marks
+
+
 def read_yaml(text: str | bytes) -> tuple[list[YamlDocument], list[YamlProblem]]:
     """Every document of text (empty ones skipped) and every problem found."""
     docs: list[YamlDocument] = []
@@ -192,10 +321,27 @@ def read_yaml(text: str | bytes) -> tuple[list[YamlDocument], list[YamlProblem]]
         )
         return docs, problems
     loader = _Loader(text)
+    source = _Text(text)
     index = 0
+    # An alias (`*name`) needs an anchor (`&name`): a text without both is a tree.
+    amp, star = ("&", "*") if isinstance(text, str) else (b"&", b"*")
+    short = amp not in text or star not in text  # type: ignore[operator]
     try:
         while loader.check_node():
             node = loader.get_node()
+            if short:
+                try:
+                    body = _short_walk(loader, node)
+                except (_Unusual, RecursionError):
+                    pass
+                else:
+                    loader.constructed_objects = {}
+                    if body is not None:
+                        docs.append(YamlDocument(index, body, source))
+                    index += 1
+                    continue
+                loader.constructed_objects = {}
+                loader.recursive_objects = {}
             walk = _Walk(loader, index, problems)
             try:
                 body = walk.visit(node, "")
@@ -221,7 +367,7 @@ def read_yaml(text: str | bytes) -> tuple[list[YamlDocument], list[YamlProblem]]
             loader.recursive_objects = {}
             if not any(p.document == index for p in problems):
                 if body is not None:
-                    docs.append(YamlDocument(index, body, walk.marks))
+                    docs.append(YamlDocument(index, body, source, walk.marks))
             index += 1
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -19,8 +19,29 @@ err_console = Console(stderr=True)
 EXIT_INVALID = 2
 
 
+def dump_json(data: Any) -> str:
+    """data as JSON indented by two spaces, keys in insertion order, non-ASCII escaped:
+    the text of `json.dumps(data, indent=2)`.
+
+    orjson writes it (~20x faster: the json module's C encoder is bypassed when indenting,
+    ~0.2 s for a 10,000-replica plan). What orjson would write differently goes through
+    the json module: non-ASCII text (orjson does not escape it) and what orjson cannot
+    encode (an integer beyond 64 bits). Floats may be spelt differently (`0.00001` for
+    `1e-05`), never with another value.
+    """
+    import orjson
+
+    try:
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:
+        return json.dumps(data, indent=2)
+    if not text.isascii():
+        return json.dumps(data, indent=2)
+    return text.decode("ascii")
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(dump_json(data) + "\n")
 
 
 def where(e: SpecError) -> str:

@@ -8,10 +8,16 @@ and ``kind``; field descriptions come from the models' docstrings and ``Field`` 
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+
+from modelplane.api.base import Strict
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 COMBINED = "modelplane.schema.json"
@@ -37,6 +43,74 @@ def _tidy(node: Any) -> Any:
     return node
 
 
+@cache
+def _docstrings(cls: type) -> dict[str, str]:
+    """The attribute docstrings of cls's own body: a string right after `name: type`."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    body = ast.parse(source).body[0]
+    docs: dict[str, str] = {}
+    if not isinstance(body, ast.ClassDef):
+        return docs
+    for stmt, nxt in zip(body.body, body.body[1:], strict=False):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
+def _strict_models() -> dict[str, type[BaseModel]]:
+    """Every spec model by class name (the name of its JSON Schema definition)."""
+    found: dict[str, type[BaseModel]] = {}
+    todo: list[type[BaseModel]] = [Strict]
+    while todo:
+        cls = todo.pop()
+        found.setdefault(cls.__name__, cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def _field_descriptions(schema: dict[str, Any], model: type[BaseModel]) -> None:
+    """Each field's docstring as its property's description, unless the field has one
+    (`Field(description=...)`): what pydantic's `use_attribute_docstrings` would give,
+    read here rather than at every import of the models (modelplane.api.base.Strict)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not issubclass(model, Strict):
+        return
+    for name, info in model.model_fields.items():
+        prop = properties.get(info.alias or name)
+        if not isinstance(prop, dict) or "description" in prop or info.description:
+            continue
+        for cls in model.__mro__:
+            text = (
+                _docstrings(cls).get(name) if name in vars(cls).get("__annotations__", {}) else None
+            )
+            if text:
+                prop["description"] = text
+                break
+
+
+def _describe_fields(
+    schema: dict[str, Any], model: type[BaseModel] | None = None
+) -> dict[str, Any]:
+    """Field descriptions filled in on the top-level model (when given) and every `$defs`
+    entry that is a spec model."""
+    if model is not None:
+        _field_descriptions(schema, model)
+    models = _strict_models()
+    for name, sub in schema.get("$defs", {}).items():
+        if name in models:
+            _field_descriptions(sub, models[name])
+    return schema
+
+
 def _describe_envelope(schema: dict[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties", {})
     for name, text in ENVELOPE.items():
@@ -49,7 +123,7 @@ def _describe_envelope(schema: dict[str, Any]) -> dict[str, Any]:
 
 def kind_schema(kind: str, model: type[BaseModel]) -> dict[str, Any]:
     """The schema of one kind (apiVersion and kind required)."""
-    doc = model.model_json_schema(by_alias=True, mode="validation")
+    doc = _describe_fields(model.model_json_schema(by_alias=True, mode="validation"), model)
     if kind != "PlacementLock":
         doc = _describe_envelope(doc)
     doc["$schema"] = DRAFT
@@ -61,6 +135,7 @@ def combined_schema(kinds: dict[str, type[BaseModel]]) -> dict[str, Any]:
     """One schema for any spec document: ``kind`` selects the kind's schema."""
     keys = [(model, "validation") for model in kinds.values()]
     refs, top = models_json_schema(keys, by_alias=True)  # type: ignore[arg-type]
+    top = _describe_fields(top)
     defs: dict[str, Any] = top.get("$defs", {})
     branches = []
     for kind, model in kinds.items():
