@@ -7,11 +7,17 @@ spec files (one per cluster, one per deployment namespace), then times a fresh
 validation, scheduling, JSON) and, in process, the loader alone. Wall time and the
 child's CPU time (user+sys) are both reported: on a shared machine CPU time is the
 steadier figure (wall time there mostly measures waiting for a core).
+
+Then, in fresh processes that take the CLI's path (its GC thresholds, the pure verbs
+only), the CPU time of each phase, best of --runs: interpreter start, imports,
+`load_fleet`, the rest of `plan_fleet` but `schedule` (the lock), `schedule`, and the
+JSON output (`as_json` and its text).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -47,6 +53,68 @@ def write_fleet(root: Path, clusters: int, deployments: int, replicas: int) -> i
     for ns, docs in by_ns.items():
         (root / f"deployments-{ns}.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return sum(p.stat().st_size for p in root.rglob("*.yaml"))
+
+
+PHASES = r"""
+import gc, json, sys, time
+
+start = time.process_time()  # the interpreter's own start-up
+from modelplane import cli
+
+gc.set_threshold(*cli.GC_THRESHOLDS)
+cli.pure_only = True
+from modelplane.cli import commands  # noqa: F401  (what `modelplane plan` imports)
+from modelplane.cli.output import dump_json
+import modelplane.planning as planning
+
+imported = time.process_time()
+spent = {"load_fleet": 0.0, "schedule": 0.0}
+
+
+def timed(name, fn):
+    def run(*args, **kwargs):
+        t = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] += time.process_time() - t
+
+    return run
+
+
+planning.load_fleet = timed("load_fleet", planning.load_fleet)
+planning.schedule = timed("schedule", planning.schedule)
+t = time.process_time()
+outcome = planning.plan_fleet(sys.argv[1], sys.argv[2])
+planned = time.process_time() - t
+t = time.process_time()
+text = dump_json(outcome.as_json())
+output = time.process_time() - t
+assert not outcome.errors, outcome.errors[:3]
+print(json.dumps({
+    "start-up": start,
+    "imports": imported - start,
+    "load_fleet": spent["load_fleet"],
+    "lock and the rest": planned - spent["load_fleet"] - spent["schedule"],
+    "schedule": spent["schedule"],
+    "JSON output": output,
+}))
+"""
+
+
+def phases(root: Path, lock: Path, runs: int) -> dict[str, float]:
+    """Each phase's CPU time, best of runs fresh processes."""
+    best: dict[str, float] = {}
+    for _ in range(runs):
+        proc = subprocess.run(
+            [sys.executable, "-c", PHASES, str(root), str(lock)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for name, seconds in json.loads(proc.stdout.splitlines()[-1]).items():
+            best[name] = min(best.get(name, seconds), seconds)
+    return best
 
 
 def main() -> None:
@@ -102,6 +170,11 @@ def main() -> None:
             f"runs {', '.join(f'{c:.2f}' for c in cpus)}; load average "
             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}"
         )
+        best = phases(root, Path(tmp) / "lock.yaml", args.runs)
+        print(f"phases, CPU time, best of {args.runs} processes each:")
+        for name, seconds in best.items():
+            print(f"  {name:<18} {seconds:6.2f} s")
+        print(f"  {'all but schedule':<18} {sum(best.values()) - best['schedule']:6.2f} s")
 
 
 if __name__ == "__main__":

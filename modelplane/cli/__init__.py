@@ -43,4 +43,10 @@ def main() -> None:
     os.environ.setdefault(
         "MODELPLANE_DEV_FLEET_STATE", str(Path.cwd().resolve() / ".modelplane" / "dev-fleet")
     )
-    app()
+    try:
+        app()
+    finally:
+        # The process ends here: without this, the interpreter's final collections walk
+        # every object the verb built (~0.8 s of CPU after a 1,000-cluster `plan`). Frozen
+        # objects are left to the operating system; files are closed as usual.
+        gc.freeze()
