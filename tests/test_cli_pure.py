@@ -128,3 +128,22 @@ def test_schema_writes_one_schema_per_kind(tmp_path):
     bad = {**docs[0], "spec": {**docs[0]["spec"], "colour": "x"}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+JSON_CASES = [
+    ("nested", {"a": [1, {"b": None, "c": True}], "d": {}, "e": [], "f": "x"}),
+    ("order kept", {"z": 1, "a": 2, "m": {"y": 1, "b": 2}}),
+    ("non-ASCII escaped", {"message": "caf\u00e9 \u2014 \U0001f600", "k\u00e9y": 1}),
+    ("control characters", {"m": "tab\there\nnew \"quote\" \\ back"}),
+    ("int keys", {1: "a", 2: {3: "b"}}),
+    ("huge int", {"n": 2**70, "neg": -(2**65)}),
+    ("floats", {"f": [0.5, 2.0, 1e16, -0.0, 123456789.125]}),
+    ("empty", {}),
+]
+
+
+@pytest.mark.parametrize("data", [c[1] for c in JSON_CASES], ids=[c[0] for c in JSON_CASES])
+def test_json_output_is_the_json_modules_text(data):
+    from modelplane.cli.output import dump_json
+
+    assert dump_json(data) == json.dumps(data, indent=2)

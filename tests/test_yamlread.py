@@ -61,3 +61,32 @@ def test_marks_follow_the_fields():
     docs, _ = read_yaml("a:\n  b: [x, {c: 1}]\n")
     marks = docs[0].marks
     assert marks["a.b"] == (2, 6) and marks["a.b[1].c"] == (2, 14)
+
+
+# A `&` and a `*` anywhere in the text (here in a comment) send every document through the
+# full walk; without them, alias-free documents take the short walk. Both give the same
+# values, marks and problems.
+BOTH_WALKS = [
+    *[c for c in SAME_AS_SAFE_LOAD if "&" not in c[1]],
+    ("duplicate key", "a: 1\nb:\n  c: 2\n  c: 3\n"),
+    ("duplicate in a list", "l:\n  - x: 1\n    x: 2\n"),
+    ("int and string key alike", "1: a\n'1': b\n"),
+    ("inline merge", "a:\n  <<: {x: 1}\n  y: 2\n"),
+    ("tagged map", "a: !!map {x: 1}\n"),
+    ("deep nesting", "a: " + "[" * 3000 + "]" * 3000 + "\n"),
+    ("repeated numbers", "a: [1, 1, 2.5, 2.5, true, true, null, null, 0x10, 0x10]\n"),
+]
+
+
+@pytest.mark.parametrize("text", [c[1] for c in BOTH_WALKS], ids=[c[0] for c in BOTH_WALKS])
+def test_short_and_full_walks_agree(text):
+    short_docs, short_problems = read_yaml(text)
+    full_docs, full_problems = read_yaml(text + "# & *\n")
+    assert [d.body for d in short_docs] == [d.body for d in full_docs]
+    assert [d.marks for d in short_docs] == [d.marks for d in full_docs]
+    assert short_problems == full_problems
+
+
+def test_marks_of_a_later_document_of_the_file():
+    docs, _ = read_yaml("a: 1\n---\n---\nb:\n  c: [x, y]\n")
+    assert docs[-1].index == 2 and docs[-1].marks["b.c[1]"] == (5, 10)
