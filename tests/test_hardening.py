@@ -248,20 +248,27 @@ RENDER_TO = [
     ("absolute", "/tmp/out", "relative path"),
     ("parent", "../out", "'..'"),
     ("fleet folder", ".", "not the fleet folder"),
+    ("fleet folder, slash", "./", "not the fleet folder"),
     ("spec subfolder", "specs", "holds specs"),
+    ("spec subfolder, slash", "./specs/", "holds specs"),
 ]
 
 
+@pytest.mark.parametrize("through_link", [False, True], ids=["fleet", "fleet via symlink"])
 @pytest.mark.parametrize(
     ("render_to", "message"), [r[1:] for r in RENDER_TO], ids=[r[0] for r in RENDER_TO]
 )
-def test_render_to_is_confined(tmp_path, render_to, message):
+def test_render_to_is_confined(tmp_path, render_to, message, through_link):
     docs = base_fleet()
     cluster = existing_cluster()
     cluster["spec"]["cluster"]["existing"]["renderTo"] = render_to
     docs[1] = cluster
-    write_fleet(tmp_path / "specs", docs)
-    errors = load_fleet(tmp_path).errors
+    fleet = tmp_path / "fleet"
+    write_fleet(fleet / "specs", docs)
+    if through_link:
+        (tmp_path / "link").symlink_to(fleet)
+        fleet = tmp_path / "link"
+    errors = load_fleet(fleet).errors
     assert any(
         e.path == "spec.cluster.existing.renderTo" and message in e.message for e in errors
     ), errors

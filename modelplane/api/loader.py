@@ -215,36 +215,48 @@ def _parse(
     return obj, model
 
 
-def _inside(file: str, dirs: set[Path] | dict[Path, Any]) -> bool:
-    path = Path(os.path.realpath(file))
-    return any(folder in dirs for folder in (path, *path.parents))
+def _ancestors(path: str) -> list[str]:
+    """path and every folder above it (`/a/b` -> `/a/b`, `/a`, `/`)."""
+    out = [path]
+    while (up := os.path.dirname(path)) != path:
+        out.append(up)
+        path = up
+    return out
+
+
+def _inside(file: str, dirs: dict[str, Any]) -> bool:
+    return any(folder in dirs for folder in _ancestors(os.path.realpath(file)))
 
 
 RENDER_TO_PATH = "spec.cluster.existing.renderTo"
 
 
-def _real(path: Path, folders: dict[str, Path]) -> Path:
-    """path resolved, its parent folder's real path looked up once (`folders` caches)."""
+def _real(path: str, folders: dict[str, str]) -> str:
+    """path (as pathlib spells it) resolved, its parent folder's real path looked up once
+    (`folders` caches)."""
     if os.path.islink(path):
-        return path.resolve()
+        return os.path.realpath(path)
     parent, name = os.path.split(os.path.normpath(path))
     real = folders.get(parent)
     if real is None:
-        real = folders[parent] = Path(os.path.realpath(parent or "."))
-    return real / name if name not in ("", ".") else real
+        real = folders[parent] = os.path.realpath(parent or ".")
+    return os.path.join(real, name) if name not in ("", ".") else real
 
 
 def _render_dirs(
     base: Path, parsed: list[tuple[Document, str, BaseModel]], errors: list[SpecError]
-) -> dict[Path, tuple[Document, str]]:
-    """Each cluster's renderTo folder, confined to a dedicated folder inside the fleet.
+) -> dict[str, tuple[Document, str]]:
+    """Each cluster's renderTo folder (its real path), confined to a dedicated folder
+    inside the fleet.
 
     Rejected: an absolute path, `..`, the fleet folder itself, a path that leaves
-    the fleet through a symlink, and a folder that holds specs.
+    the fleet through a symlink, and a folder that holds specs. Paths are strings here:
+    a thousand clusters and their spec files make pathlib's overhead count.
     """
-    root = base.resolve()
-    folders: dict[str, Path] = {}  # a folder's real path, resolved once for all below it
-    dirs: dict[Path, tuple[Document, str]] = {}
+    root = os.path.realpath(base)
+    inside = root if root.endswith(os.sep) else root + os.sep
+    folders: dict[str, str] = {}  # a folder's real path, resolved once for all below it
+    dirs: dict[str, tuple[Document, str]] = {}
     for doc, obj, m in parsed:
         existing = getattr(getattr(getattr(m, "spec", None), "cluster", None), "existing", None)
         raw = getattr(existing, "render_to", None) if m.kind == "InferenceCluster" else None  # type: ignore[attr-defined]
@@ -257,10 +269,10 @@ def _render_dirs(
         elif ".." in pure.parts:
             problem = "must not contain '..'"
         else:
-            target = _real(base / raw, folders)
+            target = _real(str(base / raw), folders)
             if target == root:
                 problem = "must be a folder of its own, not the fleet folder itself"
-            elif not target.is_relative_to(root):
+            elif not target.startswith(inside):
                 problem = "leaves the fleet folder (through a symlink)"
         if problem:
             errors.append(SpecError(doc.file, doc.index, obj, RENDER_TO_PATH, f"{raw!r} {problem}"))
@@ -268,11 +280,14 @@ def _render_dirs(
         dirs[target] = (doc, obj)
     if not dirs:
         return dirs  # nothing to confine: no path lookups per spec file
+    holding: dict[str, list[str]] = {}  # a spec file's real folder -> the renderTo dirs above
     for spec_doc, _, _ in parsed:
-        path = _real(Path(spec_doc.file), folders)
-        for folder in path.parents:  # a few lookups, not one per cluster
-            if folder not in dirs:
-                continue
+        path = _real(spec_doc.file, folders)
+        parent = os.path.dirname(path)
+        hits = holding.get(parent)
+        if hits is None:
+            hits = holding[parent] = [f for f in _ancestors(parent) if f in dirs]
+        for folder in hits:
             doc, obj = dirs[folder]
             errors.append(
                 SpecError(
@@ -280,7 +295,7 @@ def _render_dirs(
                     doc.index,
                     obj,
                     RENDER_TO_PATH,
-                    f"{folder.relative_to(root)!s} holds specs ({spec_doc.file}); "
+                    f"{os.path.relpath(folder, root)} holds specs ({spec_doc.file}); "
                     "renderTo must be a folder of its own",
                 )
             )
