@@ -35,9 +35,9 @@ print(json.dumps(sorted(m for m in heavy if m in sys.modules)), file=sys.stderr)
 """
 
 
-def loaded(*args: str) -> list[str]:
+def loaded(*args: str, heavy: list[str] = HEAVY) -> list[str]:
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(list(args)), json.dumps(HEAVY)],
+        [sys.executable, "-c", PROBE, json.dumps(list(args)), json.dumps(heavy)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -61,3 +61,20 @@ def test_pure_verbs_load_no_heavy_module(args):
 
 def test_other_verbs_still_mount_everything():
     assert "modelplane.cli.engine_verbs" in loaded("--help")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate", "specs/quickstart", "--output", "json"],
+        ["plan", "specs/quickstart", "--output", "json"],
+        ["plan", "no-such-fleet", "--output", "json"],
+    ],
+    ids=["validate", "plan", "plan with errors"],
+)
+def test_json_output_loads_no_rich(args):
+    assert loaded(*args, heavy=["rich", "rich.console"]) == []
+
+
+def test_table_output_still_uses_rich():
+    assert loaded("validate", "specs/quickstart", heavy=["rich.console"]) == ["rich.console"]

@@ -6,20 +6,18 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from modelplane import cli
 from modelplane.api.loader import load_fleet
 from modelplane.cli import app
 from modelplane.cli.output import (
     EXIT_INVALID,
-    console,
     error_table,
     fail,
+    get_console,
     github_annotations,
     print_json,
     warning_table,
@@ -27,6 +25,16 @@ from modelplane.cli.output import (
 from modelplane.lock import write_lock
 from modelplane.planning import PlanOutcome, plan_fleet
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, imported when first needed (`--output json` needs no rich)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class Output(StrEnum):
@@ -69,12 +77,12 @@ def validate(fleet: FleetDir, output: OutputOpt = Output.table, strict: StrictOp
         sys.stdout.write(github_annotations(warnings, "warning"))
     else:
         if errors:
-            console.print(error_table(errors))
+            get_console().print(error_table(errors))
         if warnings:
-            console.print(warning_table(warnings))
+            get_console().print(warning_table(warnings))
         if not errors:
             f = result.fleet
-            console.print(
+            get_console().print(
                 f"[green]valid[/]: {len(f.classes)} classes, {len(f.clusters)} clusters, "
                 f"{len(f.deployments)} deployments, {len(f.services)} services, "
                 f"{len(f.endpoints)} endpoints, {len(f.caches)} caches"
@@ -124,7 +132,9 @@ def plan(
     reason per cluster. Exit 0 when valid, 2 on validation errors.
     """
     if observe and optimize:
-        console.print("[red]error[/]: --optimize and --observe cannot be combined", highlight=False)
+        get_console().print(
+            "[red]error[/]: --optimize and --observe cannot be combined", highlight=False
+        )
         raise typer.Exit(EXIT_INVALID)
     outcome = plan_fleet(fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict)
     health: dict[str, str] = {}
@@ -136,24 +146,24 @@ def plan(
         sys.stdout.write(github_annotations(outcome.errors))
         sys.stdout.write(github_annotations(outcome.warnings, "warning"))
     elif outcome.errors:
-        console.print(error_table(outcome.errors))
+        get_console().print(error_table(outcome.errors))
         if outcome.warnings:
-            console.print(warning_table(outcome.warnings))
+            get_console().print(warning_table(outcome.warnings))
     else:
-        console.print(_plan_table(outcome.as_json()["deployments"]))
+        get_console().print(_plan_table(outcome.as_json()["deployments"]))
         for key, removed in outcome.removed.items():
-            console.print(
+            get_console().print(
                 f"[yellow]removed[/] {escape(key)}: {escape(removed.note)}",
                 highlight=False,
             )
         for name, problem in health.items():
-            console.print(
+            get_console().print(
                 f"[yellow]unhealthy[/] {escape(name)}: {escape(problem)}", highlight=False
             )
         if outcome.result is not None and outcome.result.optimize is not None:
-            console.print(_optimize_line(outcome.result.optimize), highlight=False)
+            get_console().print(_optimize_line(outcome.result.optimize), highlight=False)
         if outcome.warnings:
-            console.print(warning_table(outcome.warnings))
+            get_console().print(warning_table(outcome.warnings))
     if outcome.errors:
         raise typer.Exit(EXIT_INVALID)
     assert outcome.result is not None
@@ -163,7 +173,7 @@ def plan(
         except OSError as exc:
             fail(f"cannot write the lock {outcome.lock_path}: {exc.strerror or exc}", EXIT_INVALID)
         if output is Output.table:
-            console.print(
+            get_console().print(
                 f"{'wrote' if changed else 'unchanged'}: {escape(str(outcome.lock_path))}",
                 highlight=False,
             )
@@ -211,6 +221,8 @@ def _optimize_line(report: OptimizeReport) -> str:
 
 
 def _plan_table(deployments: dict) -> Table:
+    from rich.table import Table
+
     table = Table(title="placement", title_justify="left")
     for col in ("deployment", "replica", "cluster", "index", "pools", "short by / why"):
         table.add_column(col, overflow="fold")
@@ -255,7 +267,7 @@ def schema(
     for name, doc in docs.items():
         path = out / name
         path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        console.print(f"wrote {escape(str(path))}", highlight=False)
+        get_console().print(f"wrote {escape(str(path))}", highlight=False)
 
 
 def _mount() -> None:

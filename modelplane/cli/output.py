@@ -4,19 +4,39 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from modelplane.api.errors import SpecError
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    console: Console
+    err_console: Console
 
 EXIT_INVALID = 2
+
+
+def get_console(*, stderr: bool = False) -> Console:
+    """The stdout (or stderr) console, made when first used: rich costs ~0.07 s to import,
+    which `plan --output json` and `validate --output json` do without."""
+    name = "err_console" if stderr else "console"
+    made = globals().get(name)
+    if made is None:
+        from rich.console import Console
+
+        made = globals()[name] = Console(stderr=stderr)
+    return made
+
+
+def __getattr__(name: str) -> Any:
+    """`output.console` and `output.err_console` (PEP 562): made when first used."""
+    if name in ("console", "err_console"):
+        return get_console(stderr=name == "err_console")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def dump_json(data: Any) -> str:
@@ -51,6 +71,9 @@ def where(e: SpecError) -> str:
 
 def error_table(errors: list[SpecError], title: str = "error(s)", style: str = "") -> Table:
     """Every user-controlled cell is escaped: a `[/red]` in a name is text, not markup."""
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(
         title=f"{len(errors)} {title}",
         title_justify="left",
@@ -94,5 +117,7 @@ def github_annotations(errors: list[SpecError], level: str = "error") -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    from rich.markup import escape
+
+    get_console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
