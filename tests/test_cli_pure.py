@@ -134,7 +134,7 @@ JSON_CASES = [
     ("nested", {"a": [1, {"b": None, "c": True}], "d": {}, "e": [], "f": "x"}),
     ("order kept", {"z": 1, "a": 2, "m": {"y": 1, "b": 2}}),
     ("non-ASCII escaped", {"message": "caf\u00e9 \u2014 \U0001f600", "k\u00e9y": 1}),
-    ("control characters", {"m": "tab\there\nnew \"quote\" \\ back"}),
+    ("control characters", {"m": 'tab\there\nnew "quote" \\ back'}),
     ("int keys", {1: "a", 2: {3: "b"}}),
     ("huge int", {"n": 2**70, "neg": -(2**65)}),
     ("floats", {"f": [0.5, 2.0, 1e16, -0.0, 123456789.125]}),
