@@ -62,6 +62,7 @@ start = time.process_time()  # the interpreter's own start-up
 from modelplane import cli
 
 gc.set_threshold(*cli.GC_THRESHOLDS)
+gc.disable()  # as cli.main does for the pure verbs
 cli.pure_only = True
 from modelplane.cli import commands  # noqa: F401  (what `modelplane plan` imports)
 from modelplane.cli.output import dump_json

@@ -23,7 +23,7 @@ pure_only = False
 # (the spec models, the fleet, the schedule), and at Python's default (a young-generation
 # collection every 700 allocations) the collector re-examines them thousands of times:
 # ~2 s of CPU in `plan` on a 1,000-cluster fleet (docs/benchmarks.md). Cycles are still
-# collected, every 50,000 allocations.
+# collected, every 50,000 allocations (the pure verbs collect none: see main).
 GC_THRESHOLDS = (50_000, 20, 10)
 
 
@@ -36,6 +36,12 @@ def main() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     global pure_only
     pure_only = len(sys.argv) > 1 and sys.argv[1] in PURE_VERBS
+    if pure_only:
+        # validate/plan/schema keep what they build until they exit and make few cycles:
+        # no cyclic collection at all (a few MB more at the peak on a 1,000-cluster plan;
+        # the scheduler's own pause would otherwise end in one sweep over everything it
+        # allocated, ~0.3 s).
+        gc.disable()
     from modelplane.cli import commands  # noqa: F401  (registers the verbs)
 
     # `file:${MODELPLANE_DEV_FLEET_STATE}/...` kubeconfigs (specs/dev) resolve against the dev
