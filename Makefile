@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup engine local test lint typecheck bench clean-local cel-tables
+.PHONY: setup engine local test test-prometheus prometheus lint typecheck bench clean-local cel-tables
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ local: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The dev fleet's Prometheus (optional: 25-45 min cold on 2 cores) and the tests that use it
+# (`make test` deselects them and says so).
+prometheus: $(STAMP)
+	$(BIN)/python -m modelplane.toolchain install prometheus
+
+test-prometheus: setup prometheus
+	MODELPLANE_TEST_PROMETHEUS=1 $(BIN)/python -m pytest -q -m prometheus
 
 # celpy's CEL grammar as ready parser tables (modelplane/cel/grammar.py); after a celpy upgrade.
 cel-tables: $(STAMP)

@@ -26,7 +26,7 @@ from modelplane.observe.prometheus import PROMETHEUS_NAMESPACE, PROMETHEUS_SERVI
 from tests.fixtures.devfleet import REPO, Deployer, prerequisites, wait_for
 from tests.test_devfleet_reconcile import Load, json_stream, modelplane, readiness
 
-pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine, pytest.mark.prometheus]
 
 QWEN = "demo/qwen"
 CHAT = "demo/chat"
@@ -120,11 +120,13 @@ def deployer(dev_fleet: devfleet.DevFleet, tmp_path_factory: pytest.TempPathFact
 
 
 def rounds(out: Path) -> list[dict[str, Any]]:
+    """The rounds' JSON (without the probe's `{"probe": ...}` lines between them)."""
     text = out.read_text()
     try:
-        return json_stream(text)
+        found = json_stream(text)
     except ValueError:  # a round being written
-        return json_stream(text[: text.rfind("\n}\n") + 3])
+        found = json_stream(text[: text.rfind("\n}\n") + 3])
+    return [r for r in found if "probe" not in r]
 
 
 def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
