@@ -963,8 +963,45 @@ G8 = inference_class("g8", 8)
             [deployment("x", 2, tensor=2), deployment("y", 1, tensor=1, pipeline=2)],
             {"ml/x": [("a", 0), ("a", 1)], "ml/y": [("a", 0)]},
         ),
+        # second thoughts: m3 takes a node although it costs m4's 1+1-GPU workers all
+        # their room; without it m4 places 8 replicas (16 GPUs instead of 8)
+        (
+            [cluster("a", [pool("p", "g8", 2)])],
+            [deployment("m3", 1, tensor=8), deployment("m4", 8, tensor=1, pipeline=2)],
+            {"ml/m3": [], "ml/m4": [("a", i) for i in range(8)]},
+        ),
+        # second thoughts: m0's third 2+2-GPU worker takes zone a's room from m1 (zone a
+        # only); without it m1 places both 4-GPU replicas (16 GPUs instead of 12)
+        (
+            [
+                cluster("a", [pool("p", "g4", 2)], labels={"zone": "a"}),
+                cluster("b", [pool("p", "g4", 2)], labels={"zone": "b"}),
+            ],
+            [
+                deployment("m0", 3, tensor=2, pipeline=2),
+                deployment("m1", 2, tensor=4, selector={"matchLabels": {"zone": "a"}}),
+            ],
+            {"ml/m0": [("b", 0), ("b", 1)], "ml/m1": [("a", 0), ("a", 1)]},
+        ),
+        # second thoughts never trade a higher priority's GPUs for a lower one's
+        (
+            [cluster("a", [pool("p", "g8", 2)])],
+            [
+                deployment("m3", 1, tensor=8, priority=1),
+                deployment("m4", 8, tensor=1, pipeline=2),
+            ],
+            {"ml/m3": [("a", 0)], "ml/m4": []},
+        ),
     ],
-    ids=["fewer-choices", "other-choices", "gang-room", "worst-fit-packing"],
+    ids=[
+        "fewer-choices",
+        "other-choices",
+        "gang-room",
+        "worst-fit-packing",
+        "second-thoughts-gang",
+        "second-thoughts-selector",
+        "second-thoughts-priority",
+    ],
 )
 def test_packing_worst_cases(
     clusters: list[Any], deployments: list[Any], expected: dict[str, list[tuple[str, int]]]

@@ -27,6 +27,15 @@ Template = list[tuple[str, int, Layout, tuple[int, ...]]]
 Reach = frozenset[int]  # the cluster profiles open to a deployment's new replicas
 
 
+# A group of clusters: (profile id, per pool (nodes, Placement._sig of its layout))
+GroupKey = tuple[int, tuple[tuple[int, int], ...]]
+Asks = tuple[tuple[str, tuple[tuple[int, int], ...]], ...]  # per role, (pool, demand id)
+Slots = dict[tuple[str, int], dict[str, str]]  # (deployment, index) -> {role: pool}
+# What second thoughts may undo: one cluster's pools, replicas and room; or the whole run's.
+_ClusterState = tuple[list[Layout], Slots, Slots, int]
+_RunState = tuple[
+    dict[tuple[str, str], Layout], dict[str, dict[ReplicaKey, dict[str, str]]], dict[str, int]
+]
 _SPLIT = object()  # a group whose members may answer differently
 
 
@@ -40,7 +49,7 @@ class _Group:
 
     __slots__ = ("key", "members", "role_pools", "at", "next", "answered", "answer", "template")
 
-    def __init__(self, key: tuple[object, ...], members: list[str], role_pools: RolePools):
+    def __init__(self, key: GroupKey, members: list[str], role_pools: RolePools):
         self.key = key
         self.members = members
         self.role_pools = role_pools
@@ -116,17 +125,21 @@ class Placement:
         }
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
         self._layout_ids: dict[tuple[object, ...], int] = {}
+        self._want: dict[str, int] = {}  # targets held below `replicas` (second thoughts)
+        self._only: str | None = None  # the one cluster offered (second thoughts)
+        self._only_except = ""  # the deployment offered every cluster all the same
+        self._takers: list[tuple[str, str, int]] = []  # placed although they took room
         self._demand_ids: dict[int, int] = {}
         self._demand_values: dict[PodDemand, int] = {}
         self._demand_list: list[PodDemand] = []  # by demand id
         self._dep_demands: dict[str, list[tuple[int, int, int]]] = {}
         # per RolePools (by id: they live as long as the run's eligibility), its roles'
         # demands by number
-        self._asks: dict[int, tuple[tuple[object, ...], list[int]]] = {}
+        self._asks: dict[int, tuple[Asks, list[int]]] = {}
         self._sig_ids: dict[tuple[object, ...], int] = {}
         self._sig_ties: list[dict[tuple[int, int, int], set[int]]] = []
-        self._state: dict[str, tuple[object, ...]] = {}  # cluster -> group key, during fill
-        self._groups: dict[tuple[object, ...], list[str]] = {}
+        self._state: dict[str, GroupKey] = {}  # cluster -> group key, during fill
+        self._groups: dict[GroupKey, list[str]] = {}
 
     def _refresh_room(self, cluster: str) -> None:
         self.cluster_room[cluster] = max(
@@ -254,22 +267,152 @@ class Placement:
     def fill(self) -> None:
         """Place missing replicas: highest priority first, larger replicas first within a
         priority (first-fit decreasing); spread where no pending pod that is larger, or
-        that fewer clusters can host, loses room."""
+        that fewer clusters can host, loses room. Then second thoughts (`_improve`)."""
         order = self.fill_order()
         self._reach = {key: self._reach_of(key, dep) for key, dep in order}
+        self._takers = []
+        self._fill_all(order)
+        self._improve(order)
+        # Reasons describe the final state, so re-planning the written lock, which starts
+        # from that state, reports exactly the same.
+        self.explain()
+
+    def _target(self, dep_key: str, dep: ModelDeployment) -> int:
+        return self._want.get(dep_key, dep.spec.replicas)
+
+    def _fill_all(
+        self, order: Sequence[tuple[str, ModelDeployment]], only: str | None = None
+    ) -> None:
+        """Fill every deployment short of its target, in `order`. With `only`, every
+        deployment but `_only_except` is offered that cluster alone (see `_improve`)."""
+        self._only = only
         self._pending = self._pending_demands(order)
         self._pending_view = {}
         self._pending_version = {}
         self._answers = {}
-        self._group_clusters()
+        if only is None or self._only_except:
+            self._group_clusters()
         for dep_key, dep in order:
             self._forget_pending(dep_key, dep)
-            if dep.spec.replicas > len(self.placed[dep_key]):
+            if self._target(dep_key, dep) > len(self.placed[dep_key]):
                 self._fill(dep_key, dep)
         self._state, self._groups, self._answers = {}, {}, {}
-        # Reasons describe the final state, so re-planning the written lock, which starts
-        # from that state, reports exactly the same.
-        self.explain()
+
+    def _score(self, order: Sequence[tuple[str, ModelDeployment]]) -> tuple[int, ...]:
+        """GPUs placed per priority, highest priority first."""
+        per: dict[int, int] = {}
+        for key, dep in order:
+            gpus = replica_gpus(dep) * len(self.placed[key])
+            per[dep.spec.priority] = per.get(dep.spec.priority, 0) + gpus
+        return tuple(per[p] for p in sorted(per, reverse=True))
+
+    def _improve(self, order: Sequence[tuple[str, ModelDeployment]]) -> None:
+        """Second thoughts on replicas placed although they took room (scheduling.md,
+        step 6), in placement order, while some deployment is short: take the replica
+        out; if a short deployment then fits on its cluster, fill again with its
+        deployment held at what it has left, then fill again as usual, and keep the
+        result if it places more GPUs (by priority, highest first), else undo.
+
+        Every other cluster is full for the short deployments (the state is a finished
+        fill), so the refills offer them that cluster alone; only the replica's own
+        deployment, which may have been complete, is offered every cluster."""
+        short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
+        for dep_key, cluster, index in list(self._takers):
+            if not short:
+                break
+            if (cluster, index) not in self.placed[dep_key]:
+                continue
+            # Devices the replica frees, at least, per pool position it is on.
+            freed: dict[int, int] = {}
+            for name in set(self.placed[dep_key][(cluster, index)].values()):
+                pool = self.pools[(cluster, name)]
+                mine = sum(
+                    i.demand.least_consumed
+                    for i in pool.layout.items
+                    if i.deployment == dep_key and i.index == index
+                )
+                freed[pool.position] = pool.capacity - pool.layout.least_used + mine
+            others = [k for k in short if k != dep_key and self._could_use(k, cluster, freed)]
+            if not others:
+                continue
+            local = self._save_cluster(cluster)
+            self._drop([(dep_key, cluster, index)])
+            fits = any(self._fits_now(k, cluster) for k in others)
+            self._restore_cluster(cluster, local)
+            if not fits:
+                continue
+            before = self._score(order)
+            saved = self._save()
+            self._drop([(dep_key, cluster, index)])
+            self._want = {dep_key: len(self.placed[dep_key])}
+            self._only_except = ""
+            self._fill_all(order, only=cluster)
+            self._want = {}
+            self._only_except = dep_key
+            self._fill_all(order, only=cluster)
+            self._only_except = ""
+            self._only = None
+            if self._score(order) <= before:
+                self._restore(saved)
+            else:
+                short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
+
+    def _save_cluster(self, cluster: str) -> _ClusterState:
+        pools = self.cluster_pools[cluster]
+        slots = {(i.deployment, i.index) for pool in pools for i in pool.layout.items}
+        placed = {
+            (k, i): self.placed[k][(cluster, i)] for k, i in slots if (cluster, i) in self.placed[k]
+        }
+        draining = {
+            (k, i): self.draining[k][(cluster, i)]
+            for k, i in slots
+            if (cluster, i) in self.draining[k]
+        }
+        return [p.layout for p in pools], placed, draining, self.cluster_room[cluster]
+
+    def _restore_cluster(self, cluster: str, saved: _ClusterState) -> None:
+        layouts, placed, draining, room = saved
+        for pool, layout in zip(self.cluster_pools[cluster], layouts, strict=True):
+            if pool.layout is not layout:
+                pool.set_layout(layout)
+        for (k, i), pools in placed.items():
+            self.placed[k][(cluster, i)] = pools
+        for (k, i), pools in draining.items():
+            self.draining[k][(cluster, i)] = pools
+        self.cluster_room[cluster] = room
+
+    def _could_use(self, dep_key: str, cluster: str, freed: dict[int, int]) -> bool:
+        """Some role of `dep_key` matches a pool of `freed` with room enough (a bound)."""
+        role_pools = self.eligibility.open_for_new(dep_key, self.deployments[dep_key], cluster)
+        return role_pools is not None and any(
+            freed.get(pos, -1) >= demand.least_consumed
+            for _, matching in role_pools.roles
+            for pos, demand in matching
+        )
+
+    def _fits_now(self, dep_key: str, cluster: str) -> bool:
+        """A new replica of `dep_key` fits on `cluster` as it is (room only)."""
+        dep = self.deployments[dep_key]
+        role_pools = self.eligibility.open_for_new(dep_key, dep, cluster)
+        if role_pools is None or not self._may_fit(cluster, role_pools):
+            return False
+        taken = [i for c, i in [*self.placed[dep_key], *self.draining[dep_key]] if c == cluster]
+        return self._fit(dep_key, dep, cluster, lowest_free(taken), role_pools) is not None
+
+    def _save(self) -> _RunState:
+        return (
+            {key: pool.layout for key, pool in self.pools.items()},
+            {key: dict(placed) for key, placed in self.placed.items()},
+            dict(self.cluster_room),
+        )
+
+    def _restore(self, saved: _RunState) -> None:
+        layouts, placed, room = saved
+        for key, pool in self.pools.items():
+            if pool.layout is not layouts[key]:
+                pool.set_layout(layouts[key])
+        self.placed = placed
+        self.cluster_room = room
 
     def explain(self) -> None:
         for dep_key, dep in self.deployments.items():
@@ -302,7 +445,7 @@ class Placement:
     ) -> dict[tuple[int, int], Counter[tuple[int, Reach]]]:
         pending: dict[tuple[int, int], Counter[tuple[int, Reach]]] = {}
         for dep_key, dep in order:
-            if dep.spec.replicas <= len(self.placed[dep_key]):
+            if self._target(dep_key, dep) <= len(self.placed[dep_key]):
                 continue
             reach = self._reach[dep_key]
             for pid, pos, demand in self._demands(dep_key, dep):
@@ -323,7 +466,7 @@ class Placement:
         return out
 
     def _forget_pending(self, dep_key: str, dep: ModelDeployment) -> None:
-        if dep.spec.replicas <= len(self.placed[dep_key]):
+        if self._target(dep_key, dep) <= len(self.placed[dep_key]):
             return
         reach = self._reach[dep_key]
         for pid, pos, demand in self._demands(dep_key, dep):
@@ -398,7 +541,7 @@ class Placement:
         answer serves every member, in name order, as long as the new pods' place in
         each pool's packing order does not depend on the member (`_group_answer`)."""
         placed = self.placed[dep_key]
-        missing = dep.spec.replicas - len(placed)
+        missing = self._target(dep_key, dep) - len(placed)
         hosted = Counter(cluster for cluster, _ in placed)
         taken: dict[str, set[int]] = {}
         for cluster, index in [*placed, *self.draining[dep_key]]:
@@ -416,19 +559,28 @@ class Placement:
         # Clusters already hosting some are in a heap by (count, name). The others host 0
         # and come first, in name order: `fresh` holds, by name, single clusters (those
         # with only draining replicas of this deployment) and groups (by their next member).
-        heap = [(count, c) for c, count in hosted.items() if open_pools(c) is not None]
+        only = self._only if self._only_except != dep_key else None
+        heap = [
+            (count, c)
+            for c, count in hosted.items()
+            if open_pools(c) is not None and (only is None or c == only)
+        ]
         heapq.heapify(heap)
         fresh: list[tuple[str, int, _Group | None]] = [
-            (c, 0, None) for c in taken if c not in hosted and open_pools(c) is not None
+            (c, 0, None)
+            for c in taken
+            if c not in hosted and open_pools(c) is not None and (only is None or c == only)
         ]
+        if only is not None and only not in taken and open_pools(only) is not None:
+            fresh.append((only, 0, None))
         room = self.cluster_room
-        for key, members in self._groups.items():
+        for key, members in self._groups.items() if only is None else ():
             role_pools = opened[key[0]]
             if role_pools is None or not members or room[members[0]] < role_pools.least_room:
                 continue
-            group = _Group(key, members[:], role_pools)
-            if group.advance(taken):
-                fresh.append((group.next, 0, group))
+            new_group = _Group(key, members[:], role_pools)
+            if new_group.advance(taken):
+                fresh.append((new_group.next, 0, new_group))
         heapq.heapify(fresh)
         seq = 0
         # would take room: (count, name, seq, (index, plan) or a group)
@@ -446,11 +598,13 @@ class Placement:
                 if isinstance(what, _Group):
                     plan = self._realize(dep_key, dep, cluster, what)
                     self._commit(dep_key, cluster, 0, plan, taken)
+                    self._takers.append((dep_key, cluster, 0))
                     if what.advance(taken):
                         seq += 1
                         heapq.heappush(deferred, (0, what.next, seq, what))
                 else:
                     self._commit(dep_key, cluster, what[0], what[1], taken)
+                    self._takers.append((dep_key, cluster, what[0]))
                 missing -= 1
                 heapq.heappush(heap, (count + 1, cluster))
                 continue
@@ -522,10 +676,13 @@ class Placement:
             layout.sig = sig
         return layout.sig
 
-    def _state_key(self, cluster: str) -> tuple[object, ...]:
+    def _state_key(self, cluster: str) -> GroupKey:
         sig = self._sig
         pools = self.cluster_pools[cluster]
-        return (self.eligibility.profile_ids[cluster], *((p.nodes, sig(p.layout)) for p in pools))
+        return (
+            self.eligibility.profile_ids[cluster],
+            tuple((p.nodes, sig(p.layout)) for p in pools),
+        )
 
     def _group_clusters(self) -> None:
         """Put every cluster in its group (same state key), members in name order."""
@@ -544,10 +701,10 @@ class Placement:
         del members[bisect.bisect_left(members, cluster)]
         if not members:
             del self._groups[old]
-        key = list(old)
+        key = list(old[1])
         for pool in changed:
-            key[pool.position + 1] = (pool.nodes, self._sig(pool.layout))
-        new = self._state[cluster] = tuple(key)
+            key[pool.position] = (pool.nodes, self._sig(pool.layout))
+        new = self._state[cluster] = (old[0], tuple(key))
         bisect.insort(self._groups.setdefault(new, []), cluster)
 
     def _group_answer(
@@ -572,7 +729,7 @@ class Placement:
         hit = self._asks.get(id(roles))
         if hit is None:
             demand_id = self._demand_id
-            asks = tuple(
+            asks: Asks = tuple(
                 (role, tuple((pos, demand_id(d)) for pos, d in m)) for role, m in roles.roles
             )
             positions = sorted({pos for _, m in roles.roles for pos, _ in m})
