@@ -1010,3 +1010,20 @@ def test_packing_worst_cases(
     result = schedule(f, None)
     assert {k: where(result, k) for k in expected} == expected
     assert schedule(f, result.lock) == result
+
+
+def test_second_thoughts_beside_capacity_held_by_a_removed_deployment() -> None:
+    """A removed deployment's held node stays held while second thoughts take m3 out."""
+    first = schedule(
+        fleet([G8], [cluster("a", [pool("p", "g8", 3)])], [deployment("old", 1, tensor=8)])
+    )
+    f = fleet(
+        [G8],
+        [cluster("a", [pool("p", "g8", 3)])],
+        [deployment("m3", 1, tensor=8), deployment("m4", 8, tensor=1, pipeline=2)],
+    )
+    result = schedule(f, first.lock)
+    assert list(result.lock.removed) == ["ml/old"]
+    assert where(result, "ml/m3") == []
+    assert where(result, "ml/m4") == [("a", i) for i in range(8)]
+    assert schedule(f, result.lock) == result

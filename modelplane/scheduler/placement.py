@@ -132,6 +132,7 @@ class Placement:
         self._demand_ids: dict[int, int] = {}
         self._demand_values: dict[PodDemand, int] = {}
         self._demand_list: list[PodDemand] = []  # by demand id
+        self._demand_held: list[PodDemand] = []
         self._dep_demands: dict[str, list[tuple[int, int, int]]] = {}
         # per RolePools (by id: they live as long as the run's eligibility), its roles'
         # demands by number
@@ -359,7 +360,13 @@ class Placement:
 
     def _save_cluster(self, cluster: str) -> _ClusterState:
         pools = self.cluster_pools[cluster]
-        slots = {(i.deployment, i.index) for pool in pools for i in pool.layout.items}
+        # (capacity held by removed deployments is on the pools too, in no deployment)
+        slots = {
+            (i.deployment, i.index)
+            for pool in pools
+            for i in pool.layout.items
+            if i.deployment in self.placed
+        }
         placed = {
             (k, i): self.placed[k][(cluster, i)] for k, i in slots if (cluster, i) in self.placed[k]
         }
@@ -657,6 +664,7 @@ class Placement:
                 hit = self._demand_values[demand] = len(self._demand_list)
                 self._demand_list.append(demand)
             self._demand_ids[id(demand)] = hit
+            self._demand_held.append(demand)  # so that its id is never reused in the run
         return hit
 
     def _sig(self, layout: Layout) -> int:
