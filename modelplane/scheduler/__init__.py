@@ -98,6 +98,17 @@ def _schedule(
         solved = solve(run, time_limit)
     else:
         run.fill()
+    # A footprint depends on the deployment and its pools' classes only: one per such pair
+    # (the plan_scale fleet has 10,000 replicas and a few hundred such pairs).
+    footprints: dict[tuple[object, ...], object] = {}
+
+    def held(key: str, dep: ModelDeployment, cluster: str, pools: dict[str, str]) -> object:
+        on = {role: run.pools[(cluster, pool)] for role, pool in pools.items()}
+        memo = (key, tuple((role, pool.class_name) for role, pool in on.items()))
+        if memo not in footprints:
+            footprints[memo] = footprint(run.matcher, fleet.classes, key, dep, on)
+        return footprints[memo]
+
     deployments: dict[str, LockedDeployment] = {}
     report: dict[str, DeploymentReport] = {}
     for key, dep in run.deployments.items():
@@ -110,13 +121,7 @@ def _schedule(
                 index=index,
                 pools=dict(pools),
                 draining=draining,
-                footprint=footprint(
-                    run.matcher,
-                    fleet.classes,
-                    key,
-                    dep,
-                    {role: run.pools[(cluster, pool)] for role, pool in pools.items()},
-                ),
+                footprint=held(key, dep, cluster, pools),
             )
             for (cluster, index), pools, draining in sorted(slots, key=lambda s: s[0])
         ]
