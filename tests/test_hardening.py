@@ -188,8 +188,9 @@ def test_user_text_is_never_rich_markup(tmp_path, edit, needle):
         (tmp_path / f"x{needle}.yaml").write_text("a: [\n")
     else:
         (tmp_path / "fleet.yaml").write_text(edit(fleet_text()))
-    result = cli("validate", str(tmp_path))
-    assert result.exit_code == 2
+    # A wide terminal: the file column must not be cut, whatever the temporary path's length.
+    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "500"})
+    assert result.exit_code == 2, result.exception
     assert needle in result.stdout.replace("\n", "")
 
 
