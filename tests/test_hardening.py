@@ -352,12 +352,46 @@ def test_cel_estimated_cost_limit(expr, ok):
             compile_selector(expr)
 
 
-def test_cel_time_budget():
-    selector = compile_selector(_nested(2, 10))
+@pytest.mark.parametrize(
+    "expr",
+    [
+        _nested(2, 10),
+        # every macro body is a handful of steps: the steps are counted across the
+        # sub-evaluators, so the budget still ends it
+        "[1, 2, 3, 4, 5, 6, 7, 8].all(a, [1, 2, 3, 4, 5, 6, 7, 8].all(b, true))",
+    ],
+    ids=["nested", "small-bodies"],
+)
+def test_cel_time_budget(expr):
+    selector = compile_selector(expr)
     start = time.monotonic()
     with pytest.raises(BudgetExceeded):
         evaluate(selector._ast, Device("d"), budget=0.0)
     assert time.monotonic() - start < 5
+
+
+def test_cel_budget_is_cpu_time_not_waiting():
+    """A thread that waits for a core (a loaded machine) uses no budget: the selector's
+    answer must not depend on the load. While this evaluation runs, another thread takes
+    the interpreter lock for one long C call (~0.5 s, longer than the 0.2 s budget)."""
+    import threading
+
+    selector = compile_selector(_nested(2, 30))
+    go = threading.Event()
+
+    def hog() -> None:
+        go.wait()
+        sum(range(15_000_000))  # one C call: holds the interpreter lock throughout
+
+    other = threading.Thread(target=hog)
+    other.start()
+    started = time.monotonic()
+    go.set()
+    value = evaluate(selector._ast, Device("d"), budget=0.2)
+    waited = time.monotonic() - started
+    other.join()
+    assert bool(value) is True
+    assert waited > 0.2  # the evaluation did wait longer than its budget
 
 
 # --- file: secrets -----------------------------------------------------------------------------
