@@ -511,12 +511,12 @@ def routable_records(
 ) -> list[Mapping[str, Any]]:
     """A deployment stack's endpoint records the routes may use: replicas still in the
     lock (the deployment stack may not have run since they were removed) on clusters that
-    are not unroutable."""
+    are not unroutable, and not listed as `replica:<name>` (not Ready yet)."""
     placed = {(r.name, r.cluster) for r in lock.replicas_of(deployment)}
     out = []
     for record in records:
         cluster = record.get("cluster")
-        if cluster in unroutable:
+        if cluster in unroutable or f"replica:{record.get('name')}" in unroutable:
             continue
         if cluster and (record.get("name"), cluster) not in placed:
             continue

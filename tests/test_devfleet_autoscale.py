@@ -184,6 +184,14 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
             interval=1.0,
         )
         ready = time.monotonic()
+        # the new replicas join the route only once seen Ready (the round after)
+        wait_for(
+            "4 endpoints routable",
+            lambda: readiness(fleet_dir, deployer).service(CHAT).routable == 4,
+            timeout=UP_SLACK,
+            interval=1.0,
+        )
+        routed = time.monotonic()
         out_clusters = serving_clusters(fleet_dir)
         at_peak = {r["name"] for r in locked(fleet_dir)["replicas"]}
         time.sleep(max(0.0, STEP_SECONDS - (time.monotonic() - started)))
@@ -228,6 +236,7 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
         "stepClients": 10,
         "decisionAfter": round(decided - started, 1),
         "allReadyAfter": round(ready - started, 1),
+        "allRoutedAfter": round(routed - started, 1),
         "backToMinAfterStepEnd": round(scaled_in - stopped, 1),
         "clustersAtPeak": out_clusters,
         "drained": drained,
@@ -244,6 +253,9 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
     # when the step starts delays it by that `up`
     assert decided - started <= 2 * INTERVAL + 60, report
     assert set(drained) == leavers and len(leavers) == 3, (drained, leavers)
+    # the round that placed the new replicas kept them out of the routes (not Ready yet)
+    (first_out, *_) = [r for r in seen if r["added"]]
+    assert set(first_out["added"]) <= set(first_out["unready"]), first_out
     assert {n for r in draining_rounds for n in r["draining"]} == leavers
     assert scaled_in - stopped >= DOWN_WINDOW - 1, report
     assert all(r["ok"] for r in seen), [r for r in seen if not r["ok"]][:2]

@@ -178,6 +178,11 @@ def test_reconcile_once_and_status_readiness_goes_from_0_to_m(
     again = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
     (second,) = json_stream(again.stdout)
     assert second["ok"] and not second["lockWritten"] and second["added"] == []
+    # a deployment's only replicas are never kept out of its routes, and reconcile
+    # forgets its readiness view when it stops
+    assert round_["unready"] == {} and second["unready"] == {}
+    routing = fleet_dir / ".modelplane" / "routing.json"
+    assert not routing.exists() or "unready" not in json.loads(routing.read_text())
 
 
 def _qwen_pod(cluster: FleetCluster) -> str:
@@ -501,7 +506,13 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
         first = next(r for r in rounds(reconciler) if r["routesFirst"] is not None)
         assert first["unroutable"] == {"dev-3": first["unroutable"]["dev-3"]}, first
         assert [s["stack"] for s in first["routesFirst"]["stacks"]] == ["gateway"]
-        wait_for("3 endpoints in the live route", lambda: len(live_routes(gateway_cluster)) == 3)
+        # the new replica joins the route once a round has seen it Ready
+        wait_for(
+            "3 endpoints in the live route",
+            lambda: len(live_routes(gateway_cluster)) == 3,
+            timeout=300,
+        )
+        rerouted = time.monotonic()
         # Traefik reloads its routes: a few seconds, then nothing fails.
         time.sleep(5)
         settled = time.monotonic()
@@ -558,6 +569,7 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
         "routeDropGoalMet": dropped - down <= 2 * INTERVAL,
         "replacedAfter": round(replaced - down, 1),
         "routesUpdatedAfter": round(recovered - down, 1),
+        "newReplicaRoutedAfter": round(rerouted - down, 1),
         "lastFailedRequestAfter": round(last_failure - down, 1),
         "failedRequests": len(failed),
         "requestsDuringOutage": load.count(since=down),

@@ -52,8 +52,10 @@ PLACED = lock(
         ([_record("m-a0", "c")], set(), []),
         # a record without a cluster (not a placed replica) is left alone
         ([_record("static", None)], {"a"}, ["static"]),
+        # a replica not Ready yet (reconcile's `replica:<name>`) waits outside the routes
+        ([_record("m-a0", "a"), _record("m-b0", "b")], {"replica:m-b0"}, ["m-a0"]),
     ],
-    ids=["all-placed", "unroutable-cluster", "no-longer-placed", "moved", "no-cluster"],
+    ids=["all-placed", "unroutable-cluster", "no-longer-placed", "moved", "no-cluster", "unready"],
 )
 def test_the_gateway_routes_only_placed_replicas_on_routable_clusters(
     records: list[dict[str, Any]], unroutable: set[str], kept: list[str]
@@ -88,6 +90,134 @@ def test_unroutable_clusters_are_an_input_of_the_gateway_stack_only() -> None:
     assert fp(gateway, ("b",)) != fp(gateway, ())
     assert fp(gateway, ("b",)) != fp(gateway, ("a",))
     assert fp(deploy, ("b",)) == fp(deploy, ())
+
+
+def _seen(**replicas: tuple[int, int, int, int] | None) -> Any:
+    """An observation of clusters a (answering) and b (not), replicas as (pods, ready pods,
+    groups, ready groups); None: not listed."""
+    from modelplane.health.observation import (
+        ClusterObservation,
+        Observation,
+        ReplicaObservation,
+    )
+
+    listed = {n: ReplicaObservation(*v[:2], 0, 0, *v[2:]) for n, v in replicas.items() if v}
+    return Observation(
+        0.0,
+        {
+            "a": ClusterObservation("a", reachable=True, replicas=listed),
+            "b": ClusterObservation("b", reachable=False, error="API unreachable"),
+        },
+    )
+
+
+UNREADY_LOCK = lock(
+    {"ml/m": [("m-a0", "a", 0, {"unified": "gpu"}), ("m-a1", "a", 1, {"unified": "gpu"})]}
+)
+
+
+@pytest.mark.parametrize(
+    ("observed", "unready"),
+    [
+        ({"m-a0": (1, 1, 0, 0), "m-a1": (1, 1, 0, 0)}, {}),
+        # just placed: no pods yet (the round that adds it sees none)
+        ({"m-a0": (1, 1, 0, 0), "m-a1": None}, {"m-a1": "no pods yet"}),
+        ({"m-a0": (1, 1, 0, 0), "m-a1": (0, 0, 0, 0)}, {"m-a1": "no pods yet"}),
+        ({"m-a0": (2, 1, 0, 0), "m-a1": (1, 1, 0, 0)}, {"m-a0": "1 of 2 pods Ready"}),
+        (
+            {"m-a0": (2, 2, 1, 0), "m-a1": (1, 1, 0, 0)},
+            {"m-a0": "0 of 1 LeaderWorkerSet groups ready"},
+        ),
+    ],
+    ids=["all-ready", "not-listed", "no-pods", "pod-not-ready", "group-not-ready"],
+)
+def test_replicas_join_the_routes_once_ready(
+    observed: dict[str, Any], unready: dict[str, str]
+) -> None:
+    from modelplane.health.rules import unready_replicas
+
+    assert unready_replicas(UNREADY_LOCK, _seen(**observed)) == unready
+
+
+def test_unready_replicas_leave_cluster_problems_and_drains_to_their_rules() -> None:
+    from modelplane.health.rules import unready_replicas
+
+    elsewhere = lock({"ml/m": [("m-b0", "b", 0, {"unified": "gpu"})]})
+    assert unready_replicas(elsewhere, _seen()) == {}  # b does not answer: unroutable rules
+    draining = UNREADY_LOCK.model_copy(
+        update={
+            "deployments": {
+                "ml/m": UNREADY_LOCK.deployments["ml/m"].model_copy(
+                    update={
+                        "replicas": [
+                            r.model_copy(update={"draining": r.name == "m-a1"})
+                            for r in UNREADY_LOCK.deployments["ml/m"].replicas
+                        ]
+                    }
+                )
+            }
+        }
+    )
+    assert unready_replicas(draining, _seen(**{"m-a0": (1, 1, 0, 0)})) == {}
+
+
+SPREAD_LOCK = lock(
+    {
+        "ml/m": [
+            ("m-a0", "a", 0, {"unified": "gpu"}),
+            ("m-a1", "a", 1, {"unified": "gpu"}),
+            ("m-b0", "b", 2, {"unified": "gpu"}),
+        ]
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("observed", "unroutable", "unready"),
+    [
+        # every replica not Ready: none is left out (no route would serve nothing)
+        ({"m-a0": None, "m-a1": (1, 0, 0, 0)}, {"b"}, {}),
+        # b's replica cannot take the traffic (cluster unroutable), a0 can: a1 waits
+        ({"m-a0": (1, 1, 0, 0), "m-a1": None}, {"b"}, {"m-a1": "no pods yet"}),
+        # b not unroutable (yet): its replica is what the routes keep, both a's wait
+        (
+            {"m-a0": None, "m-a1": (1, 0, 0, 0)},
+            set(),
+            {"m-a0": "no pods yet", "m-a1": "0 of 1 pods Ready"},
+        ),
+    ],
+    ids=["none-ready", "one-ready-elsewhere-unroutable", "other-cluster-routable"],
+)
+def test_a_deployment_is_never_left_without_routed_replicas(
+    observed: dict[str, Any], unroutable: set[str], unready: dict[str, str]
+) -> None:
+    from modelplane.health.rules import unready_replicas
+
+    assert unready_replicas(SPREAD_LOCK, _seen(**observed), unroutable) == unready
+
+
+def test_a_stopping_reconcile_forgets_its_unready_replicas(tmp_path: Path) -> None:
+    from modelplane.driver.unroutable import clear_unready, route_exclusions
+
+    state = tmp_path / "state"
+    assert not clear_unready(state)  # nothing recorded: nothing written
+    assert not (state / "routing.json").exists()
+    write_unroutable(state, {"dev-3": "API unreachable"}, {"m-a1": "no pods yet"})
+    assert clear_unready(state)
+    assert route_exclusions(state) == ("dev-3",)  # the clusters stay
+    assert not clear_unready(state)
+
+
+def test_routing_record_keeps_unready_replicas_for_the_gateway(tmp_path: Path) -> None:
+    from modelplane.driver.unroutable import read_unready, route_exclusions
+
+    state = tmp_path / "state"
+    assert write_unroutable(state, {"dev-3": "API unreachable"})
+    assert not write_unroutable(state, {"dev-3": "x"}, {"m-a1": "no pods yet"})
+    assert read_unready(state) == {"m-a1": "no pods yet"}
+    assert route_exclusions(state) == ("dev-3", "replica:m-a1")
+    write_unroutable(state, {}, {})
+    assert route_exclusions(state) == ()
 
 
 def test_routing_record_says_when_the_clusters_change(tmp_path: Path) -> None:

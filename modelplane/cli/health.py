@@ -244,7 +244,6 @@ def reconcile(
     update (e.g. CI running `up`) is retried next round. SIGTERM or Ctrl-C stops after the
     current round. With --once: exit 1 if the round failed.
     """
-    from modelplane.cli.output import print_json
     from modelplane.driver.reconcile import Reconciler
 
     if output not in ("table", "json"):
@@ -266,7 +265,24 @@ def reconcile(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    try:
+        _reconcile_rounds(reconciler, stop, once, output, every, probe_every)
+    finally:
+        # The replicas it kept out of the routes until Ready are its own view: a plain
+        # `up` after it routes every placed replica (status.md, "Routes wait for Ready").
+        reconciler.close()
+
+
+def _reconcile_rounds(
+    reconciler: Any,
+    stop: threading.Event,
+    once: bool,
+    output: str,
+    every: float,
+    probe_every: float,
+) -> None:
     from modelplane.cli.engine_verbs import err, out
+    from modelplane.cli.output import print_json
 
     while True:
         current = reconciler.round()

@@ -41,7 +41,7 @@ from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
-from modelplane.driver.unroutable import read_unroutable
+from modelplane.driver.unroutable import route_exclusions
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
@@ -480,7 +480,7 @@ class Fleet:
             if on_event is not None:
                 on_event(unit.name, StackEvent(unit.name, "started"))
 
-        unroutable = tuple(sorted(read_unroutable(self.state_dir)))
+        unroutable = route_exclusions(self.state_dir)
         session.set_program_inputs(self.path, lock_path, unroutable)
         spec = self.spec
         return ops.RunContext(

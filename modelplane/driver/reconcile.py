@@ -42,13 +42,15 @@ from modelplane.driver.observer import Observer
 from modelplane.driver.orphans import delete_orphans, orphan_of, read_orphans, record_orphans
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
-from modelplane.driver.unroutable import read_unroutable, write_unroutable
+from modelplane.driver.settings import state_root
+from modelplane.driver.unroutable import clear_unready, read_unroutable, write_unroutable
 from modelplane.health.observation import Observation
 from modelplane.health.rules import (
     DEFAULT_GRACE,
     UNREACHABLE,
     HealthView,
     observed_schedule,
+    unready_replicas,
     unroutable_clusters,
 )
 from modelplane.observe import (
@@ -87,6 +89,7 @@ class Round:
     draining: list[str] = field(default_factory=list)  # replicas that started draining
     drained: dict[str, str] = field(default_factory=dict)  # drains that ended, and why
     unroutable: dict[str, str] = field(default_factory=dict)  # cluster -> why out of routes
+    unready: dict[str, str] = field(default_factory=dict)  # replica -> why out of routes
     routes_first: RunResult | None = None  # the gateway stack alone, before the rest
     orphans_deleted: list[str] = field(default_factory=list)
     orphan_errors: list[str] = field(default_factory=list)
@@ -120,6 +123,7 @@ class Round:
             "added": self.added,
             "forgotten": self.forgotten,
             "unroutable": self.unroutable,
+            "unready": self.unready,
             "routesFirst": None if self.routes_first is None else self.routes_first.as_json(),
             "orphansDeleted": self.orphans_deleted,
             "orphanErrors": self.orphan_errors,
@@ -147,13 +151,19 @@ def _spec_digest(fleet: Fleet) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _digest(spec_digest: str, plan: Plan, unroutable: Mapping[str, str]) -> str:
+def _digest(
+    spec_digest: str,
+    plan: Plan,
+    unroutable: Mapping[str, str],
+    unready: Mapping[str, str] | None = None,
+) -> str:
     """What the stacks are derived from, as far as reconcile can tell: specs + placement +
-    the clusters left out of routes."""
+    the clusters and replicas left out of routes."""
     parts = {
         "specs": spec_digest,
         "lock": plan.lock.model_dump(mode="json"),
         "unroutable": sorted(unroutable),
+        "unready": sorted(unready or {}),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -222,6 +232,12 @@ class Reconciler:
             current.error = str(exc)
         current.duration = time.monotonic() - started
         return current
+
+    def close(self) -> None:
+        """Stop: forget the replicas this reconciler kept out of the routes until Ready
+        (`.modelplane/routing.json` `unready`), so that a later plain `up` routes every
+        placed replica again. The unroutable clusters stay (any `up` honours them)."""
+        clear_unready(state_root(self.fleet_dir))
 
     def probe(self, timeout: float | None = None) -> dict[str, bool]:
         """The clusters whose API server answers differently from the last round's
@@ -332,15 +348,17 @@ class Reconciler:
             write_autoscale_state(f.state_dir, state)
 
         current.unroutable = unroutable_clusters(f.spec, plan.lock, view.health)
+        # A replica joins the routes once its pods are seen Ready (a new one: next round).
+        current.unready = unready_replicas(plan.lock, observation, current.unroutable)
         were = set(read_unroutable(f.state_dir))
-        write_unroutable(f.state_dir, current.unroutable)
+        write_unroutable(f.state_dir, current.unroutable, current.unready)
         # Endpoints to take out of the routes now: those of newly unroutable clusters and of
         # replicas leaving a cluster whose endpoints were still routed.
         drop_routes = bool(set(current.unroutable) - were) or any(
             before[name] not in were for name in current.moved
         )
         specs = _spec_digest(f)
-        digest = _digest(specs, plan, current.unroutable)
+        digest = _digest(specs, plan, current.unroutable, current.unready)
         resync = self.rounds % RESYNC_ROUNDS == 0
         if digest == self._applied and not plan.changed and not resync:
             current.skipped_up = True

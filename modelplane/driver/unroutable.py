@@ -1,8 +1,11 @@
-"""The clusters whose endpoints the gateway leaves out of ModelService routes.
+"""The clusters and replicas whose endpoints the gateway leaves out of ModelService routes.
 
-`reconcile` writes them each round (`.modelplane/routing.json`, scheduling.md rule 6);
-every `up`, `preview` and `status` of the fleet directory reads them: they are an input
-of the gateway stack (its fingerprint and `MODELPLANE_UNROUTABLE` for its program).
+`reconcile` writes them each round (`.modelplane/routing.json`: the unroutable clusters,
+scheduling.md rule 6, and the replicas not Ready yet); every `up`, `preview` and `status` of
+the fleet directory reads them: they are an input of the gateway stack (its fingerprint and
+`MODELPLANE_UNROUTABLE` for its program: cluster names, and `replica:<name>` per replica).
+The replicas not Ready are what a running `reconcile` sees: it clears them when it stops
+(`clear_unready`), so that a later plain `up` routes every placed replica again.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 ROUTING_FILE = "routing.json"
 UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"
+REPLICA_PREFIX = "replica:"
 
 
 def routing_path(state_dir: Path) -> Path:
@@ -29,17 +33,46 @@ def read_unroutable(state_dir: Path) -> dict[str, str]:
         return {}
 
 
-def write_unroutable(state_dir: Path, clusters: Mapping[str, str]) -> bool:
-    """Record the unroutable clusters; True when the set of clusters changed."""
+def read_unready(state_dir: Path) -> dict[str, str]:
+    """Replica -> why it is out of the routes until Ready (empty when none or unreadable)."""
+    try:
+        data = json.loads(routing_path(state_dir).read_text(encoding="utf-8"))
+        return {str(k): str(v) for k, v in (data.get("unready") or {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def route_exclusions(state_dir: Path) -> tuple[str, ...]:
+    """What the gateway stack leaves out: cluster names and `replica:<name>` entries."""
+    return tuple(
+        sorted(read_unroutable(state_dir))
+        + sorted(REPLICA_PREFIX + r for r in read_unready(state_dir))
+    )
+
+
+def write_unroutable(
+    state_dir: Path, clusters: Mapping[str, str], unready: Mapping[str, str] | None = None
+) -> bool:
+    """Record the unroutable clusters (and the replicas not Ready); True when the set of
+    clusters changed."""
     before = read_unroutable(state_dir)
     path = routing_path(state_dir)
-    if not clusters and not path.exists():
+    if not clusters and not unready and not path.exists():
         return False
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps({"unroutable": dict(sorted(clusters.items()))}, indent=2) + "\n",
-        encoding="utf-8",
-    )
+    data: dict[str, dict[str, str]] = {"unroutable": dict(sorted(clusters.items()))}
+    if unready:
+        data["unready"] = dict(sorted(unready.items()))
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return sorted(before) != sorted(clusters)
+
+
+def clear_unready(state_dir: Path) -> bool:
+    """Forget the replicas not Ready (reconcile stopping), keeping the unroutable clusters;
+    True when there were some."""
+    if not read_unready(state_dir):
+        return False
+    write_unroutable(state_dir, read_unroutable(state_dir))
+    return True

@@ -9,7 +9,7 @@ are then rewritten to say what was observed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from modelplane.api.fleet import FleetSpec
@@ -187,3 +187,38 @@ def unroutable_clusters(
         for name, h in sorted(health.items())
         if h.code in ROUTE_BLOCKING and name in hosting and name != gateway
     }
+
+
+def unready_replicas(
+    lock: PlacementLock, observation: Observation, unroutable: Collection[str] = ()
+) -> dict[str, str]:
+    """Replicas whose endpoints stay out of the ModelService routes until their pods are
+    Ready (a scaled-out replica joins the routes the round after it is seen Ready): on a
+    cluster observed and answering, with no pods, a pod not Ready or a LeaderWorkerSet
+    group not ready. Draining replicas and those on `unroutable` clusters are out of the
+    routes by their own rules. A deployment none of whose other replicas could take the
+    traffic keeps its replicas routed (a replica that becomes Ready serves at once; no
+    route serves nothing). Replica -> why."""
+    out: dict[str, str] = {}
+    for dep in lock.deployments.values():
+        candidates = 0
+        waiting: dict[str, str] = {}
+        for r in dep.replicas:
+            if r.draining or r.cluster in unroutable:
+                continue
+            candidates += 1
+            seen = observation.cluster(r.cluster)
+            if seen is None or not seen.observed or not seen.reachable:
+                continue  # the cluster rules decide (unroutable clusters)
+            if seen.error and "replicas:" in seen.error:
+                continue  # its replicas could not be listed: nothing known
+            got = seen.replicas.get(r.name)
+            if got is None or got.pods == 0:
+                waiting[r.name] = "no pods yet"
+            elif got.ready_pods < got.pods:
+                waiting[r.name] = f"{got.ready_pods} of {got.pods} pods Ready"
+            elif got.ready_groups < got.groups:
+                waiting[r.name] = f"{got.ready_groups} of {got.groups} LeaderWorkerSet groups ready"
+        if len(waiting) < candidates:
+            out.update(waiting)
+    return dict(sorted(out.items()))
