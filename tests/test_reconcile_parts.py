@@ -463,3 +463,18 @@ def test_a_cloud_cluster_is_observed_through_the_kubeconfig_the_driver_passes(
     assert seen.observed and not seen.reachable
     assert f"cannot reach https://127.0.0.1:{port}" in (seen.error or "")
     assert "tok-123" not in json.dumps(seen.as_json())
+
+
+def test_a_round_says_which_replicas_wait_outside_the_routes() -> None:
+    from rich.console import Console
+
+    from modelplane.cli.health import _say_round
+    from modelplane.driver.reconcile import Round
+
+    out, err = Console(record=True, width=300), Console(record=True, width=300)
+    _say_round(Round(3, 0.0, added=["m-a1"], unready={"m-a1": "no pods yet"}), out, err)
+    text = out.export_text()
+    assert "round 3: placed replica m-a1" in text
+    assert "round 3: replica m-a1 out of the routes until Ready (no pods yet)" in text
+    data = Round(3, 0.0, unready={"m-a1": "no pods yet"}).as_json()
+    assert data["unready"] == {"m-a1": "no pods yet"}

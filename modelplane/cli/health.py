@@ -364,6 +364,8 @@ def _say_round(current: Any, out: Any, err: Any) -> None:
         out.print(f"{head}: removed replica {name}", highlight=False)
     for name in current.added:
         out.print(f"{head}: placed replica {name}", highlight=False)
+    for name, why in current.unready.items():
+        out.print(f"{head}: replica {name} out of the routes until Ready ({why})", highlight=False)
     if current.plan is not None:
         for key, rep in current.plan.report.items():
             if rep.unplaced:
