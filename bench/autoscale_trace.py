@@ -7,8 +7,9 @@ runs), fed by a queueing model of vLLM-like replicas: each replica has `--slots`
 slots and `--service` seconds per request, so at a load of L req/s the deployment keeps
 L x service requests in flight (Little's law), spread evenly; a replica runs at most
 `slots` of them and the rest wait (`queueDepth`). A replica the decision adds serves
-`--ready` seconds later (placement, `up`, start-up); one it removes stops at once (its
-drain is not counted as capacity).
+`--ready` seconds later (placement, `up`, start-up), and joins the routes as reconcile
+routes it: at the first round that sees it Ready, plus `--route` seconds (that round's
+gateway `up`). One it removes stops at once (its drain is not counted as capacity).
 
 The trace (one day, seconds): nights at 10% of peak, a morning ramp, a working day at
 60-100%, an evening fall, and a 10x step at 03:00 (from the night level to the peak for
@@ -65,6 +66,7 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
     fixed = math.ceil(args.peak / (per_replica * args.target / args.slots))
     count, history = 1, ()
     pending: list[tuple[float, int]] = []  # (ready at, replicas)
+    routing: list[tuple[float, int]] = []  # seen Ready: (routed at, replicas)
     serving = 1
     gpu_seconds = 0.0
     short_seconds = 0
@@ -73,10 +75,13 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
     next_round = 0.0
     while t < DAY:
         load = trace(args.peak, t)
-        # replicas whose start-up is over begin to serve
-        serving += sum(n for at, n in pending if at <= t)
-        pending = [(at, n) for at, n in pending if at > t]
+        # replicas whose route is applied begin to serve
+        serving += sum(n for at, n in routing if at <= t)
+        routing = [(at, n) for at, n in routing if at > t]
         if t >= next_round:
+            # the round sees the replicas whose start-up is over: its gateway `up` routes them
+            routing += [(t + args.route, n) for at, n in pending if at <= t]
+            pending = [(at, n) for at, n in pending if at > t]
             in_flight = load * args.service
             names = [f"r{i}" for i in range(serving)]
             each = in_flight / max(1, serving)
@@ -91,12 +96,13 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
                 cut = min(drop, serving)
                 serving -= cut
                 drop -= cut
-                while drop and pending:  # not started yet: cancelled
-                    at, n = pending.pop()
-                    take = min(n, drop)
-                    drop -= take
-                    if n > take:
-                        pending.append((at, n - take))
+                for waiting in (pending, routing):  # not serving yet: cancelled
+                    while drop and waiting:
+                        at, n = waiting.pop()
+                        take = min(n, drop)
+                        drop -= take
+                        if n > take:
+                            waiting.append((at, n - take))
             count = d.desired
             next_round += args.interval
         capacity = serving * per_replica
@@ -104,13 +110,14 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
             short_seconds += 1
         if reaction is None and t >= STEP_AT and load <= capacity + 1e-9:
             reaction = t - STEP_AT
-        gpu_seconds += (serving + sum(n for _, n in pending)) * args.gpus
+        gpu_seconds += (serving + sum(n for _, n in [*pending, *routing])) * args.gpus
         t += 1.0
     auto_gpu_min = gpu_seconds / 60
     fixed_gpu_min = fixed * args.gpus * DAY / 60
     return {
         "interval": args.interval,
         "readyDelay": args.ready,
+        "routeDelay": args.route,
         "scaleDownWindow": args.down_window,
         "fixedReplicas": fixed,
         "reactionSeconds": reaction,
@@ -131,6 +138,9 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
     parser.add_argument("--interval", type=float, default=30.0, help="reconcile interval, s")
     parser.add_argument("--ready", type=float, default=60.0, help="new replica start-up, s")
+    parser.add_argument(
+        "--route", type=float, default=15.0, help="the gateway `up` that routes it, s"
+    )
     parser.add_argument("--down-window", type=float, default=300.0)
     parser.add_argument("--down-step", type=int, default=1)
     parser.add_argument("--up-step", type=int, default=8)
