@@ -308,6 +308,21 @@ def test_version_and_help_texts_keep_their_brackets() -> None:
     assert _help("secrets shown as [secret] here") == "secrets shown as \\[secret] here"
 
 
+def test_version_answers_without_importing_the_verbs() -> None:
+    import subprocess
+    import sys
+
+    from modelplane import __version__
+
+    code = (
+        "import sys; sys.argv = ['modelplane', '--version']; from modelplane.cli import main; "
+        "main(); print(sorted(m for m in sys.modules if m.startswith('modelplane.cli.')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"modelplane {__version__}", "[]"]
+
+
 # --- offline previews -----------------------------------------------------------------------
 
 
