@@ -429,6 +429,11 @@ def test_prefill_decode_routes_to_decode_which_reaches_prefill() -> None:
     # The decode leader's routing sidecar owns the pool port; the engine moves to 8001.
     containers = {c["name"]: c for c in d_leader["spec"]["containers"]}
     assert containers["pd-sidecar"]["ports"][0]["containerPort"] == 8000
+    # one port named `http` (the engine's: what Prometheus scrapes), the sidecar's has its own
+    names = [p["name"] for c in containers.values() for p in c.get("ports", [])]
+    assert (
+        sorted(names) == ["http", "pd-proxy"] and containers["engine"]["ports"][0]["name"] == "http"
+    )
     assert "--vllm-port=8001" in containers["pd-sidecar"]["args"]
     assert containers["engine"]["args"][-1] == "--port=8001"
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in env_of(containers["engine"])
@@ -889,15 +894,14 @@ def pod_templates(run: MockRun) -> list[dict[str, Any]]:
     [
         # one unified engine pod: its `http` port (8000), /metrics
         (SMALL, {"unified": "mixed"}, [("small", "unified", "engine", "8000")]),
-        # prefill pods and the decode leader: its engine (moved to 8001) and its routing
-        # sidecar both name a port `http` (only the engine exports vLLM names); LWS decode
-        # workers expose no serving port, the EPP has no role
+        # prefill pods and the decode leader's engine (moved to 8001; its routing sidecar's
+        # port is `pd-proxy`, it exports no vLLM names); LWS decode workers expose no
+        # serving port, the EPP has no role
         (
             PD,
             {"prefill": "h200", "decode": "h200"},
             [
                 ("kimi", "decode", "engine", "8001"),
-                ("kimi", "decode", "pd-sidecar", "8000"),
                 ("kimi", "prefill", "engine", "8000"),
             ],
         ),

@@ -183,6 +183,24 @@ def test_pod_servers(pod: dict[str, Any], expected: list[tuple[str, str, int, bo
         )
 
 
+def test_pod_servers_answer_on_a_decode_leaders_sidecar_and_engine_ports() -> None:
+    pod = _pod(
+        spec__containers=[
+            {"name": "pd-sidecar", "ports": [{"name": "pd-proxy", "containerPort": 8000}]},
+            {
+                "name": "engine",
+                "args": ["--model=Qwen/Qwen2.5-0.5B-Instruct"],
+                "ports": [{"name": "http", "containerPort": 8001}],
+            },
+        ]
+    )
+    got = pod_servers("dev-1", pod)
+    assert [(s.key, s.port, s.model) for s in got] == [
+        ("dev-1/demo/qwen-abc-0/8000", 8000, "qwen"),
+        ("dev-1/demo/qwen-abc-0/8001", 8001, "Qwen/Qwen2.5-0.5B-Instruct"),
+    ]
+
+
 def test_pod_hosts_resolve_lws_leader_names() -> None:
     pod = _pod()
     pod["spec"].update({"hostname": "llama-0", "subdomain": "llama"})

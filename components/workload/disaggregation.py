@@ -72,6 +72,9 @@ def decode_engine_port(engine: Container) -> tuple[int, list[str]]:
     return DECODE_ENGINE_PORT, [f"--port={DECODE_ENGINE_PORT}"]
 
 
+SIDECAR_PORT_NAME = "pd-proxy"
+
+
 def routing_sidecar(engine_port: int) -> dict[str, Any]:
     return {
         "name": "pd-sidecar",
@@ -82,7 +85,8 @@ def routing_sidecar(engine_port: int) -> dict[str, Any]:
             "--kv-connector=nixlv2",
             "--secure-proxy=false",
         ],
-        "ports": [{"name": "http", "containerPort": POOL_PORT, "protocol": "TCP"}],
+        # Not `http`: that names the engine's port, the one Prometheus scrapes.
+        "ports": [{"name": SIDECAR_PORT_NAME, "containerPort": POOL_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": POOL_PORT}, "periodSeconds": 5},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
     }

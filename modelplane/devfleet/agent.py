@@ -35,7 +35,9 @@ REMOVE_GRACE = 2.0
 EXTERNALS_FILE = "externals.json"
 """Stand-ins for endpoints outside the fleet (a test's external ModelEndpoints): a JSON list of
 ``{ip, port, replica, cluster, hostname?}`` in the state directory, read every poll."""
-SERVING_PORT_NAME = "http"
+# The engine's port, and the P/D routing sidecar's (components/workload/disaggregation.py):
+# on a dev cluster a stand-in answers on each.
+SERVING_PORT_NAMES = frozenset({"http", "pd-proxy"})
 REPLICA_LABEL = "modelplane.ai/replica"
 ROLE_LABEL = "modelplane.ai/role"
 DEPLOYMENT_LABEL = "modelplane.ai/deployment"
@@ -109,7 +111,7 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
     servers = []
     for container in (pod.get("spec", {}) or {}).get("containers", []) or []:
         for port in container.get("ports", []) or []:
-            if port.get("name") != SERVING_PORT_NAME:
+            if port.get("name") not in SERVING_PORT_NAMES:
                 continue
             number = int(port.get("containerPort", 0))
             name = str(meta.get("name", ""))
