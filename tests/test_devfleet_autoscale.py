@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +24,21 @@ import yaml
 
 from modelplane.devfleet import fleet as devfleet
 from modelplane.driver.fleet import Fleet
-from tests.fixtures.devfleet import REPO, Deployer, wait_for
-from tests.test_devfleet_reconcile import Load, json_stream, modelplane, readiness
+from tests.fixtures.devfleet import (
+    REPO,
+    Deployer,
+    Load,
+    ReconcileLoop,
+    model_deployment,
+    model_service,
+    modelplane,
+    readiness,
+    reconcile_once_until_ready,
+    rounds,
+    specs_yaml,
+    start_reconcile,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -41,52 +52,27 @@ STEP_SECONDS = 60.0
 UP_SLACK = 1200.0
 RESULTS = Path(os.environ.get("MODELPLANE_AUTOSCALE_RESULTS", "/tmp/modelplane-autoscale.json"))
 
-MODELS = """\
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelDeployment
-metadata: {name: qwen, namespace: demo}
-spec:
-  replicas: 1
-  autoscaling:
-    minReplicas: 1
-    maxReplicas: 4
-    metrics:
-    - {type: runningRequests, target: 1}
-    scaleUp: {stabilizationWindow: 0s, maxStep: 3}
-    scaleDown: {stabilizationWindow: 20s, maxStep: 3}
-    drainTimeout: 15s
-  nodeSelector:
-    devices:
-    - name: gpu
-      selectors:
-      - cel: device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"
-  workers:
-    topology: {tensor: 1}
-    resources: {cpu: "4", memory: 16Gi}
-    template:
-      spec:
-        containers:
-        - name: engine
-          image: vllm/vllm-openai:v0.11.0
-          args: ["--model=Qwen/Qwen2.5-0.5B-Instruct", "--port=8000"]
-          env:
-          - {name: MODELPLANE_STANDIN_SERVICE_TIME, value: "0.2"}
-          - {name: MODELPLANE_STANDIN_CONCURRENCY, value: "4"}
----
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelService
-metadata: {name: chat, namespace: demo}
-spec:
-  endpoints:
-  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
-"""
+MODELS = specs_yaml(
+    model_deployment(
+        "qwen",
+        autoscaling={
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "metrics": [{"type": "runningRequests", "target": 1}],
+            "scaleUp": {"stabilizationWindow": "0s", "maxStep": 3},
+            "scaleDown": {"stabilizationWindow": "20s", "maxStep": 3},
+            "drainTimeout": "15s",
+        },
+        service_time="0.2",
+        concurrency="4",
+    ),
+    model_service("chat", "qwen"),
+)
 
 
 @pytest.fixture(scope="module")
 def fleet_dir(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> Path:
-    target = deployer.copy_specs(REPO / "specs" / "dev", "autoscale")
-    (target / "models.yaml").write_text(MODELS)
-    return target
+    return deployer.copy_specs(REPO / "specs" / "dev", "autoscale", models=MODELS)
 
 
 def locked(fleet_dir: Path) -> dict[str, Any]:
@@ -103,61 +89,18 @@ def serving_clusters(fleet_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def reconciler(
     fleet_dir: Path, deployer: Deployer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Any]]:
-    first = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    wait_for(
-        "qwen 1/1 ready",
-        lambda: readiness(fleet_dir, deployer).deployment(QWEN).ready == 1,
-        timeout=180,
-    )
+) -> Iterator[ReconcileLoop]:
+    reconcile_once_until_ready(fleet_dir, deployer, QWEN)
     work = tmp_path_factory.mktemp("autoscale-reconcile")
-    out, errors = work / "reconcile.out", work / "reconcile.err"
-    with open(out, "w") as stdout, open(errors, "w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "modelplane",
-                "reconcile",
-                str(fleet_dir),
-                "--interval",
-                f"{INTERVAL:.0f}s",
-                "--timeout",
-                "2s",
-                "-o",
-                "json",
-            ],
-            cwd=REPO,
-            env=deployer.env(),
-            stdout=stdout,
-            stderr=stderr,
-        )
-    state = {"process": process, "out": out, "err": errors}
+    loop = start_reconcile(fleet_dir, deployer.env(), work, interval=INTERVAL)
     try:
-        yield state
+        yield loop
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(30)
-
-
-def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rounds' JSON (without the probe's `{"probe": ...}` lines between them)."""
-    text = state["out"].read_text()
-    try:
-        found = json_stream(text)
-    except ValueError:  # a round being written
-        found = json_stream(text[: text.rfind("\n}\n") + 3])
-    return [r for r in found if "probe" not in r]
+        loop.stop()
 
 
 def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
-    fleet_dir: Path, deployer: Deployer, reconciler: dict[str, Any]
+    fleet_dir: Path, deployer: Deployer, reconciler: ReconcileLoop
 ) -> None:
     url = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"][CHAT]
     assert locked(fleet_dir)["autoscaledReplicas"] == 1
@@ -259,58 +202,37 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
     assert {n for r in draining_rounds for n in r["draining"]} == leavers
     assert scaled_in - stopped >= DOWN_WINDOW - 1, report
     assert all(r["ok"] for r in seen), [r for r in seen if not r["ok"]][:2]
-    assert "Traceback" not in reconciler["err"].read_text()
+    assert "Traceback" not in reconciler.err.read_text()
 
 
-PAIR = """\
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelDeployment
-metadata: {name: NAME, namespace: demo}
-spec:
-  replicas: 1
-  priority: PRIORITY
-  autoscaling:
-    minReplicas: 1
-    maxReplicas: 7
-    metrics:
-    - {type: runningRequests, target: 0.5}
-    scaleUp: {stabilizationWindow: 0s, maxStep: 6}
-    scaleDown: {stabilizationWindow: 5m}
-  nodeSelector:
-    devices:
-    - name: gpu
-      selectors:
-      - cel: device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"
-  workers:
-    topology: {tensor: 1}
-    resources: {cpu: "4", memory: 16Gi}
-    template:
-      spec:
-        containers:
-        - name: engine
-          image: vllm/vllm-openai:v0.11.0
-          args: ["--model=NAME", "--port=8000"]
-          env:
-          - {name: MODELPLANE_STANDIN_SERVICE_TIME, value: "0.5"}
-          - {name: MODELPLANE_STANDIN_CONCURRENCY, value: "8"}
----
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelService
-metadata: {name: NAME, namespace: demo}
-spec:
-  endpoints:
-  - selector: {matchLabels: {modelplane.ai/deployment: NAME}}
-"""
+def pair(name: str, priority: int) -> str:
+    """A deployment (and its ModelService) that scales out fast on the L4 pools."""
+    return specs_yaml(
+        model_deployment(
+            name,
+            model=name,
+            priority=priority,
+            autoscaling={
+                "minReplicas": 1,
+                "maxReplicas": 7,
+                "metrics": [{"type": "runningRequests", "target": 0.5}],
+                "scaleUp": {"stabilizationWindow": "0s", "maxStep": 6},
+                "scaleDown": {"stabilizationWindow": "5m"},
+            },
+            service_time="0.5",
+            concurrency="8",
+        ),
+        model_service(name, name),
+    )
 
 
 def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
-    fleet_dir: Path, deployer: Deployer, reconciler: dict[str, Any]
+    fleet_dir: Path, deployer: Deployer, reconciler: ReconcileLoop
 ) -> None:
     """hi (priority 10) and lo (priority 0) both under load on the 7 L4 nodes (qwen holds
     one): hi's scale-out takes the free nodes, lo is capped with the shortfall reason."""
     for name, priority in (("hi", 10), ("lo", 0)):
-        text = PAIR.replace("NAME", name).replace("PRIORITY", str(priority))
-        (fleet_dir / f"{name}.yaml").write_text(text)
+        (fleet_dir / f"{name}.yaml").write_text(pair(name, priority))
 
     def both_ready() -> bool:
         view = readiness(fleet_dir, deployer)
@@ -328,7 +250,7 @@ def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
     # would scale hi by less than the free room and lawfully give lo the rest. So the
     # reconcile process is paused (SIGSTOP) while the clients start; a round it was in
     # the middle of read no load, and changes nothing.
-    process = reconciler["process"]
+    process = reconciler.process
     loads: list[Load] = []
     try:
         process.send_signal(signal.SIGSTOP)

@@ -11,8 +11,7 @@ and say why, and the count never moves.
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,19 @@ import yaml
 from modelplane.devfleet import fleet as devfleet
 from modelplane.driver.fleet import Fleet
 from modelplane.observe.prometheus import PROMETHEUS_NAMESPACE, PROMETHEUS_SERVICE
-from tests.fixtures.devfleet import REPO, Deployer, prerequisites, wait_for
-from tests.test_devfleet_reconcile import Load, json_stream, modelplane, readiness
+from tests.fixtures.devfleet import (
+    REPO,
+    Deployer,
+    Load,
+    model_deployment,
+    model_service,
+    reconcile_once_until_ready,
+    rounds,
+    running_dev_fleet,
+    specs_yaml,
+    start_reconcile,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine, pytest.mark.prometheus]
 
@@ -33,50 +43,25 @@ CHAT = "demo/chat"
 INTERVAL = 10.0
 UP_SLACK = 900.0
 
-MODELS = """\
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelDeployment
-metadata: {name: qwen, namespace: demo}
-spec:
-  replicas: 1
-  autoscaling:
-    minReplicas: 1
-    maxReplicas: 2
-    metrics:
-    - {type: runningRequests, target: 50}
-    scaleDown: {stabilizationWindow: 10m}
-  nodeSelector:
-    devices:
-    - name: gpu
-      selectors:
-      - cel: device.attributes["gpu.nvidia.com"].productName == "NVIDIA L4"
-  workers:
-    topology: {tensor: 1}
-    resources: {cpu: "4", memory: 16Gi}
-    template:
-      spec:
-        containers:
-        - name: engine
-          image: vllm/vllm-openai:v0.11.0
-          args: ["--model=Qwen/Qwen2.5-0.5B-Instruct", "--port=8000"]
-          env:
-          - {name: MODELPLANE_STANDIN_SERVICE_TIME, value: "0.5"}
-          - {name: MODELPLANE_STANDIN_CONCURRENCY, value: "8"}
----
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelService
-metadata: {name: chat, namespace: demo}
-spec:
-  endpoints:
-  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
-"""
+MODELS = specs_yaml(
+    model_deployment(
+        "qwen",
+        autoscaling={
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "metrics": [{"type": "runningRequests", "target": 50}],
+            "scaleDown": {"stabilizationWindow": "10m"},
+        },
+        service_time="0.5",
+        concurrency="8",
+    ),
+    model_service("chat", "qwen"),
+)
 
 
 def one_cluster_specs(target: Path) -> Path:
     """specs/dev cut down to dev-1 (its L4 pool) and the gateway, with MODELS."""
     if target.exists():
-        import shutil
-
         shutil.rmtree(target)
     target.mkdir(parents=True)
     (target / "Pulumi.yaml").write_text((REPO / "specs" / "dev" / "Pulumi.yaml").read_text())
@@ -95,38 +80,9 @@ def one_cluster_specs(target: Path) -> Path:
 @pytest.fixture(scope="module")
 def dev_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devfleet.DevFleet]:
     """dev-1 alone, with its Prometheus; stopped after the module."""
-    import os
-
-    prerequisites()
     specs = one_cluster_specs(tmp_path_factory.mktemp("prometheus-specs") / "fleet")
-    state = tmp_path_factory.mktemp("dev-fleet-state")
-    previous = os.environ.get(devfleet.STATE_ENV)
-    os.environ[devfleet.STATE_ENV] = str(state)
-    try:
-        yield devfleet.up(state, clusters=1, specs=specs, prometheus=True)
-    except devfleet.DevFleetError as exc:
-        pytest.fail(f"dev-fleet up failed: {exc}", pytrace=False)
-    finally:
-        devfleet.down(state)
-        if previous is None:
-            os.environ.pop(devfleet.STATE_ENV, None)
-        else:
-            os.environ[devfleet.STATE_ENV] = previous
-
-
-@pytest.fixture(scope="module")
-def deployer(dev_fleet: devfleet.DevFleet, tmp_path_factory: pytest.TempPathFactory) -> Deployer:
-    return Deployer(dev_fleet.root, tmp_path_factory.mktemp("dev-fleet-work"))
-
-
-def rounds(out: Path) -> list[dict[str, Any]]:
-    """The rounds' JSON (without the probe's `{"probe": ...}` lines between them)."""
-    text = out.read_text()
-    try:
-        found = json_stream(text)
-    except ValueError:  # a round being written
-        found = json_stream(text[: text.rfind("\n}\n") + 3])
-    return [r for r in found if "probe" not in r]
+    with running_dev_fleet(tmp_path_factory, clusters=1, specs=specs, prometheus=True) as fleet:
+        yield fleet
 
 
 def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
@@ -141,45 +97,19 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
     assert service["spec"]["ports"][0]["name"] == "http-web"
 
     fleet_dir = deployer.copy_specs(one_cluster_specs(tmp_path / "specs"), "prometheus")
-    first = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    wait_for(
-        "qwen 1/1 ready",
-        lambda: readiness(fleet_dir, deployer).deployment(QWEN).ready == 1,
-        timeout=180,
-    )
-    out, err = tmp_path / "reconcile.out", tmp_path / "reconcile.err"
-    with open(out, "w") as stdout, open(err, "w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "modelplane",
-                "reconcile",
-                str(fleet_dir),
-                "--interval",
-                f"{INTERVAL:.0f}s",
-                "--timeout",
-                "2s",
-                "-o",
-                "json",
-            ],
-            cwd=REPO,
-            env=deployer.env(),
-            stdout=stdout,
-            stderr=stderr,
-        )
+    reconcile_once_until_ready(fleet_dir, deployer, QWEN)
+    loop = start_reconcile(fleet_dir, deployer.env(), tmp_path, interval=INTERVAL)
     load: Load | None = None
     clients: list[Load] = []
     try:
         # the loop's first round runs an `up` (a new process); it routes the Ready replica
-        wait_for("a first round", lambda: len(rounds(out)) >= 1, timeout=UP_SLACK, interval=1.0)
+        wait_for("a first round", lambda: len(rounds(loop)) >= 1, timeout=UP_SLACK, interval=1.0)
         url = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"][CHAT]
         load = Load(url).__enter__()
         clients = [Load(url).__enter__() for _ in range(3)]
 
         def from_prometheus(since: int) -> dict[str, Any] | None:
-            for r in rounds(out)[since:]:
+            for r in rounds(loop)[since:]:
                 auto = r["autoscale"].get(QWEN) or {}
                 sources = set((auto.get("metricsSource") or {}).values())
                 observed = (auto.get("metrics") or [{}])[0].get("observed")
@@ -198,10 +128,10 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
         assert seen["autoscale"][QWEN]["to"] == 1
 
         prometheus.stop(timeout=10)
-        stopped_at = len(rounds(out))
+        stopped_at = len(rounds(loop))
 
         def from_pod_proxy() -> dict[str, Any] | None:
-            for r in rounds(out)[stopped_at:]:
+            for r in rounds(loop)[stopped_at:]:
                 auto = r["autoscale"].get(QWEN) or {}
                 if set((auto.get("metricsSource") or {}).values()) == {"pod-proxy"}:
                     return r
@@ -220,14 +150,9 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
             client.__exit__()
         if load is not None:
             load.__exit__()
-        process.terminate()
-        try:
-            process.wait(120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(30)
+        loop.stop()
     failures = [f for c in [*clients, *([load] if load else [])] for f in c.failures()]
     assert not failures, failures[:5]
-    seen_rounds = rounds(out)
+    seen_rounds = rounds(loop)
     assert all(r["ok"] for r in seen_rounds), [r for r in seen_rounds if not r["ok"]][:2]
-    assert "Traceback" not in err.read_text()
+    assert "Traceback" not in loop.err.read_text()

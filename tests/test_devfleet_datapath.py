@@ -23,7 +23,15 @@ from modelplane.cli.call import chat_completion
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.agent import EXTERNALS_FILE
 from modelplane.driver.fleet import Fleet
-from tests.fixtures.devfleet import REPO, Deployer, check, wait_for
+from tests.fixtures.devfleet import (
+    GPU_16GI,
+    REPO,
+    Deployer,
+    check,
+    model_deployment,
+    specs_yaml,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -31,27 +39,8 @@ EXTERNAL_IP = "10.254.0.10"
 EXTERNAL_NAME = "external.modelplane.test"
 EXTERNAL_NAME_IP = "10.254.0.11"
 
-SPLIT = """---
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelDeployment
-metadata: {name: split, namespace: web}
-spec:
-  replicas: REPLICAS
-  nodeSelector:
-    devices:
-    - name: gpu
-      selectors:
-      - cel: device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("16Gi")) >= 0
-  workers:
-    topology: {tensor: 1}
-    resources: {cpu: "2", memory: 8Gi}
-    template:
-      spec:
-        containers:
-        - name: engine
-          image: vllm/vllm-openai:v0.11.0
-          args: ["--model=split-model", "--port=8000"]
----
+# after the deployment split (write_split): the partners and the services over them
+SERVICES = """---
 apiVersion: modelplane.ai/v1alpha1
 kind: ModelEndpoint
 metadata:
@@ -117,10 +106,17 @@ def served(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
 
 
 def write_split(fleet_dir: Path, replicas: int) -> None:
-    text = (
-        SPLIT.replace("REPLICAS", str(replicas))
-        .replace("EXTERNAL_IP", EXTERNAL_IP)
-        .replace("EXTERNAL_NAME", EXTERNAL_NAME)
+    split = model_deployment(
+        "split",
+        namespace="web",
+        replicas=replicas,
+        gpu=GPU_16GI,
+        model="split-model",
+        cpu="2",
+        memory="8Gi",
+    )
+    text = specs_yaml(split) + SERVICES.replace("EXTERNAL_IP", EXTERNAL_IP).replace(
+        "EXTERNAL_NAME", EXTERNAL_NAME
     )
     (fleet_dir / "split.yaml").write_text(text)
 

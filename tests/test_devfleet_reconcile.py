@@ -10,12 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,14 +18,28 @@ from typing import Any
 import pytest
 import yaml
 
-from modelplane.cli.health import fleet_readiness
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.cluster import FleetCluster, _clean_env, _spawn
 from modelplane.driver.fleet import Fleet
-from modelplane.health.readiness import FleetReadiness
 from modelplane.observe.cluster import observe_routes
 from modelplane.observe.kube import KubeReader, parse_kubeconfig
-from tests.fixtures.devfleet import REPO, Deployer, wait_for
+from tests.fixtures.devfleet import (
+    GPU_16GI,
+    REPO,
+    Deployer,
+    Load,
+    ReconcileLoop,
+    events,
+    json_stream,
+    model_deployment,
+    model_service,
+    modelplane,
+    readiness,
+    rounds,
+    specs_yaml,
+    start_reconcile,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -44,96 +53,26 @@ PROBE = 2.0  # between rounds, how often reconcile checks whether each API serve
 ROUTE_SLACK = 10.0
 RESULTS = Path(os.environ.get("MODELPLANE_FAILOVER_RESULTS", "/tmp/modelplane-failover.json"))
 
-MODELS = """\
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelDeployment
-metadata: {name: qwen, namespace: demo}
-spec:
-  replicas: REPLICAS
-  nodeSelector:
-    devices:
-    - name: gpu
-      selectors:
-      - cel: device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("16Gi")) >= 0
-  workers:
-    topology: {tensor: 1}
-    resources: {cpu: "4", memory: 16Gi}
-    template:
-      spec:
-        containers:
-        - name: engine
-          image: vllm/vllm-openai:v0.11.0
-          args: ["--model=Qwen/Qwen2.5-0.5B-Instruct", "--port=8000"]
----
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelService
-metadata: {name: chat, namespace: demo}
-spec:
-  endpoints:
-  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
-"""
+
+def models(replicas: int) -> str:
+    """qwen (``replicas``, a GPU of 16 GiB or more each) behind the ModelService demo/chat."""
+    return specs_yaml(
+        model_deployment("qwen", replicas=replicas, gpu=GPU_16GI), model_service("chat", "qwen")
+    )
 
 
 def write_models(fleet_dir: Path, replicas: int) -> None:
-    (fleet_dir / "models.yaml").write_text(MODELS.replace("REPLICAS", str(replicas)))
+    (fleet_dir / "models.yaml").write_text(models(replicas))
 
 
 @pytest.fixture(scope="module")
 def fleet_dir(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> Path:
-    target = deployer.copy_specs(REPO / "specs" / "dev", "reconcile")
-    write_models(target, 3)
-    return target
-
-
-def modelplane(
-    *args: str, env: dict[str, str], timeout: float = 600
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "modelplane", *args],
-        cwd=REPO,
-        env={**env, "COLUMNS": "250"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def json_stream(text: str) -> list[dict[str, Any]]:
-    """The JSON objects printed one after another (`reconcile -o json`)."""
-    decoder, out, pos = json.JSONDecoder(), [], 0
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            return out
-        obj, pos = decoder.raw_decode(text, pos)
-        out.append(obj)
-
-
-def readiness(fleet_dir: Path, deployer: Deployer) -> FleetReadiness:
-    return fleet_readiness(Fleet.load(fleet_dir, env=deployer.env()), timeout=2.0)
+    return deployer.copy_specs(REPO / "specs" / "dev", "reconcile", models=models(3))
 
 
 def lock_clusters(fleet_dir: Path) -> list[str]:
     lock = yaml.safe_load((fleet_dir / "modelplane.lock.yaml").read_text())
     return sorted(r["cluster"] for r in lock["deployments"][QWEN]["replicas"])
-
-
-def post_chat(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
-    req = urllib.request.Request(
-        url + "v1/chat/completions",
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.headers.get("x-modelplane-cluster", "")
-    except urllib.error.HTTPError as exc:
-        return exc.code, ""
-    except OSError as exc:
-        return 0, str(exc)
 
 
 # --------------------------------------------------------------------------- readiness
@@ -258,7 +197,7 @@ def test_reconcile_a_cluster_without_gateway_address_gets_no_new_replicas(
         set_addresses([])
         # A plan-only deployment asking for more than the fleet has: reasons for every cluster.
         (fleet_dir / "probe.yaml").write_text(
-            MODELS.split("---")[0].replace("qwen", "probe").replace("REPLICAS", "100")
+            specs_yaml(model_deployment("probe", replicas=100, gpu=GPU_16GI))
         )
         plain = json.loads(
             modelplane("plan", str(fleet_dir), "-o", "json", env=deployer.env()).stdout
@@ -346,85 +285,15 @@ class Outage:
         self.fleet.save()
 
 
-class Load:
-    """Requests through the ModelService, back to back, each recorded with its time."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.results: list[tuple[float, int, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            status, who = post_chat(self.url)
-            self.results.append((time.monotonic(), status, who))
-            if status != 200:
-                time.sleep(0.05)
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def failures(self, since: float = 0.0, until: float = float("inf")) -> list[tuple]:
-        return [r for r in self.results if since <= r[0] < until and r[1] != 200]
-
-    def count(self, since: float = 0.0) -> int:
-        return sum(1 for r in self.results if r[0] >= since)
-
-
 @pytest.fixture
-def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    out = tmp_path / "reconcile.out"
-    errors = tmp_path / "reconcile.err"
-    with open(out, "w") as stdout, open(errors, "w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "modelplane",
-                "reconcile",
-                str(fleet_dir),
-                "--interval",
-                f"{INTERVAL:.0f}s",
-                "--grace",
-                f"{GRACE:.0f}s",
-                "--probe",
-                f"{PROBE:.0f}s",
-                "--timeout",
-                "2s",
-                "-o",
-                "json",
-            ],
-            cwd=REPO,
-            env=deployer.env(),
-            stdout=stdout,
-            stderr=stderr,
-        )
-    state = {"process": process, "out": out, "err": errors}
+def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[ReconcileLoop]:
+    loop = start_reconcile(
+        fleet_dir, deployer.env(), tmp_path, interval=INTERVAL, grace=GRACE, probe=PROBE
+    )
     try:
-        yield state
+        yield loop
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
-
-
-def events(state: dict[str, Any]) -> list[dict[str, Any]]:
-    text = state["out"].read_text()
-    try:
-        return json_stream(text)
-    except ValueError:  # a round being written
-        return json_stream(text[: text.rfind("\n}\n") + 3])
-
-
-def rounds(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rounds' JSON (without the probe's `{"probe": ...}` lines between them)."""
-    return [e for e in events(state) if "probe" not in e]
+        loop.stop(wait=None)
 
 
 def live_routes(cluster: FleetCluster) -> tuple[str, ...]:
@@ -459,7 +328,7 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
     fleet_dir: Path,
     deployer: Deployer,
     dev_fleet: devfleet.DevFleet,
-    reconciler: dict[str, Any],
+    reconciler: ReconcileLoop,
 ) -> None:
     assert lock_clusters(fleet_dir) == ["dev-1", "dev-2", "dev-3"]
     lock = yaml.safe_load((fleet_dir / "modelplane.lock.yaml").read_text())
@@ -554,11 +423,11 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
     service = readiness(fleet_dir, deployer).service(CHAT)
     assert (service.endpoints, service.routable, service.unroutable) == (3, 3, [])
     # SIGTERM stops the loop cleanly.
-    process = reconciler["process"]
+    process = reconciler.process
     process.send_signal(signal.SIGTERM)
     assert process.wait(300) == 0
-    assert "reconcile: stopped" in reconciler["err"].read_text()
-    assert "Traceback" not in reconciler["err"].read_text()
+    assert "reconcile: stopped" in reconciler.err.read_text()
+    assert "Traceback" not in reconciler.err.read_text()
 
     report = {
         "interval": INTERVAL,
