@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from modelplane.devcluster.versions import (
     KINE_MODULE,
@@ -52,6 +52,7 @@ from modelplane.devcluster.versions import (
 )
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 HEARTBEAT_SECONDS = 60.0
 APISERVER_WRAPPER_MODULE = "modelplane.local/build/kube-apiserver"
@@ -330,20 +331,36 @@ def ensure_kube_binaries(
 
     Safe to call concurrently from several processes: one builds, the others wait on a lock.
     """
-    found = cached_kube_binaries(kubernetes_version, kine_version)
+    return ensure_built(
+        kube_cache_dir(kubernetes_version, kine_version),
+        lambda: cached_kube_binaries(kubernetes_version, kine_version),
+        lambda root, say: KubeBuilder(root, kubernetes_version, kine_version, say).run(),
+        progress,
+    )
+
+
+def ensure_built(
+    root: Path,
+    cached: Callable[[], T | None],
+    build: Callable[[Path, Progress], None],
+    progress: Progress | None,
+    missing: str = "is incomplete",
+) -> T:
+    """What ``cached()`` finds, else what it finds once ``build`` has built it into ``root``.
+    One process builds (it holds ``<root>.lock``); the others wait, then find it built.
+    ``missing``: what the error says of ``root/bin`` if the build left nothing to find."""
+    found = cached()
     if found is not None:
         return found
     say: Progress = progress or (lambda _message: None)
-    root = kube_cache_dir(kubernetes_version, kine_version)
     root.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(root.parent / f"{root.name}.lock", say):
-        found = cached_kube_binaries(kubernetes_version, kine_version)
-        if found is not None:
-            return found
-        KubeBuilder(root, kubernetes_version, kine_version, say).run()
-    found = cached_kube_binaries(kubernetes_version, kine_version)
-    if found is None:  # pragma: no cover - KubeBuilder.run raises instead
-        raise KubeBuildError(f"build finished but {root / 'bin'} is incomplete")
+        found = cached()
+        if found is None:
+            build(root, say)
+            found = cached()
+    if found is None:  # pragma: no cover - the builders raise instead
+        raise KubeBuildError(f"build finished but {root / 'bin'} {missing}")
     return found
 
 
@@ -389,6 +406,9 @@ def go_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class KubeBuilder:
+    """Builds the control plane. Its Go steps and ``build_into_cache`` serve the dev fleet's
+    builders too (``modelplane.devfleet.binaries``, ``modelplane.devfleet.prometheus``)."""
+
     def __init__(
         self, root: Path, kubernetes_version: str, kine_version: str, say: Progress
     ) -> None:
@@ -402,22 +422,38 @@ class KubeBuilder:
         self._log: IO[str] | None = None
 
     def run(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        with open(self.log_path, "w") as log:
-            self._log = log
-            self.say(
+        self.build_into_cache(
+            announce=(
                 f"building kube-apiserver v{self.kubernetes_version} and kine "
                 f"v{self.kine_version} from Go modules into {self.root} "
                 "(the first build takes many minutes; log: "
                 f"{self.log_path})"
-            )
+            ),
+            steps=self._build_all,
+            info={"kubernetes_version": self.kubernetes_version, "kine_version": self.kine_version},
+            built="the Kubernetes binaries",
+        )
+
+    def build_into_cache(
+        self,
+        *,
+        announce: str,
+        steps: Callable[[Path], None],
+        info: Mapping[str, Any],
+        built: str,
+    ) -> None:
+        """Say ``announce``, check Go, run ``steps`` into a temp dir that then becomes
+        ``root/bin`` in one rename, and write ``root/build-info.json`` (``info``, the Go
+        version, the time taken); the commands' output goes to ``root/build.log``."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(self.log_path, "w") as log:
+            self._log = log
+            self.say(announce)
             self._check_go_version()
             tmp = Path(tempfile.mkdtemp(prefix="bin.tmp-", dir=self.root))
             try:
-                self._build_apiserver(tmp)
-                self._build_kine(tmp)
-                self._smoke_test(tmp)
+                steps(tmp)
                 final = self.root / "bin"
                 if final.exists():
                     shutil.rmtree(final)  # incomplete leftovers (we hold the lock)
@@ -427,15 +463,14 @@ class KubeBuilder:
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
             elapsed = time.monotonic() - started
-            info = {
-                "kubernetes_version": self.kubernetes_version,
-                "kine_version": self.kine_version,
+            record = {
+                **info,
                 "go": self._go_version_string(),
                 "seconds": round(elapsed, 1),
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
-            (self.root / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
-            self.say(f"built the Kubernetes binaries in {elapsed / 60:.1f} min: {final}")
+            (self.root / "build-info.json").write_text(json.dumps(record, indent=2) + "\n")
+            self.say(f"built {built} in {elapsed / 60:.1f} min: {final}")
 
     # -- steps
 
@@ -475,6 +510,11 @@ class KubeBuilder:
             date = str(meta.get("Time") or date)
             commit = str((meta.get("Origin") or {}).get("Hash") or commit)
         return commit, date
+
+    def _build_all(self, out_dir: Path) -> None:
+        self._build_apiserver(out_dir)
+        self._build_kine(out_dir)
+        self._smoke_test(out_dir)
 
     def _build_apiserver(self, out_dir: Path) -> None:
         version = f"v{self.kubernetes_version}"

@@ -20,12 +20,9 @@ Layout (``fleet_cache_dir()``)::
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
-import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +34,7 @@ from modelplane.devcluster.build import (
     KubeBuildError,
     Progress,
     default_progress,
-    file_lock,
+    ensure_built,
     go_directive,
     parse_replaces,
     wrapper_gomod,
@@ -212,21 +209,12 @@ def cached_fleet_binaries() -> FleetBinaries | None:
 
 def ensure_fleet_binaries(*, progress: Progress | None = default_progress) -> FleetBinaries:
     """The cached binaries, building them first if needed (many minutes, once per user)."""
-    found = cached_fleet_binaries()
-    if found is not None:
-        return found
-    say: Progress = progress or (lambda _message: None)
-    root = fleet_cache_dir()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(root.parent / f"{root.name}.lock", say):
-        found = cached_fleet_binaries()
-        if found is not None:
-            return found
-        FleetBuilder(root, say).run()
-    found = cached_fleet_binaries()
-    if found is None:  # pragma: no cover - FleetBuilder.run raises instead
-        raise KubeBuildError(f"build finished but {root / 'bin'} is incomplete")
-    return found
+    return ensure_built(
+        fleet_cache_dir(),
+        cached_fleet_binaries,
+        lambda root, say: FleetBuilder(root, say).run(),
+        progress,
+    )
 
 
 class FleetBuilder(_GoSteps):
@@ -236,37 +224,15 @@ class FleetBuilder(_GoSteps):
         super().__init__(root, "", "", say)
 
     def run(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        with open(self.log_path, "w") as log:
-            self._log = log
-            self.say(
+        self.build_into_cache(
+            announce=(
                 f"building kwok v{KWOK_VERSION}, lws v{LWS_VERSION} and traefik "
                 f"v{TRAEFIK_VERSION} from Go modules into {self.root} (log: {self.log_path})"
-            )
-            self._check_go_version()
-            tmp = Path(tempfile.mkdtemp(prefix="bin.tmp-", dir=self.root))
-            try:
-                self._build(tmp)
-                final = self.root / "bin"
-                if final.exists():
-                    shutil.rmtree(final)
-                tmp.chmod(0o755)
-                os.replace(tmp, final)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
-            elapsed = time.monotonic() - started
-            info = {
-                "kwok": KWOK_VERSION,
-                "lws": LWS_VERSION,
-                "traefik": TRAEFIK_VERSION,
-                "go": self._go_version_string(),
-                "seconds": round(elapsed, 1),
-                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            (self.root / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
-            self.say(f"built the dev-fleet binaries in {elapsed / 60:.1f} min: {final}")
+            ),
+            steps=self._build,
+            info={"kwok": KWOK_VERSION, "lws": LWS_VERSION, "traefik": TRAEFIK_VERSION},
+            built="the dev-fleet binaries",
+        )
 
     def _build(self, out_dir: Path) -> None:
         self.say("fetching kwok, lws and traefik through the Go module proxy")

@@ -20,10 +20,8 @@ Layout::
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +35,7 @@ from modelplane.devcluster.build import (
     KubeBuildError,
     Progress,
     default_progress,
-    file_lock,
+    ensure_built,
     go_directive,
     wrapper_gomod,
 )
@@ -95,20 +93,13 @@ def cached_prometheus() -> Path | None:
 
 def ensure_prometheus(*, progress: Progress | None = default_progress) -> Path:
     """The cached binary, building it first if needed (minutes, once per user)."""
-    found = cached_prometheus()
-    if found is not None:
-        return found
-    say: Progress = progress or (lambda _message: None)
-    root = prometheus_cache_dir()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(root.parent / f"{root.name}.lock", say):
-        found = cached_prometheus()
-        if found is None:
-            PrometheusBuilder(root, say).run()
-            found = cached_prometheus()
-    if found is None:  # pragma: no cover - the builder raises instead
-        raise KubeBuildError(f"build finished but {root / 'bin'} has no prometheus")
-    return found
+    return ensure_built(
+        prometheus_cache_dir(),
+        cached_prometheus,
+        lambda root, say: PrometheusBuilder(root, say).run(),
+        progress,
+        missing="has no prometheus",
+    )
 
 
 class PrometheusBuilder(_GoSteps):
@@ -116,37 +107,19 @@ class PrometheusBuilder(_GoSteps):
         super().__init__(root, "", "", say)
 
     def run(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        with open(self.log_path, "w") as log:
-            self._log = log
-            self.say(
+        self.build_into_cache(
+            announce=(
                 f"building prometheus v{PROMETHEUS_VERSION} from Go modules into {self.root} "
                 f"(log: {self.log_path})"
-            )
-            self._check_go_version()
-            tmp = Path(tempfile.mkdtemp(prefix="bin.tmp-", dir=self.root))
-            try:
-                self._build(tmp)
-                final = self.root / "bin"
-                if final.exists():
-                    shutil.rmtree(final)
-                tmp.chmod(0o755)
-                os.replace(tmp, final)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
-            elapsed = time.monotonic() - started
-            info = {
+            ),
+            steps=self._build,
+            info={
                 "prometheus": PROMETHEUS_VERSION,
                 "module": f"{PROMETHEUS_MODULE}@{PROMETHEUS_MODULE_VERSION}",
                 "tags": list(PROMETHEUS_TAGS),
-                "go": self._go_version_string(),
-                "seconds": round(elapsed, 1),
-                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            (self.root / "build-info.json").write_text(json.dumps(info, indent=2) + "\n")
-            self.say(f"built prometheus in {elapsed / 60:.1f} min: {final}")
+            },
+            built="prometheus",
+        )
 
     def _build(self, out_dir: Path) -> None:
         self.say("fetching prometheus through the Go module proxy")
