@@ -139,6 +139,29 @@ class PodDemand:
     least_consumed: int  # DRA devices all pods surely consume (requests only DRA kinds serve)
     resources: tuple[int, ...] = ()  # per pod (cpu millicores, memory bytes), as ClassShape
 
+    def __post_init__(self) -> None:
+        # Demands key the scheduler's memos (misfits, free nodes, demand numbers) many
+        # thousand times a run: hash once (the generated hash re-hashed every field,
+        # requests included, on each lookup). Equality is the generated one.
+        object.__setattr__(
+            self,
+            "_hash",
+            hash(
+                (
+                    self.requests,
+                    self.pods_per_worker,
+                    self.workers,
+                    self.devices_per_pod,
+                    self.pods,
+                    self.least_consumed,
+                    self.resources,
+                )
+            ),
+        )
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
 
 def pod_resources(role: Role) -> tuple[int, int]:
     """A role's per-pod (cpu millicores, memory bytes), rounded up."""

@@ -791,6 +791,9 @@ class Placement:
         plan: RolePlan = []
         for role, pos, layout, on in group.template:
             pool = pools[pos]
+            # The member's layout has the template's rule and demand sequence, so its
+            # signature too: worked out once per template, not once per member.
+            sig = self._sig(layout)
             items = list(pool.layout.items)
             for n in on:
                 name, matching = roles[n]
@@ -804,7 +807,7 @@ class Placement:
                 layout.free_total,
                 layout.least_used,
                 layout.rule,
-                sig=layout.sig,
+                sig=sig,
             )
             plan.append((role, pool, found))
         return plan
