@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -14,6 +15,7 @@ RESERVED_PREFIX = "modelplane.ai/"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
@@ -31,6 +33,29 @@ class Strict(BaseModel):
         frozen=True,
         validate_default=True,
     )
+
+
+def trusted_builder(cls: type[M]) -> Callable[..., M]:
+    """A faster `cls.model_construct` for values known valid that name every field, in
+    field order (positionally): the same instance (fields, fields set, no extra or private
+    state), without model_construct's per-field alias and default handling. For models
+    built by the ten thousand (the scheduler's locked replicas)."""
+    names = tuple(cls.model_fields)
+    if cls.__pydantic_post_init__ or cls.__pydantic_root_model__:  # pragma: no cover
+        raise TypeError(f"{cls.__name__} needs model_construct")
+    new, setattr_ = cls.__new__, object.__setattr__
+
+    def build(*values: Any) -> M:
+        if len(values) != len(names):  # pragma: no cover - a programming error
+            raise TypeError(f"{cls.__name__} takes {len(names)} values")
+        m = new(cls)
+        setattr_(m, "__dict__", dict(zip(names, values)))
+        setattr_(m, "__pydantic_fields_set__", set(names))
+        setattr_(m, "__pydantic_extra__", None)
+        setattr_(m, "__pydantic_private__", None)
+        return m
+
+    return build
 
 
 def check_dns_label(value: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 
+from modelplane.api.base import trusted_builder
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
@@ -36,6 +37,12 @@ __all__ = [
 ]
 
 DEFAULT_TIME_LIMIT = 10.0  # seconds, for `optimize=True`
+
+_locked_replica = trusted_builder(LockedReplica)
+
+
+def _slot(entry: tuple[tuple[str, int], object, bool]) -> tuple[str, int]:
+    return entry[0]
 
 
 def autoscaled_count(dep: ModelDeployment, previous: PlacementLock | None) -> int:
@@ -103,27 +110,34 @@ def _schedule(
     footprints: dict[tuple[object, ...], object] = {}
 
     def held(key: str, dep: ModelDeployment, cluster: str, pools: dict[str, str]) -> object:
-        on = {role: run.pools[(cluster, pool)] for role, pool in pools.items()}
-        memo = (key, tuple((role, pool.class_name) for role, pool in on.items()))
-        if memo not in footprints:
-            footprints[memo] = footprint(run.matcher, fleet.classes, key, dep, on)
-        return footprints[memo]
+        memo = (
+            key,
+            *[(role, run.pools[(cluster, pool)].class_name) for role, pool in pools.items()],
+        )
+        hit = footprints.get(memo)
+        if hit is None and memo not in footprints:
+            on = {role: run.pools[(cluster, pool)] for role, pool in pools.items()}
+            hit = footprints[memo] = footprint(run.matcher, fleet.classes, key, dep, on)
+        return hit
 
     deployments: dict[str, LockedDeployment] = {}
     report: dict[str, DeploymentReport] = {}
     for key, dep in run.deployments.items():
         slots = [(slot, pools, False) for slot, pools in run.placed[key].items()]
         slots += [(slot, pools, True) for slot, pools in run.draining[key].items()]
+        name = dep.metadata.name
         replicas = [
-            LockedReplica.model_construct(  # valid by construction: skip re-validation
-                name=replica_name(dep.metadata.name, cluster, index),
-                cluster=cluster,
-                index=index,
-                pools=dict(pools),
-                draining=draining,
-                footprint=held(key, dep, cluster, pools),
+            # valid by construction: no re-validation (name, cluster, index, pools,
+            # draining, footprint)
+            _locked_replica(
+                replica_name(name, cluster, index),
+                cluster,
+                index,
+                dict(pools),
+                draining,
+                held(key, dep, cluster, pools),
             )
-            for (cluster, index), pools, draining in sorted(slots, key=lambda s: s[0])
+            for (cluster, index), pools, draining in sorted(slots, key=_slot)
         ]
         auto = dep.spec.autoscaling is not None
         deployments[key] = LockedDeployment.model_construct(

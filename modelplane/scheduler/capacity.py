@@ -172,7 +172,7 @@ class Pool:
         """`layout` plus `item`, packed canonically, or None if anything would not fit."""
         if not self.may_fit(layout, item.demand):
             return None
-        position = bisect_left([i.order for i in layout.items], item.order)
+        position = bisect_left(layout.items, item.order, key=_order)
         memo = (item.demand, position)
         current = layout is self.layout
         if current and memo in self._misfits:
@@ -313,7 +313,10 @@ class Pool:
                     take = take_pod(demand, row)
                     if take is None:
                         continue
-                    used = sum(n for k, n in take.items() if k < kinds and consumed[k])
+                    used = 0
+                    for k, n in take.items():
+                        if k < kinds and consumed[k]:
+                            used += n
                     left = node_free[node] - used
                     if best < 0 or (left > best_left if roomiest else left < best_left):
                         best, best_left, best_take, best_used = node, left, take, used

@@ -143,8 +143,9 @@ class Placement:
         self._groups: dict[GroupKey, list[str]] = {}
 
     def _refresh_room(self, cluster: str) -> None:
-        self.cluster_room[cluster] = max(
-            (p.capacity - p.layout.least_used for p in self.cluster_pools[cluster]), default=0
+        pools = self.cluster_pools[cluster]
+        self.cluster_room[cluster] = (
+            max([p.capacity - p.layout.least_used for p in pools]) if pools else 0
         )
 
     # -- 2 + 3: retain -------------------------------------------------------------------
