@@ -457,7 +457,10 @@ class Placement:
                 continue
             reach = self._reach[dep_key]
             for pid, pos, demand in self._demands(dep_key, dep):
-                pending.setdefault((pid, pos), Counter())[(demand, reach)] += 1
+                counter = pending.get((pid, pos))
+                if counter is None:
+                    counter = pending[(pid, pos)] = Counter()
+                counter[(demand, reach)] = counter.get((demand, reach), 0) + 1
         return pending
 
     def _demands(self, dep_key: str, dep: ModelDeployment) -> list[tuple[int, int, int]]:
@@ -501,7 +504,11 @@ class Placement:
             return False
         takes = before.free_total - after.free_total
         for requests, k, size, reaches in others:
-            narrower = any(not reach <= other for other in reaches)
+            narrower = False
+            for other in reaches:
+                if not reach <= other:
+                    narrower = True
+                    break
             room = pool.room_for(before, requests, k, size)
             if room <= takes and not narrower:
                 continue  # cannot lose more than it has
@@ -745,12 +752,13 @@ class Placement:
             hit = self._asks[id(roles)] = (asks, positions)
         asks, positions = hit
         pid = group.key[0]
+        versions = self._pending_version
         memo = (
             group.key,
             dep.spec.priority,
             asks,
             self._reach.get(dep_key),
-            tuple(self._pending_version.get((pid, pos), 0) for pos in positions),
+            tuple([versions.get((pid, pos), 0) for pos in positions]),
         )
         answer = self._answers.get(memo)
         if answer is None:
