@@ -275,7 +275,13 @@ def _short_walk(loader: Any, root: Node) -> Any:
             return [visit(item) for item in node.value]
         raise _Unusual
 
-    value = visit(root)
+    try:
+        value = visit(root)
+    finally:
+        # `visit` refers to itself (through its closure cell) and, through `scalar`, to
+        # the loader: without this, every file's loader and its C parser buffers would
+        # live until a cyclic collection, which the pure verbs never run.
+        visit = None  # type: ignore[assignment]
     if count > MAX_EXPANDED_NODES:
         raise _Unusual
     return value
