@@ -735,9 +735,11 @@ class Placement:
         the place differs by member, which changes the packing only when the tying items
         do not all have the pod's own demand.
 
-        The answer depends on the group, the priority, the roles' demands (by value), the
-        deployment's reach and the pending shapes on the profile's pools (their version),
-        not on the deployment itself: it is kept across deployments under that key."""
+        The answer depends on the profile and the state of the pools the roles may take
+        (nodes and signature: the group's other pools play no part), the priority, the
+        roles' demands (by value), the deployment's reach and the pending shapes on those
+        pools (their version), not on the deployment itself: it is kept across deployments
+        and groups under that key."""
         if group.answered:
             return group.answer
         group.answered = True
@@ -751,10 +753,11 @@ class Placement:
             positions = sorted({pos for _, m in roles.roles for pos, _ in m})
             hit = self._asks[id(roles)] = (asks, positions)
         asks, positions = hit
-        pid = group.key[0]
+        pid, pools = group.key
         versions = self._pending_version
         memo = (
-            group.key,
+            pid,
+            tuple([pools[pos] for pos in positions]),
             dep.spec.priority,
             asks,
             self._reach.get(dep_key),
