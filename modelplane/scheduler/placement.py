@@ -930,7 +930,12 @@ class Placement:
                     return harm or rest[0], [(role, pools[pool_pos], trial), *rest[1]]
             return None
 
-        return search(0, {})
+        try:
+            return search(0, {})
+        finally:
+            # `search` refers to itself through its closure cell: drop that cycle, so that
+            # the trial layouts it made are freed now (the pure verbs collect no cycles).
+            search = None  # type: ignore[assignment]
 
     # -- 6: reasons ----------------------------------------------------------------------
 
