@@ -93,6 +93,7 @@ class Pool:
         class_name: str,
         shape: ClassShape | None,
         nodes: int,
+        row_memo: dict[tuple[int, tuple[int, ...]], int] | None = None,
     ) -> None:
         self.cluster = cluster
         self.name = name
@@ -107,8 +108,11 @@ class Pool:
         self._misfits: set[tuple[PodDemand, int]] = set()
         self._free_nodes: dict[PodDemand, int] = {}
         # Pods of a request list that fit on a node with a given free row (layout-free).
-        # Keys use id(requests): every request tuple is held by the run's Matcher.
-        self._pods_per_row: dict[tuple[int, tuple[int, ...]], int] = {}
+        # Keys use id(requests): every request tuple is held by the run's Matcher. The
+        # count depends on the node shape only: pools of one class may share `row_memo`.
+        self._pods_per_row: dict[tuple[int, tuple[int, ...]], int] = (
+            {} if row_memo is None else row_memo
+        )
         self._room: dict[tuple[int, int], int] = {}  # whole workers, current layout
         self._rows: dict[int, list[int]] = {}  # pods per node, current layout
 

@@ -103,11 +103,20 @@ class Placement:
         self.eligibility = Eligibility(fleet, self.matcher)
         self.pools: dict[tuple[str, str], Pool] = {}
         self.cluster_pools: dict[str, list[Pool]] = {}
+        row_memos: dict[str, dict[tuple[int, tuple[int, ...]], int]] = {}  # per class
         for name in self.cluster_names:
             pools = []
             for position, spec in enumerate(fleet.clusters[name].spec.node_pools):
                 shape = self.matcher.shape(spec.class_name)
-                pool = Pool(name, spec.name, position, spec.class_name, shape, spec.capacity_nodes)
+                pool = Pool(
+                    name,
+                    spec.name,
+                    position,
+                    spec.class_name,
+                    shape,
+                    spec.capacity_nodes,
+                    row_memos.setdefault(spec.class_name, {}),
+                )
                 pools.append(pool)
                 self.pools[(name, spec.name)] = pool
             self.cluster_pools[name] = pools
