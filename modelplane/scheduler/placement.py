@@ -878,7 +878,10 @@ class Placement:
             pool.set_layout(layout)
         self._refresh_room(cluster)
         self._regroup(cluster, [pool for _, pool, _ in plan])
-        self.placed[dep_key][(cluster, index)] = {role: pool.name for role, pool, _ in plan}
+        slots: dict[str, str] = {}
+        for role, pool, _ in plan:
+            slots[role] = pool.name
+        self.placed[dep_key][(cluster, index)] = slots
         taken.setdefault(cluster, set()).add(index)
 
     def _open_clusters(self, dep_key: str, dep: ModelDeployment) -> dict[str, RolePools]:
