@@ -46,10 +46,8 @@ def trusted_builder(cls: type[M]) -> Callable[..., M]:
     new, setattr_ = cls.__new__, object.__setattr__
 
     def build(*values: Any) -> M:
-        if len(values) != len(names):  # pragma: no cover - a programming error
-            raise TypeError(f"{cls.__name__} takes {len(names)} values")
         m = new(cls)
-        setattr_(m, "__dict__", dict(zip(names, values)))
+        setattr_(m, "__dict__", dict(zip(names, values, strict=True)))
         setattr_(m, "__pydantic_fields_set__", set(names))
         setattr_(m, "__pydantic_extra__", None)
         setattr_(m, "__pydantic_private__", None)
