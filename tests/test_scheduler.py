@@ -75,6 +75,44 @@ def test_the_lock_names_replicas_by_the_sha256_rule() -> None:
     ]
 
 
+# Two slots whose derived names collide: sha256 of "my-model-c900-0" and "my-model-c964-0"
+# share their first five hex digits.
+COLLIDING = [("c900", 1), ("c964", 1)]
+
+
+@pytest.mark.parametrize(
+    ("previous", "names"),
+    [
+        # a new plan: the slot that sorts first keeps the derived name, the other retries
+        (None, {"c900": "my-model-35e12", "c964": "my-model-6b2f5"}),
+        # the previous lock's names are kept, whichever slot had the derived one
+        (
+            {"c964": "my-model-35e12"},
+            {"c900": replica_name("my-model", "c900", 0, 1), "c964": "my-model-35e12"},
+        ),
+        ({"c900": "my-model-0ld00"}, {"c900": "my-model-0ld00", "c964": "my-model-35e12"}),
+    ],
+    ids=["new", "kept-second", "kept-other-name"],
+)
+def test_replica_names_that_collide_are_made_unique(
+    previous: dict[str, str] | None, names: dict[str, str]
+) -> None:
+    from modelplane.api.placement_lock import duplicate_entries
+
+    assert replica_name("my-model", "c900", 0) == replica_name("my-model", "c964", 0)
+    f = fleet([H100], gpu_clusters(*COLLIDING), [deployment("my-model", 2, tensor=8)])
+    before = (
+        None
+        if previous is None
+        else lock({"ml/my-model": [(n, c, 0, {"unified": "p"}) for c, n in previous.items()]})
+    )
+    result = schedule(f, before)
+    assert {r.cluster: r.name for r in result.lock.deployments["ml/my-model"].replicas} == names
+    assert duplicate_entries(result.lock) == []
+    # the lock it writes plans again to the same names
+    assert schedule(f, result.lock).lock == result.lock
+
+
 # -- output shape ---------------------------------------------------------------------------
 
 

@@ -12,10 +12,12 @@ def short_hash(text: str, length: int = 5) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
-def replica_name(deployment: str, cluster: str, index: int) -> str:
-    """`<deployment[:57]>-<sha256("<deployment>-<cluster>-<index>")[:5]>`."""
+def replica_name(deployment: str, cluster: str, index: int, retry: int = 0) -> str:
+    """`<deployment[:57]>-<sha256("<deployment>-<cluster>-<index>")[:5]>`; with `retry`
+    n > 0 (the name was taken), the hash of `...-<index>#<n>` (`#` is in no name)."""
     base = deployment[:57].rstrip("-")
-    return f"{base}-{short_hash(f'{deployment}-{cluster}-{index}')}"
+    text = f"{deployment}-{cluster}-{index}" + (f"#{retry}" if retry else "")
+    return f"{base}-{short_hash(text)}"
 
 
 def child_name(*parts: str, limit: int = MAX_NAME) -> str:

@@ -90,6 +90,28 @@ def schedule(
             gc.enable()
 
 
+def _replica_names(
+    deployment: str, slots: list[tuple[str, int]], locked: LockedDeployment | None
+) -> list[str]:
+    """One name per (cluster, index) slot (api.md, "Names"): the previous lock's name for a
+    slot it holds, else the derived name, retried with a suffix while another replica of
+    the deployment has it (five hex digits do collide on large fleets)."""
+    kept = {(r.cluster, r.index): r.name for r in locked.replicas} if locked is not None else {}
+    taken = {kept[slot] for slot in slots if slot in kept}
+    out = []
+    for slot in slots:
+        name = kept.get(slot)
+        if name is None:
+            retry = 0
+            name = replica_name(deployment, slot[0], slot[1])
+            while name in taken:
+                retry += 1
+                name = replica_name(deployment, slot[0], slot[1], retry)
+            taken.add(name)
+        out.append(name)
+    return out
+
+
 def _schedule(
     fleet: FleetSpec, previous: PlacementLock | None, optimize: bool, time_limit: float
 ) -> ScheduleResult:
@@ -125,19 +147,19 @@ def _schedule(
     for key, dep in run.deployments.items():
         slots = [(slot, pools, False) for slot, pools in run.placed[key].items()]
         slots += [(slot, pools, True) for slot, pools in run.draining[key].items()]
-        name = dep.metadata.name
+        ordered = sorted(slots, key=_slot)
+        names = _replica_names(
+            dep.metadata.name,
+            [slot for slot, _, _ in ordered],
+            previous.deployments.get(key) if previous is not None else None,
+        )
         replicas = [
             # valid by construction: no re-validation (name, cluster, index, pools,
             # draining, footprint)
             _locked_replica(
-                replica_name(name, cluster, index),
-                cluster,
-                index,
-                dict(pools),
-                draining,
-                held(key, dep, cluster, pools),
+                replica, cluster, index, dict(pools), draining, held(key, dep, cluster, pools)
             )
-            for (cluster, index), pools, draining in sorted(slots, key=_slot)
+            for replica, ((cluster, index), pools, draining) in zip(names, ordered, strict=True)
         ]
         auto = dep.spec.autoscaling is not None
         deployments[key] = LockedDeployment.model_construct(
