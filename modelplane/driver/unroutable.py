@@ -24,30 +24,33 @@ def routing_path(state_dir: Path) -> Path:
     return state_dir / ROUTING_FILE
 
 
-def read_unroutable(state_dir: Path) -> dict[str, str]:
-    """Cluster -> why its endpoints are out of the routes (empty when none or unreadable)."""
+def _sections(state_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(unroutable clusters, unready replicas) as recorded; empty when none or unreadable."""
     try:
         data = json.loads(routing_path(state_dir).read_text(encoding="utf-8"))
-        return {str(k): str(v) for k, v in (data.get("unroutable") or {}).items()}
+        clusters, replicas = (
+            {str(k): str(v) for k, v in (data.get(key) or {}).items()}
+            for key in ("unroutable", "unready")
+        )
     except (OSError, ValueError, AttributeError, TypeError):
-        return {}
+        return {}, {}
+    return clusters, replicas
+
+
+def read_unroutable(state_dir: Path) -> dict[str, str]:
+    """Cluster -> why its endpoints are out of the routes (empty when none or unreadable)."""
+    return _sections(state_dir)[0]
 
 
 def read_unready(state_dir: Path) -> dict[str, str]:
     """Replica -> why it is out of the routes until Ready (empty when none or unreadable)."""
-    try:
-        data = json.loads(routing_path(state_dir).read_text(encoding="utf-8"))
-        return {str(k): str(v) for k, v in (data.get("unready") or {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return {}
+    return _sections(state_dir)[1]
 
 
 def route_exclusions(state_dir: Path) -> tuple[str, ...]:
     """What the gateway stack leaves out: cluster names and `replica:<name>` entries."""
-    return tuple(
-        sorted(read_unroutable(state_dir))
-        + sorted(REPLICA_PREFIX + r for r in read_unready(state_dir))
-    )
+    clusters, replicas = _sections(state_dir)
+    return tuple(sorted(clusters) + sorted(REPLICA_PREFIX + r for r in replicas))
 
 
 def write_unroutable(
@@ -72,7 +75,8 @@ def write_unroutable(
 def clear_unready(state_dir: Path) -> bool:
     """Forget the replicas not Ready (reconcile stopping), keeping the unroutable clusters;
     True when there were some."""
-    if not read_unready(state_dir):
+    clusters, replicas = _sections(state_dir)
+    if not replicas:
         return False
-    write_unroutable(state_dir, read_unroutable(state_dir))
+    write_unroutable(state_dir, clusters)
     return True
