@@ -166,10 +166,12 @@ def test_a_failed_build_leaves_no_engine_behind(
     assert left == [".lock", "last-failed-build.log"]
 
 
-def test_candidate_keys_exact_first_then_pinned_fallback() -> None:
+def test_candidate_keys_exact_first_then_pinned_fallbacks_newest_first() -> None:
     keys = candidate_keys(WANTED)
     assert keys[0] == WANTED.key
-    assert keys[1] == sources.fallback_sources(WANTED).versions.key
+    assert keys[1:] == [f.versions.key for f in sources.all_fallback_sources(WANTED)]
+    assert keys[1] == cache_key("3.274.1", sources.FALLBACK_PROVIDER.stamp)
+    assert keys[2] == cache_key("3.259.0", sources.FALLBACK_PROVIDER.stamp)
 
 
 # -- wrapper modules ------------------------------------------------------------------------------
@@ -342,11 +344,22 @@ def test_refused_versions_fall_back_unless_exact_is_demanded(tmp_path: Path) -> 
     from modelplane.engine.resolve import choose_sources
 
     served = {k: v for k, v in FULL_PROXY.items() if not k.startswith(sources.PKG_MODULE)}
+    served[f"{sources.PKG_MODULE}@v3.274.1"] = {"Version": "v3.274.1"}
     fake = FakeGo(served)
     chosen = choose_sources(fake, WANTED, tmp_path, "auto")  # type: ignore[arg-type]
-    assert chosen == sources.fallback_sources(WANTED)
+    assert chosen == sources.fallback_sources(WANTED, "3.274.1")
+    assert chosen.versions.pulumi == "3.274.1"  # the CLI is newer than the SDK, never older
     with pytest.raises(LookupError, match="does not serve pulumi 3.272.0"):
         choose_sources(fake, WANTED, tmp_path, "exact")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["auto", "fallback"])
+def test_a_proxy_without_the_newer_cli_gets_the_older_fallback(tmp_path: Path, mode: str) -> None:
+    from modelplane.engine.resolve import choose_sources
+
+    served = {k: v for k, v in FULL_PROXY.items() if not k.startswith(sources.PKG_MODULE)}
+    chosen = choose_sources(FakeGo(served), WANTED, tmp_path, mode)  # type: ignore[arg-type]
+    assert chosen == sources.fallback_sources(WANTED, "3.259.0")
 
 
 # -- preference order -----------------------------------------------------------------------------
@@ -440,9 +453,11 @@ def test_installed_engine_is_linked_into_the_cache(
 
 
 def test_fallback_build_is_used_when_nothing_exact_exists(isolated: Path) -> None:
-    fallback = sources.fallback_sources(WANTED).versions
-    fake_engine(isolated / fallback.key, fallback.pulumi, fallback.kubernetes)
-    assert find_engine(WANTED, isolated) == isolated / fallback.key
+    newer, older = (f.versions for f in sources.all_fallback_sources(WANTED))
+    fake_engine(isolated / older.key, older.pulumi, older.kubernetes)
+    assert find_engine(WANTED, isolated) == isolated / older.key
+    fake_engine(isolated / newer.key, newer.pulumi, newer.kubernetes)
+    assert find_engine(WANTED, isolated) == isolated / newer.key  # the newer one is preferred
 
 
 def test_engine_root_and_env_without_an_engine_say_what_to_run(isolated: Path) -> None:
@@ -496,9 +511,10 @@ def expected_versions(root: Path) -> EngineVersions:
     wanted = wanted_versions()
     if root.name == wanted.key:
         return wanted
-    fallback = sources.fallback_sources(wanted).versions
-    assert root.name == fallback.key, f"unexpected engine folder {root}"
-    return fallback
+    for fallback in sources.all_fallback_sources(wanted):
+        if root.name == fallback.versions.key:
+            return fallback.versions
+    raise AssertionError(f"unexpected engine folder {root}")
 
 
 @pytest.mark.engine

@@ -17,7 +17,7 @@ from .installed import find_installed, link_into
 from .official import OfficialUnavailable, install_official, installer_reachable
 from .plugininfo import cli_version
 from .resolve import choose_sources
-from .sources import EngineSources, fallback_sources
+from .sources import EngineSources, all_fallback_sources
 from .versions import EngineVersions, wanted_versions
 
 Progress = Callable[[str], None]
@@ -42,11 +42,11 @@ def _quiet(_: str) -> None:
 
 
 def candidate_keys(wanted: EngineVersions) -> list[str]:
-    """Cache folders that can serve `wanted`: the exact one, then the pinned fallback build."""
+    """Cache folders that can serve `wanted`: the exact one, then the pinned fallback builds."""
     keys = [wanted.key]
-    fallback = fallback_sources(wanted).versions.key
-    if fallback not in keys:
-        keys.append(fallback)
+    for fallback in all_fallback_sources(wanted):
+        if fallback.versions.key not in keys:
+            keys.append(fallback.versions.key)
     return keys
 
 

@@ -59,7 +59,7 @@ def _pseudo_for(go: GoTool, module: str, tag_info: dict[str, object], cwd: Path)
 def choose_sources(go: GoTool, wanted: EngineVersions, cwd: Path, mode: str) -> src.EngineSources:
     """`mode`: `auto` (exact if served, else the pinned fallback), `exact` or `fallback`."""
     if mode == "fallback":
-        return src.fallback_sources(wanted)
+        return fallback_served(go, wanted, cwd)
     exact = exact_sources(go, wanted, cwd)
     if exact is not None:
         return exact
@@ -68,4 +68,15 @@ def choose_sources(go: GoTool, wanted: EngineVersions, cwd: Path, mode: str) -> 
             f"the Go module proxy does not serve pulumi {wanted.pulumi} / pulumi-kubernetes "
             f"{wanted.kubernetes} (see {go.log})"
         )
-    return src.fallback_sources(wanted)
+    return fallback_served(go, wanted, cwd)
+
+
+def fallback_served(go: GoTool, wanted: EngineVersions, cwd: Path) -> src.EngineSources:
+    """The first pinned fallback whose CLI release the proxy serves (the last one regardless)."""
+    *preferred, last = src.all_fallback_sources(wanted)
+    cwd.mkdir(parents=True, exist_ok=True)
+    for candidate in preferred:
+        tag = f"{src.PKG_MODULE}@v{candidate.cli_version}"
+        if go.try_json(["mod", "download", "-json", tag], cwd) is not None:
+            return candidate
+    return last

@@ -5,9 +5,10 @@ installed `pulumi-kubernetes` package). The module proxy reachable from the proj
 does not serve every module version, so a pinned fallback, known to build from what it does
 serve, is used when an exact version is refused:
 
-- `github.com/pulumi/pulumi/pkg/v3` is served up to v3.259.0 (v3.260.0 has no zip there, later
-  releases nothing); its dependencies at v3.272.0 (go-git v6 beta, pulumi-cloud-sdk) are not
-  served either.
+- `github.com/pulumi/pulumi/pkg/v3` v3.272.0 (the Python SDK's release) is not served; v3.274.1
+  is, with every dependency (checked 2026-11-25), so it is the preferred fallback: a CLI newer
+  than the SDK is what Pulumi supports. When a proxy refuses v3.274.1 the build falls back once
+  more, to v3.259.0 (served everywhere the project has run).
 - `github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3` has no tags and no
   pseudo-version is served, so modelplane builds its own small language host (gosrc/langhost)
   on sdk/v3 of the CLI's release; the Python exec shim is copied from sdk/v3 of the installed
@@ -75,7 +76,9 @@ FALLBACK_PINNED_SUMS: tuple[str, ...] = (
     "h1:61at6ZXhz4COFbTksqENrBzq5VUQ/LV8sdZ7WJt9KT4=",
 )
 
-FALLBACK_CLI_VERSION = "3.259.0"
+#: Fallback CLI releases, preferred first; the last one is used without asking the proxy.
+FALLBACK_CLI_VERSIONS = ("3.274.1", "3.259.0")
+FALLBACK_CLI_VERSION = FALLBACK_CLI_VERSIONS[0]
 FALLBACK_PROVIDER = ProviderSource(
     module_version="v4.0.0-20260115033456-f47bc2d6f199",
     sdk_version="v4.25.0",
@@ -83,10 +86,12 @@ FALLBACK_PROVIDER = ProviderSource(
 )
 
 
-def fallback_sources(wanted: EngineVersions) -> EngineSources:
+def fallback_sources(
+    wanted: EngineVersions, cli_version: str = FALLBACK_CLI_VERSION
+) -> EngineSources:
     """The pinned sources that build from what the project's module proxy serves."""
     return EngineSources(
-        cli_version=FALLBACK_CLI_VERSION,
+        cli_version=cli_version,
         exec_shim_sdk_version=wanted.pulumi,
         host_module_version=None,
         provider=FALLBACK_PROVIDER,
@@ -100,3 +105,8 @@ def pseudo_version(major: str, time_rfc3339: str, commit: str) -> str:
     if len(stamp) != 14 or len(commit) < 12:
         raise ValueError(f"cannot make a pseudo-version from {time_rfc3339!r} and {commit!r}")
     return f"{major}.0.0-{stamp}-{commit[:12]}"
+
+
+def all_fallback_sources(wanted: EngineVersions) -> list[EngineSources]:
+    """Every pinned fallback, preferred first."""
+    return [fallback_sources(wanted, version) for version in FALLBACK_CLI_VERSIONS]
