@@ -8,7 +8,7 @@ from typing import Any
 
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.fleet import FleetSpec
-from modelplane.api.loader import load_fleet
+from modelplane.api.loader import load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
@@ -58,10 +58,12 @@ def plan_fleet(
     optimize: bool = False,
     time_limit: float = DEFAULT_TIME_LIMIT,
     strict: bool = False,
+    require_specs: bool = False,
 ) -> PlanOutcome:
     """Validate and schedule (with `optimize`, by the MILP within `time_limit` seconds);
     errors (specs or lock) are collected, never raised. With `strict`, warnings are
-    errors (and nothing is scheduled)."""
+    errors (and nothing is scheduled). With `require_specs` (`plan --write`), a fleet
+    folder without a spec is an error."""
     fleet_dir = Path(fleet_dir)
     lock_file = Path(lock_path) if lock_path else default_lock_path(fleet_dir)
     loaded = load_fleet(fleet_dir)
@@ -69,6 +71,8 @@ def plan_fleet(
     warnings = list(loaded.warnings)
     if strict:
         errors, warnings = errors + warnings, []
+    if require_specs and not errors and loaded.fleet.empty:
+        errors.append(no_specs(fleet_dir))
     previous = PlacementLock()
     try:
         previous = read_lock(lock_file)

@@ -19,7 +19,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
-    """Base of every spec model: camelCase on the wire, unknown fields are errors.
+    """Base of every spec model: camelCase on the wire, unknown fields are errors, scalars
+    strict like Kubernetes' decoding: an integer field takes a YAML integer only (not `"2"`,
+    `yes` or `2.0`), a boolean field a YAML boolean only (not `"yes"`), a number field an
+    integer or a finite float (not `.nan`, `.inf` or a string). Ranges: `modelplane.api.limits`.
 
     Each field's docstring is its description in the JSON Schemas (`modelplane schema`):
     `modelplane.cli.schema` reads them from the source when it writes the schemas. Pydantic's
@@ -32,6 +35,8 @@ class Strict(BaseModel):
         populate_by_name=True,
         frozen=True,
         validate_default=True,
+        strict=True,
+        allow_inf_nan=False,
     )
 
 

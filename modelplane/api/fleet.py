@@ -33,6 +33,12 @@ class FleetSpec:
     # reported again (their own errors already are).
     invalid: set[tuple[str, str]] = field(default_factory=set)
 
+    @property
+    def empty(self) -> bool:
+        """No object at all, valid or not."""
+        objects = (self.classes, self.clusters, self.deployments, self.services, self.endpoints)
+        return not any(objects) and not self.caches and self.gateway is None and not self.invalid
+
     def declared(self, kind: str, key: str) -> bool:
         return (kind, key) in self.sources or (kind, key) in self.invalid
 

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from modelplane.api import machines
 from modelplane.api.base import API_VERSION, DNSSubdomain, ObjectMeta, Strict
+from modelplane.api.limits import MAX_DISK_GB, Int64
 from modelplane.api.quantities import QuantityStr
 from modelplane.cel.quantity import parse_quantity
 
@@ -28,7 +29,7 @@ class DeviceAttribute(Strict):
     """A semantic-version attribute value (x.y.z)."""
     bool_: bool | None = Field(default=None, alias="bool")
     """A boolean attribute value."""
-    int_: int | None = Field(default=None, alias="int")
+    int_: Int64 | None = Field(default=None, alias="int")
     """An integer attribute value."""
 
     @model_validator(mode="after")
@@ -125,8 +126,8 @@ class Accelerator(Strict):
 class GKEMachine(Strict):
     machine_type: str = Field(min_length=1)
     """The GCE machine type of the pool's nodes (e.g. a3-highgpu-8g)."""
-    disk_size_gb: int = Field(default=100, ge=10)
-    """Boot disk size in GB (default 100, at least 10)."""
+    disk_size_gb: int = Field(default=100, ge=10, le=MAX_DISK_GB)
+    """Boot disk size in GB (default 100, 10..65536)."""
     accelerator: Accelerator
     """The GPUs attached to each node."""
 
@@ -134,8 +135,8 @@ class GKEMachine(Strict):
 class EKSMachine(Strict):
     instance_type: str = Field(min_length=1)
     """The EC2 instance type of the pool's nodes (e.g. p5en.48xlarge)."""
-    disk_size_gb: int = Field(default=100, ge=10)
-    """Root volume size in GB (default 100, at least 10)."""
+    disk_size_gb: int = Field(default=100, ge=10, le=MAX_DISK_GB)
+    """Root volume size in GB (default 100, 10..65536)."""
     accelerator: Accelerator
     """The GPUs of each node."""
 

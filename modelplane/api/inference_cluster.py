@@ -15,6 +15,7 @@ from modelplane.api.base import (
     SecretKeyRef,
     Strict,
 )
+from modelplane.api.limits import MAX_CLUSTER_NODES, PoolNodes, Port
 from modelplane.api.problems import raise_if
 
 Effect = Literal["NoSchedule", "NoExecute"]
@@ -168,11 +169,11 @@ class NodePool(Strict):
     """The pool's name (unique, at most 40 characters; `system` is reserved)."""
     class_name: DNSSubdomain
     """The InferenceClass describing one node of this pool."""
-    node_count: int = Field(default=1, ge=0)
+    node_count: PoolNodes = 1
     """Initial nodes (default 1); later changes are the autoscaler's."""
-    min_node_count: int | None = Field(default=None, ge=0)
+    min_node_count: PoolNodes | None = None
     """The autoscaler's minimum node count."""
-    max_node_count: int | None = Field(default=None, ge=1)
+    max_node_count: PoolNodes | None = Field(default=None, ge=1)
     """The autoscaler's maximum node count; the scheduler's capacity is maxNodeCount, else
     nodeCount.
     """
@@ -221,7 +222,7 @@ class WorkloadGateway(Strict):
 
     class_name: DNSSubdomain
     """The GatewayClass modelplane's workload Gateway uses."""
-    port: int = Field(default=80, ge=1, le=65535)
+    port: Port = 80
     """The listener port replicas are reached on (default 80)."""
 
 
@@ -325,6 +326,16 @@ class InferenceClusterSpec(Strict):
                     )
                 )
         raise_if(problems)
+        return self
+
+    @model_validator(mode="after")
+    def _cluster_nodes_bounded(self) -> InferenceClusterSpec:
+        total = sum(p.capacity_nodes for p in self.node_pools)
+        if total > MAX_CLUSTER_NODES:
+            raise ValueError(
+                f"the node pools hold {total:,} nodes (maxNodeCount, else nodeCount, summed); "
+                f"a cluster has at most {MAX_CLUSTER_NODES:,}"
+            )
         return self
 
     def pool(self, name: str) -> NodePool | None:

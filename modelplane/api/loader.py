@@ -139,6 +139,36 @@ def _object_label(kind: str, body: dict[str, Any]) -> str:
     return f"{kind} {name}"
 
 
+def _got(value: Any) -> str:
+    """What a YAML scalar was read as, for a type error: `the string "2"`, `the boolean true`."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        return f"the string {shown!r}"
+    if isinstance(value, int):
+        try:
+            text = str(value)
+        except ValueError:  # past Python's int-to-str digit limit
+            return "a very long integer"
+        return f"the integer {text}" if len(text) <= 24 else f"an integer of {len(text)} digits"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+# Strict scalars (base.Strict): what a wrong YAML type gets told, by pydantic error type.
+_TYPE_MESSAGES = {
+    "int_type": 'must be an integer, written as a YAML integer (2, not "2", 2.0 or yes)',
+    "bool_type": "must be a boolean, written as YAML true or false (unquoted)",
+    "float_type": "must be a number, written unquoted (0.5, 2)",
+    "finite_number": "must be a finite number",
+    "string_type": 'must be a string (quote it: "1.30", "yes")',
+}
+
+
 def validation_errors(doc: Document, obj: str, exc: ValidationError) -> list[SpecError]:
     out = []
     for err in exc.errors(include_url=False):
@@ -149,6 +179,8 @@ def validation_errors(doc: Document, obj: str, exc: ValidationError) -> list[Spe
                 out.append(SpecError(doc.file, doc.index, obj, join_path(path, rel), message))
             continue
         message = err["msg"].removeprefix("Value error, ")
+        if err["type"] in _TYPE_MESSAGES:
+            message = f"{_TYPE_MESSAGES[err['type']]}; got {_got(err.get('input'))}"
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "missing":
@@ -377,6 +409,20 @@ def load_fleet(root: str | Path) -> LoadResult:
     errors.extend(check_references(fleet))
     warnings = with_marks(fleet_warnings(fleet), sources)
     return LoadResult(fleet, sorted(set(with_marks(errors, sources))), warnings)
+
+
+def no_specs(root: str | Path) -> SpecError:
+    """The error for a fleet folder without a single spec, where `up` or `plan --write`
+    would otherwise make the fleet nothing (every stack an orphan, an empty lock)."""
+    return SpecError(
+        str(root),
+        0,
+        "",
+        "",
+        "the fleet folder has no specs (no *.yaml/*.yml document of a modelplane kind); "
+        "`up` and `plan --write` need at least one: to tear a fleet down, run "
+        "`modelplane destroy`",
+    )
 
 
 def with_marks(

@@ -16,6 +16,7 @@ from modelplane.api.base import (
     ObjectMeta,
     Strict,
 )
+from modelplane.api.limits import Int32, Replicas
 from modelplane.api.pod_template import PodTemplate
 from modelplane.api.problems import raise_if
 from modelplane.api.quantities import QuantityStr
@@ -194,7 +195,7 @@ class ModelCacheRef(Strict):
 
 
 class ModelDeploymentSpec(Strict):
-    replicas: int = Field(default=1, ge=0, le=1000)
+    replicas: Replicas = 1
     """ModelReplicas across the fleet (0..1000)."""
     cluster_selector: LabelSelector = Field(default_factory=LabelSelector)
     """Which InferenceClusters may host replicas, by their labels; empty: all."""
@@ -210,7 +211,7 @@ class ModelDeploymentSpec(Strict):
     """Disaggregated serving: the decode role (with prefill)."""
     model_cache_ref: ModelCacheRef | None = None
     """A ModelCache mounted read-only at /mnt/models; replicas go only where it is."""
-    priority: int = 0
+    priority: Int32 = 0
     """Higher is placed first when capacity is short (default 0)."""
     autoscaling: Autoscaling | None = None
     """Move the replica count between bounds after the engines' load (`reconcile`); replicas is the

@@ -16,13 +16,14 @@ from modelplane.api.base import (
     Strict,
     check_no_owned_labels,
 )
+from modelplane.api.limits import MAX_WEIGHT
 from modelplane.api.problems import raise_if
 
 
 class ServiceEndpoint(Strict):
     selector: LabelSelector
     """Which ModelEndpoints (composed replicas and hand-written) this entry routes to, by label."""
-    weight: int = Field(default=1, ge=1, le=1_000_000, strict=True)
+    weight: int = Field(default=1, ge=1, le=MAX_WEIGHT)
     """The entry's share of the traffic (1..1000000, default 1), split over the endpoints it
     selects.
     """
@@ -72,9 +73,12 @@ def parse_endpoint_url(url: str) -> ParsedURL:
     if not host:
         raise ValueError(f"url {url!r} has no host")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        given = parts.port
     except ValueError:
-        raise ValueError(f"url {url!r} has an invalid port") from None
+        raise ValueError(f"url {url!r} has an invalid port (a port is 1-65535)") from None
+    if given is not None and not 1 <= given <= 65535:
+        raise ValueError(f"url {url!r} has port {given}: a port is 1-65535")
+    port = given if given is not None else (443 if parts.scheme == "https" else 80)
     kind: Literal["IPv4", "IPv6", "FQDN"]
     try:
         ip = ipaddress.ip_address(host)

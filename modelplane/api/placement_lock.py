@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from modelplane.api.base import DNSLabel, Strict
+from modelplane.api.limits import (
+    INT32_MAX,
+    MAX_DEVICES_PER_POD,
+    MAX_NODES_PER_WORKER,
+    MAX_WORKERS,
+    NonNegInt64,
+    Replicas,
+)
 
 Role = Literal["unified", "prefill", "decode"]
 
@@ -15,15 +23,15 @@ class RoleFootprint(Strict):
     """What the pods of one role of a placed replica hold on their pool, as the scheduler
     accounts it (scheduling.md, "Pools and capacity")."""
 
-    workers: int = Field(ge=1)
+    workers: int = Field(ge=1, le=MAX_WORKERS)
     """Worker instances of the role."""
-    nodes_per_worker: int = Field(ge=1)
+    nodes_per_worker: int = Field(ge=1, le=MAX_NODES_PER_WORKER)
     """Pods per worker, each on a node of its own."""
-    devices: dict[str, int] = Field(default_factory=dict)
+    devices: dict[str, Annotated[int, Field(le=MAX_DEVICES_PER_POD)]] = Field(default_factory=dict)
     """Per pod: the consumed device kinds of the pool's class it takes, by kind name."""
-    cpu_millis: int = Field(ge=0)
+    cpu_millis: NonNegInt64
     """CPU per pod, in millicores."""
-    memory_bytes: int = Field(ge=0)
+    memory_bytes: NonNegInt64
     """Memory per pod, in bytes."""
 
     @field_validator("devices")
@@ -49,7 +57,7 @@ class LockedReplica(Strict):
     """The replica's name (<deployment[:57]>-<5-char hash>)."""
     cluster: DNSLabel
     """The InferenceCluster the replica is placed on."""
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, le=INT32_MAX)
     """The replica's index (its modelplane.ai/replica-index label); (cluster, index) is unique per
     deployment.
     """
@@ -75,7 +83,7 @@ class LockedReplica(Strict):
 
 
 class LockedDeployment(Strict):
-    autoscaled_replicas: int | None = Field(default=None, ge=0, le=1000)
+    autoscaled_replicas: Replicas | None = None
     """The autoscaled replica count (absent: the spec's replicas)."""
     replicas: list[LockedReplica] = Field(default_factory=list)
     """The placed replicas."""

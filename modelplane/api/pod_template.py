@@ -15,6 +15,7 @@ from modelplane.api.base import (
     Strict,
     UserLabels,
 )
+from modelplane.api.limits import NonNegInt64, Port
 from modelplane.api.quantities import QuantityStr
 
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -113,7 +114,7 @@ class EnvFromSource(Strict):
 
 
 class ContainerPort(Strict):
-    container_port: int = Field(ge=1, le=65535, strict=True)
+    container_port: Port
     """The port number (1..65535)."""
     name: PortName | None = None
     """The port's name (an IANA service name)."""
@@ -221,7 +222,7 @@ class TemplateSpec(Strict):
     """Containers run to completion before the others start."""
     volumes: list[Volume] = Field(default_factory=list)
     """Pod volumes (model caches are mounted by modelplane itself)."""
-    termination_grace_period_seconds: int | None = Field(default=None, ge=0)
+    termination_grace_period_seconds: NonNegInt64 | None = None
     """Seconds a pod gets to stop gracefully."""
 
     @field_validator("containers")

@@ -166,7 +166,7 @@ class _Walk:
         self._count(1)
         value: Any
         if type(node) is ScalarNode:
-            value = node.value if node.tag == _STR else self.loader.construct_object(node)
+            value = node.value if node.tag == _STR else self._scalar(node, path)
         elif type(node) is MappingNode:
             value = self._mapping(node, path)
         elif type(node) is SequenceNode:
@@ -182,6 +182,15 @@ class _Walk:
         self.sizes[key] = self.total - before
         self.values[key] = value
         return value
+
+    def _scalar(self, node: Node, path: str | None) -> Any:
+        try:
+            return self.loader.construct_object(node)
+        except ValueError as exc:  # an integer past Python's digit limit, a date like 02-30
+            self.problems.append(
+                YamlProblem(self.index, path or "", _unreadable(node, exc), *_pos(node))
+            )
+            return None
 
     def _count(self, n: int) -> None:
         self.total += n
@@ -225,6 +234,14 @@ class _Walk:
 
     def _construct(self, node: Node) -> Any:
         return self.loader.construct_object(node, deep=True)
+
+
+def _unreadable(node: Node, exc: ValueError) -> str:
+    kind = node.tag.rsplit(":", 1)[-1]
+    text = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+    if kind == "int":
+        return f"integer {text} has {len(node.value):,} characters: too long (at most 4,300 digits)"
+    return f"cannot read {text!r} as a {kind}: {exc}"
 
 
 class _TooLarge(Exception):
@@ -277,6 +294,8 @@ def _short_walk(loader: Any, root: Node) -> Any:
 
     try:
         value = visit(root)
+    except ValueError:
+        raise _Unusual from None  # an unreadable scalar: the full walk reports it
     finally:
         # `visit` refers to itself (through its closure cell) and, through `scalar`, to
         # the loader: without this, every file's loader and its C parser buffers would

@@ -136,7 +136,9 @@ def plan(
             "[red]error[/]: --optimize and --observe cannot be combined", highlight=False
         )
         raise typer.Exit(EXIT_INVALID)
-    outcome = plan_fleet(fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict)
+    outcome = plan_fleet(
+        fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict, require_specs=write
+    )
     health: dict[str, str] = {}
     if observe and not outcome.errors:
         health = _observe(fleet, outcome, grace)

@@ -145,10 +145,19 @@ def _expected_failures() -> Iterator[None]:
         ) from None
 
 
-def _load(fleet: Path, lock: Path | None, backend: str | None, secrets: str | None) -> Fleet:
+def _load(
+    fleet: Path,
+    lock: Path | None,
+    backend: str | None,
+    secrets: str | None,
+    *,
+    require_specs: bool = False,
+) -> Fleet:
     from modelplane.driver.fleet import Fleet
 
-    return Fleet.load(fleet, lock=lock, backend=backend, secrets_provider=secrets)
+    return Fleet.load(
+        fleet, lock=lock, backend=backend, secrets_provider=secrets, require_specs=require_specs
+    )
 
 
 def _run(output: Output, action: Callable[[Any], RunResult]) -> RunResult:
@@ -360,7 +369,7 @@ def up(
     with PULUMI_CONFIG_PASSPHRASE / PULUMI_CONFIG_PASSPHRASE_FILE there.
     """
     with _expected_failures():
-        f = _load(fleet, lock, backend, secrets_provider)
+        f = _load(fleet, lock, backend, secrets_provider, require_specs=True)
         if not yes and not _interactive():
             raise _fail(
                 "`up` changes the fleet's resources and asks for confirmation first, but this is "

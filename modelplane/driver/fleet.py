@@ -27,7 +27,7 @@ from typing import Any
 
 from modelplane.api.errors import FleetInvalid
 from modelplane.api.fleet import FleetSpec
-from modelplane.api.loader import LOCK_FILE, load_fleet
+from modelplane.api.loader import LOCK_FILE, load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting
 from modelplane.driver import operations as ops
@@ -135,8 +135,10 @@ class Fleet:
         backend: str | None = None,
         secrets_provider: str | None = None,
         env: Mapping[str, str] | None = None,
+        require_specs: bool = False,
     ) -> Fleet:
         """Parse and validate every spec and the lock; raises FleetInvalid with every error.
+        With ``require_specs`` (``up``), a fleet folder without a spec is one.
 
         ``backend``: any Pulumi backend URL (default ``PULUMI_BACKEND_URL``, else
         ``file://<fleet>/.modelplane/state``). ``env``: the environment the engine runs with
@@ -153,6 +155,8 @@ class Fleet:
             previous = read_lock(lock_path)
         except FleetInvalid as exc:
             errors.extend(exc.errors)
+        if require_specs and not loaded.errors and loaded.fleet.empty:
+            errors.append(no_specs(path))
         if errors:
             raise FleetInvalid(errors)
         return cls(
@@ -258,6 +262,8 @@ class Fleet:
         ``force``. ``refresh``, ``expect_no_changes`` and ``policy_packs`` are passed to every
         ``pulumi up`` (``--refresh``, ``--expect-no-changes``, ``--policy-pack``).
         """
+        if self.spec.empty:  # nothing to deploy: tearing down is destroy's job
+            raise FleetInvalid([no_specs(self.path)])
         started = time.monotonic()
         plan = plan or self.plan()
         observer = observer or Observer()
