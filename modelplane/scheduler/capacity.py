@@ -49,18 +49,28 @@ def _order(item: Item) -> ItemOrder:
 
 @dataclass
 class Layout:
-    """Items on a pool (in canonical order) and the devices left on each node."""
+    """Items on a pool (in canonical order) and the devices left on each node.
+
+    Only the nodes packing has touched have rows: nodes `len(free)` .. `nodes - 1` are
+    untouched (empty), so a layout's size, and the work of packing onto it, follow what
+    is placed, not the pool's node count. Packing takes the lowest untouched node first
+    (every tie goes to the lowest node), which keeps the untouched nodes a suffix."""
 
     items: list[Item]
-    free: list[list[int]]  # per node, per device kind (Synthetic kinds stay at full count),
-    # then cpu and memory when the class has an allocatable (ClassShape.row)
-    node_free: list[int]  # per node, consumed (DRA) devices left
+    free: list[list[int]]  # per touched node, per device kind (Synthetic kinds stay at full
+    # count), then cpu and memory when the class has an allocatable (ClassShape.row)
+    node_free: list[int]  # per touched node, consumed (DRA) devices left
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
     rule: int = 0  # the packing rule it was packed by (see Pool.pack)
     key: int = -1  # a number for its items, set by the scheduler (Placement._layout_id)
     sig: int = -1  # a number for its rule and demand sequence (Placement._sig): layouts
     # with the same one have the same free rows, whichever deployments hold the items
+    nodes: int = 0  # the pool's nodes, touched or not
+
+    @property
+    def untouched(self) -> int:
+        return self.nodes - len(self.free)
 
     def copy(self) -> Layout:
         return Layout(
@@ -70,14 +80,19 @@ class Layout:
             self.free_total,
             self.least_used,
             self.rule,
+            nodes=self.nodes,
         )
 
 
-def _whole(per_node: list[int], k: int) -> int:
-    """Workers of `k` pods on distinct nodes that nodes seating `per_node` pods hold."""
-    workers = sum(per_node) // k
+def _whole(per_node: list[int], k: int, more: int = 0, each: int = 0) -> int:
+    """Workers of `k` pods on distinct nodes that nodes seating `per_node` pods, and `more`
+    nodes seating `each`, hold."""
+    workers = (sum(per_node) + more * each) // k
     if k > 1:
-        while workers and sum(min(n, workers) for n in per_node) < k * workers:
+        while (
+            workers
+            and sum(min(n, workers) for n in per_node) + more * min(each, workers) < k * workers
+        ):
             workers -= 1
     return workers
 
@@ -102,6 +117,8 @@ class Pool:
         self.shape = shape or ClassShape((), ())
         self.nodes = nodes if shape is not None else 0
         self.capacity = self.shape.consumed_per_node * self.nodes
+        self._fresh = self.shape.row()  # an untouched node's row (never mutated)
+        self._fresh_take: dict[PodDemand, tuple[dict[int, int] | None, int]] = {}
         self.layout = self.empty()
         # Exact memos for the current layout: (demand, insertion position) that do not
         # fit, and free nodes per demand. Packing depends only on the demands in order.
@@ -124,12 +141,12 @@ class Pool:
         self._rows.clear()
 
     def empty(self) -> Layout:
-        per_node = self.shape.consumed_per_node
         return Layout(
             items=[],
-            free=[self.shape.row() for _ in range(self.nodes)],
-            node_free=[per_node] * self.nodes,
-            free_total=per_node * self.nodes,
+            free=[],
+            node_free=[],
+            free_total=self.shape.consumed_per_node * self.nodes,
+            nodes=self.nodes,
         )
 
     def pack(self, items: list[Item]) -> tuple[Layout, list[Item]]:
@@ -221,22 +238,38 @@ class Pool:
         """Nodes of the current layout with room for one more pod of `demand`."""
         hit = self._free_nodes.get(demand)
         if hit is None:
-            hit = sum(1 for row in self.layout.free if take_pod(demand, row) is not None)
+            hit = self._nodes_fitting(self.layout, demand)
             self._free_nodes[demand] = hit
         return hit
 
     def device_nodes(self, demand: PodDemand) -> int:
         """Nodes of the current layout with the devices for one more pod of `demand`,
         whatever their CPU and memory."""
-        return sum(
-            1 for row in self.layout.free if take_from_node(demand.requests, row) is not None
+        layout = self.layout
+        fresh = take_from_node(demand.requests, self._fresh) is not None
+        return sum(1 for row in layout.free if take_from_node(demand.requests, row) is not None) + (
+            layout.untouched if fresh else 0
         )
 
     def nodes_with_room(self, layout: Layout, demand: PodDemand) -> int:
         """Nodes of `layout` with room for one more pod of `demand`."""
         if layout is self.layout:
             return self.free_nodes(demand)
-        return sum(1 for row in layout.free if take_pod(demand, row) is not None)
+        return self._nodes_fitting(layout, demand)
+
+    def _nodes_fitting(self, layout: Layout, demand: PodDemand) -> int:
+        touched = sum(1 for row in layout.free if take_pod(demand, row) is not None)
+        return touched + (layout.untouched if self._take_fresh(demand)[0] is not None else 0)
+
+    def _take_fresh(self, demand: PodDemand) -> tuple[dict[int, int] | None, int]:
+        """What one pod of `demand` takes of an untouched node, and the consumed devices."""
+        hit = self._fresh_take.get(demand)
+        if hit is None:
+            take = take_pod(demand, self._fresh)
+            consumed, kinds = self.shape.consumed, len(self.shape.consumed)
+            used = sum(n for k, n in take.items() if k < kinds and consumed[k]) if take else 0
+            hit = self._fresh_take[demand] = (take, used)
+        return hit
 
     def room_for(
         self,
@@ -250,20 +283,25 @@ class Pool:
         take on `layout`: as many whole workers as the nodes seat, each worker's pods on
         distinct nodes. `base`, the current layout, lends the counts of nodes that
         `layout` did not change."""
+        each = self._pods_on_row(requests, self._fresh)
         if layout is self.layout:
             key = (id(requests), k)  # requests live as long as the run's matcher
             hit = self._room.get(key)
             if hit is None:
-                hit = self._room[key] = _whole(self._per_node(requests), k)
+                hit = _whole(self._per_node(requests), k, layout.untouched, each)
+                self._room[key] = hit
             return hit * k * size
         if base is self.layout:
-            per_node = self._per_node(requests)[:]
+            known = len(base.free)
+            per_node = self._per_node(requests)[: len(layout.free)]
             for node, row in enumerate(layout.free):
-                if layout.node_free[node] != base.node_free[node] or row != base.free[node]:
+                if node >= known:
+                    per_node.append(self._pods_on_row(requests, row))
+                elif layout.node_free[node] != base.node_free[node] or row != base.free[node]:
                     per_node[node] = self._pods_on_row(requests, row)
         else:
             per_node = [self._pods_on_row(requests, row) for row in layout.free]
-        return _whole(per_node, k) * k * size
+        return _whole(per_node, k, layout.untouched, each) * k * size
 
     def _per_node(self, requests: tuple[Request, ...]) -> list[int]:
         """Per node of the current layout, how many more pods of `requests` it seats."""
@@ -276,7 +314,8 @@ class Pool:
 
     def pods_with_room(self, layout: Layout, demand: PodDemand) -> int:
         """How many more single pods of `demand` the nodes of `layout` have room for."""
-        return sum(self._pods_on_row(demand.requests, row) for row in layout.free)
+        touched = sum(self._pods_on_row(demand.requests, row) for row in layout.free)
+        return touched + layout.untouched * self._pods_on_row(demand.requests, self._fresh)
 
     def _pods_on_row(self, requests: tuple[Request, ...], row: list[int]) -> int:
         memo = self._pods_per_row
@@ -304,6 +343,10 @@ class Pool:
         free, node_free = layout.free, layout.node_free
         undo: list[tuple[int, dict[int, int], int]] = []
         roomiest = layout.rule == 2 or (layout.rule == 1 and demand.pods_per_worker > 1)
+        fresh_take, fresh_used = self._take_fresh(demand)
+        fresh_left = self.shape.consumed_per_node - fresh_used
+        # A node with fewer consumed devices left than a pod surely takes is skipped unseen.
+        least = demand.least_consumed // demand.pods if demand.pods else 0
         for _ in range(demand.workers):
             used_nodes: set[int] = set()
             for _ in range(demand.pods_per_worker):
@@ -312,7 +355,7 @@ class Pool:
                 best_take: dict[int, int] = {}
                 best_used = 0
                 for node, row in enumerate(free):
-                    if node in used_nodes:
+                    if node_free[node] < least or node in used_nodes:
                         continue
                     take = take_pod(demand, row)
                     if take is None:
@@ -324,6 +367,19 @@ class Pool:
                     left = node_free[node] - used
                     if best < 0 or (left > best_left if roomiest else left < best_left):
                         best, best_left, best_take, best_used = node, left, take, used
+                # The lowest untouched node stands for all of them (they are alike, and a
+                # tie goes to the lowest node): touched only when it is the best.
+                if fresh_take is not None and len(free) < layout.nodes:
+                    left = fresh_left
+                    if best < 0 or (left > best_left if roomiest else left < best_left):
+                        best, best_left, best_take, best_used = (
+                            len(free),
+                            left,
+                            fresh_take,
+                            fresh_used,
+                        )
+                        free.append(self._fresh[:])
+                        node_free.append(self.shape.consumed_per_node)
                 if best < 0:
                     for node, take, used in reversed(undo):
                         self._apply(layout, node, take, used, sign=+1)

@@ -829,6 +829,7 @@ class Placement:
                 layout.least_used,
                 layout.rule,
                 sig=sig,
+                nodes=layout.nodes,
             )
             plan.append((role, pool, found))
         return plan
