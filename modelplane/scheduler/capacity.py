@@ -67,6 +67,7 @@ class Layout:
     sig: int = -1  # a number for its rule and demand sequence (Placement._sig): layouts
     # with the same one have the same free rows, whichever deployments hold the items
     nodes: int = 0  # the pool's nodes, touched or not
+    full: int = 0  # the leading nodes with no consumed device left (skipped by packing)
 
     @property
     def untouched(self) -> int:
@@ -81,6 +82,7 @@ class Layout:
             self.least_used,
             self.rule,
             nodes=self.nodes,
+            full=self.full,
         )
 
 
@@ -354,9 +356,10 @@ class Pool:
                 best_left = 0
                 best_take: dict[int, int] = {}
                 best_used = 0
-                for node, row in enumerate(free):
+                for node in range(layout.full if least else 0, len(free)):
                     if node_free[node] < least or node in used_nodes:
                         continue
+                    row = free[node]
                     take = take_pod(demand, row)
                     if take is None:
                         continue
@@ -367,9 +370,12 @@ class Pool:
                     left = node_free[node] - used
                     if best < 0 or (left > best_left if roomiest else left < best_left):
                         best, best_left, best_take, best_used = node, left, take, used
+                        if not left and not roomiest:
+                            break  # an exact fit: no later node is tighter
                 # The lowest untouched node stands for all of them (they are alike, and a
                 # tie goes to the lowest node): touched only when it is the best.
-                if fresh_take is not None and len(free) < layout.nodes:
+                exact = best >= 0 and not best_left and not roomiest
+                if fresh_take is not None and len(free) < layout.nodes and not exact:
                     left = fresh_left
                     if best < 0 or (left > best_left if roomiest else left < best_left):
                         best, best_left, best_take, best_used = (
@@ -397,5 +403,13 @@ class Pool:
         for kind, n in take.items():
             if kind >= kinds or consumed[kind]:
                 row[kind] += sign * n
-        layout.node_free[node] += sign * used
+        node_free = layout.node_free
+        node_free[node] += sign * used
         layout.free_total += sign * used
+        if sign > 0:
+            layout.full = min(layout.full, node)
+        else:
+            full = layout.full
+            while full < len(node_free) and not node_free[full]:
+                full += 1
+            layout.full = full

@@ -830,6 +830,7 @@ class Placement:
                 layout.rule,
                 sig=sig,
                 nodes=layout.nodes,
+                full=layout.full,
             )
             plan.append((role, pool, found))
         return plan
