@@ -332,10 +332,11 @@ class InferenceClusterSpec(Strict):
     def _cluster_nodes_bounded(self) -> InferenceClusterSpec:
         total = sum(p.capacity_nodes for p in self.node_pools)
         if total > MAX_CLUSTER_NODES:
-            raise ValueError(
+            message = (
                 f"the node pools hold {total:,} nodes (maxNodeCount, else nodeCount, summed); "
                 f"a cluster has at most {MAX_CLUSTER_NODES:,}"
             )
+            raise_if([("nodePools", message)])
         return self
 
     def pool(self, name: str) -> NodePool | None:
