@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import copy
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from modelplane.api.errors import FleetInvalid
+from modelplane.api.kinds import KINDS
 from modelplane.api.limits import MAX_CLUSTER_NODES, MAX_POOL_NODES
 from modelplane.api.loader import load_fleet
+from modelplane.api.placement_lock import PlacementLock
 from modelplane.cli import app, commands, engine_verbs  # noqa: F401  (registers every verb)
 from modelplane.driver.fleet import Fleet
 from modelplane.planning import plan_fleet
@@ -427,3 +431,28 @@ def test_an_invalid_spec_is_reported_as_itself_not_as_no_specs(tmp_path):
     assert result.exit_code == 2
     messages = [e["message"] for e in json.loads(result.stdout)["errors"]]
     assert messages and not any("no specs" in m for m in messages)
+
+
+def _models(root: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    """root and every model its fields hold (through lists, dicts, unions)."""
+    if root in seen:
+        return seen
+    seen.add(root)
+    for info in root.model_fields.values():
+        stack = [info.annotation]
+        while stack:
+            tp = stack.pop()
+            if isinstance(tp, type) and issubclass(tp, BaseModel):
+                _models(tp, seen)
+            stack.extend(typing.get_args(tp))
+    return seen
+
+
+def test_every_spec_and_lock_model_is_strict():
+    models: set[type[BaseModel]] = set()
+    for kind in [*KINDS.values(), PlacementLock]:
+        _models(kind, models)
+    assert len(models) > 40  # every nested model is reached
+    lax = sorted(m.__name__ for m in models if not m.model_config.get("strict"))
+    assert lax == []
+    assert all(m.model_config.get("allow_inf_nan") is False for m in models)
