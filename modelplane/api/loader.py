@@ -169,6 +169,9 @@ _TYPE_MESSAGES = {
 }
 
 
+_RANGE_ERRORS = frozenset({"less_than_equal", "less_than", "greater_than_equal", "greater_than"})
+
+
 def validation_errors(doc: Document, obj: str, exc: ValidationError) -> list[SpecError]:
     out = []
     for err in exc.errors(include_url=False):
@@ -181,6 +184,8 @@ def validation_errors(doc: Document, obj: str, exc: ValidationError) -> list[Spe
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] in _TYPE_MESSAGES:
             message = f"{_TYPE_MESSAGES[err['type']]}; got {_got(err.get('input'))}"
+        elif err["type"] in _RANGE_ERRORS and isinstance(err.get("input"), int | float):
+            message = f"{message}; got {_got(err['input'])}"
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "missing":
