@@ -20,6 +20,7 @@ from modelplane.api.kinds import KINDS
 from modelplane.api.limits import MAX_CLUSTER_NODES, MAX_POOL_NODES
 from modelplane.api.loader import load_fleet
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.api.yamlread import read_yaml
 from modelplane.cli import app, commands, engine_verbs  # noqa: F401  (registers every verb)
 from modelplane.driver.fleet import Fleet
 from modelplane.planning import plan_fleet
@@ -456,3 +457,38 @@ def test_every_spec_and_lock_model_is_strict():
     lax = sorted(m.__name__ for m in models if not m.model_config.get("strict"))
     assert lax == []
     assert all(m.model_config.get("allow_inf_nan") is False for m in models)
+
+
+UNREADABLE = [
+    ("long integer", "a:\n  b: " + "9" * 5000 + "\n", "a.b", "too long"),
+    ("long integer with an alias", "x: &x 1\ny: *x\nz: " + "1" * 4400 + "\n", "z", "too long"),
+    ("impossible date", "when: 2024-02-30\n", "when", "timestamp"),
+    ("long integer is fine quoted", 'a: "' + "9" * 5000 + '"\n', None, ""),
+    ("4,300 digits", "a: " + "9" * 4300 + "\n", None, ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "fragment"), [u[1:] for u in UNREADABLE], ids=[u[0] for u in UNREADABLE]
+)
+def test_unreadable_scalars_are_problems_not_tracebacks(text, path, fragment):
+    docs, problems = read_yaml(text)
+    if path is None:
+        assert problems == [] and len(docs) == 1
+    else:
+        assert [p.path for p in problems] == [path] and problems[0].line > 0
+        assert fragment in problems[0].message and docs == []
+
+
+def test_a_lock_with_an_over_long_index_is_an_error(tmp_path):
+    write_fleet(tmp_path, base_fleet())
+    lock = tmp_path / "modelplane.lock.yaml"
+    lock.write_text(
+        "apiVersion: modelplane.ai/v1alpha1\nkind: PlacementLock\ndeployments:\n"
+        "  team/m:\n    replicas:\n    - name: m-00000\n      cluster: c1\n"
+        f"      index: {'7' * 5000}\n      pools: {{unified: gpu}}\n"
+    )
+    result = runner.invoke(app, ["plan", str(tmp_path), "--write", "--output", "json"])
+    assert result.exit_code == 2
+    errors = json.loads(result.stdout)["errors"]
+    assert [e["path"] for e in errors] == ["deployments.team/m.replicas[0].index"]
