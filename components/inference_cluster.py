@@ -127,6 +127,7 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         networking=GKENetworking(
             node_cidr=net.node_cidr, pod_cidr=net.pod_cidr, service_cidr=net.service_cidr
         ),
+        protect=source.protect,
     )
 
 
@@ -144,7 +145,9 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
                 instance_type=recipe.instance_type,
                 disk_size_gb=recipe.disk_size_gb,
                 node_count=pool.node_count,
-                min_node_count=pool.min_node_count or 0,
+                # DRA pools cannot scale up from zero on AWS: at least 1 (validation rejects 0;
+                # a Capacity Block group's size follows its block instead).
+                min_node_count=pool.min_node_count if pool.min_node_count is not None else 1,
                 max_node_count=_max_nodes(pool),
                 gpu=EKSGpu(accelerator_type=recipe.accelerator.type),
                 zones=tuple(pool.zones),
@@ -163,8 +166,12 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         networking=EKSNetworking(
             vpc_cidr=source.networking.vpc_cidr,
             subnet_cidrs=tuple(source.networking.subnet_cidrs),
+            zones=tuple(source.networking.zones),
         ),
         cluster_name=cluster.metadata.name,
+        admin_principal_arns=tuple(source.admin_principals),
+        public_access_cidrs=tuple(source.public_access_cidrs),
+        protect=source.protect,
     )
 
 
@@ -313,6 +320,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 spec.serving_stack,
                 provider=self.provider,
                 nvidia_driver_root=driver_root,
+                gke_driver_installer=gke is not None,
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address
