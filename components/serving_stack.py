@@ -31,7 +31,6 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
-
 import yaml
 
 from components.charts import (

@@ -163,13 +163,9 @@ def plan_subnets(
 ) -> list[SubnetPlan]:
     """One public and one private subnet per block, in the block's zone (module docstring)."""
     blocks = list(networking.subnet_cidrs)
-    zones = list(networking.zones) or [
-        f"{region}{chr(ord('a') + i)}" for i in range(len(blocks))
-    ]
+    zones = list(networking.zones) or [f"{region}{chr(ord('a') + i)}" for i in range(len(blocks))]
     if len(zones) != len(blocks):
-        raise ValueError(
-            f"EKS networking: {len(zones)} zones for {len(blocks)} subnetCidrs blocks"
-        )
+        raise ValueError(f"EKS networking: {len(zones)} zones for {len(blocks)} subnetCidrs blocks")
     missing = sorted({z for pool in pools for z in pool.zones if z not in zones})
     if missing:
         raise ValueError(
@@ -314,9 +310,7 @@ def _asg_name(node_group: object) -> pulumi.Input[str]:
         resources = node_group.get("resources") or []
         groups = (resources[0].get("autoscalingGroups") or []) if resources else []
         return str(groups[0]["name"]) if groups else ""
-    resources: pulumi.Output[list[aws.eks.outputs.NodeGroupResource]] = getattr(
-        node_group, "resources"
-    )
+    resources: pulumi.Output[list[aws.eks.outputs.NodeGroupResource]] = node_group.resources
     return resources.apply(
         lambda rs: rs[0].autoscaling_groups[0].name or "" if rs and rs[0].autoscaling_groups else ""
     )
@@ -345,7 +339,7 @@ class EKSCluster(pulumi.ComponentResource):
         plans = plan_subnets(args.region, pools, args.networking)
         super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
         cluster_name = args.cluster_name or name
-        self._protect = args.protect
+        self._protect_stateful = args.protect
 
         provider = _aws_provider_in(opts) or aws.Provider(
             f"{name}-aws", region=args.region, opts=pulumi.ResourceOptions(parent=self)
@@ -698,7 +692,7 @@ class EKSCluster(pulumi.ComponentResource):
             parent=self,
             provider=self._provider,
             depends_on=list(depends_on) or None,
-            protect=self._protect if protect else None,
+            protect=self._protect_stateful if protect else None,
         )
 
     def _node_group(
@@ -757,9 +751,7 @@ class EKSCluster(pulumi.ComponentResource):
                 parent=self,
                 providers={"aws": provider},
                 depends_on=list(depends_on),
-                transforms=[
-                    ignore_scheduled_sizes if pool.capacity_block else ignore_desired_size
-                ],
+                transforms=[ignore_scheduled_sizes if pool.capacity_block else ignore_desired_size],
             ),
         )
         if pool.capacity_block is not None:

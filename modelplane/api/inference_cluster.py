@@ -29,7 +29,7 @@ IAM_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]
 def _kubernetes_version(value: str) -> str:
     match = re.fullmatch(r"1\.(\d+)", value)
     if match is None:
-        raise ValueError(f"{value!r} is not a Kubernetes minor version like \"1.35\"")
+        raise ValueError(f'{value!r} is not a Kubernetes minor version like "1.35"')
     if int(match.group(1)) < MIN_KUBERNETES_MINOR:
         raise ValueError(
             f"Kubernetes {value} is too old: modelplane's workloads use DRA "

@@ -1,0 +1,331 @@
+"""GKE and EKS correctness (issue 22): each test pins a rendered cloud resource that was wrong.
+
+Component graphs run under Pulumi's mock runtime (tests/pulumi_mocks.py); data sources answer
+with DEFAULT_CALLS there. Names carry gke/eks/cloud: `pytest -k "gke or eks or cloud"`.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+
+from components.cloud.eks import drain_time, schedule_time
+from components.inference_cluster import InferenceClusterComponent
+from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
+from modelplane.api.inference_cluster import InferenceCluster
+from tests.pulumi_mocks import CAPACITY_BLOCK_END, CAPACITY_BLOCK_START, MockRun
+from tests.test_components_cluster import (
+    EKS_CLASSES,
+    MNG,
+    NODE_POOL,
+    eks_cluster,
+    gke_class,
+    gke_cluster,
+    inference_cluster,
+    release,
+)
+
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+SUBNET = "aws:ec2/subnet:Subnet"
+SCHEDULE = "aws:autoscaling/schedule:Schedule"
+GPU_TAINT_GKE = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def _gke_run() -> MockRun:
+    run = MockRun()
+    run.run(
+        lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})
+    )
+    return run
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    """Kubernetes' toleration matching (key/operator/value/effect)."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("operator") == "Exists" and not t.get("key"):
+            return True
+        if t.get("key") != taint["key"]:
+            continue
+        if t.get("operator") == "Exists" or t.get("value") == taint["value"]:
+            return True
+    return False
+
+
+# --- GKE: the driver (item 1) and scale from zero (item 2) ---------------------------------
+
+
+def test_gke_dra_pools_get_no_gke_driver_and_the_cos_installer_runs_before_the_dra_driver():
+    run = _gke_run()
+    gpu = run.one(NODE_POOL, name="gke-central-gpu-h100")
+    [accelerator] = gpu.get("nodeConfig.guestAccelerators")
+    # GKE's DRA guide: automatic driver installation is not supported with DRA.
+    assert accelerator["gpuDriverInstallationConfig"] == {
+        "gpuDriverVersion": "INSTALLATION_DISABLED"
+    }
+
+    installer = run.one(DAEMONSET, name="gke-central-serving-nvidia-driver-installer")
+    upstream = yaml.safe_load(GKE_NVIDIA_DRIVER_INSTALLER.read_text())
+    assert installer.get("metadata.name") == "nvidia-driver-installer"
+    assert installer.get("metadata.namespace") == "kube-system"
+    assert installer.get("spec") == upstream["spec"]  # the vendored manifest, unmodified
+    pod = installer.get("spec.template.spec")
+    assert _tolerates(pod["tolerations"], GPU_TAINT_GKE)
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    # It runs exactly on GPU nodes whose driver GKE does not install.
+    assert {
+        ("cloud.google.com/gke-accelerator", "Exists"),
+        ("cloud.google.com/gke-gpu-driver-version", "DoesNotExist"),
+    } <= {(e["key"], e["operator"]) for e in term["matchExpressions"]}
+    installed_to = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+    dra = release(run, "nvidiaDraDriver")
+    assert installed_to["nvidia-install-dir-host"] == dra.get("values.nvidiaDriverRoot")
+    assert dra.depends_on(installer)
+    assert installer.provider and "gke-central-k8s" in installer.provider
+
+
+def test_cloud_eks_and_existing_clusters_get_no_cos_driver_installer():
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    assert not run.of_type(DAEMONSET)
+    assert release(run, "nvidiaDraDriver").get("values.nvidiaDriverRoot") == "/"
+
+
+def test_gke_dra_pools_carry_the_labels_the_autoscaler_needs_to_scale_up_from_zero():
+    run = _gke_run()
+    gpu = run.one(NODE_POOL, name="gke-central-gpu-h100")
+    assert gpu.get("autoscaling.totalMinNodeCount") == 0
+    labels = gpu.get("nodeConfig.labels")
+    assert labels["cloud.google.com/gke-nvidia-gpu-dra-driver"] == "true"
+    assert labels["nvidia.com/gpu.present"] == "true"
+    system = run.one(NODE_POOL, name="gke-central-system")
+    assert "cloud.google.com/gke-nvidia-gpu-dra-driver" not in system.get("nodeConfig.labels")
+
+
+def test_gke_system_node_zone_does_not_follow_the_pool_order():
+    def system_zones(pools: list[dict[str, Any]]) -> list[str]:
+        cluster = inference_cluster(
+            "gke-central",
+            {"source": "GKE", "gke": {"project": "acme-ml", "region": "us-central1"}},
+            pools,
+        )
+        run = MockRun()
+        run.run(
+            lambda: InferenceClusterComponent("gke-central", cluster, {"h100-gke": gke_class()})
+        )
+        return run.one(NODE_POOL, name="gke-central-system").inputs["nodeLocations"]
+
+    b = {"name": "gpu-b", "className": "h100-gke", "maxNodeCount": 2, "zones": ["us-central1-b"]}
+    c = {"name": "gpu-c", "className": "h100-gke", "maxNodeCount": 2, "zones": ["us-central1-c"]}
+    assert system_zones([c, b]) == system_zones([b, c]) == ["us-central1-b"]
+    assert system_zones([b, c, {**c, "name": "gpu-f", "zones": ["us-central1-f"]}]) == [
+        "us-central1-b"
+    ]
+
+
+# --- EKS: scale from zero (item 3) and Capacity Blocks (item 7) ----------------------------
+
+
+def test_eks_dra_node_groups_never_go_below_one_node():
+    unset = inference_cluster(
+        "eks-west",
+        {"source": "EKS", "eks": {"region": "us-west-2"}},
+        [{"name": "gpu-a10g", "className": "a10g", "maxNodeCount": 4, "zones": ["us-west-2b"]}],
+    )
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", unset, EKS_CLASSES))
+    group = run.one(MNG, name="eks-west-gpu-a10g")
+    assert group.inputs["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 4}
+
+
+def test_eks_capacity_block_group_starts_at_zero_and_is_scheduled_to_the_block():
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    group = run.one(MNG, name="eks-west-gpu-h100")
+    assert group.get("scalingConfig.desiredSize") == 0
+    assert group.get("scalingConfig.minSize") == 0
+
+    lookups = [
+        c.args for c in run.mocks.calls if c.token.startswith("aws:ec2/getCapacityBlockReservation")
+    ]
+    assert [a["id"] for a in lookups] == ["cr-0123456789abcdef0"]
+    schedules = {s.inputs["scheduledActionName"]: s for s in run.of_type(SCHEDULE)}
+    assert set(schedules) == {"modelplane-gpu-h100-block-start", "modelplane-gpu-h100-block-end"}
+    start = schedules["modelplane-gpu-h100-block-start"]
+    end = schedules["modelplane-gpu-h100-block-end"]
+    for s in (start, end):
+        assert s.inputs["autoscalingGroupName"] == "eks-eks-west-gpu-h100-asg"
+        assert s.inputs["maxSize"] == -1  # leaves maxNodeCount alone
+        assert s.depends_on(group)
+    # While the block is active the group holds the whole block (nodeCount 1 here): the
+    # autoscaler cannot remove a paid-for node, and the group is at 0 outside the block.
+    assert start.inputs["startTime"] == CAPACITY_BLOCK_START
+    assert (start.inputs["minSize"], start.inputs["desiredCapacity"]) == (1, 1)
+    assert "startTime" in start.ignore_changes
+    assert end.inputs["startTime"] == drain_time(CAPACITY_BLOCK_END) == "2026-12-15T10:50:00Z"
+    assert (end.inputs["minSize"], end.inputs["desiredCapacity"]) == (0, 0)
+    # The on-demand group has no schedule.
+    assert all("a10g" not in s.name for s in run.of_type(SCHEDULE))
+
+
+def test_eks_capacity_block_schedule_times():
+    now = datetime(2026, 12, 5, 8, 0, tzinfo=UTC)
+    assert schedule_time("2026-12-06T11:30:00Z", now) == "2026-12-06T11:30:00Z"
+    # An active block (start in the past): two minutes from now, Auto Scaling refuses the past.
+    assert schedule_time("2026-12-01T11:30:00Z", now) == "2026-12-05T08:02:00Z"
+    assert drain_time("2026-12-15T11:30:00+00:00") == "2026-12-15T10:50:00Z"
+
+
+# --- EKS: stable subnets (item 4) ------------------------------------------------------------
+
+
+def _subnets(pools: list[dict[str, Any]], blocks: list[str] | None = None) -> dict[str, Any]:
+    eks: dict[str, Any] = {"region": "us-west-2"}
+    if blocks is not None:
+        eks["networking"] = {"vpcCidr": "10.0.0.0/16", "subnetCidrs": blocks}
+    cluster = inference_cluster("eks-west", {"source": "EKS", "eks": eks}, pools)
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", cluster, EKS_CLASSES))
+    return {
+        s.name: (s.inputs["availabilityZone"], s.inputs["cidrBlock"]) for s in run.of_type(SUBNET)
+    }
+
+
+def test_eks_adding_a_pool_in_a_new_zone_changes_no_existing_subnet():
+    pool_b = {"name": "gpu-b", "className": "a10g", "maxNodeCount": 2, "zones": ["us-west-2b"]}
+    pool_a = {**pool_b, "name": "gpu-a", "zones": ["us-west-2a"]}
+    pool_c = {**pool_b, "name": "gpu-c", "zones": ["us-west-2c"]}
+    before = _subnets([pool_b])
+    assert len(before) == 6
+    # A pool in a new zone, put first: the old code re-mapped every block.
+    after = _subnets([pool_a, pool_b, pool_c])
+    assert after == before
+    assert after["eks-west-private-us-west-2b"] == ("us-west-2b", "10.0.24.0/21")
+
+    # A fourth zone takes an appended block; the first three subnets pairs stay as they were.
+    blocks = ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20"]
+    three = _subnets([pool_b], blocks)
+    pool_d = {**pool_b, "name": "gpu-d", "zones": ["us-west-2d"]}
+    four = _subnets([pool_d, pool_b], [*blocks, "10.0.48.0/20"])
+    assert {k: v for k, v in four.items() if k in three} == three
+    assert set(four) - set(three) == {"eks-west-public-us-west-2d", "eks-west-private-us-west-2d"}
+    assert four["eks-west-private-us-west-2d"] == ("us-west-2d", "10.0.56.0/21")
+
+
+def test_eks_explicit_block_zones_are_used_instead_of_letters():
+    cluster = inference_cluster(
+        "eks-tokyo",
+        {
+            "source": "EKS",
+            "eks": {
+                "region": "ap-northeast-1",
+                "networking": {
+                    "subnetCidrs": ["10.0.0.0/20", "10.0.16.0/20"],
+                    "zones": ["ap-northeast-1a", "ap-northeast-1c"],
+                },
+            },
+        },
+        [{"name": "gpu", "className": "a10g", "maxNodeCount": 2, "zones": ["ap-northeast-1c"]}],
+    )
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-tokyo", cluster, EKS_CLASSES))
+    zones = sorted({s.inputs["availabilityZone"] for s in run.of_type(SUBNET)})
+    assert zones == ["ap-northeast-1a", "ap-northeast-1c"]
+
+
+# --- EKS: access, endpoint, upgrade policy, add-ons (items 8, 11) -----------------------------
+
+
+def _eks_with(**eks: Any) -> MockRun:
+    cluster = inference_cluster(
+        "eks-west",
+        {"source": "EKS", "eks": {"region": "us-west-2", **eks}},
+        [{"name": "gpu-a10g", "className": "a10g", "maxNodeCount": 2, "zones": ["us-west-2b"]}],
+    )
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", cluster, EKS_CLASSES))
+    return run
+
+
+def test_eks_admin_principals_get_cluster_admin_access_entries():
+    arns = [
+        "arn:aws:iam::123456789012:role/platform-admin",
+        "arn:aws:iam::123456789012:role/ci-deployer",
+    ]
+    cluster = _eks_with(adminPrincipals=arns).one("eks:index:Cluster")
+    entries = cluster.inputs["accessEntries"]
+    assert [entries[k]["principalArn"] for k in sorted(entries)] == arns
+    for entry in entries.values():
+        policy = entry["accessPolicies"]["cluster-admin"]
+        assert policy["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+        assert policy["accessScope"] == {"type": "cluster"}
+    assert (
+        "accessEntries" not in _eks_with().one("eks:index:Cluster").inputs
+        or not (_eks_with().one("eks:index:Cluster").inputs["accessEntries"])
+    )
+
+
+def test_eks_endpoint_cidrs_upgrade_policy_and_pinned_addons():
+    run = _eks_with(publicAccessCidrs=["203.0.113.0/24"], kubernetesVersion="1.35")
+    cluster = run.one("eks:index:Cluster")
+    assert cluster.inputs["publicAccessCidrs"] == ["203.0.113.0/24"]
+    assert cluster.inputs["upgradePolicy"] == {"supportType": "STANDARD"}
+    assert _eks_with().one("eks:index:Cluster").inputs["publicAccessCidrs"] == ["0.0.0.0/0"]
+    addons = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
+    assert set(addons) == {
+        "vpc-cni",
+        "kube-proxy",
+        "eks-pod-identity-agent",
+        "coredns",
+        "aws-efs-csi-driver",
+    }
+    for name, addon in addons.items():
+        # The default version EKS gives this add-on on the cluster's Kubernetes version.
+        assert addon.inputs["addonVersion"] == f"{name}-for-1.35"
+    asked = [
+        c.args for c in run.mocks.calls if c.token == "aws:eks/getAddonVersion:getAddonVersion"
+    ]
+    assert all(a["kubernetesVersion"] == "1.35" and not a.get("mostRecent") for a in asked)
+
+
+# --- protection (item 10) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protect", [True, False])
+def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
+    gke_spec = gke_cluster().model_dump(by_alias=True, exclude_none=True)
+    gke_spec["spec"]["cluster"]["gke"]["protect"] = protect
+    run = MockRun()
+    run.run(
+        lambda: InferenceClusterComponent(
+            "gke-central", InferenceCluster.model_validate(gke_spec), {"h100-gke": gke_class()}
+        )
+    )
+    cluster = run.one("gcp:container/cluster:Cluster")
+    assert cluster.inputs["deletionProtection"] is protect
+    for typ in (
+        "gcp:container/cluster:Cluster",
+        "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork",
+    ):
+        assert run.one(typ).protect is protect, typ
+    assert run.one(NODE_POOL, name="gke-central-gpu-h100").protect is False
+
+    eks_spec = copy.deepcopy(eks_cluster().model_dump(by_alias=True, exclude_none=True))
+    eks_spec["spec"]["cluster"]["eks"]["protect"] = protect
+    run = MockRun()
+    run.run(
+        lambda: InferenceClusterComponent(
+            "eks-west", InferenceCluster.model_validate(eks_spec), EKS_CLASSES
+        )
+    )
+    for typ in ("eks:index:Cluster", "aws:ec2/vpc:Vpc", "aws:efs/fileSystem:FileSystem"):
+        assert run.one(typ).protect is protect, typ
+    assert all(not g.protect for g in run.of_type(MNG))
