@@ -7,15 +7,26 @@ with DEFAULT_CALLS there. Names carry gke/eks/cloud: `pytest -k "gke or eks or c
 from __future__ import annotations
 
 import copy
+import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
 from components.cloud.eks import drain_time, schedule_time
 from components.inference_cluster import InferenceClusterComponent
 from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
+from components.model_cache import (
+    HYDRATE_SCRIPT,
+    MARKER,
+    MOUNT,
+    ModelCacheComponent,
+    hydrated_marker,
+)
+from components.workload.pods import cache_wait_container
 from modelplane.api.inference_cluster import InferenceCluster
 from tests.pulumi_mocks import CAPACITY_BLOCK_END, CAPACITY_BLOCK_START, MockRun
 from tests.test_components_cluster import (
@@ -28,6 +39,7 @@ from tests.test_components_cluster import (
     inference_cluster,
     release,
 )
+from tests.test_components_workload import CACHE, CODER, deploy, env_of, target
 
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -329,3 +341,77 @@ def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
     for typ in ("eks:index:Cluster", "aws:ec2/vpc:Vpc", "aws:efs/fileSystem:FileSystem"):
         assert run.one(typ).protect is protect, typ
     assert all(not g.protect for g in run.of_type(MNG))
+
+
+# --- ModelCache on the clouds (item 6) ---------------------------------------------------------
+
+
+def _hydrate(tmp_path: Path, mount: Path, revision: str) -> str:
+    """Run the hydration Job's script with stand-ins for pip and hf (which log their calls)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("pip", "hf"):
+        stub = bin_dir / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls"\n')
+        stub.chmod(0o755)
+    script = HYDRATE_SCRIPT.replace(MOUNT, str(mount))
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "MODELPLANE_REPO": "Qwen/Qwen3-Coder",
+        "MODELPLANE_REVISION": revision,
+    }
+    subprocess.run(["/bin/sh", "-c", script], env=env, check=True, timeout=30)
+    calls = tmp_path / "calls"
+    text = calls.read_text() if calls.exists() else ""
+    calls.unlink(missing_ok=True)
+    return text
+
+
+def test_cloud_cache_rehydrates_when_the_revision_changes(tmp_path):
+    mount = tmp_path / "models"
+    mount.mkdir()
+    first = _hydrate(tmp_path, mount, "v1")
+    assert "hf download Qwen/Qwen3-Coder --revision v1" in first
+    assert (mount / MARKER).read_text() == "Qwen/Qwen3-Coder@v1"
+    assert _hydrate(tmp_path, mount, "v1") == ""  # same weights: nothing to do
+    # A revision bump downloads again (the old script saw a marker and kept the old weights).
+    assert "--revision v2" in _hydrate(tmp_path, mount, "v2")
+    assert (mount / MARKER).read_text() == "Qwen/Qwen3-Coder@v2"
+
+
+def test_cloud_cache_pvc_is_not_awaited_and_replicas_wait_for_hydration():
+    cache = CACHE  # Qwen/Qwen3-Coder-480B-A35B-Instruct at revision v1
+    run = MockRun()
+
+    def program() -> ModelCacheComponent:
+        provider = k8s.Provider("west-k8s", kubeconfig="kubeconfig-for-tests")
+        return ModelCacheComponent("coder", cache, {"west": target(provider)})
+
+    run.run(program)
+    pvc = run.one("kubernetes:core/v1:PersistentVolumeClaim")
+    # Filestore provisioning outlasts pulumi-kubernetes' wait for Bound.
+    assert pvc.get("metadata.annotations") == {"pulumi.com/skipAwait": "true"}
+
+    run, _ = deploy(CODER, {"unified": "h200"}, cache=cache)
+    lws = run.one("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+    for template in ("leaderTemplate", "workerTemplate"):
+        pod = lws.get(f"spec.leaderWorkerTemplate.{template}.spec")
+        wait = pod["initContainers"][0]
+        assert wait["name"] == "wait-for-model-cache"
+        assert env_of(wait) == {"MODELPLANE_CACHE_READY": hydrated_marker(cache)}
+        assert hydrated_marker(cache) == "Qwen/Qwen3-Coder-480B-A35B-Instruct@v1"
+        assert wait["volumeMounts"] == [
+            {"name": "model-cache", "mountPath": MOUNT, "readOnly": True}
+        ]
+
+
+def test_cloud_cache_wait_container_returns_once_the_marker_matches(tmp_path):
+    wait = cache_wait_container("org/model@v2")
+    script = wait["command"][-1].replace(MOUNT, str(tmp_path)).replace("sleep 15", "sleep 0.1")
+    env = {"PATH": "/usr/bin:/bin", "MODELPLANE_CACHE_READY": "org/model@v2"}
+    (tmp_path / MARKER).write_text("org/model@v1")
+    waiting = subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.DEVNULL)
+    with pytest.raises(subprocess.TimeoutExpired):
+        waiting.wait(timeout=1)  # the old revision's marker: still waiting
+    (tmp_path / MARKER).write_text("org/model@v2")
+    assert waiting.wait(timeout=10) == 0

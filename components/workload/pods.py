@@ -53,6 +53,8 @@ class PodContext:
     role: Role
     claim_template: str | None = None
     cache_claim: str | None = None
+    # `repo@revision` the cache's marker holds once hydrated: pods wait for it (init container).
+    cache_ready: str | None = None
     # Extended resources (device plugins) each pod requests, e.g. {"vpc.amazonaws.com/efa": 16}.
     extended: Mapping[str, int] = field(default_factory=dict)
     # Labels of serving pods only (prefill/decode: the llm-d role labels the EPP filters on).
@@ -194,6 +196,27 @@ def engine_container(
     return body
 
 
+CACHE_WAIT_IMAGE = "python:3.12-slim"  # the hydration Job's image: one pull per node
+CACHE_MARKER = ".modelplane-hydrated"  # written by the cache's hydration Job
+
+
+def cache_wait_container(ready: str) -> dict[str, Any]:
+    """Waits until the model cache's marker names `ready` (`repo@revision`)."""
+    marker = f"{CACHE_MOUNT}/{CACHE_MARKER}"
+    script = (
+        f'until [ "$(cat {marker} 2>/dev/null || true)" = "$MODELPLANE_CACHE_READY" ]; do '
+        'echo "waiting for the model cache to hold $MODELPLANE_CACHE_READY"; sleep 15; done'
+    )
+    return {
+        "name": "wait-for-model-cache",
+        "image": CACHE_WAIT_IMAGE,
+        "command": ["/bin/sh", "-c", script],
+        "env": [{"name": "MODELPLANE_CACHE_READY", "value": ready}],
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }
+
+
 def pod_template(
     ctx: PodContext,
     position: Position,
@@ -234,8 +257,11 @@ def pod_template(
         pod["serviceAccountName"] = spec.service_account_name
     if spec.termination_grace_period_seconds is not None:
         pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
-    if spec.init_containers:
-        pod["initContainers"] = [dump(c) for c in spec.init_containers]
+    init = [dump(c) for c in spec.init_containers]
+    if ctx.cache_claim is not None and ctx.cache_ready is not None:
+        init.insert(0, cache_wait_container(ctx.cache_ready))
+    if init:
+        pod["initContainers"] = init
     pod["containers"] = containers
     pod["volumes"] = volumes
     template_meta: dict[str, Any] = {"labels": pod_labels(ctx, position)}
