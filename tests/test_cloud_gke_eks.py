@@ -415,3 +415,37 @@ def test_cloud_cache_wait_container_returns_once_the_marker_matches(tmp_path):
         waiting.wait(timeout=1)  # the old revision's marker: still waiting
     (tmp_path / MARKER).write_text("org/model@v2")
     assert waiting.wait(timeout=10) == 0
+
+
+# --- example classes declare what the DRA driver publishes (item 5) ---------------------------
+
+NVML_MEMORY_MIB = {
+    # NVML's total memory (nvidia-smi's "MiB" figure), which the NVIDIA DRA driver publishes as
+    # the device's `memory` capacity: less than the marketing size.
+    "NVIDIA L4": 23034,
+    "NVIDIA L40S": 46068,
+    "NVIDIA A100-SXM4-80GB": 81920,
+    "NVIDIA H100 80GB HBM3": 81559,
+    "NVIDIA H200": 143771,
+}
+
+
+@pytest.mark.parametrize("fleet", ["quickstart", "multicloud", "frontier"])
+def test_cloud_example_classes_declare_the_gpu_memory_the_driver_publishes(fleet):
+    from modelplane.api.loader import load_fleet
+    from modelplane.cel.quantity import parse_quantity
+
+    result = load_fleet(Path(__file__).resolve().parent.parent / "specs" / fleet)
+    assert not result.errors
+    checked = 0
+    for cls in result.fleet.classes.values():
+        for device in cls.spec.devices:
+            product = device.attributes.get("productName")
+            if device.driver != "gpu.nvidia.com" or product is None:
+                continue
+            declared = parse_quantity(device.capacity["memory"].value)
+            assert declared == parse_quantity(f"{NVML_MEMORY_MIB[product.string]}Mi"), (
+                f"{fleet}: class {cls.metadata.name} declares {device.capacity['memory'].value}"
+            )
+            checked += 1
+    assert checked
