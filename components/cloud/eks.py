@@ -304,16 +304,14 @@ def drain_time(end: str) -> str:
     return (_utc(end) - CAPACITY_BLOCK_DRAIN).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _asg_name(node_group: object) -> pulumi.Input[str]:
-    """The Auto Scaling group of an ``aws.eks.NodeGroup`` (resource, or its plain dict)."""
-    if isinstance(node_group, dict):
-        resources = node_group.get("resources") or []
-        groups = (resources[0].get("autoscalingGroups") or []) if resources else []
-        return str(groups[0]["name"]) if groups else ""
-    resources: pulumi.Output[list[aws.eks.outputs.NodeGroupResource]] = node_group.resources
-    return resources.apply(
-        lambda rs: rs[0].autoscaling_groups[0].name or "" if rs and rs[0].autoscaling_groups else ""
-    )
+def _asg_name(node_group: aws.eks.NodeGroup) -> pulumi.Output[str]:
+    """The Auto Scaling group EKS created for a managed node group."""
+
+    def first(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+        groups = resources[0].autoscaling_groups if resources else None
+        return (groups[0].name or "") if groups else ""
+
+    return node_group.resources.apply(first)
 
 
 class EKSCluster(pulumi.ComponentResource):
@@ -774,7 +772,7 @@ class EKSCluster(pulumi.ComponentResource):
         block = aws.ec2.get_capacity_block_reservation_output(
             id=reservation, opts=pulumi.InvokeOutputOptions(provider=provider, parent=self)
         )
-        asg = group.node_group.apply(_asg_name)
+        asg: pulumi.Output[str] = group.node_group.apply(_asg_name)
         self.capacity_block_schedules[pool.name] = [
             aws.autoscaling.Schedule(
                 f"{name}-{pool.name}-{reservation}-start",
