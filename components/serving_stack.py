@@ -196,10 +196,15 @@ def chart_values(key: str, *, nvidia_driver_root: str = "/") -> dict[str, Any]:
 
 
 def gke_driver_installer_manifest() -> dict[str, Any]:
-    """Google's COS NVIDIA driver installer DaemonSet (the vendored upstream manifest)."""
+    """Google's COS NVIDIA driver installer DaemonSet: the vendored upstream manifest, with
+    modelplane's recommended labels added."""
     manifest = yaml.safe_load(GKE_NVIDIA_DRIVER_INSTALLER.read_text())
     if not isinstance(manifest, dict) or manifest.get("kind") != "DaemonSet":
         raise ValueError(f"{GKE_NVIDIA_DRIVER_INSTALLER}: not a DaemonSet manifest")
+    # Plus modelplane's recommended labels (object and pod template; never the selector).
+    ours = app_labels("nvidia-driver-installer", "nvidia-driver-installer", "gpu-driver")
+    for meta in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
+        meta["labels"] = {**meta.get("labels", {}), **ours}
     return manifest
 
 

@@ -39,7 +39,7 @@ from tests.test_components_cluster import (
     inference_cluster,
     release,
 )
-from tests.test_components_workload import CACHE, CODER, deploy, env_of, target
+from tests.test_components_workload import CACHE, CODER, deploy, engine, env_of, target
 
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -85,7 +85,13 @@ def test_gke_dra_pools_get_no_gke_driver_and_the_cos_installer_runs_before_the_d
     upstream = yaml.safe_load(GKE_NVIDIA_DRIVER_INSTALLER.read_text())
     assert installer.get("metadata.name") == "nvidia-driver-installer"
     assert installer.get("metadata.namespace") == "kube-system"
-    assert installer.get("spec") == upstream["spec"]  # the vendored manifest, unmodified
+    # The vendored manifest, unmodified but for modelplane's recommended labels.
+    spec = installer.get("spec")
+    labels = spec["template"]["metadata"].pop("labels")
+    assert labels["k8s-app"] == "nvidia-driver-installer"
+    assert labels["app.kubernetes.io/part-of"] == "modelplane"
+    upstream["spec"]["template"]["metadata"].pop("labels")
+    assert spec == upstream["spec"]
     pod = installer.get("spec.template.spec")
     assert _tolerates(pod["tolerations"], GPU_TAINT_GKE)
     [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
@@ -449,3 +455,20 @@ def test_cloud_example_classes_declare_the_gpu_memory_the_driver_publishes(fleet
             )
             checked += 1
     assert checked
+
+
+# --- engines: startup and liveness beside readiness (item 11) ----------------------------------
+
+
+def test_cloud_serving_engines_get_startup_and_liveness_probes():
+    run, _ = deploy(CODER, {"unified": "h200"}, cache=CACHE)
+    lws = run.one("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+    leader = engine(lws.get("spec.leaderWorkerTemplate.leaderTemplate.spec"))
+    health = leader["readinessProbe"]["httpGet"]
+    assert leader["startupProbe"]["httpGet"] == leader["livenessProbe"]["httpGet"] == health
+    # An hour to load weights before liveness takes over; a hung engine is then restarted.
+    startup = leader["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 3600
+    assert leader["livenessProbe"]["failureThreshold"] >= 3
+    worker = engine(lws.get("spec.leaderWorkerTemplate.workerTemplate.spec"))
+    assert not {"readinessProbe", "startupProbe", "livenessProbe"} & set(worker)

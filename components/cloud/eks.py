@@ -304,8 +304,11 @@ def drain_time(end: str) -> str:
     return (_utc(end) - CAPACITY_BLOCK_DRAIN).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _asg_name(node_group: aws.eks.NodeGroup) -> pulumi.Output[str]:
-    """The Auto Scaling group EKS created for a managed node group."""
+def _asg_name(node_group: aws.eks.NodeGroup | None) -> pulumi.Output[str]:
+    """The Auto Scaling group EKS created for a managed node group ("" when unknown, as in an
+    offline render)."""
+    if node_group is None:
+        return pulumi.Output.from_input("")
 
     def first(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
         groups = resources[0].autoscaling_groups if resources else None
@@ -778,7 +781,7 @@ class EKSCluster(pulumi.ComponentResource):
                 f"{name}-{pool.name}-{reservation}-start",
                 autoscaling_group_name=asg,
                 scheduled_action_name=f"modelplane-{pool.name}-block-start",
-                start_time=block.start_date.apply(schedule_time),
+                start_time=block.start_date.apply(lambda d: schedule_time(d) if d else None),
                 min_size=pool.node_count,
                 desired_capacity=pool.node_count,
                 max_size=-1,
@@ -792,7 +795,7 @@ class EKSCluster(pulumi.ComponentResource):
                 f"{name}-{pool.name}-{reservation}-end",
                 autoscaling_group_name=asg,
                 scheduled_action_name=f"modelplane-{pool.name}-block-end",
-                start_time=block.end_date.apply(drain_time),
+                start_time=block.end_date.apply(lambda d: drain_time(d) if d else None),
                 min_size=0,
                 desired_capacity=0,
                 max_size=-1,

@@ -39,6 +39,10 @@ CACHE_VOLUME = "model-cache"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 READINESS = {"initialDelaySeconds": 30, "periodSeconds": 10, "timeoutSeconds": 5}
+# Loading weights takes minutes to tens of minutes: the startup probe allows an hour, then the
+# liveness probe restarts an engine that stops answering (a hung engine was never restarted).
+STARTUP = {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 360}
+LIVENESS = {"periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4}
 
 Position = Literal["single", "leader", "worker"]
 
@@ -172,8 +176,13 @@ def engine_container(
     port = port or engine_port(engine)
     if serving and not engine.ports:
         body["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    health = {"httpGet": {"path": "/health", "port": port}}
     if serving and engine.readiness_probe is None:
-        body["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, **READINESS}
+        body["readinessProbe"] = {**health, **READINESS}
+    if serving and engine.startup_probe is None:
+        body["startupProbe"] = {**health, **STARTUP}
+    if serving and engine.liveness_probe is None:
+        body["livenessProbe"] = {**health, **LIVENESS}
     resources = body.pop("resources", {})
     requests = dict(resources.get("requests", {}))
     requests.update(cpu=ctx.role.workers.resources.cpu, memory=ctx.role.workers.resources.memory)
