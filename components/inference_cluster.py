@@ -167,6 +167,7 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
             vpc_cidr=source.networking.vpc_cidr,
             subnet_cidrs=tuple(source.networking.subnet_cidrs),
             zones=tuple(source.networking.zones),
+            nat_gateways=source.networking.nat_gateways,
         ),
         cluster_name=cluster.metadata.name,
         admin_principal_arns=tuple(source.admin_principals),

@@ -472,3 +472,35 @@ def test_cloud_serving_engines_get_startup_and_liveness_probes():
     assert leader["livenessProbe"]["failureThreshold"] >= 3
     worker = engine(lws.get("spec.leaderWorkerTemplate.workerTemplate.spec"))
     assert not {"readinessProbe", "startupProbe", "livenessProbe"} & set(worker)
+
+
+def test_eks_nat_gateway_per_zone_routes_each_private_subnet_through_its_own():
+    def routes(nat_gateways: str | None) -> tuple[MockRun, dict[str, str]]:
+        networking = {"natGateways": nat_gateways} if nat_gateways else {}
+        run = _eks_with(networking=networking)
+        tables = {t.id: t for t in run.of_type("aws:ec2/routeTable:RouteTable")}
+        nats = {n.id: n for n in run.of_type("aws:ec2/natGateway:NatGateway")}
+        zone_of = {s.id: s.inputs["availabilityZone"] for s in run.of_type(SUBNET)}
+        through: dict[str, str] = {}
+        for assoc in run.of_type("aws:ec2/routeTableAssociation:RouteTableAssociation"):
+            table = tables[assoc.inputs["routeTableId"]]
+            nat_id = table.get("routes.0.natGatewayId")
+            if nat_id:
+                through[zone_of[assoc.inputs["subnetId"]]] = zone_of[
+                    nats[nat_id].inputs["subnetId"]
+                ]
+        return run, through
+
+    run, single = routes(None)
+    assert single == dict.fromkeys(["us-west-2a", "us-west-2b", "us-west-2c"], "us-west-2a")
+    assert len(run.of_type("aws:ec2/natGateway:NatGateway")) == 1
+    run, per_zone = routes("PerZone")
+    assert per_zone == {z: z for z in ("us-west-2a", "us-west-2b", "us-west-2c")}
+    cluster = run.one("eks:index:Cluster")
+    assert all(cluster.depends_on(n) for n in run.of_type("aws:ec2/natGateway:NatGateway"))
+    # The first zone keeps the single-NAT names: switching adds gateways, replaces none.
+    assert {n.name for n in run.of_type("aws:ec2/natGateway:NatGateway")} == {
+        "eks-west-nat",
+        "eks-west-nat-us-west-2b",
+        "eks-west-nat-us-west-2c",
+    }

@@ -14,7 +14,7 @@ fail on the CIDR conflict and replace node groups and EFS mount targets); new zo
 appended blocks. A pool zone without a block is an error. Each block is halved: the lower
 half is the public subnet (NAT gateway, internet-facing load balancers), the upper half the
 private subnet (nodes and pods). One NAT gateway (in the first block's public subnet) serves
-every private subnet.
+every private subnet, or (``natGateways: PerZone``) one NAT gateway per zone.
 
 Add-ons are explicit ``aws.eks.Addon`` resources (pulumi-eks's own are switched off, and
 self-managed bootstrap add-ons too): vpc-cni and kube-proxy before any node group, coredns and
@@ -121,6 +121,7 @@ class EKSNetworking:
     subnet_cidrs: tuple[str, ...] = ("10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20")
     zones: tuple[str, ...] = ()
     """The zone of each block, by position (default ``<region>a``, ``<region>b``, ...)."""
+    nat_gateways: Literal["Single", "PerZone"] = "Single"
 
 
 @dataclass(frozen=True)
@@ -395,26 +396,36 @@ class EKSCluster(pulumi.ComponentResource):
                 )
             )
             self.public_subnets[plan.zone] = public
-        nat_ip = aws.ec2.Eip(
-            f"{name}-nat",
-            domain="vpc",
-            tags={**tags, "Name": f"{cluster_name}-nat"},
-            opts=self._opts(depends_on=[igw]),
-        )
-        nat = aws.ec2.NatGateway(
-            f"{name}-nat",
-            allocation_id=nat_ip.id,
-            subnet_id=self.public_subnets[plans[0].zone].id,
-            tags={**tags, "Name": f"{cluster_name}-nat"},
-            opts=self._opts(depends_on=[igw]),
-        )
-        private_rt = aws.ec2.RouteTable(
-            f"{name}-private",
-            vpc_id=vpc.id,
-            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
-            tags={**tags, "Name": f"{cluster_name}-private"},
-            opts=self._opts(),
-        )
+        # One NAT gateway in the first block's public subnet, or (natGateways: PerZone) one per
+        # zone, each zone's private subnet routed through its own: no single point of failure
+        # for node egress, no cross-zone traffic. The first zone keeps the single-NAT names, so
+        # switching to PerZone adds gateways and replaces no route.
+        per_zone = args.networking.nat_gateways == "PerZone"
+        nats: dict[str, aws.ec2.NatGateway] = {}
+        private_tables: dict[str, aws.ec2.RouteTable] = {}
+        for i, plan in enumerate(plans if per_zone else plans[:1]):
+            suffix = "" if i == 0 else f"-{plan.zone}"
+            nat_ip = aws.ec2.Eip(
+                f"{name}-nat{suffix}",
+                domain="vpc",
+                tags={**tags, "Name": f"{cluster_name}-nat{suffix}"},
+                opts=self._opts(depends_on=[igw]),
+            )
+            nats[plan.zone] = aws.ec2.NatGateway(
+                f"{name}-nat{suffix}",
+                allocation_id=nat_ip.id,
+                subnet_id=self.public_subnets[plan.zone].id,
+                tags={**tags, "Name": f"{cluster_name}-nat{suffix}"},
+                opts=self._opts(depends_on=[igw]),
+            )
+            private_tables[plan.zone] = aws.ec2.RouteTable(
+                f"{name}-private{suffix}",
+                vpc_id=vpc.id,
+                routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nats[plan.zone].id}],
+                tags={**tags, "Name": f"{cluster_name}-private{suffix}"},
+                opts=self._opts(),
+            )
+        first_table = private_tables[plans[0].zone]
         for plan in plans:
             private = aws.ec2.Subnet(
                 f"{name}-private-{plan.zone}",
@@ -434,7 +445,7 @@ class EKSCluster(pulumi.ComponentResource):
                 aws.ec2.RouteTableAssociation(
                     f"{name}-private-{plan.zone}",
                     subnet_id=private.id,
-                    route_table_id=private_rt.id,
+                    route_table_id=private_tables.get(plan.zone, first_table).id,
                     opts=self._opts(),
                 )
             )
@@ -528,7 +539,7 @@ class EKSCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 providers={"aws": provider},
-                depends_on=[nat, *associations],
+                depends_on=[*nats.values(), *associations],
                 protect=args.protect,
             ),
         )

@@ -99,6 +99,8 @@ class EKSNetworking(Strict):
     zones: list[str] = Field(default_factory=list, max_length=6)
     """The Availability Zone of each subnetCidrs block, in the same order (default:
     `<region>a`, `<region>b`, ...). Set it where those letters are not the zones to use."""
+    nat_gateways: Literal["Single", "PerZone"] = "Single"
+    """Single (default): one NAT gateway for every private subnet; PerZone: one per zone."""
 
     @model_validator(mode="after")
     def _subnets_inside_vpc(self) -> EKSNetworking:
