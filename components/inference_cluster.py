@@ -116,6 +116,8 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
                     accelerator_count=recipe.accelerator.count,
                 ),
                 zones=tuple(pool.zones),
+                disk_type=recipe.disk_type,
+                reservation=recipe.reservation,
             )
         )
     net = source.networking

@@ -36,6 +36,7 @@ from tests.test_components_cluster import (
     eks_cluster,
     gke_class,
     gke_cluster,
+    gpu_class,
     inference_cluster,
     release,
 )
@@ -504,3 +505,29 @@ def test_eks_nat_gateway_per_zone_routes_each_private_subnet_through_its_own():
         "eks-west-nat-us-west-2b",
         "eks-west-nat-us-west-2c",
     }
+
+
+def test_gke_boot_disk_type_and_specific_reservation_reach_the_node_pool():
+    recipe = {
+        "provider": "GKE",
+        "gke": {
+            "machineType": "a3-ultragpu-8g",
+            "diskType": "hyperdisk-balanced",
+            "reservation": "projects/acme-ml/reservations/h200-block",
+            "accelerator": {"type": "nvidia-h200-141gb", "count": 8},
+        },
+    }
+    cls = gpu_class("h100-gke", recipe)
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": cls}))
+    gpu = run.one(NODE_POOL, name="gke-central-gpu-h100")
+    assert gpu.get("nodeConfig.diskType") == "hyperdisk-balanced"
+    assert gpu.get("nodeConfig.reservationAffinity") == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["projects/acme-ml/reservations/h200-block"],
+    }
+    plain = _gke_run().one(NODE_POOL, name="gke-central-gpu-h100")
+    assert "diskType" not in plain.get("nodeConfig") and "reservationAffinity" not in plain.get(
+        "nodeConfig"
+    )

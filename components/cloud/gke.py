@@ -66,6 +66,10 @@ class GKENodePool:
     max_node_count: int = 8
     gpu: GKEGpu | None = None
     zones: tuple[str, ...] = ()
+    disk_type: str | None = None
+    """Boot disk type (None: GKE's default)."""
+    reservation: str | None = None
+    """A specific reservation the nodes consume (name or projects/<p>/reservations/<name>)."""
 
     def __post_init__(self) -> None:
         if self.role == "GPU" and (self.gpu is None or not self.zones):
@@ -321,6 +325,16 @@ class GKECluster(pulumi.ComponentResource):
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.disk_size_gb,
+                disk_type=pool.disk_type,
+                reservation_affinity=(
+                    gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                        consume_reservation_type="SPECIFIC_RESERVATION",
+                        key="compute.googleapis.com/reservation-name",
+                        values=[pool.reservation],
+                    )
+                    if pool.reservation
+                    else None
+                ),
                 image_type="COS_CONTAINERD",
                 labels=labels,
                 taints=taints or None,
