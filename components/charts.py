@@ -76,6 +76,15 @@ _PINS = (
 
 CHARTS: Mapping[str, Chart] = {pin[0]: Chart(*pin) for pin in _PINS}
 
+CLUSTER_AUTOSCALER_IMAGES: Mapping[str, str] = {
+    # Kubernetes minor -> the newest cluster-autoscaler patch release of that minor (tags
+    # cluster-autoscaler-<version> of kubernetes/autoscaler, as of 2026-08). Cluster-autoscaler
+    # supports only the Kubernetes minor it was built for; chart 9.59.0 defaults to v1.35.0.
+    "1.34": "v1.34.5",
+    "1.35": "v1.35.2",
+    "1.36": "v1.36.1",
+}
+
 CRD_BUNDLES: Mapping[str, CrdBundle] = {
     b.key: b
     for b in (

@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components.charts import CLUSTER_AUTOSCALER_IMAGES
 from components.cloud.eks import (
     AUTOSCALER_SERVICE_ACCOUNT,
     POOL_LABEL,
@@ -310,7 +311,10 @@ class InferenceClusterComponent(pulumi.ComponentResource):
 
         self.autoscaler: kubernetes.helm.v3.Release | None = None
         if isinstance(self.cloud, EKSCluster) and self.cloud.autoscaler_identity is not None:
-            self.autoscaler = self._autoscaler(name, self.cloud, spec, k8s_child)
+            assert eks is not None
+            self.autoscaler = self._autoscaler(
+                name, self.cloud, spec, eks.kubernetes_version, k8s_child
+            )
 
         self.efa_device_plugin: kubernetes.helm.v3.Release | None = None
         if isinstance(self.cloud, EKSCluster) and any(p.fabric == "EFA" for p in spec.node_pools):
@@ -397,10 +401,13 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         name: str,
         cloud: EKSCluster,
         spec: InferenceClusterSpec,
+        kubernetes_version: str,
         opts: pulumi.ResourceOptions,
     ) -> kubernetes.helm.v3.Release:
         """cluster-autoscaler on the system pool, discovering this cluster's node groups, with
-        its AWS permissions through the Pod Identity association (docs/architecture.md)."""
+        its AWS permissions through the Pod Identity association (docs/architecture.md); its
+        image is the release for the cluster's Kubernetes minor (the chart's default is not)."""
+        image = CLUSTER_AUTOSCALER_IMAGES.get(kubernetes_version)
         return helm_release(
             name,
             "clusterAutoscaler",
@@ -413,6 +420,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 "autoDiscovery": {"clusterName": cloud.cluster_name},
                 "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
                 "nodeSelector": {POOL_LABEL: "system"},
+                **({"image": {"tag": image}} if image else {}),
                 "extraArgs": {
                     "balance-similar-node-groups": True,
                     # GPU pods claim their devices through DRA (ResourceClaims).

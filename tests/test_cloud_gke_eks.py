@@ -33,6 +33,7 @@ from tests.test_components_cluster import (
     EKS_CLASSES,
     MNG,
     NODE_POOL,
+    RELEASE,
     eks_cluster,
     gke_class,
     gke_cluster,
@@ -531,3 +532,10 @@ def test_gke_boot_disk_type_and_specific_reservation_reach_the_node_pool():
     assert "diskType" not in plain.get("nodeConfig") and "reservationAffinity" not in plain.get(
         "nodeConfig"
     )
+
+
+@pytest.mark.parametrize(("version", "tag"), [("1.36", "v1.36.1"), ("1.35", "v1.35.2")])
+def test_eks_cluster_autoscaler_image_matches_the_cluster_minor(version, tag):
+    run = _eks_with(kubernetesVersion=version)
+    autoscaler = run.one(RELEASE, name="eks-west-mp-cluster-autoscaler")
+    assert autoscaler.get("values.image.tag") == tag
