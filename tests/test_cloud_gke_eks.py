@@ -539,3 +539,10 @@ def test_eks_cluster_autoscaler_image_matches_the_cluster_minor(version, tag):
     run = _eks_with(kubernetesVersion=version)
     autoscaler = run.one(RELEASE, name="eks-west-mp-cluster-autoscaler")
     assert autoscaler.get("values.image.tag") == tag
+
+
+def test_cloud_both_envoy_gateway_installs_use_one_version():
+    from components.charts import CHARTS
+    from components.gateway import ENVOY
+
+    assert ENVOY["version"] == CHARTS["envoyGateway"].version

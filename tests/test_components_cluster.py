@@ -686,22 +686,22 @@ def test_serving_stack_releases_pins_and_values() -> None:
     }
     assert all(name.startswith("mp-") for name in releases)
     expected = {
-        "mp-cert-manager": ("cert-manager", "v1.17.1", "https://charts.jetstack.io"),
-        "mp-gateway-helm": ("oci://docker.io/envoyproxy/gateway-helm", "v1.8.1", None),
+        "mp-cert-manager": ("cert-manager", "v1.21.1", "https://charts.jetstack.io"),
+        "mp-gateway-helm": ("oci://docker.io/envoyproxy/gateway-helm", "v1.8.3", None),
         "mp-kube-prometheus-stack": (
             "kube-prometheus-stack",
-            "72.6.2",
+            "88.5.3",
             "https://prometheus-community.github.io/helm-charts",
         ),
-        "mp-lws": ("oci://registry.k8s.io/lws/charts/lws", "v0.8.0", None),
+        "mp-lws": ("oci://registry.k8s.io/lws/charts/lws", "v0.10.0", None),
         "mp-node-feature-discovery": (
             "oci://registry.k8s.io/nfd/charts/node-feature-discovery",
-            "0.18.3",
+            "0.19.0",
             None,
         ),
         "mp-dra-driver-nvidia-gpu": (
             "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
-            "0.4.0",
+            "0.4.1",
             None,
         ),
         "mp-keda": ("keda", "2.20.2", "https://kedacore.github.io/charts"),
@@ -785,7 +785,7 @@ def test_serving_stack_version_overrides() -> None:
     run = _existing_run(versions={"keda": "2.19.0", "certManager": "v1.19.1"})
     assert release(run, "keda").inputs["version"] == "2.19.0"
     assert release(run, "certManager").inputs["version"] == "v1.19.1"
-    assert release(run, "envoyGateway").inputs["version"] == "v1.8.1"  # untouched
+    assert release(run, "envoyGateway").inputs["version"] == "v1.8.3"  # untouched
 
 
 def test_serving_stack_rejects_unknown_versions() -> None:
