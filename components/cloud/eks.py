@@ -806,11 +806,15 @@ class EKSCluster(pulumi.ComponentResource):
                 f"{name}-{pool.name}-{reservation}-end",
                 autoscaling_group_name=asg,
                 scheduled_action_name=f"modelplane-{pool.name}-block-end",
-                start_time=block.end_date.apply(lambda d: drain_time(d) if d else None),
+                start_time=block.end_date.apply(
+                    lambda d: schedule_time(drain_time(d)) if d else None
+                ),
                 min_size=0,
                 desired_capacity=0,
                 max_size=-1,
-                opts=self._opts(depends_on=[group]),
+                opts=self._opts(depends_on=[group]).merge(
+                    pulumi.ResourceOptions(ignore_changes=["startTime"])
+                ),
             ),
         ]
 
