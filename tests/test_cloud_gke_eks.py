@@ -546,3 +546,70 @@ def test_cloud_both_envoy_gateway_installs_use_one_version():
     from components.gateway import ENVOY
 
     assert ENVOY["version"] == CHARTS["envoyGateway"].version
+
+
+# --- status: classes against the published GPU memory (item 5) ---------------------------------
+
+
+def test_cloud_status_names_a_class_that_declares_more_gpu_memory_than_published():
+    from modelplane.health.observation import ClusterObservation, Observation, PoolObservation
+    from modelplane.health.readiness import readiness
+    from tests.factories import cluster, fleet, inference_class, lock, pool
+
+    f = fleet(
+        [inference_class("l4", 1, memory="24Gi"), inference_class("h100", 8, memory="79Gi")],
+        [cluster("gke", [pool("gpu-l4", "l4", 2)]), cluster("onprem", [pool("gpu", "h100", 2)])],
+    )
+    seen = Observation(
+        100.0,
+        {
+            "gke": ClusterObservation(
+                "gke", reachable=True, pools={"gpu-l4": PoolObservation(2, 2, 2, "23034Mi")}
+            ),
+            "onprem": ClusterObservation(
+                "onprem", reachable=True, pools={"gpu": PoolObservation(2, 2, 16, "81559Mi")}
+            ),
+        },
+    )
+    view = {c.name: c for c in readiness(f, lock({}), seen).clusters}
+    assert (
+        "pool gpu-l4: InferenceClass l4 declares gpu.nvidia.com memory 24Gi but its GPUs "
+        "publish 23034Mi" in view["gke"].message
+    )
+    assert "InferenceClass" not in view["onprem"].message  # 79Gi <= 81559Mi: fine
+    assert Observation.from_json(seen.as_json()) == seen
+
+
+def test_cloud_observe_keeps_the_smallest_published_gpu_memory_per_pool():
+    from modelplane.observe.cluster import ClusterReader
+
+    class Reader:
+        def get(self, path: str, **_: Any) -> dict[str, Any]:
+            return {}
+
+        def items(self, path: str) -> list[dict[str, Any]]:
+            if path == "/api/v1/nodes":
+                return [
+                    {"metadata": {"name": n, "labels": {"modelplane.ai/pool": "gpu-l4"}}}
+                    for n in ("n1", "n2")
+                ]
+
+            def gpus(node: str, *memory: str) -> dict[str, Any]:
+                devices = [
+                    {"name": f"gpu-{i}", "capacity": {"memory": {"value": m}}}
+                    for i, m in enumerate(memory)
+                ]
+                return {"spec": {"nodeName": node, "driver": "gpu.nvidia.com", "devices": devices}}
+
+            nic = {
+                "spec": {
+                    "nodeName": "n1",
+                    "driver": "dra.net",
+                    "devices": [{"name": "nic", "capacity": {"memory": {"value": "1Mi"}}}],
+                }
+            }
+            return [gpus("n1", "23034Mi"), gpus("n2", "22Gi", "23034Mi"), nic]
+
+    pools = ClusterReader(Reader()).pools()  # type: ignore[arg-type]
+    assert pools["gpu-l4"].devices == 4
+    assert pools["gpu-l4"].gpu_memory == "22Gi"  # the NIC's capacity is not a GPU's
