@@ -1,9 +1,13 @@
 """The serving stack's pinned charts and CRD bundles, and how overrides and mirrors apply to them.
 
-One table, keyed by the names a user writes in ``servingStack.versions``. Versions and
-repositories are the ones the original modelplane's ServingStack pins (reference facts:
-original-modelplane.md §1.9/§3.2, ecosystem-and-peers.md §D.7), except KEDA, which the
-reference only gives as "2.x" (pinned here to chart 2.20.2, a kedacore/charts release).
+One table, keyed by the names a user writes in ``servingStack.versions``. Repositories are
+the ones the original modelplane's ServingStack uses (reference facts: original-modelplane.md
+§1.9/§3.2, ecosystem-and-peers.md §D.7). Versions are the newest releases checked against the
+upstream repositories' tags and each chart's values.yaml for every key modelplane sets (as of
+2026-08): cert-manager v1.21.1, Envoy Gateway v1.8.3 (the newest 1.8: it bundles Gateway API
+v1.5.1, the vendored bundle; 1.9 bundles v1.6), Envoy AI Gateway v1.1.0, kube-prometheus-stack
+88.5.3, LWS v0.10.0, NFD 0.19.0, the NVIDIA DRA driver 0.4.1, KEDA 2.20.2, cluster-autoscaler
+chart 9.59.0. Not re-checked: the AWS EFA device plugin chart.
 
 Gateway API and the Gateway API Inference Extension ship no Helm chart in the reference
 facts (Gateway API is a ``standard-install.yaml`` release asset, GAIE is applied as vendored
@@ -55,16 +59,16 @@ class CrdBundle:
 # fmt: off
 _PINS = (
     # key (servingStack.versions)  chart                   repository                                version    namespace
-    ("certManager",          "cert-manager",           "https://charts.jetstack.io",                          "v1.17.1", "cert-manager"),
-    ("envoyGateway",         "gateway-helm",           "oci://docker.io/envoyproxy",                          "v1.8.1",  "envoy-gateway-system"),
+    ("certManager",          "cert-manager",           "https://charts.jetstack.io",                          "v1.21.1", "cert-manager"),
+    ("envoyGateway",         "gateway-helm",           "oci://docker.io/envoyproxy",                          "v1.8.3",  "envoy-gateway-system"),
     # Envoy AI Gateway: the extension server that lets Envoy Gateway route HTTPRoutes to GAIE
-    # InferencePools (the original installs both charts, at v0.7.0).
-    ("envoyAiGatewayCrds",   "ai-gateway-crds-helm",   "oci://docker.io/envoyproxy",                          "v0.7.0",  "envoy-ai-gateway-system"),
-    ("envoyAiGateway",       "ai-gateway-helm",        "oci://docker.io/envoyproxy",                          "v0.7.0",  "envoy-ai-gateway-system"),
-    ("prometheus",           "kube-prometheus-stack",  "https://prometheus-community.github.io/helm-charts",  "72.6.2",  "monitoring"),
-    ("leaderWorkerSet",      "lws",                    "oci://registry.k8s.io/lws/charts",                    "v0.8.0",  "lws-system"),
-    ("nodeFeatureDiscovery", "node-feature-discovery", "oci://registry.k8s.io/nfd/charts",                    "0.18.3",  "node-feature-discovery"),
-    ("nvidiaDraDriver",      "dra-driver-nvidia-gpu",  "oci://registry.k8s.io/dra-driver-nvidia/charts",      "0.4.0",   "dra-driver-nvidia-gpu"),
+    # InferencePools (both charts; v1.1.0 needs Envoy Gateway >= 1.8.1).
+    ("envoyAiGatewayCrds",   "ai-gateway-crds-helm",   "oci://docker.io/envoyproxy",                          "v1.1.0",  "envoy-ai-gateway-system"),
+    ("envoyAiGateway",       "ai-gateway-helm",        "oci://docker.io/envoyproxy",                          "v1.1.0",  "envoy-ai-gateway-system"),
+    ("prometheus",           "kube-prometheus-stack",  "https://prometheus-community.github.io/helm-charts",  "88.5.3",  "monitoring"),
+    ("leaderWorkerSet",      "lws",                    "oci://registry.k8s.io/lws/charts",                    "v0.10.0", "lws-system"),
+    ("nodeFeatureDiscovery", "node-feature-discovery", "oci://registry.k8s.io/nfd/charts",                    "0.19.0",  "node-feature-discovery"),
+    ("nvidiaDraDriver",      "dra-driver-nvidia-gpu",  "oci://registry.k8s.io/dra-driver-nvidia/charts",      "0.4.1",   "dra-driver-nvidia-gpu"),
     ("keda",                 "keda",                   "https://kedacore.github.io/charts",                   "2.20.2",  "keda"),
     # EKS only (InferenceCluster installs it, whatever servingStack.install says): scales the
     # managed node groups between minNodeCount and maxNodeCount.
@@ -75,6 +79,15 @@ _PINS = (
 # fmt: on
 
 CHARTS: Mapping[str, Chart] = {pin[0]: Chart(*pin) for pin in _PINS}
+
+CLUSTER_AUTOSCALER_IMAGES: Mapping[str, str] = {
+    # Kubernetes minor -> the newest cluster-autoscaler patch release of that minor (tags
+    # cluster-autoscaler-<version> of kubernetes/autoscaler, as of 2026-08). Cluster-autoscaler
+    # supports only the Kubernetes minor it was built for; chart 9.59.0 defaults to v1.35.0.
+    "1.34": "v1.34.5",
+    "1.35": "v1.35.2",
+    "1.36": "v1.36.1",
+}
 
 CRD_BUNDLES: Mapping[str, CrdBundle] = {
     b.key: b

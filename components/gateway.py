@@ -51,7 +51,7 @@ ENVOY = {
     "release": "mp-envoy-gateway",
     "chart": "oci://docker.io/envoyproxy/gateway-helm",
     "repo": None,
-    "version": "v1.8.1",
+    "version": "v1.8.3",  # = the serving stack's envoyGateway pin (components/charts.py)
     "namespace": "envoy-gateway-system",
     "controller": "gateway.envoyproxy.io/gatewayclass-controller",
     "class": "modelplane-envoy",

@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components.charts import CLUSTER_AUTOSCALER_IMAGES
 from components.cloud.eks import (
     AUTOSCALER_SERVICE_ACCOUNT,
     POOL_LABEL,
@@ -116,6 +117,8 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
                     accelerator_count=recipe.accelerator.count,
                 ),
                 zones=tuple(pool.zones),
+                disk_type=recipe.disk_type,
+                reservation=recipe.reservation,
             )
         )
     net = source.networking
@@ -127,6 +130,7 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         networking=GKENetworking(
             node_cidr=net.node_cidr, pod_cidr=net.pod_cidr, service_cidr=net.service_cidr
         ),
+        protect=source.protect,
     )
 
 
@@ -144,7 +148,9 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
                 instance_type=recipe.instance_type,
                 disk_size_gb=recipe.disk_size_gb,
                 node_count=pool.node_count,
-                min_node_count=pool.min_node_count or 0,
+                # DRA pools cannot scale up from zero on AWS: at least 1 (validation rejects 0;
+                # a Capacity Block group's size follows its block instead).
+                min_node_count=pool.min_node_count if pool.min_node_count is not None else 1,
                 max_node_count=_max_nodes(pool),
                 gpu=EKSGpu(accelerator_type=recipe.accelerator.type),
                 zones=tuple(pool.zones),
@@ -163,8 +169,13 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         networking=EKSNetworking(
             vpc_cidr=source.networking.vpc_cidr,
             subnet_cidrs=tuple(source.networking.subnet_cidrs),
+            zones=tuple(source.networking.zones),
+            nat_gateways=source.networking.nat_gateways,
         ),
         cluster_name=cluster.metadata.name,
+        admin_principal_arns=tuple(source.admin_principals),
+        public_access_cidrs=tuple(source.public_access_cidrs),
+        protect=source.protect,
     )
 
 
@@ -300,7 +311,10 @@ class InferenceClusterComponent(pulumi.ComponentResource):
 
         self.autoscaler: kubernetes.helm.v3.Release | None = None
         if isinstance(self.cloud, EKSCluster) and self.cloud.autoscaler_identity is not None:
-            self.autoscaler = self._autoscaler(name, self.cloud, spec, k8s_child)
+            assert eks is not None
+            self.autoscaler = self._autoscaler(
+                name, self.cloud, spec, eks.kubernetes_version, k8s_child
+            )
 
         self.efa_device_plugin: kubernetes.helm.v3.Release | None = None
         if isinstance(self.cloud, EKSCluster) and any(p.fabric == "EFA" for p in spec.node_pools):
@@ -313,6 +327,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 spec.serving_stack,
                 provider=self.provider,
                 nvidia_driver_root=driver_root,
+                gke_driver_installer=gke is not None,
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address
@@ -386,10 +401,13 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         name: str,
         cloud: EKSCluster,
         spec: InferenceClusterSpec,
+        kubernetes_version: str,
         opts: pulumi.ResourceOptions,
     ) -> kubernetes.helm.v3.Release:
         """cluster-autoscaler on the system pool, discovering this cluster's node groups, with
-        its AWS permissions through the Pod Identity association (docs/architecture.md)."""
+        its AWS permissions through the Pod Identity association (docs/architecture.md); its
+        image is the release for the cluster's Kubernetes minor (the chart's default is not)."""
+        image = CLUSTER_AUTOSCALER_IMAGES.get(kubernetes_version)
         return helm_release(
             name,
             "clusterAutoscaler",
@@ -402,6 +420,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 "autoDiscovery": {"clusterName": cloud.cluster_name},
                 "rbac": {"serviceAccount": {"create": True, "name": AUTOSCALER_SERVICE_ACCOUNT}},
                 "nodeSelector": {POOL_LABEL: "system"},
+                **({"image": {"tag": image}} if image else {}),
                 "extraArgs": {
                     "balance-similar-node-groups": True,
                     # GPU pods claim their devices through DRA (ResourceClaims).

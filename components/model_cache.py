@@ -3,9 +3,16 @@
 Per cluster, in the cache's namespace: a RWX PVC of `sizeGiB` on the cluster's
 RWX StorageClass, the HuggingFace token Secret (when `authSecret` is set; its
 value is a Pulumi secret resolved by the stack program), and a hydration Job
-that downloads the repo into the PVC once (a marker file makes re-runs no-ops).
-Deployments that reference the cache mount the same PVC read-only at
-`/mnt/models` (`cache_claim_name`).
+that downloads the repo into the PVC. The marker file records `repo@revision`: a re-run for
+the same weights is a no-op, a new repo or revision downloads again (the old code skipped on
+any marker and kept serving the old weights). Deployments that reference the cache mount the
+same PVC read-only at `/mnt/models` (`cache_claim_name`) and wait, in an init container, until
+the marker names their cache's `repo@revision` (`hydrated_marker`), instead of crash-looping
+on a half-filled volume.
+
+The PVC is not awaited (`skipAwait`): on GKE each PVC provisions a Filestore instance, which
+often takes longer than pulumi-kubernetes' wait for `Bound`; the Job's pod waits for the volume
+to mount anyway.
 """
 
 from __future__ import annotations
@@ -25,22 +32,31 @@ from components.workload.objects import (
     metadata,
     register,
 )
+from components.workload.pods import CACHE_MARKER, CACHE_MOUNT
 from components.workload.targets import ClusterTarget
 from modelplane.api.model_cache import ModelCache
 from modelplane.api.names import child_name
 
 HYDRATE_IMAGE = "python:3.12-slim"
-MOUNT = "/mnt/models"
-MARKER = ".modelplane-hydrated"
+MOUNT = CACHE_MOUNT
+MARKER = CACHE_MARKER
 
 HYDRATE_SCRIPT = f"""set -eu
-if [ -f "{MOUNT}/{MARKER}" ]; then
-  echo "model cache already hydrated"; exit 0
+want="$MODELPLANE_REPO@$MODELPLANE_REVISION"
+if [ "$(cat "{MOUNT}/{MARKER}" 2>/dev/null || true)" = "$want" ]; then
+  echo "model cache already hydrated with $want"; exit 0
 fi
+rm -f "{MOUNT}/{MARKER}"
 pip install --no-cache-dir --quiet "huggingface_hub[cli]"
 hf download "$MODELPLANE_REPO" --revision "$MODELPLANE_REVISION" --local-dir "{MOUNT}"
-touch "{MOUNT}/{MARKER}"
+printf '%s' "$want" > "{MOUNT}/{MARKER}"
 """
+
+
+def hydrated_marker(cache: ModelCache) -> str | None:
+    """What the marker file holds once the cache's weights are in place: `repo@revision`."""
+    hf = cache.spec.hugging_face
+    return f"{hf.repo}@{hf.revision}" if hf is not None else None
 
 
 def cache_claim_name(cache_name: str) -> str:
@@ -60,7 +76,10 @@ def pvc_manifest(
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": metadata(
-            cache_claim_name(cache.metadata.name), cache.metadata.namespace, object_labels
+            cache_claim_name(cache.metadata.name),
+            cache.metadata.namespace,
+            object_labels,
+            SKIP_AWAIT,
         ),
         "spec": {
             "accessModes": ["ReadWriteMany"],

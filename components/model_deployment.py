@@ -30,7 +30,7 @@ from typing import Any
 
 import pulumi
 
-from components.model_cache import cache_claim_name
+from components.model_cache import cache_claim_name, hydrated_marker
 from components.workload import disaggregation as pd
 from components.workload.claims import claim_requests, claim_template, extended_resources
 from components.workload.objects import (
@@ -143,6 +143,7 @@ def replica_manifests(
     )
     disaggregated = deployment.spec.disaggregated
     cache_claim = cache_claim_name(cache.metadata.name) if cache is not None else None
+    cache_ready = hydrated_marker(cache) if cache is not None else None
     out: list[Manifest] = []
     for role_name, role in deployment.spec.roles.items():
         pool = replica.pools[role_name]  # type: ignore[index]
@@ -163,6 +164,7 @@ def replica_manifests(
             role,
             claim_template=rct,
             cache_claim=cache_claim,
+            cache_ready=cache_ready,
             extended=extended_resources(role, devices),
             extra_labels=pd.role_labels(role_name) if disaggregated else {},
         )

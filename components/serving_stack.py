@@ -7,6 +7,11 @@ controller), kube-prometheus-stack (Grafana and Alertmanager off), LeaderWorkerS
 node-feature-discovery (its worker tolerates the GPU taint), the NVIDIA DRA driver (GKE's
 driver root on GKE) and KEDA. Versions and repositories come from ``components.charts``.
 
+On GKE the GPU pools get no driver from GKE (DRA pools use ``INSTALLATION_DISABLED``), so the
+stack first applies Google's COS NVIDIA driver installer DaemonSet (vendored unmodified under
+``components/manifests``; it tolerates every taint, the GPU taint included) and installs the
+DRA driver after it: the DRA kubelet plugin publishes no ResourceSlices without a driver.
+
 Gateway API (standard channel) and the Gateway API Inference Extension have no Helm chart in
 the reference facts: their upstream CRDs are vendored under ``crds/`` and applied with
 ``kubernetes.yaml.v2.ConfigGroup`` (files resolved to absolute paths inside the repository).
@@ -26,6 +31,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
+import yaml
 
 from components.charts import (
     CHARTS,
@@ -33,6 +39,7 @@ from components.charts import (
     crd_files,
     resolve_chart,
 )
+from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
 from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_cluster import ServingStackOptions
 from modelplane.observe.prometheus import engine_scrape_job
@@ -188,6 +195,19 @@ def chart_values(key: str, *, nvidia_driver_root: str = "/") -> dict[str, Any]:
     return {}
 
 
+def gke_driver_installer_manifest() -> dict[str, Any]:
+    """Google's COS NVIDIA driver installer DaemonSet: the vendored upstream manifest, with
+    modelplane's recommended labels added."""
+    manifest = yaml.safe_load(GKE_NVIDIA_DRIVER_INSTALLER.read_text())
+    if not isinstance(manifest, dict) or manifest.get("kind") != "DaemonSet":
+        raise ValueError(f"{GKE_NVIDIA_DRIVER_INSTALLER}: not a DaemonSet manifest")
+    # Plus modelplane's recommended labels (object and pod template; never the selector).
+    ours = app_labels("nvidia-driver-installer", "nvidia-driver-installer", "gpu-driver")
+    for meta in (manifest["metadata"], manifest["spec"]["template"]["metadata"]):
+        meta["labels"] = {**meta.get("labels", {}), **ours}
+    return manifest
+
+
 def _first_address(status: Any) -> str | None:
     if not isinstance(status, Mapping):
         return None
@@ -285,9 +305,11 @@ class ServingStack(pulumi.ComponentResource):
         *,
         provider: kubernetes.Provider,
         nvidia_driver_root: str = "/",
+        gke_driver_installer: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         versions = dict(options.versions)
+        installer = gke_driver_installer_manifest() if gke_driver_installer else None
         check_version_keys(versions)
         gateway_api_files = crd_files("gatewayApi", versions)
         gaie_files = crd_files("inferenceExtension", versions)
@@ -347,11 +369,24 @@ class ServingStack(pulumi.ComponentResource):
             ),
             opts=self._opts(depends_on=[dra_namespace] if dra_namespace else []),
         )
+        # GKE: the driver the DRA plugin needs comes from Google's installer DaemonSet.
+        self.driver_installer: kubernetes.apps.v1.DaemonSet | None = None
+        if installer is not None:
+            self.driver_installer = kubernetes.apps.v1.DaemonSet(
+                f"{name}-nvidia-driver-installer",
+                metadata=installer["metadata"],
+                spec=installer["spec"],
+                opts=self._opts(),
+            )
         self._release(
             "nvidiaDraDriver",
             values=chart_values("nvidiaDraDriver", nvidia_driver_root=nvidia_driver_root),
             create_namespace=False,
-            depends_on=[critical_pods, self.releases["nodeFeatureDiscovery"]],
+            depends_on=[
+                critical_pods,
+                self.releases["nodeFeatureDiscovery"],
+                *([self.driver_installer] if self.driver_installer else []),
+            ],
         )
         self._release("keda")
 

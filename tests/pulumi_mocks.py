@@ -43,6 +43,8 @@ _RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
 _OUTPUT_SIG = "d0e6a833031e9bbcd3f4e8bde6ca49a4"
 _UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 
+MANAGED_NODE_GROUP = "eks:index:ManagedNodeGroup"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 MOCK_CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nmock\n-----END CERTIFICATE-----\n")
 
 
@@ -83,6 +85,8 @@ class Registered:
     custom: bool
     id: str | None = None
     state: dict[str, Any] = field(default_factory=dict)
+    protect: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
 
     def get(self, path: str, default: Any = None) -> Any:
         """A nested input by dotted path (``"spec.listeners.0.port"``), secrets unwrapped."""
@@ -206,6 +210,7 @@ def _default_outputs(args: MockResourceArgs) -> dict[str, Any]:
         if typ == "aws:ec2/launchTemplate:LaunchTemplate":
             out["latestVersion"] = 1
         return out
+
     if typ == "kubernetes:gateway.networking.k8s.io/v1:Gateway":
         return {"status": {"addresses": [{"type": "IPAddress", "value": "192.0.2.10"}]}}
     return {}
@@ -225,6 +230,24 @@ def _default_id(args: MockResourceArgs) -> str:
 OutputHook = Callable[[MockResourceArgs], Mapping[str, Any]] | Mapping[str, Any]
 
 
+CAPACITY_BLOCK_START = "2026-12-01T11:30:00Z"
+CAPACITY_BLOCK_END = "2026-12-15T11:30:00Z"
+
+DEFAULT_CALLS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "aws:eks/getAddonVersion:getAddonVersion": lambda a: {
+        "addonName": a.get("addonName"),
+        "kubernetesVersion": a.get("kubernetesVersion"),
+        "version": f"{a.get('addonName')}-for-{a.get('kubernetesVersion')}",
+    },
+    "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation": lambda a: {
+        "id": a.get("id"),
+        "startDate": CAPACITY_BLOCK_START,
+        "endDate": CAPACITY_BLOCK_END,
+    },
+}
+"""What a provider's data sources answer (per invoke token), for the ones modelplane reads."""
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks answering every resource with its inputs plus per-type outputs."""
 
@@ -242,9 +265,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             return (None, state)
         return (args.resource_id or _default_id(args), state)
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
         self.calls.append(args)
-        return ({}, None)
+        answer = DEFAULT_CALLS.get(args.token)
+        return (answer(dict(args.args)) if answer else {}, [])
 
 
 class RecordingMonitor(MockMonitor):
@@ -254,6 +278,15 @@ class RecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self.registered: list[Registered] = []
         self._types: dict[str, str] = {}
+
+    def _node_group(self, parent: str, name: str) -> dict[str, Any]:
+        """A pulumi-eks ManagedNodeGroup's ``nodeGroup`` output: a reference to its
+        ``aws.eks.NodeGroup`` (readable through getResource), whose Auto Scaling group is
+        ``eks-<name>-asg``."""
+        urn = self.make_urn(parent, NODE_GROUP, name)
+        state = {"resources": [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}]}
+        self.resources[urn] = MockMonitor.ResourceRegistration(urn, f"{name}-ng", state)
+        return {_SPECIAL_SIG: _RESOURCE_SIG, "urn": urn, "id": f"{name}-ng"}
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         # Like MockMonitor.RegisterResource, but inputs are decoded without rehydrating resource
@@ -273,6 +306,8 @@ class RecordingMonitor(MockMonitor):
             custom=request.custom or False,
         )
         id_, state = self.mocks.new_resource(args)
+        if request.type == MANAGED_NODE_GROUP and "nodeGroup" not in state:
+            state["nodeGroup"] = self._node_group(urn, request.name)
         obj_proto = _sync_await(rpc.serialize_properties(state, {}))
         self.resources[urn] = MockMonitor.ResourceRegistration(urn, id_ or "", state)
         self._types[urn] = request.type
@@ -289,6 +324,8 @@ class RecordingMonitor(MockMonitor):
                 custom=bool(request.custom),
                 id=id_,
                 state=dict(state),
+                protect=bool(request.protect),
+                ignore_changes=list(request.ignoreChanges),
             )
         )
         return resource_pb2.RegisterResourceResponse(urn=urn, id=id_ or "", object=obj_proto)

@@ -87,14 +87,90 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
         "unknown component(s) envoy",
     ),
     (
-        "eks-zones-over-subnets",
+        "eks-zone-without-a-subnet-block",
         _all(
-            _set("InferenceCluster:spec.cluster", EKS_TWO_SUBNETS),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a", "us-west-2b", "x"]),
+            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a", "us-west-2c"]),
         ),
         "InferenceCluster c1",
-        "spec.cluster.eks.networking.subnetCidrs",
-        "use 3 zones",
+        "spec.nodePools[0].zones",
+        "us-west-2c has no subnet block: the blocks of cluster.eks.networking.subnetCidrs are "
+        "in us-west-2a, us-west-2b",
+    ),
+    (
+        "eks-explicit-zones-per-block",
+        _all(
+            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+            _set("InferenceCluster:spec.cluster.eks.networking.zones", ["us-west-2a"]),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.eks.networking",
+        "zones has 1 entries but subnetCidrs has 2 blocks",
+    ),
+    (
+        "eks-dra-pool-min-zero",
+        _all(
+            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
+            _set("InferenceCluster:spec.nodePools.0.minNodeCount", 0),
+        ),
+        "InferenceCluster c1",
+        "spec.nodePools[0].minNodeCount",
+        "cannot scale a DRA GPU node group up from zero",
+    ),
+    (
+        "eks-capacity-block-min-below-the-block",
+        _all(
+            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
+            _set("InferenceCluster:spec.nodePools.0.minNodeCount", 1),
+            _set(
+                "InferenceCluster:spec.nodePools.0.capacityBlock",
+                {"capacityReservationId": "cr-0123456789abcdef0"},
+            ),
+        ),
+        "InferenceCluster c1",
+        "spec.nodePools[0].minNodeCount",
+        "a Capacity Block pool runs nodeCount nodes",
+    ),
+    (
+        "eks-admin-principal-not-an-iam-arn",
+        _all(
+            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
+            _set("InferenceCluster:spec.cluster.eks.adminPrincipals", ["platform-admin"]),
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.eks.adminPrincipals",
+        "is not an IAM role or user ARN",
+    ),
+    (
+        "eks-public-access-cidr",
+        _all(
+            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
+            _set("InferenceCluster:spec.cluster.eks.publicAccessCidrs", ["203.0.113.0/33"]),
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.eks.publicAccessCidrs",
+        "is not a CIDR block",
+    ),
+    (
+        "gke-kubernetes-version-before-dra",
+        _all(
+            _set(
+                "InferenceCluster:spec.cluster",
+                {
+                    "source": "GKE",
+                    "gke": {"project": "p", "region": "us-central1", "kubernetesVersion": "1.33"},
+                },
+            ),
+            _set("InferenceCluster:spec.nodePools.0.zones", ["us-central1-a"]),
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.gke.kubernetesVersion",
+        "Kubernetes 1.33 is too old: modelplane's workloads use DRA (resource.k8s.io/v1)",
     ),
     (
         "decode-engine-on-the-sidecar-port",

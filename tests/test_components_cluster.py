@@ -224,7 +224,7 @@ def test_gke_cluster_network_cluster_and_node_pools() -> None:
 
     cluster = run.one("gcp:container/cluster:Cluster")
     assert cluster.inputs["removeDefaultNodePool"] is True
-    assert cluster.inputs["deletionProtection"] is False
+    assert cluster.inputs["deletionProtection"] is True  # protect: true by default
     assert cluster.inputs["minMasterVersion"] == "1.35"
     assert cluster.get("workloadIdentityConfig.workloadPool") == "acme-ml.svc.id.goog"
     assert cluster.get("addonsConfig.gcpFilestoreCsiDriverConfig.enabled") is True
@@ -253,6 +253,8 @@ def test_gke_cluster_network_cluster_and_node_pools() -> None:
         "modelplane.ai/pool": "gpu-h100",
         "modelplane.ai/gpu": "nvidia-h100-80gb",
         "gke-no-default-nvidia-gpu-device-plugin": "true",
+        "cloud.google.com/gke-nvidia-gpu-dra-driver": "true",
+        "nvidia.com/gpu.present": "true",
     }
     assert gpu.get("nodeConfig.taints") == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
@@ -313,11 +315,11 @@ def test_eks_network_roles_cluster_and_addons() -> None:
     for s in subnets:
         tier = "public" if s.inputs["mapPublicIpOnLaunch"] else "private"
         by_zone.setdefault(s.inputs["availabilityZone"], {})[tier] = s.inputs["cidrBlock"]
-    # The pools' zones first, then filled from <region>a..c; each /20 halved public|private.
+    # Block i is in <region>{a,b,c}[i] whatever the pools' zones; each /20 halved public|private.
     assert by_zone == {
-        "us-west-2b": {"public": "10.0.0.0/21", "private": "10.0.8.0/21"},
-        "us-west-2c": {"public": "10.0.16.0/21", "private": "10.0.24.0/21"},
-        "us-west-2a": {"public": "10.0.32.0/21", "private": "10.0.40.0/21"},
+        "us-west-2a": {"public": "10.0.0.0/21", "private": "10.0.8.0/21"},
+        "us-west-2b": {"public": "10.0.16.0/21", "private": "10.0.24.0/21"},
+        "us-west-2c": {"public": "10.0.32.0/21", "private": "10.0.40.0/21"},
     }
     igw = run.one("aws:ec2/internetGateway:InternetGateway")
     nat = run.one("aws:ec2/natGateway:NatGateway")
@@ -425,7 +427,8 @@ def test_eks_capacity_block_and_efa_launch_template() -> None:
     assert h100.inputs["capacityType"] == "CAPACITY_BLOCK"
     assert h100.inputs["launchTemplate"] == {"id": template.id, "version": "1"}
     assert h100.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
-    assert h100.inputs["scalingConfig"] == {"minSize": 0, "desiredSize": 1, "maxSize": 2}
+    # Created at 0: the block's scheduled actions scale it (test_eks_capacity_block_*).
+    assert h100.inputs["scalingConfig"] == {"minSize": 0, "desiredSize": 0, "maxSize": 2}
     # Instance type and disk live in the template when there is one.
     assert "instanceTypes" not in h100.inputs and "diskSize" not in h100.inputs
 
@@ -526,7 +529,7 @@ def test_eks_cluster_standalone_access_entries() -> None:
     assert run.is_secret(component.kubeconfig)
 
 
-def test_subnet_plan() -> None:
+def test_eks_subnet_plan_blocks_by_position() -> None:
     pool = EKSNodePool(
         name="g",
         role="GPU",
@@ -534,25 +537,24 @@ def test_subnet_plan() -> None:
         gpu=EKSGpu("nvidia-h100"),
         zones=("us-east-1d",),
     )
+    # Explicit zones (us-east-1b is not an EKS zone in some accounts): block i in zones[i].
     plans = plan_subnets(
         "us-east-1",
         [pool],
-        EKSNetworking(vpc_cidr="10.8.0.0/16", subnet_cidrs=("10.8.0.0/18", "10.8.64.0/18")),
+        EKSNetworking(
+            vpc_cidr="10.8.0.0/16",
+            subnet_cidrs=("10.8.0.0/18", "10.8.64.0/18"),
+            zones=("us-east-1a", "us-east-1d"),
+        ),
     )
     assert [(p.zone, p.public_cidr, p.private_cidr) for p in plans] == [
-        ("us-east-1d", "10.8.0.0/19", "10.8.32.0/19"),
-        ("us-east-1a", "10.8.64.0/19", "10.8.96.0/19"),
+        ("us-east-1a", "10.8.0.0/19", "10.8.32.0/19"),
+        ("us-east-1d", "10.8.64.0/19", "10.8.96.0/19"),
     ]
-    wide = EKSNodePool(
-        name="w",
-        role="GPU",
-        instance_type="p5.48xlarge",
-        gpu=EKSGpu("nvidia-h100"),
-        zones=("us-east-1a", "us-east-1b", "us-east-1c"),
-    )
-    with pytest.raises(ValueError, match="3 zones"):
+    # Default zones are <region>a, b, ... by position: 1d has no block among two.
+    with pytest.raises(ValueError, match="us-east-1d .*no subnetCidrs block"):
         plan_subnets(
-            "us-east-1", [wide], EKSNetworking(subnet_cidrs=("10.0.0.0/20", "10.0.16.0/20"))
+            "us-east-1", [pool], EKSNetworking(subnet_cidrs=("10.0.0.0/20", "10.0.16.0/20"))
         )
     assert (
         EKSNodePool(
@@ -684,22 +686,22 @@ def test_serving_stack_releases_pins_and_values() -> None:
     }
     assert all(name.startswith("mp-") for name in releases)
     expected = {
-        "mp-cert-manager": ("cert-manager", "v1.17.1", "https://charts.jetstack.io"),
-        "mp-gateway-helm": ("oci://docker.io/envoyproxy/gateway-helm", "v1.8.1", None),
+        "mp-cert-manager": ("cert-manager", "v1.21.1", "https://charts.jetstack.io"),
+        "mp-gateway-helm": ("oci://docker.io/envoyproxy/gateway-helm", "v1.8.3", None),
         "mp-kube-prometheus-stack": (
             "kube-prometheus-stack",
-            "72.6.2",
+            "88.5.3",
             "https://prometheus-community.github.io/helm-charts",
         ),
-        "mp-lws": ("oci://registry.k8s.io/lws/charts/lws", "v0.8.0", None),
+        "mp-lws": ("oci://registry.k8s.io/lws/charts/lws", "v0.10.0", None),
         "mp-node-feature-discovery": (
             "oci://registry.k8s.io/nfd/charts/node-feature-discovery",
-            "0.18.3",
+            "0.19.0",
             None,
         ),
         "mp-dra-driver-nvidia-gpu": (
             "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
-            "0.4.0",
+            "0.4.1",
             None,
         ),
         "mp-keda": ("keda", "2.20.2", "https://kedacore.github.io/charts"),
@@ -783,7 +785,7 @@ def test_serving_stack_version_overrides() -> None:
     run = _existing_run(versions={"keda": "2.19.0", "certManager": "v1.19.1"})
     assert release(run, "keda").inputs["version"] == "2.19.0"
     assert release(run, "certManager").inputs["version"] == "v1.19.1"
-    assert release(run, "envoyGateway").inputs["version"] == "v1.8.1"  # untouched
+    assert release(run, "envoyGateway").inputs["version"] == "v1.8.3"  # untouched
 
 
 def test_serving_stack_rejects_unknown_versions() -> None:

@@ -24,6 +24,7 @@ PROBE = textwrap.dedent(
     import json, sys
     import components.charts as charts
     import crds, modelplane
+    from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
     from modelplane.devcluster.crds import default_crds_dir
     print(json.dumps({
         "modelplane": modelplane.__file__,
@@ -32,6 +33,8 @@ PROBE = textwrap.dedent(
         "gatewayApi": charts.crd_files("gatewayApi", {}),
         "inferenceExtension": charts.crd_files("inferenceExtension", {}),
         "lws": sorted(p.name for p in (crds.CRDS_DIR / "lws-v0.8.0").glob("*.yaml")),
+        "gkeDriverInstaller": str(GKE_NVIDIA_DRIVER_INSTALLER),
+        "gkeDriverInstallerShipped": GKE_NVIDIA_DRIVER_INSTALLER.is_file(),
     }))
     """
 )
@@ -102,3 +105,9 @@ def test_wheel_carries_the_crd_bundles(installed: dict[str, object]) -> None:
         assert [Path(f).name for f in files] == expected
         assert all(f.startswith(site) for f in files)
     assert installed["lws"] == ["leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
+
+
+def test_wheel_carries_the_gke_cloud_driver_installer(installed: dict[str, object]) -> None:
+    """The GKE serving stack applies the vendored COS driver installer from package data."""
+    assert installed["gkeDriverInstallerShipped"] is True
+    assert str(installed["gkeDriverInstaller"]).startswith(str(installed["site"]))

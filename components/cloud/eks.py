@@ -6,12 +6,15 @@ diskSizeGb, node counts, zones, capacityBlock, fabric). Usable on its own; Infer
 composes it.
 
 Network layout. ``subnetCidrs`` holds one block per Availability Zone (the seeds' "three /20
-subnets, one per AZ"). The AZs are the GPU pools' zones (first-seen order), filled up from
-``<region>a``, ``<region>b``, ``<region>c`` to as many blocks as there are (at least two: the
-EKS control plane needs two AZs). Each AZ's block is halved: the lower half is the public
-subnet (NAT gateway, internet-facing load balancers), the upper half the private subnet
-(nodes and pods). Blocks beyond the AZs in use stay unallocated; more GPU zones than blocks
-is an error. One NAT gateway (in the first public subnet) serves every private subnet.
+subnets, one per AZ"). A block's zone is fixed by its position: ``networking.zones[i]`` when
+given, else ``<region>a``, ``<region>b``, ... (at least two blocks: the EKS control plane needs
+two AZs). So a zone keeps its block forever: adding, removing or reordering pools never
+re-maps a subnet (``cidr_block`` and ``availability_zone`` force a replacement, which would
+fail on the CIDR conflict and replace node groups and EFS mount targets); new zones take
+appended blocks. A pool zone without a block is an error. Each block is halved: the lower
+half is the public subnet (NAT gateway, internet-facing load balancers), the upper half the
+private subnet (nodes and pods). One NAT gateway (in the first block's public subnet) serves
+every private subnet, or (``natGateways: PerZone``) one NAT gateway per zone.
 
 Add-ons are explicit ``aws.eks.Addon`` resources (pulumi-eks's own are switched off, and
 self-managed bootstrap add-ons too): vpc-cni and kube-proxy before any node group, coredns and
@@ -24,6 +27,7 @@ import ipaddress
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import pulumi
@@ -47,6 +51,10 @@ _POLICY = "arn:aws:iam::aws:policy/"
 AUTOSCALER_NAMESPACE = "kube-system"
 AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+UPGRADE_POLICY = "STANDARD"
+"""pulumi-eks defaults to EXTENDED, billed as extended support once a version leaves standard."""
+CAPACITY_BLOCK_DRAIN = timedelta(minutes=40)
+"""AWS: scale a Capacity Block group to zero more than 30 minutes before the block ends."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,7 @@ class EKSNodePool:
     instance_type: str
     disk_size_gb: int = 100
     node_count: int = 1
-    min_node_count: int = 0
+    min_node_count: int = 1
     max_node_count: int = 8
     gpu: EKSGpu | None = None
     zones: tuple[str, ...] = ()
@@ -77,6 +85,13 @@ class EKSNodePool:
     def __post_init__(self) -> None:
         if self.role == "GPU" and (self.gpu is None or not self.zones):
             raise ValueError(f"EKS node pool {self.name!r}: a GPU pool needs gpu and zones")
+        if self.role == "GPU" and self.capacity_block is None and self.min_node_count < 1:
+            # Upstream cluster-autoscaler's AWS template node carries no ResourceSlices, so
+            # it never scales a DRA pool up from zero (kubernetes/autoscaler#7799).
+            raise ValueError(
+                f"EKS node pool {self.name!r}: minNodeCount must be at least 1 (cluster-"
+                "autoscaler on AWS cannot scale a DRA GPU node group up from zero)"
+            )
         if self.max_node_count < 1 or self.min_node_count > self.max_node_count:
             raise ValueError(
                 f"EKS node pool {self.name!r}: need minNodeCount <= maxNodeCount and "
@@ -85,8 +100,15 @@ class EKSNodePool:
 
     @property
     def desired_size(self) -> int:
-        """nodeCount, kept inside min..max (EKS rejects a desired size outside them)."""
+        """nodeCount, kept inside min..max (EKS rejects a desired size outside them); 0 for a
+        Capacity Block group, which scheduled actions scale to the block while it is active."""
+        if self.capacity_block is not None:
+            return 0
         return min(max(self.node_count, self.min_node_count), self.max_node_count)
+
+    @property
+    def min_size(self) -> int:
+        return 0 if self.capacity_block is not None else self.min_node_count
 
     @property
     def efa_interfaces(self) -> int:
@@ -97,6 +119,9 @@ class EKSNodePool:
 class EKSNetworking:
     vpc_cidr: str = "10.0.0.0/16"
     subnet_cidrs: tuple[str, ...] = ("10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20")
+    zones: tuple[str, ...] = ()
+    """The zone of each block, by position (default ``<region>a``, ``<region>b``, ...)."""
+    nat_gateways: Literal["Single", "PerZone"] = "Single"
 
 
 @dataclass(frozen=True)
@@ -109,6 +134,10 @@ class EKSClusterArgs:
     """The EKS cluster's name; defaults to the component name."""
     admin_principal_arns: tuple[str, ...] = ()
     """IAM principals given cluster-admin access entries (the creator is admin already)."""
+    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    """Who may reach the public API endpoint."""
+    protect: bool = True
+    """``protect`` the cluster, VPC and EFS file system against delete and replace."""
 
 
 @dataclass(frozen=True)
@@ -133,25 +162,19 @@ def system_pool() -> EKSNodePool:
 def plan_subnets(
     region: str, pools: Sequence[EKSNodePool], networking: EKSNetworking
 ) -> list[SubnetPlan]:
-    """One public and one private subnet per AZ (see the module docstring)."""
-    zones: list[str] = []
-    for pool in pools:
-        for zone in pool.zones:
-            if zone not in zones:
-                zones.append(zone)
+    """One public and one private subnet per block, in the block's zone (module docstring)."""
     blocks = list(networking.subnet_cidrs)
-    if len(zones) > len(blocks):
+    zones = list(networking.zones) or [f"{region}{chr(ord('a') + i)}" for i in range(len(blocks))]
+    if len(zones) != len(blocks):
+        raise ValueError(f"EKS networking: {len(zones)} zones for {len(blocks)} subnetCidrs blocks")
+    missing = sorted({z for pool in pools for z in pool.zones if z not in zones})
+    if missing:
         raise ValueError(
-            f"EKS networking: the node pools use {len(zones)} zones ({', '.join(zones)}) but "
-            f"subnetCidrs has {len(blocks)} blocks (one per zone is needed)"
+            f"EKS networking: zone(s) {', '.join(missing)} of the node pools have no "
+            f"subnetCidrs block (the blocks are in {', '.join(zones)}, by position; append one)"
         )
-    for letter in "abc":
-        if len(zones) >= max(2, len(blocks)):
-            break
-        if f"{region}{letter}" not in zones:
-            zones.append(f"{region}{letter}")
     plans = []
-    for zone, block in zip(zones, blocks, strict=False):
+    for zone, block in zip(zones, blocks, strict=True):
         public, private = ipaddress.ip_network(block).subnets(prefixlen_diff=1)
         plans.append(SubnetPlan(zone, str(public), str(private)))
     return plans
@@ -232,6 +255,7 @@ def autoscaler_policy(cluster_name: str) -> str:
 
 NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
 DESIRED_SIZE = "scalingConfig.desiredSize"
+MIN_SIZE = "scalingConfig.minSize"
 
 
 def ignore_desired_size(
@@ -248,6 +272,50 @@ def ignore_desired_size(
             args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE])
         ),
     )
+
+
+def ignore_scheduled_sizes(
+    args: pulumi.ResourceTransformArgs,
+) -> pulumi.ResourceTransformResult | None:
+    """A Capacity Block group's minimum and desired size belong to its scheduled actions."""
+    if args.type_ != NODE_GROUP_TYPE:
+        return None
+    return pulumi.ResourceTransformResult(
+        args.props,
+        pulumi.ResourceOptions.merge(
+            args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE, MIN_SIZE])
+        ),
+    )
+
+
+def _utc(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def schedule_time(at: str, now: datetime | None = None) -> str:
+    """``at`` (RFC 3339), or two minutes from now when it has passed (Auto Scaling rejects
+    a scheduled action in the past), as ``YYYY-MM-DDThh:mm:ssZ``."""
+    earliest = (now or datetime.now(UTC)) + timedelta(minutes=2)
+    when = max(_utc(at), earliest)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def drain_time(end: str) -> str:
+    """When a Capacity Block group goes to zero: CAPACITY_BLOCK_DRAIN before the block ends."""
+    return (_utc(end) - CAPACITY_BLOCK_DRAIN).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _asg_name(node_group: aws.eks.NodeGroup | None) -> pulumi.Output[str]:
+    """The Auto Scaling group EKS created for a managed node group ("" when unknown, as in an
+    offline render)."""
+    if node_group is None:
+        return pulumi.Output.from_input("")
+
+    def first(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+        groups = resources[0].autoscaling_groups if resources else None
+        return (groups[0].name or "") if groups else ""
+
+    return node_group.resources.apply(first)
 
 
 class EKSCluster(pulumi.ComponentResource):
@@ -273,6 +341,7 @@ class EKSCluster(pulumi.ComponentResource):
         plans = plan_subnets(args.region, pools, args.networking)
         super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
         cluster_name = args.cluster_name or name
+        self._protect_stateful = args.protect
 
         provider = _aws_provider_in(opts) or aws.Provider(
             f"{name}-aws", region=args.region, opts=pulumi.ResourceOptions(parent=self)
@@ -287,7 +356,7 @@ class EKSCluster(pulumi.ComponentResource):
             enable_dns_hostnames=True,
             enable_dns_support=True,
             tags={**tags, "Name": f"{cluster_name}-vpc"},
-            opts=self._opts(),
+            opts=self._opts(protect=True),
         )
         igw = aws.ec2.InternetGateway(
             f"{name}-igw", vpc_id=vpc.id, tags={**tags, "Name": cluster_name}, opts=self._opts()
@@ -327,26 +396,36 @@ class EKSCluster(pulumi.ComponentResource):
                 )
             )
             self.public_subnets[plan.zone] = public
-        nat_ip = aws.ec2.Eip(
-            f"{name}-nat",
-            domain="vpc",
-            tags={**tags, "Name": f"{cluster_name}-nat"},
-            opts=self._opts(depends_on=[igw]),
-        )
-        nat = aws.ec2.NatGateway(
-            f"{name}-nat",
-            allocation_id=nat_ip.id,
-            subnet_id=self.public_subnets[plans[0].zone].id,
-            tags={**tags, "Name": f"{cluster_name}-nat"},
-            opts=self._opts(depends_on=[igw]),
-        )
-        private_rt = aws.ec2.RouteTable(
-            f"{name}-private",
-            vpc_id=vpc.id,
-            routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nat.id}],
-            tags={**tags, "Name": f"{cluster_name}-private"},
-            opts=self._opts(),
-        )
+        # One NAT gateway in the first block's public subnet, or (natGateways: PerZone) one per
+        # zone, each zone's private subnet routed through its own: no single point of failure
+        # for node egress, no cross-zone traffic. The first zone keeps the single-NAT names, so
+        # switching to PerZone adds gateways and replaces no route.
+        per_zone = args.networking.nat_gateways == "PerZone"
+        nats: dict[str, aws.ec2.NatGateway] = {}
+        private_tables: dict[str, aws.ec2.RouteTable] = {}
+        for i, plan in enumerate(plans if per_zone else plans[:1]):
+            suffix = "" if i == 0 else f"-{plan.zone}"
+            nat_ip = aws.ec2.Eip(
+                f"{name}-nat{suffix}",
+                domain="vpc",
+                tags={**tags, "Name": f"{cluster_name}-nat{suffix}"},
+                opts=self._opts(depends_on=[igw]),
+            )
+            nats[plan.zone] = aws.ec2.NatGateway(
+                f"{name}-nat{suffix}",
+                allocation_id=nat_ip.id,
+                subnet_id=self.public_subnets[plan.zone].id,
+                tags={**tags, "Name": f"{cluster_name}-nat{suffix}"},
+                opts=self._opts(depends_on=[igw]),
+            )
+            private_tables[plan.zone] = aws.ec2.RouteTable(
+                f"{name}-private{suffix}",
+                vpc_id=vpc.id,
+                routes=[{"cidr_block": "0.0.0.0/0", "nat_gateway_id": nats[plan.zone].id}],
+                tags={**tags, "Name": f"{cluster_name}-private{suffix}"},
+                opts=self._opts(),
+            )
+        first_table = private_tables[plans[0].zone]
         for plan in plans:
             private = aws.ec2.Subnet(
                 f"{name}-private-{plan.zone}",
@@ -366,7 +445,7 @@ class EKSCluster(pulumi.ComponentResource):
                 aws.ec2.RouteTableAssociation(
                     f"{name}-private-{plan.zone}",
                     subnet_id=private.id,
-                    route_table_id=private_rt.id,
+                    route_table_id=private_tables.get(plan.zone, first_table).id,
                     opts=self._opts(),
                 )
             )
@@ -430,6 +509,8 @@ class EKSCluster(pulumi.ComponentResource):
             private_subnet_ids=[self.private_subnets[p.zone].id for p in plans],
             endpoint_private_access=True,
             endpoint_public_access=True,
+            public_access_cidrs=list(args.public_access_cidrs),
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=UPGRADE_POLICY),
             node_associate_public_ip_address=False,
             service_role=cluster_role,
             authentication_mode=eks.AuthenticationMode.API,
@@ -456,7 +537,10 @@ class EKSCluster(pulumi.ComponentResource):
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),
             tags=tags,
             opts=pulumi.ResourceOptions(
-                parent=self, providers={"aws": provider}, depends_on=[nat, *associations]
+                parent=self,
+                providers={"aws": provider},
+                depends_on=[*nats.values(), *associations],
+                protect=args.protect,
             ),
         )
         self.cluster = cluster
@@ -467,10 +551,19 @@ class EKSCluster(pulumi.ComponentResource):
             pod_identity_associations: Sequence[aws.eks.AddonPodIdentityAssociationArgs]
             | None = None,
         ) -> aws.eks.Addon:
+            # Pinned: the add-on's default version for the cluster's Kubernetes version (not
+            # whatever was current at creation), so a kubernetesVersion bump upgrades it.
+            version = aws.eks.get_addon_version_output(
+                addon_name=addon_name,
+                kubernetes_version=args.kubernetes_version,
+                most_recent=False,
+                opts=pulumi.InvokeOutputOptions(provider=provider, parent=self),
+            ).version
             return aws.eks.Addon(
                 f"{name}-{addon_name}",
                 cluster_name=cluster_name,
                 addon_name=addon_name,
+                addon_version=version,
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 pod_identity_associations=pod_identity_associations,
@@ -497,6 +590,7 @@ class EKSCluster(pulumi.ComponentResource):
             )
         self.efa_security_group = efa_sg
         self.launch_templates: dict[str, aws.ec2.LaunchTemplate] = {}
+        self.capacity_block_schedules: dict[str, list[aws.autoscaling.Schedule]] = {}
         self.node_groups: dict[str, eks.ManagedNodeGroup] = {}
         before_nodes = [self.addons["vpc-cni"], self.addons["kube-proxy"], *node_policies]
         for pool in pools:
@@ -576,7 +670,7 @@ class EKSCluster(pulumi.ComponentResource):
             performance_mode="generalPurpose",
             throughput_mode="elastic",
             tags={**tags, "Name": f"{cluster_name}-model-cache"},
-            opts=self._opts(),
+            opts=self._opts(protect=True),
         )
         self.mount_targets = {
             zone: aws.efs.MountTarget(
@@ -602,9 +696,15 @@ class EKSCluster(pulumi.ComponentResource):
             }
         )
 
-    def _opts(self, depends_on: Sequence[pulumi.Resource] = ()) -> pulumi.ResourceOptions:
+    def _opts(
+        self, depends_on: Sequence[pulumi.Resource] = (), *, protect: bool = False
+    ) -> pulumi.ResourceOptions:
+        """Child options; ``protect`` asks for the cluster's protection (stateful resources)."""
         return pulumi.ResourceOptions(
-            parent=self, provider=self._provider, depends_on=list(depends_on) or None
+            parent=self,
+            provider=self._provider,
+            depends_on=list(depends_on) or None,
+            protect=self._protect_stateful if protect else None,
         )
 
     def _node_group(
@@ -635,7 +735,7 @@ class EKSCluster(pulumi.ComponentResource):
         else:
             capacity_type = "ON_DEMAND"
 
-        return eks.ManagedNodeGroup(
+        group = eks.ManagedNodeGroup(
             f"{name}-{pool.name}",
             cluster=cluster,
             node_role=node_role,
@@ -652,7 +752,7 @@ class EKSCluster(pulumi.ComponentResource):
                 else None
             ),
             scaling_config={
-                "min_size": pool.min_node_count,
+                "min_size": pool.min_size,
                 "desired_size": pool.desired_size,
                 "max_size": pool.max_node_count,
             },
@@ -663,9 +763,60 @@ class EKSCluster(pulumi.ComponentResource):
                 parent=self,
                 providers={"aws": provider},
                 depends_on=list(depends_on),
-                transforms=[ignore_desired_size],
+                transforms=[ignore_scheduled_sizes if pool.capacity_block else ignore_desired_size],
             ),
         )
+        if pool.capacity_block is not None:
+            self._capacity_block_schedules(name, pool, group, provider)
+        return group
+
+    def _capacity_block_schedules(
+        self,
+        name: str,
+        pool: EKSNodePool,
+        group: eks.ManagedNodeGroup,
+        provider: pulumi.ProviderResource,
+    ) -> None:
+        """A Capacity Block group is created at 0 (AWS: desired 0 before the reservation is
+        active, and while upgrading); scheduled actions on its Auto Scaling group hold it at
+        the block's size (min = desired = nodeCount, so cluster-autoscaler never removes a
+        paid-for node) from the block's start, and scale it to 0 before the block ends."""
+        assert pool.capacity_block is not None
+        reservation = pool.capacity_block.capacity_reservation_id
+        block = aws.ec2.get_capacity_block_reservation_output(
+            id=reservation, opts=pulumi.InvokeOutputOptions(provider=provider, parent=self)
+        )
+        asg: pulumi.Output[str] = group.node_group.apply(_asg_name)
+        self.capacity_block_schedules[pool.name] = [
+            aws.autoscaling.Schedule(
+                f"{name}-{pool.name}-{reservation}-start",
+                autoscaling_group_name=asg,
+                scheduled_action_name=f"modelplane-{pool.name}-block-start",
+                start_time=block.start_date.apply(lambda d: schedule_time(d) if d else None),
+                min_size=pool.node_count,
+                desired_capacity=pool.node_count,
+                max_size=-1,
+                # A block that is already active is scaled two minutes after the first `up`;
+                # later runs must not move that time.
+                opts=self._opts(depends_on=[group]).merge(
+                    pulumi.ResourceOptions(ignore_changes=["startTime"])
+                ),
+            ),
+            aws.autoscaling.Schedule(
+                f"{name}-{pool.name}-{reservation}-end",
+                autoscaling_group_name=asg,
+                scheduled_action_name=f"modelplane-{pool.name}-block-end",
+                start_time=block.end_date.apply(
+                    lambda d: schedule_time(drain_time(d)) if d else None
+                ),
+                min_size=0,
+                desired_capacity=0,
+                max_size=-1,
+                opts=self._opts(depends_on=[group]).merge(
+                    pulumi.ResourceOptions(ignore_changes=["startTime"])
+                ),
+            ),
+        ]
 
     def _launch_template(
         self,

@@ -6,6 +6,14 @@ counts, zones). Usable on its own in any Pulumi program; InferenceCluster compos
 
 Node counts are per pool: GKE's ``initial_node_count`` is per zone, so a pool of N nodes over Z
 zones starts with ceil(N / Z) per zone; autoscaling uses the pool-wide ``total_*`` limits.
+
+GPU pools are DRA pools (GKE, "Prepare GKE infrastructure for DRA workloads"): GKE installs no
+driver (``INSTALLATION_DISABLED``: automatic driver installation is not supported with DRA, and
+``gke-no-default-nvidia-gpu-device-plugin`` would stop the managed install from completing), so
+the serving stack applies Google's COS driver installer DaemonSet; the pool is labelled
+``cloud.google.com/gke-nvidia-gpu-dra-driver=true`` and ``nvidia.com/gpu.present=true`` so that
+GKE's cluster autoscaler models the ResourceSlices of a node that does not exist yet and scales
+the pool up from zero.
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ POOL_LABEL = "modelplane.ai/pool"
 GPU_LABEL = "modelplane.ai/gpu"
 NO_DEFAULT_DEVICE_PLUGIN_LABEL = "gke-no-default-nvidia-gpu-device-plugin"
 """GKE node label that stops GKE's own NVIDIA device plugin, so the DRA driver owns the GPUs."""
+DRA_DRIVER_LABEL = "cloud.google.com/gke-nvidia-gpu-dra-driver"
+"""Tells GKE's cluster autoscaler the pool's GPUs are published by the NVIDIA DRA driver, so it
+can scale the pool up from zero for pods with ResourceClaims."""
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+DRIVER_INSTALLATION_DISABLED = "INSTALLATION_DISABLED"
 GKE_NVIDIA_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
 """Where GKE installs the NVIDIA driver on COS nodes (the DRA driver's ``nvidiaDriverRoot``)."""
 
@@ -37,8 +50,9 @@ GKE_NAME_LIMIT = 40
 class GKEGpu:
     accelerator_type: str
     accelerator_count: int = 1
-    driver_version: str = "DEFAULT"
-    """GKE-managed driver installation: DEFAULT | LATEST | INSTALLATION_DISABLED."""
+    driver_version: str = DRIVER_INSTALLATION_DISABLED
+    """GKE-managed driver installation: INSTALLATION_DISABLED for DRA pools (the serving stack
+    installs the driver); DEFAULT | LATEST only for device-plugin pools."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,10 @@ class GKENodePool:
     max_node_count: int = 8
     gpu: GKEGpu | None = None
     zones: tuple[str, ...] = ()
+    disk_type: str | None = None
+    """Boot disk type (None: GKE's default)."""
+    reservation: str | None = None
+    """A specific reservation the nodes consume (name or projects/<p>/reservations/<name>)."""
 
     def __post_init__(self) -> None:
         if self.role == "GPU" and (self.gpu is None or not self.zones):
@@ -78,6 +96,8 @@ class GKEClusterArgs:
     kubernetes_version: str = "1.35"
     networking: GKENetworking = field(default_factory=GKENetworking)
     release_channel: str = "REGULAR"
+    protect: bool = True
+    """GKE deletion protection plus Pulumi ``protect`` on the cluster and its network."""
 
 
 def system_pool() -> GKENodePool:
@@ -168,7 +188,7 @@ class GKECluster(pulumi.ComponentResource):
             name=child_name(name, "net"),
             project=args.project,
             auto_create_subnetworks=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=services),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=services, protect=args.protect),
         )
         subnet = gcp.compute.Subnetwork(
             f"{name}-subnet",
@@ -186,7 +206,7 @@ class GKECluster(pulumi.ComponentResource):
                     range_name="services", ip_cidr_range=net.service_cidr
                 ),
             ],
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect),
         )
         cluster = gcp.container.Cluster(
             f"{name}-cluster",
@@ -202,7 +222,7 @@ class GKECluster(pulumi.ComponentResource):
             ),
             remove_default_node_pool=True,
             initial_node_count=1,
-            deletion_protection=False,
+            deletion_protection=args.protect,
             min_master_version=args.kubernetes_version,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
@@ -213,10 +233,13 @@ class GKECluster(pulumi.ComponentResource):
                     gcp.container.ClusterAddonsConfigGcpFilestoreCsiDriverConfigArgs(enabled=True)
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=services),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=services, protect=args.protect),
         )
 
-        first_gpu_zone = next((p.zones[0] for p in pools if p.role == "GPU" and p.zones), None)
+        # The system node's zone: the GPU pools' alphabetically first zone, so reordering
+        # pools (or adding one in a later zone) never moves it.
+        gpu_zones = [z for p in pools if p.role == "GPU" for z in p.zones]
+        first_gpu_zone = min(gpu_zones) if gpu_zones else None
         self.node_pools: dict[str, gcp.container.NodePool] = {}
         for pool in pools:
             self.node_pools[pool.name] = self._node_pool(
@@ -261,6 +284,8 @@ class GKECluster(pulumi.ComponentResource):
             assert pool.gpu is not None
             labels[GPU_LABEL] = pool.gpu.accelerator_type
             labels[NO_DEFAULT_DEVICE_PLUGIN_LABEL] = "true"
+            labels[DRA_DRIVER_LABEL] = "true"
+            labels[GPU_PRESENT_LABEL] = "true"
             taints.append(
                 gcp.container.NodePoolNodeConfigTaintArgs(
                     key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE"
@@ -300,6 +325,16 @@ class GKECluster(pulumi.ComponentResource):
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.disk_size_gb,
+                disk_type=pool.disk_type,
+                reservation_affinity=(
+                    gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                        consume_reservation_type="SPECIFIC_RESERVATION",
+                        key="compute.googleapis.com/reservation-name",
+                        values=[pool.reservation],
+                    )
+                    if pool.reservation
+                    else None
+                ),
                 image_type="COS_CONTAINERD",
                 labels=labels,
                 taints=taints or None,

@@ -39,6 +39,10 @@ CACHE_VOLUME = "model-cache"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 READINESS = {"initialDelaySeconds": 30, "periodSeconds": 10, "timeoutSeconds": 5}
+# Loading weights takes minutes to tens of minutes: the startup probe allows an hour, then the
+# liveness probe restarts an engine that stops answering (a hung engine was never restarted).
+STARTUP = {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 360}
+LIVENESS = {"periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4}
 
 Position = Literal["single", "leader", "worker"]
 
@@ -53,6 +57,8 @@ class PodContext:
     role: Role
     claim_template: str | None = None
     cache_claim: str | None = None
+    # `repo@revision` the cache's marker holds once hydrated: pods wait for it (init container).
+    cache_ready: str | None = None
     # Extended resources (device plugins) each pod requests, e.g. {"vpc.amazonaws.com/efa": 16}.
     extended: Mapping[str, int] = field(default_factory=dict)
     # Labels of serving pods only (prefill/decode: the llm-d role labels the EPP filters on).
@@ -170,8 +176,13 @@ def engine_container(
     port = port or engine_port(engine)
     if serving and not engine.ports:
         body["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    health = {"httpGet": {"path": "/health", "port": port}}
     if serving and engine.readiness_probe is None:
-        body["readinessProbe"] = {"httpGet": {"path": "/health", "port": port}, **READINESS}
+        body["readinessProbe"] = {**health, **READINESS}
+    if serving and engine.startup_probe is None:
+        body["startupProbe"] = {**health, **STARTUP}
+    if serving and engine.liveness_probe is None:
+        body["livenessProbe"] = {**health, **LIVENESS}
     resources = body.pop("resources", {})
     requests = dict(resources.get("requests", {}))
     requests.update(cpu=ctx.role.workers.resources.cpu, memory=ctx.role.workers.resources.memory)
@@ -192,6 +203,27 @@ def engine_container(
         mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True})
     body["volumeMounts"] = mounts
     return body
+
+
+CACHE_WAIT_IMAGE = "python:3.12-slim"  # the hydration Job's image: one pull per node
+CACHE_MARKER = ".modelplane-hydrated"  # written by the cache's hydration Job
+
+
+def cache_wait_container(ready: str) -> dict[str, Any]:
+    """Waits until the model cache's marker names `ready` (`repo@revision`)."""
+    marker = f"{CACHE_MOUNT}/{CACHE_MARKER}"
+    script = (
+        f'until [ "$(cat {marker} 2>/dev/null || true)" = "$MODELPLANE_CACHE_READY" ]; do '
+        'echo "waiting for the model cache to hold $MODELPLANE_CACHE_READY"; sleep 15; done'
+    )
+    return {
+        "name": "wait-for-model-cache",
+        "image": CACHE_WAIT_IMAGE,
+        "command": ["/bin/sh", "-c", script],
+        "env": [{"name": "MODELPLANE_CACHE_READY", "value": ready}],
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+    }
 
 
 def pod_template(
@@ -234,8 +266,11 @@ def pod_template(
         pod["serviceAccountName"] = spec.service_account_name
     if spec.termination_grace_period_seconds is not None:
         pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
-    if spec.init_containers:
-        pod["initContainers"] = [dump(c) for c in spec.init_containers]
+    init = [dump(c) for c in spec.init_containers]
+    if ctx.cache_claim is not None and ctx.cache_ready is not None:
+        init.insert(0, cache_wait_container(ctx.cache_ready))
+    if init:
+        pod["initContainers"] = init
     pod["containers"] = containers
     pod["volumes"] = volumes
     template_meta: dict[str, Any] = {"labels": pod_labels(ctx, position)}

@@ -128,6 +128,16 @@ class GKEMachine(Strict):
     """The GCE machine type of the pool's nodes (e.g. a3-highgpu-8g)."""
     disk_size_gb: int = Field(default=100, ge=10, le=MAX_DISK_GB)
     """Boot disk size in GB (default 100, 10..65536)."""
+    disk_type: Literal["pd-balanced", "pd-ssd", "pd-standard", "hyperdisk-balanced"] | None = None
+    """Boot disk type (default: GKE's, pd-balanced); machines that take only Hyperdisk
+    (a3-ultragpu, a4) need hyperdisk-balanced."""
+    reservation: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$",
+    )
+    """A specific Compute Engine reservation the pool's nodes consume (its name, or
+    projects/<project>/reservations/<name> for a shared one); default none."""
     accelerator: Accelerator
     """The GPUs attached to each node."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -19,6 +20,32 @@ from modelplane.api.limits import MAX_CLUSTER_NODES, PoolNodes, Port
 from modelplane.api.problems import raise_if
 
 Effect = Literal["NoSchedule", "NoExecute"]
+
+MIN_KUBERNETES_MINOR = 34
+"""DRA's `resource.k8s.io/v1` API (ResourceClaimTemplates, DeviceClasses) is on by default
+from Kubernetes 1.34; an older cluster fails only at deploy."""
+IAM_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$"
+
+
+def _kubernetes_version(value: str) -> str:
+    match = re.fullmatch(r"1\.(\d+)", value)
+    if match is None:
+        raise ValueError(f'{value!r} is not a Kubernetes minor version like "1.35"')
+    if int(match.group(1)) < MIN_KUBERNETES_MINOR:
+        raise ValueError(
+            f"Kubernetes {value} is too old: modelplane's workloads use DRA "
+            f"(resource.k8s.io/v1), on by default from 1.{MIN_KUBERNETES_MINOR}"
+        )
+    return value
+
+
+def eks_block_zones(region: str, networking: EKSNetworking) -> list[str]:
+    """The Availability Zone of each `subnetCidrs` block, by position: `networking.zones`
+    when given, else `<region>a`, `<region>b`, ... A block's zone never depends on the
+    node pools, so adding or reordering pools never moves a subnet."""
+    if networking.zones:
+        return list(networking.zones)
+    return [f"{region}{chr(ord('a') + i)}" for i in range(len(networking.subnet_cidrs))]
 
 
 def _cidr(value: str) -> str:
@@ -68,10 +95,23 @@ class EKSNetworking(Strict):
         min_length=2,
         max_length=6,
     )
-    """The subnets, one per availability zone (2..6, inside vpcCidr, not overlapping)."""
+    """The subnets, one per availability zone (2..6, inside vpcCidr, not overlapping).
+    A block belongs to the zone at its position for good: append blocks, never reorder."""
+    zones: list[str] = Field(default_factory=list, max_length=6)
+    """The Availability Zone of each subnetCidrs block, in the same order (default:
+    `<region>a`, `<region>b`, ...). Set it where those letters are not the zones to use."""
+    nat_gateways: Literal["Single", "PerZone"] = "Single"
+    """Single (default): one NAT gateway for every private subnet; PerZone: one per zone."""
 
     @model_validator(mode="after")
     def _subnets_inside_vpc(self) -> EKSNetworking:
+        if self.zones and len(self.zones) != len(self.subnet_cidrs):
+            raise ValueError(
+                f"zones has {len(self.zones)} entries but subnetCidrs has "
+                f"{len(self.subnet_cidrs)} blocks (one zone per block, in the same order)"
+            )
+        if len(set(self.zones)) != len(self.zones):
+            raise ValueError("zones must not repeat (one block per zone)")
         vpc = ipaddress.ip_network(_cidr(self.vpc_cidr))
         nets = [ipaddress.ip_network(_cidr(c)) for c in self.subnet_cidrs]
         for cidr, net in zip(self.subnet_cidrs, nets, strict=True):
@@ -95,18 +135,52 @@ class GKESource(Strict):
     region: str = Field(min_length=1, max_length=32)
     """The GCP region of the (regional) cluster."""
     kubernetes_version: str = "1.35"
-    """The Kubernetes minor version (default "1.35")."""
+    """The Kubernetes minor version (default "1.35"; at least 1.34, for DRA)."""
     networking: GKENetworking = Field(default_factory=GKENetworking)
     """The cluster's network ranges."""
+    protect: bool = True
+    """Protect the cluster and its network from delete and replace (default true); set false,
+    `up`, then `destroy` to tear it down."""
+
+    _check_version = field_validator("kubernetes_version")(lambda v: _kubernetes_version(v))
 
 
 class EKSSource(Strict):
     region: str = Field(min_length=1, max_length=32)
     """The AWS region of the cluster."""
     kubernetes_version: str = "1.36"
-    """The Kubernetes minor version (default "1.36", DRA GA)."""
+    """The Kubernetes minor version (default "1.36"; at least 1.34, for DRA)."""
     networking: EKSNetworking = Field(default_factory=EKSNetworking)
     """The cluster's VPC and subnets."""
+    admin_principals: list[str] = Field(default_factory=list, max_length=20)
+    """IAM role or user ARNs given cluster-admin access entries (operators, CI); the identity
+    that creates the cluster is admin already."""
+    public_access_cidrs: list[str] = Field(
+        default_factory=lambda: ["0.0.0.0/0"], min_length=1, max_length=40
+    )
+    """The CIDR blocks that may reach the public API endpoint (default 0.0.0.0/0)."""
+    protect: bool = True
+    """Protect the cluster, VPC and file system from delete and replace (default true); set
+    false, `up`, then `destroy` to tear it down."""
+
+    _check_version = field_validator("kubernetes_version")(lambda v: _kubernetes_version(v))
+
+    @field_validator("admin_principals")
+    @classmethod
+    def _principal_arns(cls, arns: list[str]) -> list[str]:
+        for arn in arns:
+            if not re.fullmatch(IAM_PRINCIPAL, arn):
+                raise ValueError(
+                    f"{arn!r} is not an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)"
+                )
+        if len(set(arns)) != len(arns):
+            raise ValueError("adminPrincipals must not repeat")
+        return arns
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_cidrs(cls, cidrs: list[str]) -> list[str]:
+        return [_cidr(c) for c in cidrs]
 
 
 class KubeconfigSecretRef(SecretKeyRef):
@@ -279,6 +353,45 @@ class ServingStackOptions(Strict):
         return self
 
 
+def _eks_pool_problems(eks: EKSSource, pools: list[NodePool]) -> list[tuple[str, str]]:
+    """Zones need a subnet block; DRA GPU pools cannot scale up from zero on EKS."""
+    problems: list[tuple[str, str]] = []
+    zones = eks_block_zones(eks.region, eks.networking)
+    for i, pool in enumerate(pools):
+        missing = [z for z in pool.zones if z not in zones]
+        if missing:
+            problems.append(
+                (
+                    f"nodePools[{i}].zones",
+                    f"{', '.join(missing)} has no subnet block: the blocks of "
+                    f"cluster.eks.networking.subnetCidrs are in {', '.join(zones)} (by "
+                    "position); append a block (and its zone to networking.zones)",
+                )
+            )
+        if pool.capacity_block is None and pool.min_node_count == 0:
+            problems.append(
+                (
+                    f"nodePools[{i}].minNodeCount",
+                    "must be at least 1 on EKS: cluster-autoscaler on AWS cannot scale a "
+                    "DRA GPU node group up from zero (its template node has no "
+                    "ResourceSlices, kubernetes/autoscaler#7799), so a group at 0 stays at 0 "
+                    "(unset: 1)",
+                )
+            )
+        if pool.capacity_block is not None and pool.min_node_count not in (
+            None,
+            pool.node_count,
+        ):
+            problems.append(
+                (
+                    f"nodePools[{i}].minNodeCount",
+                    "a Capacity Block pool runs nodeCount nodes (the block) while the block "
+                    "is active and 0 outside it; leave minNodeCount unset or equal to nodeCount",
+                )
+            )
+    return problems
+
+
 class InferenceClusterSpec(Strict):
     cluster: ClusterSource
     """Where the cluster comes from: provisioned on GKE or EKS, or an existing one."""
@@ -315,16 +428,7 @@ class InferenceClusterSpec(Strict):
                 problems.append((f"nodePools[{i}].fabric", "EFA is only supported on EKS"))
         eks = self.cluster.eks
         if source == "EKS" and eks is not None:
-            zones = sorted({z for pool in self.node_pools for z in pool.zones})
-            blocks = len(eks.networking.subnet_cidrs)
-            if len(zones) > blocks:
-                problems.append(
-                    (
-                        "cluster.eks.networking.subnetCidrs",
-                        f"the node pools use {len(zones)} zones ({', '.join(zones)}) but "
-                        f"subnetCidrs has {blocks} blocks (one per zone is needed)",
-                    )
-                )
+            problems.extend(_eks_pool_problems(eks, self.node_pools))
         raise_if(problems)
         return self
 

@@ -18,9 +18,19 @@ class PoolObservation:
     nodes: int = 0
     ready_nodes: int = 0
     devices: int = 0  # DRA devices published in ResourceSlices of the pool's nodes
+    # The smallest `memory` capacity the NVIDIA DRA driver publishes for the pool's GPUs, as
+    # written in the ResourceSlices (None: no GPU published one).
+    gpu_memory: str | None = None
 
-    def as_json(self) -> dict[str, int]:
-        return {"nodes": self.nodes, "readyNodes": self.ready_nodes, "devices": self.devices}
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "nodes": self.nodes,
+            "readyNodes": self.ready_nodes,
+            "devices": self.devices,
+        }
+        if self.gpu_memory is not None:
+            out["gpuMemory"] = self.gpu_memory
+        return out
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,12 @@ class Observation:
                 reachable=bool(c.get("reachable")),
                 error=c.get("error"),
                 pools={
-                    p: PoolObservation(int(v["nodes"]), int(v["readyNodes"]), int(v["devices"]))
+                    p: PoolObservation(
+                        int(v["nodes"]),
+                        int(v["readyNodes"]),
+                        int(v["devices"]),
+                        v.get("gpuMemory"),
+                    )
                     for p, v in (c.get("pools") or {}).items()
                 },
                 gateway_address=c.get("gatewayAddress"),

@@ -15,6 +15,7 @@ from typing import Any
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
+from modelplane.health.classes import class_mismatches
 from modelplane.health.observation import Observation
 from modelplane.health.rules import NOT_READY, UNREACHABLE, ClusterHealth, cluster_health
 from modelplane.scheduler import autoscaled_count
@@ -349,6 +350,9 @@ def readiness(
             state, message = "NotObserved", (seen.error if seen else None) or "not observed"
         else:
             state, message = _HEALTH_NAMES.get(h.code, h.code or ""), h.problem or ""
+        mismatches = class_mismatches(fleet.clusters[name], fleet.classes, seen)
+        if mismatches:
+            message = "; ".join([message, *mismatches] if message else mismatches)
         out.clusters.append(
             ClusterStatus(
                 name,

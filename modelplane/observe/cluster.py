@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from modelplane.autoscale import parse_metrics, replica_values
+from modelplane.cel.quantity import parse_quantity
 from modelplane.health.observation import (
     CacheObservation,
     ClusterObservation,
@@ -82,6 +83,24 @@ def _pod_reason(pod: dict[str, Any]) -> str | None:
     return f"{name}: {status.get('phase') or 'not Ready'}"
 
 
+GPU_DRIVER = "gpu.nvidia.com"
+
+
+def _smallest_memory(into: dict[str, str], pool: str, devices: list[dict[str, Any]]) -> None:
+    """Keep, per pool, the smallest published `memory` capacity (ResourceSlice devices[])."""
+    for device in devices:
+        memory = ((device.get("capacity") or {}).get("memory") or {}).get("value")
+        if not isinstance(memory, str):
+            continue
+        try:
+            value = parse_quantity(memory)
+        except ValueError:
+            continue
+        current = into.get(pool)
+        if current is None or value < parse_quantity(current):
+            into[pool] = memory
+
+
 class ClusterReader:
     """Everything `observe` reads from one cluster, through one `KubeReader`."""
 
@@ -116,14 +135,21 @@ class ClusterReader:
             entry = counts.setdefault(pool, [0, 0, 0])
             entry[0] += 1
             entry[1] += 1 if _ready(node) else 0
+        gpu_memory: dict[str, str] = {}
         api = self.resource_api()
         if api is not None:
             for rs in self.reader.items(f"/apis/{api}/resourceslices"):
                 spec = rs.get("spec") or {}
                 pool = pool_of.get(str(spec.get("nodeName")))
-                if pool is not None:
-                    counts[pool][2] += len(spec.get("devices") or [])
-        return {p: PoolObservation(*c) for p, c in sorted(counts.items())}
+                if pool is None:
+                    continue
+                devices = spec.get("devices") or []
+                counts[pool][2] += len(devices)
+                if spec.get("driver") == GPU_DRIVER:
+                    _smallest_memory(gpu_memory, pool, devices)
+        return {
+            p: PoolObservation(*c, gpu_memory=gpu_memory.get(p)) for p, c in sorted(counts.items())
+        }
 
     def gateway_address(self) -> tuple[bool, str | None]:
         """Whether the workload Gateway exists, and its first address."""

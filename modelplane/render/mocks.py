@@ -77,8 +77,10 @@ class RecordingMocks(Mocks):
             }
         return f"{args.name}-id", state
 
-    def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+    def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        # Data sources (EKS add-on versions, a Capacity Block's dates) answer empty offline;
+        # the failures list must be a list (None breaks the stock mock monitor).
+        return {}, []
 
 
 def _flatten_references(value: struct_pb2.Value) -> None:
