@@ -58,8 +58,8 @@ class Layout:
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
     rule: int = 0  # the packing rule it was packed by (see Pool.pack)
-    key: int = -1  # a number for its items, set by the scheduler (Placement._layout_id)
-    sig: int = -1  # a number for its rule and demand sequence (Placement._sig): layouts
+    key: int = -1  # a number for its items, set by the scheduler (Interner.layout_id)
+    sig: int = -1  # a number for its rule and demand sequence (Interner.sig): layouts
     # with the same one have the same free rows, whichever deployments hold the items
 
     def copy(self) -> Layout:
