@@ -89,20 +89,32 @@ class Lookalikes:
         # per RolePools (by id: they live as long as the run's eligibility), its roles'
         # demands by number, and the pool positions they may take
         self._asks: dict[int, tuple[Asks, list[int]]] = {}
+        # per cluster, its pools' layouts and its group key when `start` last saw them
+        # (a what-if re-plans the same state a thousand times: see scheduler.survive)
+        self._keys: dict[str, tuple[tuple[Layout, ...], GroupKey]] = {}
 
-    def start(self, group: bool) -> None:
-        """Open a fill: forget the answers; with `group`, put every cluster in its group."""
-        self._answers = {}
+    def start(self, group: bool, lost: frozenset[str] = frozenset()) -> None:
+        """Open a fill: with `group`, put every cluster but the `lost` ones in its group."""
         if not group:
             return
-        self._state = {}
-        self.groups = {}
+        self._state = state = {}
+        self.groups = groups = {}
+        keys = self._keys
         for cluster in self._cluster_names:
-            key = self._state[cluster] = self._state_key(cluster)
-            self.groups.setdefault(key, []).append(cluster)
+            if cluster in lost:
+                continue
+            layouts = tuple([p.layout for p in self._cluster_pools[cluster]])
+            hit = keys.get(cluster)
+            if hit is not None and hit[0] == layouts:  # (identity first: cheap when the same)
+                key = hit[1]
+            else:
+                key = self._state_key(cluster)
+                keys[cluster] = (layouts, key)
+            state[cluster] = key
+            groups.setdefault(key, []).append(cluster)
 
     def stop(self) -> None:
-        self._state, self.groups, self._answers = {}, {}, {}
+        self._state, self.groups = {}, {}
 
     def _state_key(self, cluster: str) -> GroupKey:
         sig = self._interner.sig
@@ -160,8 +172,8 @@ class Lookalikes:
         The answer depends on the profile and the state of the pools the roles may take
         (nodes and signature: the group's other pools play no part), the priority, the
         roles' demands (by value), the deployment's reach and the pending shapes on those
-        pools (their version), not on the deployment itself: it is kept across deployments
-        and groups under that key."""
+        pools (`PendingLedger.view_id`), not on the deployment itself: it is kept across
+        deployments, groups and fills under that key."""
         if group.answered:
             return group.answer
         group.answered = True
@@ -177,14 +189,14 @@ class Lookalikes:
         asks, positions = hit
         pid, pools = group.key
         pending = self._pending
-        versions = pending.version
+        view_id = pending.view_id
         memo = (
             pid,
             tuple([pools[pos] for pos in positions]),
             dep.spec.priority,
             asks,
             pending.reach.get(dep_key),
-            tuple([versions.get((pid, pos), 0) for pos in positions]),
+            tuple([view_id(pid, pos) for pos in positions]),
         )
         answer = self._answers.get(memo)
         if answer is None:

@@ -3,8 +3,8 @@
 Step 5.1 of scheduling.md asks, for every trial placement, whether some pending
 deployment loses room. The ledger keeps that question cheap: per cluster profile and
 pool position, a count of the pending demands there (by demand number and reach), and a
-view of their distinct shapes, rebuilt only when a count drops to zero (its version
-then changes, so memos keyed on it stay exact).
+view of their distinct shapes, rebuilt only when a count drops to zero, and a number
+per distinct view (`view_id`), so memos keyed on it stay exact across fills.
 """
 
 from __future__ import annotations
@@ -33,18 +33,30 @@ class PendingLedger:
         self.reach: dict[str, Reach] = {}  # per deployment, set by `set_reach`
         self._counts: dict[PoolKey, Counter[tuple[int, Reach]]] = {}  # (demand id, reach)
         self._view: dict[PoolKey, list[Shape]] = {}
-        self.version: dict[PoolKey, int] = {}  # bumped when the pool's view may change
+        self._view_ids: dict[PoolKey, int] = {}  # dropped with the view
+        self._contents: dict[tuple[object, ...], int] = {}  # a view's content -> its number
         self._dep_demands: dict[str, list[tuple[int, int, int]]] = {}
+        # the last `set_reach`'s live profiles and deployments, for the next one
+        self._reach_memo: tuple[object, ...] = ()
 
-    def set_reach(self, order: Sequence[tuple[str, ModelDeployment]]) -> None:
+    def set_reach(
+        self, order: Sequence[tuple[str, ModelDeployment]], lost: frozenset[str] = frozenset()
+    ) -> None:
         """Every deployment's reach: the cluster profiles open to its new replicas
-        (before capacity)."""
+        (before capacity), among those with a cluster not `lost`."""
         eligibility = self._eligibility
+        live = [
+            (pid, members[0])
+            for pid, members in eligibility.members.items()
+            if not lost or any(m not in lost for m in members)
+        ]
+        memo = (tuple([pid for pid, _ in live]), tuple([key for key, _ in order]))
+        if memo == self._reach_memo:
+            return
+        self._reach_memo = memo
         self.reach = {
             key: frozenset(
-                pid
-                for pid, members in eligibility.members.items()
-                if eligibility.open_for_new(key, dep, members[0]) is not None
+                pid for pid, first in live if eligibility.open_for_new(key, dep, first) is not None
             )
             for key, dep in order
         }
@@ -67,7 +79,7 @@ class PendingLedger:
                 counter[(demand, reach)] = counter.get((demand, reach), 0) + 1
         self._counts = counts
         self._view = {}
-        self.version = {}
+        self._view_ids = {}
 
     def forget(self, dep_key: str, dep: ModelDeployment) -> None:
         """The deployment's turn has come: it is no longer pending."""
@@ -77,9 +89,19 @@ class PendingLedger:
             counter[(demand, reach)] -= 1
             if counter[(demand, reach)] <= 0:
                 del counter[(demand, reach)]
-                # The pool's pending shapes may change: a new view, a new version.
+                # The pool's pending shapes may change: a new view, a new number.
                 self._view.pop((pid, pos), None)
-                self.version[(pid, pos)] = self.version.get((pid, pos), 0) + 1
+                self._view_ids.pop((pid, pos), None)
+
+    def view_id(self, pid: int, pos: int) -> int:
+        """A number for the pool's pending shapes (`shapes`): equal views, equal numbers,
+        for the life of the run."""
+        key = (pid, pos)
+        hit = self._view_ids.get(key)
+        if hit is None:
+            content = tuple([(*s[:3], tuple(s[3])) for s in self.shapes(pid, pos)])
+            hit = self._view_ids[key] = self._contents.setdefault(content, len(self._contents))
+        return hit
 
     def shapes(self, pid: int, pos: int) -> list[Shape]:
         """The pending demands of a pool, as (requests, pods per worker, devices per pod,

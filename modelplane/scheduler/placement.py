@@ -88,6 +88,9 @@ class Placement:
         self._only: str | None = None  # the one cluster offered (second thoughts)
         self._only_except = ""  # the deployment offered every cluster all the same
         self._takers: list[tuple[str, str, int]] = []  # placed although they took room
+        # Clusters gone in a what-if (`survive`): a fill neither visits nor counts them.
+        self.lost: frozenset[str] = frozenset()
+        self._order: list[tuple[str, ModelDeployment]] = []  # fill_order, once
         self.interner = Interner()
         self.pending = PendingLedger(self.eligibility, self.interner)
         self.lookalikes = Lookalikes(self)
@@ -175,6 +178,11 @@ class Placement:
             kept.append((pool, item))
         return kept
 
+    def drop(self, replicas: Sequence[tuple[str, str, int]]) -> None:
+        """Drop replicas (deployment, cluster, index), as eviction does: freeing their
+        capacity (a what-if's lost clusters, see scheduler.survive)."""
+        self._drop(replicas)
+
     def _drop(self, replicas: Sequence[tuple[str, str, int]]) -> None:
         """Drop replicas (deployment, cluster, index), freeing their capacity.
 
@@ -219,25 +227,28 @@ class Placement:
 
     # -- 5: fill -------------------------------------------------------------------------
 
-    def fill(self) -> None:
+    def fill(self, explain: bool = True) -> None:
         """Place missing replicas: highest priority first, larger replicas first within a
         priority (first-fit decreasing); spread where no pending pod that is larger, or
         that fewer clusters can host, loses room. Then second thoughts (`_improve`)."""
         order = self.fill_order()
-        self.pending.set_reach(order)
+        self.pending.set_reach(order, self.lost)
         self._takers = []
         self._fill_all(order)
         self._improve(order)
         # Reasons describe the final state, so re-planning the written lock, which starts
         # from that state, reports exactly the same.
-        self.explain()
+        if explain:
+            self.explain()
 
     def fill_order(self) -> list[tuple[str, ModelDeployment]]:
         """Priority (high first), GPUs per replica (large first), then key."""
-        return sorted(
-            self.deployments.items(),
-            key=lambda kv: (-kv[1].spec.priority, -replica_gpus(kv[1]), kv[0]),
-        )
+        if not self._order:
+            self._order = sorted(
+                self.deployments.items(),
+                key=lambda kv: (-kv[1].spec.priority, -replica_gpus(kv[1]), kv[0]),
+            )
+        return list(self._order)
 
     def _waiting(self, dep_key: str, dep: ModelDeployment) -> bool:
         """The deployment has fewer replicas than its target (held by second thoughts)."""
@@ -250,7 +261,7 @@ class Placement:
         deployment but `_only_except` is offered that cluster alone (see `_improve`)."""
         self._only = only
         self.pending.open(order, self._waiting)
-        self.lookalikes.start(group=only is None or bool(self._only_except))
+        self.lookalikes.start(only is None or bool(self._only_except), self.lost)
         for dep_key, dep in order:
             if self._waiting(dep_key, dep):
                 self.pending.forget(dep_key, dep)
