@@ -19,6 +19,7 @@ from modelplane.health.observation import ClusterObservation, Observation
 from modelplane.scheduler import ScheduleResult, schedule
 from modelplane.scheduler import reasons as texts
 from modelplane.scheduler.taints import UNHEALTHY_KEY as UNHEALTHY_KEY  # re-exported
+
 DEFAULT_GRACE = 300.0  # seconds
 
 UNREACHABLE = "unreachable"

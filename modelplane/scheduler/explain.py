@@ -12,7 +12,7 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.scheduler import reasons, reserved
 from modelplane.scheduler.capacity import Pool
 from modelplane.scheduler.eligibility import Eligibility, RolePools
-from modelplane.scheduler.taints import BLOCKS_NEW
+from modelplane.scheduler.taints import BLOCKS_NEW, UNHEALTHY_KEY
 
 
 class Explainer:
@@ -26,8 +26,8 @@ class Explainer:
         deployments: Mapping[str, ModelDeployment],
     ) -> None:
         self._cluster_names = cluster_names
-        self._cluster_pools = cluster_pools
-        self._eligibility = eligibility
+        self.cluster_pools = cluster_pools
+        self.eligibility = eligibility
         self._deployments = deployments
 
     def reasons(self, dep_key: str, dep: ModelDeployment) -> list[str]:
@@ -35,7 +35,7 @@ class Explainer:
         (those matching its clusterSelector), or one reason when none is."""
         if not self._cluster_names:
             return [reasons.NO_CLUSTERS]
-        eligibility = self._eligibility
+        eligibility = self.eligibility
         considered = [c for c in self._cluster_names if eligibility.selected(dep_key, dep, c)]
         if not considered:
             return [reasons.NO_SELECTOR_MATCH]
@@ -53,7 +53,7 @@ class Explainer:
 
         A "free node" is a node with room for one more pod of the role; the role needs
         one per pod (workers x nodes per worker)."""
-        pools = self._cluster_pools[cluster]
+        pools = self.cluster_pools[cluster]
         for role, matching in role_pools.roles:
             free, _, pool_pos, demand = max(
                 (pools[pos].free_nodes(d), -pos, pos, d) for pos, d in matching
@@ -78,3 +78,63 @@ class Explainer:
                 if n:
                     held.append((key, pool.name, n))
         return reasons.held_by_removed(held)
+
+
+# -- evidence (`plan --explain`): the first rule that rejects each cluster, with numbers --
+
+RULES = ("clusterSelector", "cache", "health", "taints", "devices", "resources", "capacity")
+
+
+def _selectors(dep: ModelDeployment, why: str) -> list[str]:
+    """The CEL selectors of the device requests a `no pool matches` reason names."""
+    out = []
+    for role in dep.spec.roles.values():
+        for req in role.node_selector.devices if role.node_selector else []:
+            if f" {req.name}" in why:
+                out += [s.cel for s in req.selectors]
+    return out
+
+
+def cluster_evidence(
+    explainer: Explainer, dep_key: str, dep: ModelDeployment, cluster: str, fits: bool
+) -> dict[str, object]:
+    """One cluster's verdict for a new replica of `dep`: the first rule that rejects it
+    (`rule`, `message`, and the numbers behind it), or `rule: null` when it has room
+    (`fits`, worked out by the caller with the fill's own fit)."""
+    eligibility = explainer.eligibility
+    out: dict[str, object] = {"cluster": cluster}
+    if not eligibility.selected(dep_key, dep, cluster):
+        labels = eligibility.fleet.clusters[cluster].metadata.labels
+        sel = dep.spec.cluster_selector.model_dump(by_alias=True, exclude_defaults=True)
+        return {**out, "rule": "clusterSelector", "message": "labels do not match",
+                "labels": dict(sorted(labels.items())), "clusterSelector": sel}  # fmt: skip
+    why = eligibility.blocked(dep_key, dep, cluster, BLOCKS_NEW)
+    if why is not None:
+        rule = "cache" if why.startswith("not covered") else "taints"
+        if UNHEALTHY_KEY in why:
+            rule = "health"
+        return {**out, "rule": rule, "message": why}
+    pools = eligibility.role_pools(dep_key, dep, cluster)
+    if isinstance(pools, str):
+        if "offers" in pools:
+            return {**out, "rule": "resources", "message": pools}
+        return {**out, "rule": "devices", "message": pools, "selectors": _selectors(dep, pools)}
+    if fits:
+        return {**out, "rule": None, "message": "has room for another replica"}
+    per_role = []
+    cluster_pools = explainer.cluster_pools[cluster]
+    for role, matching in pools.roles:
+        for pos, demand in matching:
+            pool = cluster_pools[pos]
+            per_role.append(
+                {
+                    "role": role,
+                    "pool": pool.name,
+                    "freeNodes": pool.free_nodes(demand),
+                    "neededNodes": demand.pods,
+                    "freeDevices": pool.layout.free_total,
+                    "neededDevices": demand.pods * demand.devices_per_pod,
+                }
+            )
+    message = explainer.why_full(cluster, pools)
+    return {**out, "rule": "capacity", "message": message, "pools": per_role}

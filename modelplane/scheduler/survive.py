@@ -167,7 +167,7 @@ def survive(
     sets = scenarios_of(fleet, plan.lock, losses, label)
     what = f"any value of label {label}" if label is not None else _any(losses or 0)
     base = {k: r.unplaced for k, r in plan.report.items()}
-    run = _charged(fleet, plan.lock)
+    run = charged(fleet, plan.lock)
     tolerant = any(
         not untolerated([LOST_TAINT], d.spec.tolerations, EVICTS)
         for d in fleet.deployments.values()
@@ -203,7 +203,7 @@ def _any(n: int) -> str:
     return f"any {n} cluster" + ("" if n == 1 else "s")
 
 
-def _charged(fleet: FleetSpec, lock: PlacementLock) -> Placement:
+def charged(fleet: FleetSpec, lock: PlacementLock) -> Placement:
     """A run holding the plan: what `schedule(fleet, lock)` starts from and ends at."""
     run = Placement(fleet)
     removed = removed_deployments(fleet, lock)
