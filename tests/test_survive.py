@@ -318,3 +318,29 @@ def test_survive_and_explain_json(tmp_path):
     assert survive["worst"]["short"] == {"ml/m": {"replicas": 1, "devices": {"g8": 8}}}
     assert data["explain"]["ml/m"]["unplaced"] == 1
     assert {c["rule"] for c in data["explain"]["ml/m"]["clusters"]} == {"capacity"}
+
+
+@pytest.mark.parametrize(
+    ("replicas", "line"),
+    [
+        (2, "**Survives the loss of any 1 cluster: yes** (2 scenarios)."),
+        (
+            3,
+            "**Survives the loss of any 1 cluster: no**: 3 of 3 scenarios leave a deployment "
+            "short; the worst, losing `c0`: `ml/m` 1 replica(s) short (8 g8 devices).",
+        ),
+    ],
+)
+def test_survive_preview_markdown_line(replicas, line):
+    from modelplane.driver.markdown import preview_markdown
+    from modelplane.driver.plan import Plan
+    from modelplane.driver.results import RunResult
+
+    f = fleet([G8], three(), [deployment("m", replicas, tensor=8)])
+    plan = schedule(f, None)
+    got = sv.survive(f, plan, losses=1)
+    text = preview_markdown(
+        Plan(plan.lock, plan), RunResult("preview", "file:///x", []), survive=got
+    )
+    assert line in text
+    assert text.index("### Placement") < text.index(line) < text.index("### Stacks")
