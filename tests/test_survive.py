@@ -143,13 +143,13 @@ def test_survive_matches_the_full_replan_failover_does():
     for seed in range(40):
         f = packing_quality.random_fleet(random.Random(seed))
         plan = schedule(f, None)
-        run = sv.charged(f, plan.lock)
+        whatif = sv.WhatIf(f, plan.lock)
         for lost, _ in sv.scenarios_of(f, plan.lock, 1, None) + sv.scenarios_of(
             f, plan.lock, 2, None
         ):
-            assert sv._scenario(run, lost, sv._unplaced) == sv._replanned(f, plan.lock, lost)
+            assert whatif.scenario(lost, sv._unplaced) == sv._replanned(f, plan.lock, lost)
             checked += 1
-        assert sv._unplaced(run) == {k: r.unplaced for k, r in plan.report.items()}
+        assert sv._unplaced(whatif.run) == {k: r.unplaced for k, r in plan.report.items()}
     assert checked > 100
 
 
@@ -344,3 +344,30 @@ def test_survive_preview_markdown_line(replicas, line):
     )
     assert line in text
     assert text.index("### Placement") < text.index(line) < text.index("### Stacks")
+
+
+def test_survive_with_draining_replicas_matches_the_full_replan():
+    """Autoscaled deployments mid scale-in (draining replicas, taken back when a loss
+    leaves them short): the fast path still gives failover's full re-plan, and undoes."""
+    draining = checked = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        clusters = [cluster(f"c{i}", [pool("p", "g8", rng.randint(1, 3))]) for i in range(3)]
+        auto = {"minReplicas": 1, "maxReplicas": 8,
+                "metrics": [{"type": "runningRequests", "target": 1}]}  # fmt: skip
+        deps = [deployment(f"a{j}", rng.randint(1, 5), tensor=rng.choice([2, 4, 8]),
+                           autoscaling=auto) for j in range(3)]  # fmt: skip
+        f = fleet([G8], clusters, deps)
+        first = schedule(f, None)
+        lower = {
+            k: d.model_copy(update={"autoscaled_replicas": max(1, d.autoscaled_replicas - 2)})
+            for k, d in first.lock.deployments.items()
+        }
+        plan = schedule(f, first.lock.model_copy(update={"deployments": lower}))
+        draining += sum(len(r.draining) for r in plan.report.values())
+        whatif = sv.WhatIf(f, plan.lock)
+        for lost, _ in sv.scenarios_of(f, plan.lock, 1, None):
+            assert whatif.scenario(lost, sv._unplaced) == sv._replanned(f, plan.lock, lost)
+            checked += 1
+        assert sv._unplaced(whatif.run) == {k: r.unplaced for k, r in plan.report.items()}
+    assert draining > 10 and checked > 50

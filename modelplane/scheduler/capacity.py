@@ -103,6 +103,8 @@ class Pool:
         self.nodes = nodes if shape is not None else 0
         self.capacity = self.shape.consumed_per_node * self.nodes
         self.layout = self.empty()
+        # Pools whose layout changed, when someone keeps count (scheduler.survive's undo).
+        self.journal: list[Pool] | None = None
         # Exact memos for the current layout: (demand, insertion position) that do not
         # fit, and free nodes per demand. Packing depends only on the demands in order.
         self._misfits: set[tuple[PodDemand, int]] = set()
@@ -117,6 +119,8 @@ class Pool:
         self._rows: dict[int, list[int]] = {}  # pods per node, current layout
 
     def set_layout(self, layout: Layout) -> None:
+        if self.journal is not None:
+            self.journal.append(self)
         self.layout = layout
         self._misfits.clear()
         self._free_nodes.clear()

@@ -25,10 +25,10 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import Taint
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler import ScheduleResult, autoscaled_fleet, schedule
+from modelplane.scheduler.capacity import Pool
 from modelplane.scheduler.placement import Placement, replica_gpus
 from modelplane.scheduler.reserved import removed_deployments, reserved_items
 from modelplane.scheduler.taints import EVICTS, UNHEALTHY_KEY, untolerated
-from modelplane.scheduler.undo import RunSnapshot
 
 LOST_TAINT = Taint(key=UNHEALTHY_KEY, value="unreachable", effect="NoExecute")
 T = TypeVar("T")
@@ -167,7 +167,8 @@ def survive(
     sets = scenarios_of(fleet, plan.lock, losses, label)
     what = f"any value of label {label}" if label is not None else _any(losses or 0)
     base = {k: r.unplaced for k, r in plan.report.items()}
-    run = charged(fleet, plan.lock)
+    whatif = WhatIf(fleet, plan.lock)
+    run = whatif.run
     tolerant = any(
         not untolerated([LOST_TAINT], d.spec.tolerations, EVICTS)
         for d in fleet.deployments.values()
@@ -177,7 +178,7 @@ def survive(
         if tolerant:
             unplaced = _replanned(fleet, plan.lock, lost)
         else:
-            unplaced = _scenario(run, lost, _unplaced)
+            unplaced = whatif.scenario(lost, _unplaced)
         short = {}
         for key, n in unplaced.items():
             extra = n - base.get(key, 0)
@@ -190,8 +191,8 @@ def survive(
     free = _free(run)
     if failing and not tolerant:
         worst = failing[0][1]
-        headroom_after = _scenario(run, worst, _headroom)
-        free_after = _scenario(run, worst, _free)
+        headroom_after = whatif.scenario(worst, _headroom)
+        free_after = whatif.scenario(worst, _free)
     else:
         headroom_after, free_after = dict(headroom), dict(free)
     return SurviveReport(
@@ -212,28 +213,73 @@ def charged(fleet: FleetSpec, lock: PlacementLock) -> Placement:
     return run
 
 
-def _scenario(run: Placement, lost: frozenset[str], measure: Callable[[Placement], T]) -> T:
-    """Re-plan `run` with `lost` gone, measure it, and undo."""
-    saved = RunSnapshot(run)
-    # Only eviction and taking back change `draining` (never a fill): what is not empty.
-    draining = {k: dict(v) for k, v in run.draining.items() if v}
+class _Baseline:
+    """The charged run's state, kept once; a scenario's changes are undone from it, pool
+    by pool (every pool records the layouts it is given in a journal while it runs)."""
+
+    def __init__(self, run: Placement) -> None:
+        self.run = run
+        self.layouts = {key: pool.layout for key, pool in run.pools.items()}
+        self.placed = {key: dict(slots) for key, slots in run.placed.items()}
+        self.draining = {key: dict(slots) for key, slots in run.draining.items() if slots}
+        self.room = dict(run.cluster_room)
+        self.on: dict[str, list[tuple[str, str, int]]] = {}  # cluster -> its replicas
+        for key, slots in [*run.placed.items(), *run.draining.items()]:
+            for cluster, index in slots:
+                self.on.setdefault(cluster, []).append((key, cluster, index))
+        self.journal: list[Pool] = []
+        for pool in run.pools.values():
+            pool.journal = self.journal
+
+    def undo(self) -> None:
+        run = self.run
+        touched = set(self.journal)
+        for pool in touched:
+            pool.journal = None
+        deployments: set[str] = set()
+        for pool in touched:
+            base = self.layouts[(pool.cluster, pool.name)]
+            deployments.update(i.deployment for i in pool.layout.items)
+            deployments.update(i.deployment for i in base.items)
+            pool.set_layout(base)
+            pool.journal = self.journal
+        for key in deployments:
+            if key in run.placed:
+                run.placed[key] = dict(self.placed[key])
+        for cluster in {pool.cluster for pool in touched}:
+            run.cluster_room[cluster] = self.room[cluster]
+        for key, slots in self.draining.items():  # taking back moves them without repacking
+            run.draining[key] = dict(slots)
+            run.placed[key] = dict(self.placed[key])
+        self.journal.clear()
+
+
+class WhatIf:
+    """A run charged with a plan, and its scenarios (each undone after it is measured)."""
+
+    def __init__(self, fleet: FleetSpec, lock: PlacementLock) -> None:
+        self.run = charged(autoscaled_fleet(fleet, lock), lock)
+        self._base: _Baseline | None = None  # made at the first scenario
+
+    def scenario(self, lost: frozenset[str], measure: Callable[[Placement], T]) -> T:
+        """Re-plan with `lost` gone, measure it, and undo."""
+        if self._base is None:
+            self._base = _Baseline(self.run)
+        return _scenario(self.run, self._base, lost, measure)
+
+
+def _scenario(
+    run: Placement, base: _Baseline, lost: frozenset[str], measure: Callable[[Placement], T]
+) -> T:
     try:
-        run.drop(
-            [
-                (key, cluster, index)
-                for key, slots in [*run.placed.items(), *run.draining.items()]
-                for cluster, index in slots
-                if cluster in lost
-            ]
-        )
+        run.drop([slot for cluster in sorted(lost) for slot in base.on.get(cluster, [])])
         run.scale_down()  # an autoscaled deployment takes its draining replicas back first
         run.lost = lost
         run.fill(explain=False)
         return measure(run)
     finally:
         run.lost = frozenset()
-        saved.restore()
-        run.draining.update(draining)
+        base.undo()
 
 
 def _unplaced(run: Placement) -> dict[str, int]:
