@@ -37,6 +37,11 @@ def replica_gpus(dep: ModelDeployment) -> int:
     )
 
 
+def pod_gpus(dep: ModelDeployment) -> int:
+    """GPUs of the largest pod of one replica."""
+    return max(role.workers.topology.shape.gpus_per_node for role in dep.spec.roles.values())
+
+
 def lowest_free(taken: set[int] | Sequence[int]) -> int:
     """The lowest non-negative integer not in `taken`."""
     used = set(taken)
@@ -86,8 +91,10 @@ class Placement:
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
         self._want: dict[str, int] = {}  # targets held below `replicas` (second thoughts)
         self._only: str | None = None  # the one cluster offered (second thoughts)
-        self._only_except = ""  # the deployment offered every cluster all the same
+        # the deployments offered every cluster all the same (second thoughts)
+        self._only_except: frozenset[str] = frozenset()
         self._takers: list[tuple[str, str, int]] = []  # placed although they took room
+        self._new: list[tuple[str, str, int]] = []  # placed by this fill, in order
         # Clusters gone in a what-if (`survive`): a fill neither visits nor counts them.
         self.lost: frozenset[str] = frozenset()
         self._order: list[tuple[str, ModelDeployment]] = []  # fill_order, once
@@ -234,6 +241,7 @@ class Placement:
         order = self.fill_order()
         self.pending.set_reach(order, self.lost)
         self._takers = []
+        self._new = []
         self._fill_all(order)
         self._improve(order)
         # Reasons describe the final state, so re-planning the written lock, which starts
@@ -242,11 +250,17 @@ class Placement:
             self.explain()
 
     def fill_order(self) -> list[tuple[str, ModelDeployment]]:
-        """Priority (high first), GPUs per replica (large first), then key."""
+        """Priority (high first), GPUs per replica (large first), GPUs per pod (large
+        first: an 8-GPU pod before a 4+4-GPU worker of the same size), then key."""
         if not self._order:
             self._order = sorted(
                 self.deployments.items(),
-                key=lambda kv: (-kv[1].spec.priority, -replica_gpus(kv[1]), kv[0]),
+                key=lambda kv: (
+                    -kv[1].spec.priority,
+                    -replica_gpus(kv[1]),
+                    -pod_gpus(kv[1]),
+                    kv[0],
+                ),
             )
         return list(self._order)
 
@@ -258,7 +272,7 @@ class Placement:
         self, order: Sequence[tuple[str, ModelDeployment]], only: str | None = None
     ) -> None:
         """Fill every deployment short of its target, in `order`. With `only`, every
-        deployment but `_only_except` is offered that cluster alone (see `_improve`)."""
+        deployment not in `_only_except` is offered that cluster alone (see `_improve`)."""
         self._only = only
         self.pending.open(order, self._waiting)
         self.lookalikes.start(only is None or bool(self._only_except), self.lost)
@@ -301,7 +315,7 @@ class Placement:
         # Clusters already hosting some are in a heap by (count, name). The others host 0
         # and come first, in name order: `fresh` holds, by name, single clusters (those
         # with only draining replicas of this deployment) and groups (by their next member).
-        only = self._only if self._only_except != dep_key else None
+        only = self._only if dep_key not in self._only_except else None
         heap = [
             (count, c)
             for c, count in hosted.items()
@@ -421,6 +435,7 @@ class Placement:
         for role, pool, _ in plan:
             slots[role] = pool.name
         self.placed[dep_key][(cluster, index)] = slots
+        self._new.append((dep_key, cluster, index))
         taken.setdefault(cluster, set()).add(index)
 
     def open_clusters(self, dep_key: str, dep: ModelDeployment) -> dict[str, RolePools]:
@@ -503,11 +518,13 @@ class Placement:
         step 6), in placement order, while some deployment is short: take the replica
         out; if a short deployment then fits on its cluster, fill again with its
         deployment held at what it has left, then fill again as usual, and keep the
-        result if it places more GPUs (by priority, highest first), else undo.
+        result if it places more GPUs (by priority, highest first), else undo. If that
+        is undone, try once more taking out, with it, the replicas this fill placed on
+        its cluster after it (they were placed on the room it left).
 
         Every other cluster is full for the short deployments (the state is a finished
-        fill), so the refills offer them that cluster alone; only the replica's own
-        deployment, which may have been complete, is offered every cluster."""
+        fill), so the refills offer them that cluster alone; only the deployments of the
+        replicas taken out, which may have been complete, are offered every cluster."""
         short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
         for dep_key, cluster, index in list(self._takers):
             if not short:
@@ -534,20 +551,36 @@ class Placement:
             if not fits:
                 continue
             before = self._score(order)
-            saved = RunSnapshot(self)
-            self._drop([(dep_key, cluster, index)])
-            self._want = {dep_key: len(self.placed[dep_key])}
-            self._only_except = ""
-            self._fill_all(order, only=cluster)
-            self._want = {}
-            self._only_except = dep_key
-            self._fill_all(order, only=cluster)
-            self._only_except = ""
-            self._only = None
-            if self._score(order) <= before:
+            at = self._new.index((dep_key, cluster, index))
+            later = [r for r in self._new[at + 1 :] if r[1] == cluster]
+            for out in ([(dep_key, cluster, index)], [(dep_key, cluster, index), *later]):
+                saved = RunSnapshot(self)
+                self._refill(order, dep_key, cluster, out)
+                if self._score(order) > before:
+                    short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
+                    break
                 saved.restore()
-            else:
-                short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
+                if len(out) == 1 and not later:
+                    break
+
+    def _refill(
+        self,
+        order: Sequence[tuple[str, ModelDeployment]],
+        dep_key: str,
+        cluster: str,
+        out: list[tuple[str, str, int]],
+    ) -> None:
+        """Take `out` out, fill `cluster` with `dep_key` held at what it has left, then
+        fill as usual (the deployments of `out` may go to any cluster)."""
+        self._drop(out)
+        self._want = {dep_key: len(self.placed[dep_key])}
+        self._only_except = frozenset()
+        self._fill_all(order, only=cluster)
+        self._want = {}
+        self._only_except = frozenset(key for key, _, _ in out)
+        self._fill_all(order, only=cluster)
+        self._only_except = frozenset()
+        self._only = None
 
     def _could_use(self, dep_key: str, cluster: str, freed: dict[int, int]) -> bool:
         """Some role of `dep_key` matches a pool of `freed` with room enough (a bound)."""
