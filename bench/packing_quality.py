@@ -135,7 +135,8 @@ def quality(fleets: int, seed: int, time_limit: float, kind: str = "random") -> 
         default_optimal += got_default >= best
         worst.append((r_default, i))
     print(
-        f"fleets: {fleets} {kind} (seed {seed}), solver closed {closed} within {time_limit:g} s each"
+        f"fleets: {fleets} {kind} (seed {seed}), "
+        f"solver closed {closed} within {time_limit:g} s each"
     )
     print(
         f"default:    mean {100 * statistics.mean(default_ratios):.2f} %, "
