@@ -57,7 +57,7 @@ def explain_plan(
             {
                 "name": r.name,
                 "cluster": r.cluster,
-                "pools": dict(r.pools),
+                "pools": {str(role): pool for role, pool in r.pools.items()},
                 "why": WHY_STICKY
                 if (r.cluster, r.index, r.name) in kept
                 else (WHY_SPREAD if per_cluster[r.cluster] == 1 else WHY_PACK),

@@ -97,8 +97,9 @@ class Lookalikes:
         """Open a fill: with `group`, put every cluster but the `lost` ones in its group."""
         if not group:
             return
-        self._state = state = {}
-        self.groups = groups = {}
+        state: dict[str, GroupKey] = {}
+        groups: dict[GroupKey, list[str]] = {}
+        self._state, self.groups = state, groups
         keys = self._keys
         for cluster in self._cluster_names:
             if cluster in lost:

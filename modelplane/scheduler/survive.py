@@ -195,6 +195,7 @@ def survive(
         free_after = whatif.scenario(worst, _free)
     else:
         headroom_after, free_after = dict(headroom), dict(free)
+    whatif.close()
     return SurviveReport(
         what, len(sets), [s for s, _ in failing], headroom, headroom_after, free, free_after
     )
@@ -267,6 +268,12 @@ class WhatIf:
             self._base = _Baseline(self.run)
         return _scenario(self.run, self._base, lost, measure)
 
+    def close(self) -> None:
+        """Stop journaling (the journal and the pools would otherwise refer to each other)."""
+        for pool in self.run.pools.values():
+            pool.journal = None
+        self._base = None
+
 
 def _scenario(
     run: Placement, base: _Baseline, lost: frozenset[str], measure: Callable[[Placement], T]
@@ -314,7 +321,7 @@ def _lost_devices(
             continue
         pools = {p.name: p.class_name for p in fleet.clusters[replica.cluster].spec.node_pools}
         for role, held in replica.footprint.items():
-            cls = pools.get(replica.pools.get(role, ""), "?")  # type: ignore[call-overload]
+            cls = pools.get(replica.pools.get(role, ""), "?")
             count = held.workers * held.nodes_per_worker * sum(held.devices.values())
             out[cls] = out.get(cls, 0) + count
     return dict(sorted(out.items()))
