@@ -294,6 +294,7 @@ def _plan(*args: str) -> subprocess.CompletedProcess[str]:
         (3, ["--survive-label", "nope"], 2, ["no InferenceCluster has the label nope"]),
         (3, ["--survive", "1", "--survive-label", "zone"], 2, ["cannot be combined"]),
         (3, ["--explain", "ml/nope"], 2, ["no ModelDeployment ml/nope"]),
+        (3, ["--survive", "1", "--observe"], 2, ["not with --observe"]),
         (4, ["--explain", "ml/m"], 0, ["explain ml/m: 3 of 4 placed", "capacity"]),
     ],
 )

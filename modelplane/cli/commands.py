@@ -168,6 +168,13 @@ def plan(
             "[red]error[/]: --survive and --survive-label cannot be combined", highlight=False
         )
         raise typer.Exit(EXIT_INVALID)
+    if observe and (survive is not None or survive_label is not None or explain):
+        get_console().print(
+            "[red]error[/]: --survive, --survive-label and --explain work on the specs' plan, "
+            "not with --observe",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INVALID)
     outcome = plan_fleet(fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict)
     if not outcome.errors:
         if explain is not None and output is Output.json:
