@@ -158,7 +158,7 @@ class Placement:
             ]
         for cluster in sorted({cluster for cluster, _ in items}):
             self._refresh_room(cluster)
-        self._drop(failed)
+        self.drop(failed)
 
     def _keepable(
         self, dep_key: str, dep: ModelDeployment, replica: LockedReplica
@@ -186,12 +186,8 @@ class Placement:
         return kept
 
     def drop(self, replicas: Sequence[tuple[str, str, int]]) -> None:
-        """Drop replicas (deployment, cluster, index), as eviction does: freeing their
-        capacity (a what-if's lost clusters, see scheduler.survive)."""
-        self._drop(replicas)
-
-    def _drop(self, replicas: Sequence[tuple[str, str, int]]) -> None:
-        """Drop replicas (deployment, cluster, index), freeing their capacity.
+        """Drop replicas (deployment, cluster, index), freeing their capacity (also a
+        what-if's lost clusters, see scheduler.survive).
 
         Repacking a pool without them could, in rare packing anomalies, leave
         another item without room; that replica is dropped too.
@@ -230,7 +226,7 @@ class Placement:
                 if dep.spec.autoscaling is not None:
                     draining[(cluster, index)] = placed.pop((cluster, index))
                 else:
-                    self._drop([(dep_key, cluster, index)])
+                    self.drop([(dep_key, cluster, index)])
 
     # -- 5: fill -------------------------------------------------------------------------
 
@@ -545,7 +541,7 @@ class Placement:
             if not others:
                 continue
             local = ClusterSnapshot(self, cluster)
-            self._drop([(dep_key, cluster, index)])
+            self.drop([(dep_key, cluster, index)])
             fits = any(self._fits_now(k, cluster) for k in others)
             local.restore()
             if not fits:
@@ -572,7 +568,7 @@ class Placement:
     ) -> None:
         """Take `out` out, fill `cluster` with `dep_key` held at what it has left, then
         fill as usual (the deployments of `out` may go to any cluster)."""
-        self._drop(out)
+        self.drop(out)
         self._want = {dep_key: len(self.placed[dep_key])}
         self._only_except = frozenset()
         self._fill_all(order, only=cluster)
