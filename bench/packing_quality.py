@@ -61,6 +61,34 @@ def random_fleet(rng: random.Random) -> FleetSpec:
     return fleet(classes, clusters, deps)
 
 
+def mixed_fleet(rng: random.Random) -> FleetSpec:
+    """The remaining worst case (issue 23): TP4xPP2 workers (two 4-GPU pods on distinct
+    nodes) with TP1 and TP8 replicas, over a pool of 4-GPU nodes and a pool of 8-GPU
+    nodes per cluster, capacity-short."""
+    classes = [inference_class("g4", 4), inference_class("g8", 8)]
+    clusters = []
+    capacity = 0
+    for c in range(rng.randint(1, 3)):
+        n4, n8 = rng.randint(1, 4), rng.randint(1, 3)
+        clusters.append(cluster(f"c{c}", [pool("p4", "g4", n4), pool("p8", "g8", n8)]))
+        capacity += 4 * n4 + 8 * n8
+    shapes = [(4, 2), (1, 1), (8, 1)]  # (tensor, pipeline)
+    specs = []
+    wanted = 0
+    for d in range(rng.randint(3, 5)):
+        tensor, pipeline = shapes[d % 3] if d < 3 else rng.choice(shapes)
+        replicas = rng.randint(1, 6) if tensor > 1 else rng.randint(2, 12)
+        specs.append([f"m{d}", replicas, tensor, pipeline])
+        wanted += replicas * tensor * pipeline
+    if wanted <= capacity:
+        specs[0][1] += (capacity - wanted) // 8 + 1
+    deps = [deployment(n, r, tensor=t, pipeline=p) for n, r, t, p in specs]
+    return fleet(classes, clusters, deps)
+
+
+FLEETS = {"random": random_fleet, "mixed": mixed_fleet}
+
+
 def gpus(result) -> int:  # noqa: ANN001
     return sum(replica_gpus_of(result, k) for k in result.report)
 
@@ -72,7 +100,7 @@ def replica_gpus_of(result, key: str) -> int:  # noqa: ANN001
     return _DEPS[key] * len(result.lock.deployments[key].replicas)
 
 
-def quality(fleets: int, seed: int, time_limit: float) -> None:
+def quality(fleets: int, seed: int, time_limit: float, kind: str = "random") -> None:
     default_ratios, opt_ratios = [], []
     closed = 0
     not_sticky = 0
@@ -81,7 +109,7 @@ def quality(fleets: int, seed: int, time_limit: float) -> None:
     t_default = t_opt = 0.0
     for i in range(fleets):
         rng = random.Random(seed * 100_003 + i)
-        f = random_fleet(rng)
+        f = FLEETS[kind](rng)
         _DEPS.clear()
         _DEPS.update({k: replica_gpus(d) for k, d in f.deployments.items()})
         t0 = time.perf_counter()
@@ -106,7 +134,10 @@ def quality(fleets: int, seed: int, time_limit: float) -> None:
         opt_ratios.append(r_opt)
         default_optimal += got_default >= best
         worst.append((r_default, i))
-    print(f"fleets: {fleets} (seed {seed}), solver closed {closed} within {time_limit:g} s each")
+    print(
+        f"fleets: {fleets} {kind} (seed {seed}), "
+        f"solver closed {closed} within {time_limit:g} s each"
+    )
     print(
         f"default:    mean {100 * statistics.mean(default_ratios):.2f} %, "
         f"worst {100 * min(default_ratios):.2f} % (fleet {min(worst)[1]}), "
@@ -151,8 +182,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--scale", action="store_true")
+    parser.add_argument(
+        "--fleets-kind",
+        choices=sorted(FLEETS),
+        default="random",
+        help="random (the default sample) or mixed (TP4xPP2 + TP1 + TP8 over 4- and "
+        "8-GPU pools, issue 23's worst case)",
+    )
     args = parser.parse_args()
-    quality(args.fleets, args.seed, args.time_limit)
+    quality(args.fleets, args.seed, args.time_limit, args.fleets_kind)
     if args.scale:
         scale(args.time_limit)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.fleet import FleetSpec
@@ -12,6 +12,9 @@ from modelplane.api.loader import load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
+
+if TYPE_CHECKING:
+    from modelplane.scheduler.survive import SurviveReport
 
 
 @dataclass
@@ -22,6 +25,8 @@ class PlanOutcome:
     result: ScheduleResult | None = None
     errors: list[SpecError] = field(default_factory=list)
     warnings: list[SpecError] = field(default_factory=list)
+    survive: SurviveReport | None = None  # `what_if` with losses or a label
+    explain: dict[str, dict[str, Any]] = field(default_factory=dict)  # `what_if` evidence
 
     @property
     def removed(self) -> dict[str, RemovedReport]:
@@ -48,7 +53,50 @@ class PlanOutcome:
             out["removed"] = {key: r.as_dict() for key, r in self.removed.items()}
         if self.result.optimize is not None:
             out["optimize"] = self.result.optimize.as_dict()
+        if self.survive is not None:
+            out["survive"] = self.survive.as_dict()
+        if self.explain:
+            out["explain"] = self.explain
         return out
+
+    def what_if(
+        self,
+        *,
+        losses: int | None = None,
+        label: str | None = None,
+        explain: list[str] | None = None,
+    ) -> list[str]:
+        """Check the plan against losing clusters (`losses` at a time, or each value of
+        `label`) and gather the evidence for `explain` (deployment keys; `short`: every
+        short deployment). Returns errors (unknown deployments), and does nothing then."""
+        if self.result is None:
+            return []
+        keys: list[str] = []
+        errors = []
+        for key in explain or []:
+            if key == "short":
+                keys += [k for k, r in self.result.report.items() if r.unplaced]
+            elif key in self.fleet.deployments:
+                keys.append(key)
+            else:
+                errors.append(f"--explain {key}: no ModelDeployment {key} in the fleet")
+        if label is not None and not any(
+            label in c.metadata.labels for c in self.fleet.clusters.values()
+        ):
+            errors.append(f"--survive-label {label}: no InferenceCluster has the label {label}")
+        if errors:
+            return errors
+        if losses is not None or label is not None:
+            from modelplane.scheduler.survive import survive
+
+            self.survive = survive(self.fleet, self.result, losses=losses, label=label)
+        if explain is not None:
+            from modelplane.scheduler.evidence import explain_plan
+
+            self.explain = explain_plan(
+                self.fleet, self.result, self.previous, sorted(dict.fromkeys(keys))
+            )
+        return []
 
 
 def plan_fleet(

@@ -29,6 +29,8 @@ from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from modelplane.scheduler.survive import SurviveReport
+
 
 def escape(text: str) -> str:
     """rich's markup escape, imported when first needed (`--output json` needs no rich)."""
@@ -125,6 +127,31 @@ def plan(
         float,
         typer.Option("--time-limit", min=0.1, help="Seconds the solver may take (--optimize)."),
     ] = DEFAULT_TIME_LIMIT,
+    survive: Annotated[
+        int | None,
+        typer.Option(
+            "--survive",
+            min=1,
+            help="What if any N clusters were lost: re-plan each case by failover's rules; "
+            "exit 1 when one leaves a deployment short (docs/scheduling.md).",
+        ),
+    ] = None,
+    survive_label: Annotated[
+        str | None,
+        typer.Option(
+            "--survive-label",
+            help="What if all clusters with one value of this label were lost (e.g. a "
+            "region), for each value; exit 1 when one leaves a deployment short.",
+        ),
+    ] = None,
+    explain: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--explain",
+            help="ns/name (repeatable, or `short`): per cluster, the first rule that "
+            "rejects another replica, with numbers; per replica, why it is where it is.",
+        ),
+    ] = None,
 ) -> None:
     """Schedule every replica onto a cluster and pool (a dry run unless --write).
 
@@ -136,9 +163,29 @@ def plan(
             "[red]error[/]: --optimize and --observe cannot be combined", highlight=False
         )
         raise typer.Exit(EXIT_INVALID)
+    if survive is not None and survive_label is not None:
+        get_console().print(
+            "[red]error[/]: --survive and --survive-label cannot be combined", highlight=False
+        )
+        raise typer.Exit(EXIT_INVALID)
+    if observe and (survive is not None or survive_label is not None or explain):
+        get_console().print(
+            "[red]error[/]: --survive, --survive-label and --explain work on the specs' plan, "
+            "not with --observe",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_INVALID)
     outcome = plan_fleet(
         fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict, require_specs=write
     )
+    if not outcome.errors:
+        if explain is not None and output is Output.json:
+            explain = [*explain, "short"]  # JSON: every short deployment's evidence too
+        problems = outcome.what_if(losses=survive, label=survive_label, explain=explain)
+        for problem in problems:
+            get_console(stderr=True).print(f"[red]error[/]: {escape(problem)}", highlight=False)
+        if problems:
+            raise typer.Exit(EXIT_INVALID)
     health: dict[str, str] = {}
     if observe and not outcome.errors:
         health = _observe(fleet, outcome, grace)
@@ -164,6 +211,10 @@ def plan(
             )
         if outcome.result is not None and outcome.result.optimize is not None:
             get_console().print(_optimize_line(outcome.result.optimize), highlight=False)
+        for key, evidence in outcome.explain.items():
+            get_console().print(_explain_table(key, evidence))
+        if outcome.survive is not None:
+            _print_survive(outcome.survive)
         if outcome.warnings:
             get_console().print(warning_table(outcome.warnings))
     if outcome.errors:
@@ -181,6 +232,67 @@ def plan(
             )
     if strict and outcome.shortfall:
         raise typer.Exit(1)
+    if outcome.survive is not None and not outcome.survive.survives:
+        raise typer.Exit(1)
+
+
+def _print_survive(report: SurviveReport) -> None:
+    from rich.table import Table
+
+    console = get_console()
+    colour = "green" if report.survives else "red"
+    console.print(f"[{colour}]{escape(report.line())}[/]", highlight=False)
+    if report.failing:
+        table = Table(title="scenarios that leave a deployment short", title_justify="left")
+        for col in ("lost", "deployment", "replicas short", "devices missing"):
+            table.add_column(col, overflow="fold")
+        for scenario in report.failing[:SURVIVE_ROWS]:
+            first = True
+            for key, short in scenario.short.items():
+                devices = ", ".join(f"{n} {cls}" for cls, n in short.devices.items())
+                cells = (scenario.name if first else "", key, str(short.replicas), devices)
+                table.add_row(*map(escape, cells))
+                first = False
+        console.print(table)
+        if len(report.failing) > SURVIVE_ROWS:
+            console.print(f"... and {len(report.failing) - SURVIVE_ROWS} more (--output json)")
+    free = ", ".join(
+        f"{cls} {n} -> {report.free_after.get(cls, 0)}" for cls, n in report.free.items()
+    )
+    console.print(f"free devices per class, now -> after the worst loss: {escape(free)}")
+    if len(report.headroom) <= HEADROOM_ROWS:
+        room = ", ".join(
+            f"{k} +{n} -> +{report.headroom_after[k]}" for k, n in report.headroom.items()
+        )
+        console.print(f"headroom (more replicas), now -> after the worst loss: {escape(room)}")
+
+
+SURVIVE_ROWS = 20
+HEADROOM_ROWS = 30
+
+
+def _explain_table(key: str, evidence: dict) -> Table:
+    from rich.table import Table
+
+    table = Table(
+        title=f"explain {key}: {evidence['placed']} of {evidence['desired']} placed",
+        title_justify="left",
+    )
+    for col in ("cluster", "first failing rule", "evidence"):
+        table.add_column(col, overflow="fold")
+    for c in evidence["clusters"]:
+        numbers = "; ".join(
+            f"{p['role']} on {p['pool']}: {p['freeNodes']} free nodes of {p['neededNodes']} "
+            f"needed, {p['freeDevices']} free devices of {p['neededDevices']} needed"
+            for p in c.get("pools", [])
+        )
+        extra = c["message"] + (f" ({numbers})" if numbers else "")
+        if c.get("selectors"):
+            extra += f" (selectors: {'; '.join(c['selectors'])})"
+        table.add_row(*map(escape, (c["cluster"], c["rule"] or "-", extra)))
+    for r in evidence["replicas"]:
+        table.add_row(escape(r["cluster"]), "placed", escape(f"{r['name']}: {r['why']}"))
+    return table
 
 
 def _observe(fleet: Path, outcome: PlanOutcome, grace: str) -> dict[str, str]:

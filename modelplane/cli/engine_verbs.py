@@ -307,10 +307,16 @@ def preview(
         )
         if markdown is not None:
             from modelplane.driver.markdown import preview_markdown
+            from modelplane.scheduler.survive import survive
 
             markdown.parent.mkdir(parents=True, exist_ok=True)
             markdown.write_text(
-                preview_markdown(plan, run, title=f"modelplane preview: `{fleet}`"),
+                preview_markdown(
+                    plan,
+                    run,
+                    title=f"modelplane preview: `{fleet}`",
+                    survive=survive(f.spec, plan.result, losses=1),
+                ),
                 encoding="utf-8",
             )
             if output is not Output.json:

@@ -8,12 +8,15 @@ changed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelplane.api.placement_lock import LockedReplica
 from modelplane.driver.placement_diff import DeploymentDiff, placement_diff, pools_text
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, ResourceChange, RunResult, StackResult
+
+if TYPE_CHECKING:
+    from modelplane.scheduler.survive import SurviveReport
 
 MARKER = "<!-- modelplane-preview -->"
 GITHUB_LIMIT = 65_000  # a comment holds 65,536 characters
@@ -175,7 +178,30 @@ def stacks_section(run: RunResult) -> list[str]:
     return lines
 
 
-def preview_markdown(plan: Plan, run: RunResult, *, title: str = "modelplane preview") -> str:
+def survive_line(report: SurviveReport) -> str:
+    """`plan --survive 1` in one markdown line (scheduling.md, "Surviving a loss")."""
+    if report.worst is None:
+        return f"**Survives the loss of {report.what}: yes** ({report.scenarios} scenarios)."
+    worst = report.worst
+    shorts = ", ".join(
+        f"`{k}` {s.replicas} replica(s) short"
+        + (" (" + ", ".join(f"{n} {c}" for c, n in s.devices.items()) + " devices)")
+        for k, s in worst.short.items()
+    )
+    return (
+        f"**Survives the loss of {report.what}: no**: {len(report.failing)} of "
+        f"{report.scenarios} scenarios leave a deployment short; the worst, losing "
+        f"`{worst.name}`: {shorts}."
+    )
+
+
+def preview_markdown(
+    plan: Plan,
+    run: RunResult,
+    *,
+    title: str = "modelplane preview",
+    survive: SurviveReport | None = None,
+) -> str:
     """The whole comment, with a marker so a bot can update it in place."""
     total = {
         k: sum(r.count(k) for r in run.results if r.ok)
@@ -197,7 +223,8 @@ def preview_markdown(plan: Plan, run: RunResult, *, title: str = "modelplane pre
         "changes that reach it through them (new endpoints in the gateway's routes, a new "
         "cluster's kubeconfig) appear once `up` has run those stacks first.</sub>",
     ]
-    body = head + placement_section(plan) + [""] + stacks_section(run) + note
+    survives = ["", survive_line(survive)] if survive is not None else []
+    body = head + placement_section(plan) + survives + [""] + stacks_section(run) + note
     text = "\n".join(body).rstrip() + "\n"
     if len(text) > GITHUB_LIMIT:
         cut = text[: GITHUB_LIMIT - 200]

@@ -18,8 +18,8 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.health.observation import ClusterObservation, Observation
 from modelplane.scheduler import ScheduleResult, schedule
 from modelplane.scheduler import reasons as texts
+from modelplane.scheduler.taints import UNHEALTHY_KEY as UNHEALTHY_KEY  # re-exported
 
-UNHEALTHY_KEY = "modelplane.ai/unhealthy"
 DEFAULT_GRACE = 300.0  # seconds
 
 UNREACHABLE = "unreachable"

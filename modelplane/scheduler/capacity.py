@@ -63,8 +63,8 @@ class Layout:
     free_total: int  # consumed (DRA) devices left in the pool: the pool's "room"
     least_used: int = 0  # what the items consume at least, however they are packed
     rule: int = 0  # the packing rule it was packed by (see Pool.pack)
-    key: int = -1  # a number for its items, set by the scheduler (Placement._layout_id)
-    sig: int = -1  # a number for its rule and demand sequence (Placement._sig): layouts
+    key: int = -1  # a number for its items, set by the scheduler (Interner.layout_id)
+    sig: int = -1  # a number for its rule and demand sequence (Interner.sig): layouts
     # with the same one have the same free rows, whichever deployments hold the items
     nodes: int = 0  # the pool's nodes, touched or not
     full: int = 0  # the leading nodes with no consumed device left (skipped by packing)
@@ -122,6 +122,8 @@ class Pool:
         self._fresh = self.shape.row()  # an untouched node's row (never mutated)
         self._fresh_take: dict[PodDemand, tuple[dict[int, int] | None, int]] = {}
         self.layout = self.empty()
+        # Pools whose layout changed, when someone keeps count (scheduler.survive's undo).
+        self.journal: list[Pool] | None = None
         # Exact memos for the current layout: (demand, insertion position) that do not
         # fit, and free nodes per demand. Packing depends only on the demands in order.
         self._misfits: set[tuple[PodDemand, int]] = set()
@@ -136,6 +138,8 @@ class Pool:
         self._rows: dict[int, list[int]] = {}  # pods per node, current layout
 
     def set_layout(self, layout: Layout) -> None:
+        if self.journal is not None:
+            self.journal.append(self)
         self.layout = layout
         self._misfits.clear()
         self._free_nodes.clear()

@@ -230,7 +230,7 @@ def _options(
     for dep_key, dep in sorted(order, key=lambda kv: kv[0]):
         if missing[dep_key] <= 0:
             continue
-        for cluster, role_pools in run._open_clusters(dep_key, dep).items():
+        for cluster, role_pools in run.open_clusters(dep_key, dep).items():
             pools = run.cluster_pools[cluster]
             per_role = [
                 # the pods of one worker are on distinct nodes
@@ -372,5 +372,5 @@ def _seat(
         layouts[pos] = trial
         plan.append((role, pool, trial))
     final = [(role, pool, layouts[pool.position]) for role, pool, _ in plan]
-    run._commit(dep_key, opt.cluster, index, final, taken)
+    run.commit(dep_key, opt.cluster, index, final, taken)
     return True

@@ -10,6 +10,8 @@ from modelplane.api.model_deployment import Toleration
 # Effects that keep new replicas off a cluster, and those that also evict kept ones.
 BLOCKS_NEW = ("NoSchedule", "NoExecute")
 EVICTS = ("NoExecute",)
+# The taint health-aware scheduling puts on an unhealthy cluster (health.rules).
+UNHEALTHY_KEY = "modelplane.ai/unhealthy"
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
