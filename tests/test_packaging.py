@@ -13,12 +13,22 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "modelplane", "components", "stacks", "crds")
+# Pulumi.yaml: the root project sits beside pyproject.toml and must not change the wheel.
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "Pulumi.yaml",
+    "modelplane",
+    "components",
+    "stacks",
+    "crds",
+)
 PROBE = textwrap.dedent(
     """
     import json, sys
@@ -60,6 +70,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         capture_output=True,
     )
     [wheel] = dist.glob("modelplane-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
     venv = work / "venv"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True
@@ -80,7 +92,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = subprocess.run(
         [str(python), "-c", PROBE], cwd=work, check=True, capture_output=True, text=True
     )
-    return {"site": site, **json.loads(out.stdout)}
+    return {"site": site, "wheel": names, **json.loads(out.stdout)}
 
 
 def test_wheel_install_is_not_the_source_tree(installed: dict[str, object]) -> None:
@@ -102,3 +114,9 @@ def test_wheel_carries_the_crd_bundles(installed: dict[str, object]) -> None:
         assert [Path(f).name for f in files] == expected
         assert all(f.startswith(site) for f in files)
     assert installed["lws"] == ["leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
+
+
+def test_the_root_pulumi_project_stays_out_of_the_wheel(installed: dict[str, object]) -> None:
+    names = installed["wheel"]
+    assert isinstance(names, list) and "stacks/__main__.py" in names
+    assert not [n for n in names if Path(n).name.startswith("Pulumi.")]
