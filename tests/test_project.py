@@ -49,8 +49,8 @@ def test_the_root_project_runs_the_embedded_default_fleet() -> None:
     assert not load_fleet(REPO / root["stackConfigDir"]).errors
     # Its state is the one `modelplane up specs/local` uses by default (the file URL is
     # relative to the working directory: the repository root).
-    url = root["backend"]["url"]
-    assert url.startswith("file://./")
+    url, _, query = root["backend"]["url"].partition("?")
+    assert url.startswith("file://./") and query == "create_dir=true"  # made when missing
     assert (REPO / url.removeprefix("file://")).resolve().as_uri() == default_backend(
         SPECS / "local"
     )
@@ -82,7 +82,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
                 "runtime": {"name": "python", "options": {"toolchain": "pip", "virtualenv": "v"}},
                 "main": "stacks/",
                 "stackConfigDir": "specs/local",
-                "backend": {"url": "file://./specs/local/.modelplane/state"},
+                "backend": {"url": "file://./specs/local/.modelplane/state?create_dir=true"},
             },
             "repo/fleets/a",
             {
@@ -93,7 +93,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
                     "options": {"toolchain": "pip", "virtualenv": "../../v"},
                 },
                 "main": "../../stacks/",
-                "backend": {"url": "file://./.modelplane/state"},
+                "backend": {"url": "file://./.modelplane/state?create_dir=true"},
             },
         ),
         (  # outside it: absolute paths; no backend in the root, none in the fleet

@@ -28,7 +28,7 @@ from modelplane.driver.settings import STATE_DIR
 PROJECT_FILE = "Pulumi.yaml"
 # The fields that name the fleet (the root's are the embedded default's): re-derived per fleet.
 FLEET_FIELDS = ("stackConfigDir", "backend")
-FLEET_BACKEND = f"file://./{STATE_DIR}/state"
+FLEET_BACKEND = f"file://./{STATE_DIR}/state?create_dir=true"  # made when missing
 
 
 class ProjectError(DriverError):
