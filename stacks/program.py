@@ -15,10 +15,12 @@ stack's name says what it owns:
   `MODELPLANE_UNROUTABLE` (comma-separated cluster names; `reconcile` keeps it).
 
 Which fleet: `MODELPLANE_FLEET_DIR` (the driver sets it), else config `modelplane:specs`
-(relative to the repository root), else the project directory when it is a fleet (each
-fleet directory holds its own `Pulumi.yaml`, so `cd specs/local && pulumi up -s gateway`
-works), else `specs/local`. The lock: `MODELPLANE_LOCK`, else `modelplane:lock`, else
-`<fleet>/modelplane.lock.yaml`.
+(relative to the repository root), else the project's: its `stackConfigDir` when it has one
+(the root `Pulumi.yaml`'s `specs/local`, so `pulumi up -s gateway` at the root runs the
+embedded default fleet with that fleet's stack config), else the project directory when it
+is a fleet (each fleet directory holds its own `Pulumi.yaml`, so `cd specs/dev && pulumi up
+-s gateway` works), else `specs/local`. The lock: `MODELPLANE_LOCK`, else `modelplane:lock`,
+else `<fleet>/modelplane.lock.yaml`.
 
 Config (`pulumi config set -s <stack> modelplane:<key>`, in the fleet directory):
 
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import yaml
 from pulumi.runtime.config import get_config, is_config_secret
 
 from modelplane.api.fleet import FleetSpec
@@ -88,7 +91,9 @@ def _fail(message: str) -> None:
 
 
 def _project_fleet() -> Path | None:
-    """The project directory, when it is a fleet's own (a `Pulumi.yaml` next to its specs)."""
+    """The fleet of the project being run: its stack config directory (the root project's
+    `stackConfigDir: specs/local`), else the project directory when it is a fleet's own (a
+    `Pulumi.yaml` next to its specs)."""
     try:
         root = pulumi.get_root_directory()
     except Exception:  # noqa: BLE001 - older engines do not say
@@ -96,7 +101,24 @@ def _project_fleet() -> Path | None:
     if not root:
         return None
     path = Path(root).resolve()
+    config_dir = stack_config_dir(path)
+    if config_dir is not None:
+        return config_dir
     return path if path != project_root() else None
+
+
+def stack_config_dir(project_dir: Path) -> Path | None:
+    """The `stackConfigDir` of the project in project_dir, as a path, if it sets one."""
+    for name in ("Pulumi.yaml", "Pulumi.yml"):
+        path = project_dir / name
+        if path.is_file():
+            try:
+                settings = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                _fail(f"cannot read the project file {path}: {exc}")
+            value = settings.get("stackConfigDir") if isinstance(settings, dict) else None
+            return (project_dir / str(value)).resolve() if value else None
+    return None
 
 
 def fleet_location(cfg: pulumi.Config) -> tuple[Path, Path]:

@@ -413,12 +413,12 @@ current-context: remote
 
 
 def fleet_project(fleet_dir: Path) -> None:
-    """The fleet's own Pulumi.yaml, pointed at this checkout (the committed one is relative
-    to the repository: ../../stacks, ../../.venv)."""
-    committed = yaml.safe_load((LOCAL / "Pulumi.yaml").read_text())
-    committed["main"] = str(REPO / "stacks")
-    committed["runtime"]["options"]["virtualenv"] = str(REPO / ".venv")
-    (fleet_dir / "Pulumi.yaml").write_text(yaml.safe_dump(committed))
+    """The fleet's own Pulumi.yaml as `modelplane project` derives it for a fleet outside the
+    repository (the committed one is relative to it: ../../stacks, ../../.venv): this
+    checkout's program and .venv by absolute path."""
+    from modelplane.driver.project import write_fleet_project
+
+    write_fleet_project(REPO, fleet_dir)
 
 
 def plain_cli(fleet_dir: Path, env: dict[str, str], engine_root: Path, **extra: str) -> Any:

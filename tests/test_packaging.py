@@ -13,12 +13,22 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "modelplane", "components", "stacks", "crds")
+# Pulumi.yaml: the root project sits beside pyproject.toml and must not change the wheel.
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "Pulumi.yaml",
+    "modelplane",
+    "components",
+    "stacks",
+    "crds",
+)
 PROBE = textwrap.dedent(
     """
     import json, sys
@@ -63,6 +73,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         capture_output=True,
     )
     [wheel] = dist.glob("modelplane-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
     venv = work / "venv"
     subprocess.run(
         [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True
@@ -83,7 +95,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = subprocess.run(
         [str(python), "-c", PROBE], cwd=work, check=True, capture_output=True, text=True
     )
-    return {"site": site, **json.loads(out.stdout)}
+    return {"site": site, "wheel": names, **json.loads(out.stdout)}
 
 
 def test_wheel_install_is_not_the_source_tree(installed: dict[str, object]) -> None:
@@ -111,3 +123,9 @@ def test_wheel_carries_the_gke_cloud_driver_installer(installed: dict[str, objec
     """The GKE serving stack applies the vendored COS driver installer from package data."""
     assert installed["gkeDriverInstallerShipped"] is True
     assert str(installed["gkeDriverInstaller"]).startswith(str(installed["site"]))
+
+
+def test_the_root_pulumi_project_stays_out_of_the_wheel(installed: dict[str, object]) -> None:
+    names = installed["wheel"]
+    assert isinstance(names, list) and "stacks/__main__.py" in names
+    assert not [n for n in names if Path(n).name.startswith("Pulumi.")]

@@ -161,14 +161,16 @@ def test_install_reports_a_plugin_it_cannot_get(tmp_path: Path) -> None:
 # --- committed stack config -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fleet", ["local", "quickstart", "multicloud", "frontier"])
+@pytest.mark.parametrize("fleet", ["local", "quickstart", "multicloud", "frontier", "dev"])
 def test_each_fleet_is_a_pulumi_project_without_absolute_paths(fleet: str) -> None:
     project = yaml.safe_load((SPECS / fleet / "Pulumi.yaml").read_text())
     assert project["name"] == "modelplane"
     main = SPECS / fleet / project["main"]
     assert (main / "__main__.py").is_file()
     venv = project["runtime"]["options"]["virtualenv"]
-    assert not os.path.isabs(venv) and (SPECS / fleet / venv).resolve() == REPO / ".venv"
+    assert (
+        not os.path.isabs(venv) and (SPECS / fleet / venv).resolve() == (REPO / ".venv").resolve()
+    )
     for path in (SPECS / fleet).glob("Pulumi*.yaml"):
         assert str(REPO) not in path.read_text() and "/home/" not in path.read_text()
     # The loader leaves the project and stack config files alone.

@@ -386,7 +386,7 @@ def schema(
 
 def _mount() -> None:
     """Attach the engine verbs and the sub-apps (their modules import Pulumi lazily)."""
-    from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, render
+    from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, project, render
 
     engine_verbs.register(app)
     from modelplane.cli import health
@@ -396,6 +396,7 @@ def _mount() -> None:
     app.add_typer(dev_cluster.app, name="dev-cluster")
     app.add_typer(dev_fleet.app, name="dev-fleet")
     app.command("call")(call.call)
+    app.command("project")(project.project)
 
 
 if not cli.pure_only:  # `modelplane validate|plan|schema ...` skip the rest (cli.main)

@@ -1,0 +1,146 @@
+"""The root ``Pulumi.yaml`` and the fleet projects derived from it.
+
+The root ``Pulumi.yaml`` is the one hand-written project file: the program in ``stacks/``,
+the repository's ``.venv``, and the embedded default fleet's stack config and state
+(``stackConfigDir: specs/local``, ``backend.url: file://./specs/local/.modelplane/state``,
+the driver's default backend of that fleet), so ``pulumi up -s <stack>`` at the root runs
+what ``modelplane up specs/local`` runs.
+
+A fleet's own project, ``<fleet>/Pulumi.yaml`` (``cd <fleet> && pulumi up -s <stack>``), is
+the root project seen from the fleet: its paths re-anchored to the fleet directory, its stack
+config next to the file (no ``stackConfigDir``) and its state the fleet's own
+(``file://./.modelplane/state``). ``modelplane project DIR`` writes it; the tests check that
+every committed ``specs/*/Pulumi.yaml`` is exactly this derivation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from modelplane.driver.errors import DriverError
+from modelplane.driver.settings import STATE_DIR
+
+PROJECT_FILE = "Pulumi.yaml"
+# The fields that name the fleet (the root's are the embedded default's): re-derived per fleet.
+FLEET_FIELDS = ("stackConfigDir", "backend")
+FLEET_BACKEND = f"file://./{STATE_DIR}/state?create_dir=true"  # made when missing
+
+
+class ProjectError(DriverError):
+    """No usable root project, or a fleet directory that cannot hold a derived one."""
+
+
+def repository_root() -> Path:
+    """The directory of the ``stacks`` program that holds the root ``Pulumi.yaml``."""
+    from modelplane.driver.workspace import program_dir
+
+    root = program_dir().parent
+    if not (root / PROJECT_FILE).is_file():
+        raise ProjectError(
+            f"no {PROJECT_FILE} beside the Pulumi program {root / 'stacks'} (an installed "
+            "modelplane has none): run this from a checkout of the repository; "
+            "`modelplane up DIR` needs no Pulumi.yaml"
+        )
+    return root
+
+
+def read_project(root_dir: Path) -> dict[str, Any]:
+    path = root_dir / PROJECT_FILE
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProjectError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or not data.get("name") or not data.get("main"):
+        raise ProjectError(f"{path}: not a Pulumi project (needs `name` and `main`)")
+    return data
+
+
+def _anchored(value: str, root_dir: Path, fleet_dir: Path) -> str:
+    """A path of the root project, as the fleet's project must spell it: relative when the
+    fleet is inside the repository (the committed files carry no absolute path), else absolute."""
+    if os.path.isabs(value):
+        return value
+    target = os.path.normpath(root_dir / value)  # not resolved: `.venv` may be a symlink
+    if fleet_dir.is_relative_to(root_dir):
+        text = os.path.relpath(target, fleet_dir)
+    else:
+        text = str(target)
+    return text + "/" if value.endswith("/") else text
+
+
+def fleet_label(root_dir: Path, fleet_dir: Path) -> str:
+    """How the fleet is named in its project: relative to the repository when inside it."""
+    root_dir, fleet_dir = root_dir.resolve(), fleet_dir.resolve()
+    return (
+        str(fleet_dir.relative_to(root_dir))
+        if fleet_dir.is_relative_to(root_dir)
+        else str(fleet_dir)
+    )
+
+
+def fleet_project(root: Mapping[str, Any], root_dir: Path, fleet_dir: Path) -> dict[str, Any]:
+    """The fleet's own project settings, derived from the root project's."""
+    root_dir, fleet_dir = root_dir.resolve(), fleet_dir.resolve()
+    if fleet_dir == root_dir:
+        raise ProjectError(
+            f"{fleet_dir} is the repository root: its {PROJECT_FILE} is the hand-written one"
+        )
+    out: dict[str, Any] = {}
+    for key, value in root.items():
+        if key in FLEET_FIELDS:
+            continue
+        if key == "description":
+            value = f"modelplane fleet {fleet_label(root_dir, fleet_dir)}"
+        elif key == "main":
+            value = _anchored(str(value), root_dir, fleet_dir)
+        elif key == "runtime" and isinstance(value, Mapping):
+            options = dict(value.get("options") or {})
+            if isinstance(options.get("virtualenv"), str):
+                options["virtualenv"] = _anchored(options["virtualenv"], root_dir, fleet_dir)
+            value = {**value, "options": options} if options else dict(value)
+        out[key] = value
+    if "backend" in root:
+        out["backend"] = {"url": FLEET_BACKEND}
+    return out
+
+
+def header(label: str, main: str) -> str:
+    program = main.rstrip("/")
+    return (
+        f"# The Pulumi project of fleet {label}, derived from the repository's root\n"
+        f"# Pulumi.yaml by `modelplane project {label}` (do not edit: change the root file\n"
+        "# and run that again).\n"
+        f"# The modelplane program ({program}) over the specs in this directory, one stack per\n"
+        f"# unit (`modelplane stacks {label}`). Each stack's config is Pulumi.<stack>.yaml next\n"
+        "# to this file, committed with the specs, and the state is .modelplane/state here, as\n"
+        "# for `modelplane up` (PULUMI_BACKEND_URL overrides the backend for both).\n"
+        "#\n"
+        f"#   cd {label}\n"
+        "#   pulumi stack select --create <stack>\n"
+        "#   pulumi config set -s <stack> --secret modelplane:secrets.<name>.<key> <value>\n"
+        "#   pulumi up -s <stack>\n"
+    )
+
+
+def fleet_project_text(root_dir: Path, fleet_dir: Path) -> str:
+    """The text of ``<fleet>/Pulumi.yaml``: the header and the derived settings."""
+    settings = fleet_project(read_project(root_dir), root_dir, fleet_dir)
+    body = yaml.safe_dump(settings, sort_keys=False)
+    return header(fleet_label(root_dir, fleet_dir), str(settings["main"])) + body
+
+
+def write_fleet_project(root_dir: Path, fleet_dir: Path) -> bool:
+    """Write ``<fleet>/Pulumi.yaml``; True when it changed."""
+    if not fleet_dir.is_dir():
+        raise ProjectError(f"{fleet_dir}: not a directory")
+    text = fleet_project_text(root_dir, fleet_dir)
+    path = fleet_dir / PROJECT_FILE
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
