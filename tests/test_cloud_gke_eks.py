@@ -613,3 +613,43 @@ def test_cloud_observe_keeps_the_smallest_published_gpu_memory_per_pool():
     pools = ClusterReader(Reader()).pools()  # type: ignore[arg-type]
     assert pools["gpu-l4"].devices == 4
     assert pools["gpu-l4"].gpu_memory == "22Gi"  # the NIC's capacity is not a GPU's
+
+
+# --- Both clouds: load balancers are gone before the network goes (item 11) ---------------
+
+NAMESPACE = "kubernetes:core/v1:Namespace"
+NETWORK = {
+    "gke": ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork"),
+    "eks": ("aws:ec2/vpc:Vpc", SUBNET, "aws:ec2/natGateway:NatGateway"),
+}
+
+
+@pytest.mark.parametrize("cloud", ["gke", "eks"])
+def test_cloud_destroy_waits_for_load_balancers_before_the_network(cloud):
+    run = MockRun()
+    cluster = gke_cluster() if cloud == "gke" else eks_cluster()
+    classes = {"h100-gke": gke_class()} if cloud == "gke" else EKS_CLASSES
+    run.run(lambda: InferenceClusterComponent(cluster.metadata.name, cluster, classes))
+
+    # Envoy Gateway creates each Gateway's LoadBalancer Service in its own namespace: this
+    # stack owns that namespace (Helm's create_namespace would leave it, and the Service,
+    # behind), and destroy waits for it to be gone, i.e. for the LB finalizers to clear.
+    envoy = release(run, "envoyGateway")
+    [namespace] = [
+        n for n in run.of_type(NAMESPACE) if n.get("metadata.name") == "envoy-gateway-system"
+    ]
+    assert envoy.get("createNamespace") is False
+    assert envoy.get("namespace") == "envoy-gateway-system"
+    assert envoy.depends_on(namespace)
+    assert namespace.custom_timeouts.get("delete") == "30m"
+
+    # Deleted in reverse: Gateway, GatewayClass, controller, namespace (waits), provider, and
+    # only then the network the LBs live in.
+    gateway = run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway")
+    gateway_class = run.one("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
+    assert gateway.depends_on(gateway_class) and gateway_class.depends_on(envoy)
+    provider = run.provider_of(namespace)
+    assert provider is not None and provider is run.provider_of(gateway)
+    network = [r for t in NETWORK[cloud] for r in run.of_type(t)]
+    assert len(network) >= len(NETWORK[cloud])
+    assert all(provider.depends_on(n) for n in network)
