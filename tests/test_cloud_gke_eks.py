@@ -653,3 +653,68 @@ def test_cloud_destroy_waits_for_load_balancers_before_the_network(cloud):
     network = [r for t in NETWORK[cloud] for r in run.of_type(t)]
     assert len(network) >= len(NETWORK[cloud])
     assert all(provider.depends_on(n) for n in network)
+
+
+# --- Chart pins checked against upstream (item 12) ----------------------------------------
+
+
+def _leaf_paths(values: Any, prefix: str = "") -> set[str]:
+    """Dotted paths of the values modelplane sets (lists are leaves)."""
+    if isinstance(values, dict) and values:
+        return {p for k, v in values.items() for p in _leaf_paths(v, f"{prefix}{k}.")}
+    return {prefix.rstrip(".")}
+
+
+# Every key below exists in that chart version's values.yaml (checked upstream: the EFA plugin
+# in aws/eks-charts stable/aws-efa-k8s-device-plugin, Traefik in traefik/traefik-helm-chart
+# tag v41.3.0). A key set but not listed here has not been checked.
+CHECKED_KEYS = {
+    "awsEfaDevicePlugin": ("v0.5.30", {"tolerations"}),
+    "traefik": (
+        "41.3.0",
+        {
+            "providers.kubernetesGateway.enabled",
+            "providers.kubernetesGateway.statusAddress.service.name",
+            "providers.kubernetesGateway.statusAddress.service.namespace",
+            "providers.kubernetesIngress.enabled",
+            "gateway.enabled",
+            "gatewayClass.enabled",
+        },
+    ),
+}
+
+
+def test_cloud_efa_plugin_and_traefik_pins_and_their_values_keys():
+    from components.gateway import TRAEFIK, InferenceGatewayComponent
+    from modelplane.api.inference_gateway import InferenceGateway
+
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    efa = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
+
+    gateway = InferenceGateway.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceGateway",
+            "metadata": {"name": "default"},
+            "spec": {"backend": "Traefik", "cluster": {"inferenceClusterRef": "eks-west"}},
+        }
+    )
+    gw_run = MockRun()
+    gw_run.run(
+        lambda: InferenceGatewayComponent(
+            "default", gateway, k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
+        )
+    )
+    traefik = gw_run.one(RELEASE)
+    assert traefik.get("name") == TRAEFIK["release"]
+
+    for key, release_ in (("awsEfaDevicePlugin", efa), ("traefik", traefik)):
+        version, keys = CHECKED_KEYS[key]
+        assert release_.inputs["version"] == version, key
+        assert _leaf_paths(release_.get("values")) <= keys, key
+    # Traefik's Service is the one the Gateway's status address names.
+    assert traefik.get("values.providers.kubernetesGateway.statusAddress.service") == {
+        "name": TRAEFIK["release"],
+        "namespace": TRAEFIK["namespace"],
+    }
