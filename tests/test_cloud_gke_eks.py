@@ -41,7 +41,7 @@ from tests.test_components_cluster import (
     inference_cluster,
     release,
 )
-from tests.test_components_workload import CACHE, CODER, deploy, engine, env_of, target
+from tests.test_components_workload import CACHE, CODER, PD, deploy, engine, env_of, target
 
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -718,3 +718,59 @@ def test_cloud_efa_plugin_and_traefik_pins_and_their_values_keys():
         "name": TRAEFIK["release"],
         "namespace": TRAEFIK["namespace"],
     }
+
+
+# --- LWS: the dev fleet's v0.8.0 CRD knows every field modelplane renders -------------------
+
+LWS_TYPE = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
+LWS_CRD = Path(__file__).resolve().parent.parent / "crds" / "lws-v0.8.0"
+
+
+def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Paths in ``value`` that the structural ``schema`` does not declare (names only)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        out = []
+        for key, item in value.items():
+            if props is not None and key in props:
+                out += _unknown_fields(item, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                out += _unknown_fields(item, extra, f"{path}.{key}")
+            elif props is not None or extra is False:
+                out.append(f"{path}.{key}")
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [
+            p
+            for i, item in enumerate(value)
+            for p in _unknown_fields(item, schema["items"], f"{path}[{i}]")
+        ]
+    return []
+
+
+def test_cloud_lws_manifests_use_only_fields_of_the_dev_fleets_lws_crd():
+    # The dev fleet runs LWS v0.8.0, clouds the chart v0.10.0, whose v1 schema only adds fields
+    # (docs/architecture.md, dev fleet): what validates against v0.8.0 means the same on both.
+    [crd_file] = LWS_CRD.glob("*.yaml")
+    [version] = yaml.safe_load(crd_file.read_text())["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    # It can fail: a field only v0.10.0 knows is flagged.
+    newer = {
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"schedulingGroup": {}}}}}
+    }
+    assert _unknown_fields(newer, schema) == [
+        ".spec.leaderWorkerTemplate.workerTemplate.spec.schedulingGroup"
+    ]
+
+    rendered = []
+    for text, pools in ((CODER, {"unified": "h200"}), (PD, {"prefill": "h200", "decode": "h200"})):
+        run, _ = deploy(text, pools, cache=CACHE if text is CODER else None)
+        rendered += run.of_type(LWS_TYPE)
+    assert len(rendered) == 2
+    for lws in rendered:
+        body = {k: lws.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
+        assert body["apiVersion"] == f"leaderworkerset.x-k8s.io/{version['name']}"
+        assert _unknown_fields(body, schema) == [], lws.name
