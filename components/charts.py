@@ -7,7 +7,9 @@ upstream repositories' tags and each chart's values.yaml for every key modelplan
 2026-08): cert-manager v1.21.1, Envoy Gateway v1.8.3 (the newest 1.8: it bundles Gateway API
 v1.5.1, the vendored bundle; 1.9 bundles v1.6), Envoy AI Gateway v1.1.0, kube-prometheus-stack
 88.5.3, LWS v0.10.0, NFD 0.19.0, the NVIDIA DRA driver 0.4.1, KEDA 2.20.2, cluster-autoscaler
-chart 9.59.0. Not re-checked: the AWS EFA device plugin chart.
+chart 9.59.0, the AWS EFA device plugin chart v0.5.30 (image v0.5.20; aws/eks-charts'
+gh-pages index, 2026-08-03; its values.yaml has ``tolerations`` and lists p5en.48xlarge in
+``supportedInstanceLabels``).
 
 Gateway API and the Gateway API Inference Extension ship no Helm chart in the reference
 facts (Gateway API is a ``standard-install.yaml`` release asset, GAIE is applied as vendored
@@ -73,7 +75,7 @@ _PINS = (
     # EKS only (InferenceCluster installs it, whatever servingStack.install says): scales the
     # managed node groups between minNodeCount and maxNodeCount.
     # EKS pools with fabric EFA: advertises the EFA interfaces as vpc.amazonaws.com/efa.
-    ("awsEfaDevicePlugin",   "aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts",                 "v0.5.8",  "kube-system"),
+    ("awsEfaDevicePlugin",   "aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts",                 "v0.5.30", "kube-system"),
     ("clusterAutoscaler",    "cluster-autoscaler",     "https://kubernetes.github.io/autoscaler",             "9.59.0",  "kube-system"),
 )
 # fmt: on

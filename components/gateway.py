@@ -41,7 +41,10 @@ TRAEFIK = {
     "release": "mp-traefik",
     "chart": "traefik",
     "repo": "https://traefik.github.io/charts",
-    "version": "39.0.0",
+    # traefik/traefik-helm-chart tag v41.3.0 (2026-08-21, Traefik v3.7.11); every values key
+    # below checked against its values.yaml. Since 40.2.0 the chart ships no Gateway API CRDs:
+    # they come from the serving stack's vendored bundle, or the platform (docs/api.md).
+    "version": "41.3.0",
     "namespace": "traefik-system",
     "controller": "traefik.io/gateway-controller",
     "class": "traefik",

@@ -18,6 +18,10 @@ the reference facts: their upstream CRDs are vendored under ``crds/`` and applie
 Envoy Gateway's chart also carries Gateway API CRDs; Helm skips CRDs that already exist, so the
 vendored bundle, applied first, is the one in force.
 
+Envoy Gateway's namespace is a ``Namespace`` this stack owns (``load_balancer_namespace``), so
+``destroy`` waits there until the cloud load balancers of the Gateways' proxy Services are gone,
+before the cloud network is deleted (docs/architecture.md, "Load balancers on teardown").
+
 Then the workload gateway: GatewayClass ``envoy`` (Envoy Gateway's controller) and Gateway
 ``inference-gateway`` in ``modelplane-system`` (HTTP 80, routes from all namespaces), created
 after the CRDs and the controllers that serve them. ``gateway_address`` is the Gateway's first
@@ -208,6 +212,41 @@ def gke_driver_installer_manifest() -> dict[str, Any]:
     return manifest
 
 
+LB_CLEANUP_TIMEOUT = "30m"
+"""How long destroy waits for a load-balancer namespace to be gone (its cloud LBs deleted)."""
+
+
+def load_balancer_namespace(
+    name: str, namespace: str, opts: pulumi.ResourceOptions
+) -> kubernetes.core.v1.Namespace:
+    """The namespace where a controller creates ``type: LoadBalancer`` Services, owned by this
+    stack (a plain ``Namespace``, not Helm's ``create_namespace``) so that ``destroy`` waits
+    for their cloud load balancers to be gone before the network goes.
+
+    The cloud LBs (an ELB/NLB with its security group and ENIs on AWS; forwarding and firewall
+    rules on GCP) are not Pulumi resources: Envoy Gateway creates the proxy Service per
+    Gateway, and the cloud's service controller deletes the LB only after the Service is
+    deleted, asynchronously. A LoadBalancer Service carries the finalizer
+    ``service.kubernetes.io/load-balancer-cleanup`` until its LB is gone, a namespace is not
+    gone before its objects are, and pulumi-kubernetes waits for a deleted Namespace to
+    disappear. The namespace uses the cluster's provider, which depends on the whole cloud
+    cluster (VPC, subnets, NAT), so Pulumi deletes it, and waits, before any of those.
+    """
+    return kubernetes.core.v1.Namespace(
+        f"{name}-ns-{namespace}",
+        metadata=kubernetes.meta.v1.ObjectMetaArgs(
+            name=namespace,
+            labels=app_labels("inference-gateway", namespace, "load-balancer-namespace"),
+        ),
+        opts=pulumi.ResourceOptions.merge(
+            opts,
+            pulumi.ResourceOptions(
+                custom_timeouts=pulumi.CustomTimeouts(delete=LB_CLEANUP_TIMEOUT)
+            ),
+        ),
+    )
+
+
 def _first_address(status: Any) -> str | None:
     if not isinstance(status, Mapping):
         return None
@@ -329,7 +368,12 @@ class ServingStack(pulumi.ComponentResource):
 
         self.releases: dict[str, kubernetes.helm.v3.Release] = {}
         self._release("certManager")
-        self._release("envoyGateway", depends_on=crds)
+        self.envoy_namespace = load_balancer_namespace(
+            name, CHARTS["envoyGateway"].namespace, self._opts()
+        )
+        self._release(
+            "envoyGateway", create_namespace=False, depends_on=[*crds, self.envoy_namespace]
+        )
         self._release("envoyAiGatewayCrds")
         self._release(
             "envoyAiGateway",

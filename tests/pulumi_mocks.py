@@ -87,6 +87,7 @@ class Registered:
     state: dict[str, Any] = field(default_factory=dict)
     protect: bool = False
     ignore_changes: list[str] = field(default_factory=list)
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
 
     def get(self, path: str, default: Any = None) -> Any:
         """A nested input by dotted path (``"spec.listeners.0.port"``), secrets unwrapped."""
@@ -326,6 +327,11 @@ class RecordingMonitor(MockMonitor):
                 state=dict(state),
                 protect=bool(request.protect),
                 ignore_changes=list(request.ignoreChanges),
+                custom_timeouts={
+                    op: getattr(request.customTimeouts, op)
+                    for op in ("create", "update", "delete")
+                    if request.HasField("customTimeouts") and getattr(request.customTimeouts, op)
+                },
             )
         )
         return resource_pb2.RegisterResourceResponse(urn=urn, id=id_ or "", object=obj_proto)

@@ -41,7 +41,7 @@ from tests.test_components_cluster import (
     inference_cluster,
     release,
 )
-from tests.test_components_workload import CACHE, CODER, deploy, engine, env_of, target
+from tests.test_components_workload import CACHE, CODER, PD, deploy, engine, env_of, target
 
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -613,3 +613,164 @@ def test_cloud_observe_keeps_the_smallest_published_gpu_memory_per_pool():
     pools = ClusterReader(Reader()).pools()  # type: ignore[arg-type]
     assert pools["gpu-l4"].devices == 4
     assert pools["gpu-l4"].gpu_memory == "22Gi"  # the NIC's capacity is not a GPU's
+
+
+# --- Both clouds: load balancers are gone before the network goes (item 11) ---------------
+
+NAMESPACE = "kubernetes:core/v1:Namespace"
+NETWORK = {
+    "gke": ("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork"),
+    "eks": ("aws:ec2/vpc:Vpc", SUBNET, "aws:ec2/natGateway:NatGateway"),
+}
+
+
+@pytest.mark.parametrize("cloud", ["gke", "eks"])
+def test_cloud_destroy_waits_for_load_balancers_before_the_network(cloud):
+    run = MockRun()
+    cluster = gke_cluster() if cloud == "gke" else eks_cluster()
+    classes = {"h100-gke": gke_class()} if cloud == "gke" else EKS_CLASSES
+    run.run(lambda: InferenceClusterComponent(cluster.metadata.name, cluster, classes))
+
+    # Envoy Gateway creates each Gateway's LoadBalancer Service in its own namespace: this
+    # stack owns that namespace (Helm's create_namespace would leave it, and the Service,
+    # behind), and destroy waits for it to be gone, i.e. for the LB finalizers to clear.
+    envoy = release(run, "envoyGateway")
+    [namespace] = [
+        n for n in run.of_type(NAMESPACE) if n.get("metadata.name") == "envoy-gateway-system"
+    ]
+    assert envoy.get("createNamespace") is False
+    assert envoy.get("namespace") == "envoy-gateway-system"
+    assert envoy.depends_on(namespace)
+    assert namespace.custom_timeouts.get("delete") == "30m"
+
+    # Deleted in reverse: Gateway, GatewayClass, controller, namespace (waits), provider, and
+    # only then the network the LBs live in.
+    gateway = run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway")
+    gateway_class = run.one("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
+    assert gateway.depends_on(gateway_class) and gateway_class.depends_on(envoy)
+    provider = run.provider_of(namespace)
+    assert provider is not None and provider is run.provider_of(gateway)
+    network = [r for t in NETWORK[cloud] for r in run.of_type(t)]
+    assert len(network) >= len(NETWORK[cloud])
+    assert all(provider.depends_on(n) for n in network)
+
+
+# --- Chart pins checked against upstream (item 12) ----------------------------------------
+
+
+def _leaf_paths(values: Any, prefix: str = "") -> set[str]:
+    """Dotted paths of the values modelplane sets (lists are leaves)."""
+    if isinstance(values, dict) and values:
+        return {p for k, v in values.items() for p in _leaf_paths(v, f"{prefix}{k}.")}
+    return {prefix.rstrip(".")}
+
+
+# Every key below exists in that chart version's values.yaml (checked upstream: the EFA plugin
+# in aws/eks-charts stable/aws-efa-k8s-device-plugin, Traefik in traefik/traefik-helm-chart
+# tag v41.3.0). A key set but not listed here has not been checked.
+CHECKED_KEYS = {
+    "awsEfaDevicePlugin": ("v0.5.30", {"tolerations"}),
+    "traefik": (
+        "41.3.0",
+        {
+            "providers.kubernetesGateway.enabled",
+            "providers.kubernetesGateway.statusAddress.service.name",
+            "providers.kubernetesGateway.statusAddress.service.namespace",
+            "providers.kubernetesIngress.enabled",
+            "gateway.enabled",
+            "gatewayClass.enabled",
+        },
+    ),
+}
+
+
+def test_cloud_efa_plugin_and_traefik_pins_and_their_values_keys():
+    from components.gateway import TRAEFIK, InferenceGatewayComponent
+    from modelplane.api.inference_gateway import InferenceGateway
+
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    efa = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
+
+    gateway = InferenceGateway.model_validate(
+        {
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "InferenceGateway",
+            "metadata": {"name": "default"},
+            "spec": {"backend": "Traefik", "cluster": {"inferenceClusterRef": "eks-west"}},
+        }
+    )
+    gw_run = MockRun()
+    gw_run.run(
+        lambda: InferenceGatewayComponent(
+            "default", gateway, k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
+        )
+    )
+    traefik = gw_run.one(RELEASE)
+    assert traefik.get("name") == TRAEFIK["release"]
+
+    for key, release_ in (("awsEfaDevicePlugin", efa), ("traefik", traefik)):
+        version, keys = CHECKED_KEYS[key]
+        assert release_.inputs["version"] == version, key
+        assert _leaf_paths(release_.get("values")) <= keys, key
+    # Traefik's Service is the one the Gateway's status address names.
+    assert traefik.get("values.providers.kubernetesGateway.statusAddress.service") == {
+        "name": TRAEFIK["release"],
+        "namespace": TRAEFIK["namespace"],
+    }
+
+
+# --- LWS: the dev fleet's v0.8.0 CRD knows every field modelplane renders -------------------
+
+LWS_TYPE = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
+LWS_CRD = Path(__file__).resolve().parent.parent / "crds" / "lws-v0.8.0"
+
+
+def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Paths in ``value`` that the structural ``schema`` does not declare (names only)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        out = []
+        for key, item in value.items():
+            if props is not None and key in props:
+                out += _unknown_fields(item, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                out += _unknown_fields(item, extra, f"{path}.{key}")
+            elif props is not None or extra is False:
+                out.append(f"{path}.{key}")
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [
+            p
+            for i, item in enumerate(value)
+            for p in _unknown_fields(item, schema["items"], f"{path}[{i}]")
+        ]
+    return []
+
+
+def test_cloud_lws_manifests_use_only_fields_of_the_dev_fleets_lws_crd():
+    # The dev fleet runs LWS v0.8.0, clouds the chart v0.10.0, whose v1 schema only adds fields
+    # (docs/architecture.md, dev fleet): what validates against v0.8.0 means the same on both.
+    [crd_file] = LWS_CRD.glob("*.yaml")
+    [version] = yaml.safe_load(crd_file.read_text())["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    # It can fail: a field only v0.10.0 knows is flagged.
+    newer = {
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"schedulingGroup": {}}}}}
+    }
+    assert _unknown_fields(newer, schema) == [
+        ".spec.leaderWorkerTemplate.workerTemplate.spec.schedulingGroup"
+    ]
+
+    rendered = []
+    for text, pools in ((CODER, {"unified": "h200"}), (PD, {"prefill": "h200", "decode": "h200"})):
+        run, _ = deploy(text, pools, cache=CACHE if text is CODER else None)
+        rendered += run.of_type(LWS_TYPE)
+    assert len(rendered) == 2
+    for lws in rendered:
+        body = {k: lws.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
+        assert body["apiVersion"] == f"leaderworkerset.x-k8s.io/{version['name']}"
+        assert _unknown_fields(body, schema) == [], lws.name
