@@ -392,14 +392,16 @@ def up(
                 parallel=parallel,
                 all_stacks=all_stacks,
                 only=stack,
-                prune=prune,
-                force=force,
                 observer=obs,
                 refresh=refresh,
                 expect_no_changes=expect_no_changes,
                 policy_packs=policy_pack or (),
             ),
         )
+        if prune and stack is None and run.orphans:
+            run.absorb(
+                _run(output, lambda obs: f.prune(parallel=parallel, force=force, observer=obs))
+            )
     late: list[str] = []
     if wait and run.ok:
         late = _wait(f, plan, run, output, timeout)

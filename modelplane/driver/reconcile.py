@@ -432,7 +432,7 @@ def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) 
 
     suffixes = tuple(f"::{c}-k8s" for c in sorted(clusters))
     out: dict[str, int] = {}
-    with fleet._session(Observer()) as session:
+    with fleet.session() as session:
         for name in stacks:
             try:
                 stack = session.stack(name, create=False)
