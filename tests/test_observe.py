@@ -14,7 +14,7 @@ import pytest
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.devcluster import DevCluster
 from modelplane.health.observation import PoolObservation
-from modelplane.observe import observe_fleet, probe_reachable, read_since, write_since
+from modelplane.observe import observe_fleet, probe_reachable
 from modelplane.observe.kube import KubeError, parse_kubeconfig
 from tests.factories import cluster, deployment, fleet, inference_class, pool
 
@@ -216,11 +216,14 @@ def test_clusters_without_a_kubeconfig_are_not_observed(tmp_path: Path) -> None:
 
 
 def test_health_memory_round_trips(tmp_path: Path) -> None:
-    assert read_since(tmp_path) == {}
-    write_since(tmp_path / "state", {"b": 12.5, "a": 3.0})
-    assert read_since(tmp_path / "state") == {"a": 3.0, "b": 12.5}
+    from modelplane.driver.state import RuntimeState
+
+    assert RuntimeState.at(tmp_path).unhealthy_since() == {}
+    state = RuntimeState.at(tmp_path / "state")
+    state.set_unhealthy_since({"b": 12.5, "a": 3.0})
+    assert state.unhealthy_since() == {"a": 3.0, "b": 12.5}
     (tmp_path / "state" / "health.json").write_text("{not json")
-    assert read_since(tmp_path / "state") == {}
+    assert state.unhealthy_since() == {}
 
 
 @pytest.mark.apiserver

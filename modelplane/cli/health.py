@@ -167,7 +167,7 @@ def fleet_readiness(
     """Observe the clusters of a loaded `modelplane.Fleet` and build its readiness view
     (`kubeconfigs`: the cloud clusters' ones, read from their stacks when not given)."""
     from modelplane.health.rules import observed_schedule
-    from modelplane.observe import observe_fleet, read_since
+    from modelplane.observe import observe_fleet
 
     observation = observe_fleet(
         fleet.spec,
@@ -177,7 +177,7 @@ def fleet_readiness(
         timeout=timeout,
         kubeconfigs=cloud_kubeconfigs(fleet) if kubeconfigs is None else kubeconfigs,
     )
-    since = read_since(fleet.state_dir)
+    since = fleet.runtime.unhealthy_since()
     result, _ = observed_schedule(
         fleet.spec, fleet.previous, observation, since, observation.at, grace
     )

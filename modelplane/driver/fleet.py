@@ -43,7 +43,7 @@ from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
-from modelplane.driver.unroutable import route_exclusions
+from modelplane.driver.state import RuntimeState
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
@@ -173,6 +173,11 @@ class Fleet:
     @property
     def state_dir(self) -> Path:
         return state_root(self.path)
+
+    @property
+    def runtime(self) -> RuntimeState:
+        """The fleet's runtime state (``.modelplane/*.json``: health, routing, ...)."""
+        return RuntimeState.at(self.state_dir)
 
     def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,
@@ -485,7 +490,7 @@ class Fleet:
         lock_path: Path,
         observer: Observer,
     ) -> ops.RunContext:
-        unroutable = route_exclusions(self.state_dir)
+        unroutable = self.runtime.routing().exclusions()
         session.set_program_inputs(self.path, lock_path, unroutable)
         spec = self.spec
         return ops.RunContext(
