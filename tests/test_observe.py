@@ -215,18 +215,6 @@ def test_clusters_without_a_kubeconfig_are_not_observed(tmp_path: Path) -> None:
     assert not missing.observed and "MODELPLANE_SECRET_NOPE_KUBECONFIG" in (missing.error or "")
 
 
-def test_health_memory_round_trips(tmp_path: Path) -> None:
-    from modelplane.driver.state import RuntimeState
-
-    assert RuntimeState.at(tmp_path).unhealthy_since() == {}
-    state = RuntimeState.at(tmp_path / "state")
-    state.set_unhealthy_since({"b": 12.5, "a": 3.0})
-    assert state.unhealthy_since() == {"a": 3.0, "b": 12.5}
-    (tmp_path / "state" / "health.json").write_text("{not json")
-    assert state.unhealthy_since() == {}
-
-
-@pytest.mark.apiserver
 def test_probe_says_which_api_servers_answer(dev_cluster: DevCluster, tmp_path: Path) -> None:
     with socket.socket() as closed, socket.socket() as silent:
         closed.bind(("127.0.0.1", 0))
