@@ -281,8 +281,9 @@ def _reconcile_rounds(
     every: float,
     probe_every: float,
 ) -> None:
-    from modelplane.cli.engine_verbs import err, out
-    from modelplane.cli.output import print_json
+    from modelplane.cli.output import log_console, print_json
+
+    err, out = log_console(stderr=True), log_console(stderr=False)
 
     while True:
         current = reconciler.round()

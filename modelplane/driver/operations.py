@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.driver.errors import DriverError, EngineFailed, StackLocked
 from modelplane.driver.events import StackProgress
 from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
 from modelplane.driver.workspace import EngineSession
+from modelplane.errors import Retryable
 from modelplane.stacks import StackUnit
 
 if TYPE_CHECKING:
@@ -132,27 +134,50 @@ def _short(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: The engine's failures (Pulumi's automation error classes, most specific first) and what
+#: each is to modelplane: the one table the driver classifies them by.
+ENGINE_FAILURES: tuple[tuple[str, type[DriverError]], ...] = (
+    ("ConcurrentUpdateError", StackLocked),
+    ("CommandError", EngineFailed),
+)
+
+
+def classify(
+    exc: Exception, stack: str, progress: StackProgress | None, backend: str
+) -> DriverError:
+    """The engine failure ``exc`` as a modelplane error with its message for people."""
+    from pulumi.automation import errors
+
+    for name, kind in ENGINE_FAILURES:
+        if isinstance(exc, getattr(errors, name)):
+            if kind is StackLocked:
+                return StackLocked(locked_message(stack, backend))
+            return kind(error_text(exc, progress))
+    return EngineFailed(error_text(exc, progress))
+
+
 def _failure(
     unit: StackUnit, exc: Exception, progress: StackProgress | None, started: float, backend: str
 ) -> StackResult:
-    from pulumi.automation.errors import ConcurrentUpdateError
-
-    if isinstance(exc, ConcurrentUpdateError):
+    error = classify(exc, unit.name, progress, backend)
+    changes = progress.change_counts() if progress else {}
+    duration = time.monotonic() - started
+    if isinstance(error, Retryable):
         return StackResult(
             unit.name,
             unit.tier,
             Outcome.LOCKED,
-            changes=progress.change_counts() if progress else {},
-            duration=time.monotonic() - started,
-            error=locked_message(unit.name, backend),
+            changes=changes,
+            duration=duration,
+            error=str(error),
         )
     return StackResult(
         unit.name,
         unit.tier,
         Outcome.FAILED,
-        changes=progress.change_counts() if progress else {},
-        duration=time.monotonic() - started,
-        error=error_text(exc, progress),
+        changes=changes,
+        duration=duration,
+        error=str(error),
         resources=progress.changes() if progress else [],
         warnings=list(progress.warnings) if progress else [],
     )
