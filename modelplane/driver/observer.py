@@ -124,10 +124,11 @@ class EventCallback(Observer):
 
     def emit(self, event: StackEvent) -> None:
         try:
+            call: Callable[..., Any] = self.callback
             if self.one_argument:
-                self.callback(event)  # type: ignore[call-arg]
+                call(event)
             else:
-                self.callback(event.stack, event)  # type: ignore[call-arg]
+                call(event.stack, event)
         except Exception as exc:  # a user's callback must never fail a stack
             with self._lock:
                 self.failures += 1

@@ -136,6 +136,11 @@ class Routing:
         return tuple(sorted(self.unroutable) + sorted(REPLICA_PREFIX + r for r in self.unready))
 
 
+def _document(data: Any) -> dict[str, Any]:
+    """A document that is a JSON object, else an empty one."""
+    return data if isinstance(data, dict) else {}
+
+
 def _strings(section: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (section or {}).items()}
 
@@ -155,7 +160,7 @@ class RuntimeState:
 
     def unhealthy_since(self) -> dict[str, float]:
         """Since when each cluster has been unhealthy (written by `reconcile`)."""
-        data = self.store.load(HEALTH)
+        data = _document(self.store.load(HEALTH))
         try:
             return {str(k): float(v) for k, v in (data.get("unhealthySince") or {}).items()}
         except (ValueError, AttributeError, TypeError):
@@ -178,7 +183,7 @@ class RuntimeState:
 
     def routing(self) -> Routing:
         """The recorded routing exclusions; empty when none or unreadable."""
-        data = self.store.load(ROUTING)
+        data = _document(self.store.load(ROUTING))
         try:
             return Routing(_strings(data.get("unroutable")), _strings(data.get("unready")))
         except (AttributeError, TypeError, ValueError):
@@ -211,7 +216,7 @@ class RuntimeState:
     # -- orphans.json ---------------------------------------------------------------------
 
     def orphans(self) -> list[Orphan]:
-        data = self.store.load(ORPHANS)
+        data = _document(self.store.load(ORPHANS))
         try:
             return [Orphan.from_json(o) for o in data.get("orphans") or []]
         except (AttributeError, TypeError, KeyError, ValueError):
