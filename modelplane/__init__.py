@@ -4,6 +4,8 @@ The library face::
 
     from modelplane import Fleet, FleetInvalid, DriverError, RunResult, StackResult
 
+Every expected failure is a ``ModelplaneError`` (``modelplane.errors``).
+
 ``Fleet`` and the result types are resolved lazily, so ``import modelplane`` stays cheap and
 pure (no Pulumi import until the driver is used).
 """
@@ -19,12 +21,14 @@ if TYPE_CHECKING:
     from modelplane.driver.events import StackEvent
     from modelplane.driver.fleet import Fleet, FleetStatus
     from modelplane.driver.results import Outcome, RunResult, StackResult
+    from modelplane.errors import ModelplaneError
 
 __all__ = [
     "DriverError",
     "Fleet",
     "FleetInvalid",
     "FleetStatus",
+    "ModelplaneError",
     "Outcome",
     "RunResult",
     "StackEvent",
@@ -37,6 +41,7 @@ _LAZY = {
     "FleetStatus": "modelplane.driver.fleet",
     "FleetInvalid": "modelplane.api.errors",
     "DriverError": "modelplane.driver.errors",
+    "ModelplaneError": "modelplane.errors",
     "Outcome": "modelplane.driver.results",
     "RunResult": "modelplane.driver.results",
     "StackResult": "modelplane.driver.results",

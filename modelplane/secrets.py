@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelplane.errors import UserError
+
 CONFIG_NAMESPACE = "modelplane"
 FILE_PREFIX = "file:"
 DEV_FLEET_STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
@@ -54,7 +56,7 @@ def _read_secret_file(path: Path) -> str | None:
         os.close(fd)
 
 
-class SecretNotFound(LookupError):
+class SecretNotFound(UserError, LookupError):
     """No source had the secret; the message names every place that was tried."""
 
     def __init__(self, name: str, key: str, tried: list[str]) -> None:
@@ -64,7 +66,7 @@ class SecretNotFound(LookupError):
         super().__init__(f"secret {name!r} key {key!r} not found; set one of: " + "; ".join(tried))
 
 
-class PlaintextSecret(ValueError):
+class PlaintextSecret(UserError, ValueError):
     """A secret found in stack config that is not a Pulumi secret (it would sit in plaintext in
     the stack's config file and be recorded as such)."""
 

@@ -8,6 +8,7 @@ directory) and never touches the network: the engine comes from the per-user cac
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -297,6 +298,30 @@ def test_parallel_tier_and_a_failing_stack(tmp_path: Path, env: dict[str, str]) 
     a, b = timeline.spans["cluster-a"], timeline.spans["cluster-b"]
     assert a[0] < b[1] and b[0] < a[1], "the two cluster stacks did not overlap"
     assert manifests(fleet_dir / "rendered" / "a")
+
+
+def test_one_argument_on_event_and_a_raising_callback(
+    tmp_path: Path, env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`on_event=lambda e: ...` (Pulumi's own shape) gets every stack's events, each naming
+    its stack; a callback that raises is reported once and never fails a stack."""
+    fleet_dir = copy_fleet(TWO_CLUSTERS, tmp_path / "two")
+    events: list[Any] = []
+
+    def broken(event: Any) -> None:
+        events.append(event)
+        raise RuntimeError("a bug in the user's callback")
+
+    with caplog.at_level(logging.WARNING, logger="modelplane.driver"):
+        run = check(Fleet.load(fleet_dir, env=env).up(parallel=2, on_event=broken))
+    assert {r.outcome for r in run.results} == {Outcome.SUCCEEDED}
+    assert {e.stack for e in events} == {r.stack for r in run.results}
+    for r in run.results:
+        kinds = [e.kind for e in events if e.stack == r.stack]
+        assert kinds[:2] == ["queued", "started"] and kinds[-1] == "finished", kinds
+        assert "resource" in kinds
+    reports = [r for r in caplog.records if "on_event raised RuntimeError" in r.getMessage()]
+    assert len(reports) == 1
 
 
 def test_concurrent_update_of_one_stack_is_reported_as_locked(

@@ -1,4 +1,5 @@
-"""The pure core imports no Pulumi and no cloud SDK (checked two ways)."""
+"""The pure core imports no Pulumi and no cloud SDK (checked two ways); the packages are
+layered (the import-linter contracts in pyproject.toml, which `make test` runs here)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,61 @@ def test_import_linter_contract():
     assert lint, "import-linter is a dev dependency"
     result = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _layers_contract(container: str) -> dict:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [
+        c
+        for c in config["contracts"]
+        if c["type"] == "layers" and c.get("containers") == [container]
+    ]
+    return contract
+
+
+@pytest.mark.parametrize(
+    ("extra", "kept"),
+    [
+        (None, True),
+        (("errors", "cli"), False),  # an upward import
+        (("engine", "driver"), False),  # the one the engine had (not ignored here)
+        (("driver", "devfleet"), False),  # two packages of one floor
+        (("cli", "api"), True),  # skipping floors is fine
+    ],
+    ids=["floors-down", "upward", "engine-to-driver", "same-floor", "skip-floors"],
+)
+def test_the_layers_contract_catches_upward_imports(
+    tmp_path: Path, extra: tuple[str, str] | None, kept: bool
+) -> None:
+    """The contract in pyproject.toml, run on a miniature of the house: one module per
+    package, each importing the floor below it, plus `extra`."""
+    contract = _layers_contract("modelplane")
+    floors = [[m.strip() for m in layer.split("|")] for layer in contract["layers"]]
+    package = tmp_path / "mini"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for upper, lower in zip(floors, floors[1:] + [[]], strict=True):
+        for module in upper:
+            lines = [f"import mini.{below}" for below in lower[:1]]
+            if extra and extra[0] == module:
+                lines.append(f"import mini.{extra[1]}")
+            (package / f"{module}.py").write_text("\n".join(lines) + "\n")
+    layers = ",\n".join(f'  "{layer}"' for layer in contract["layers"])
+    (tmp_path / "lint.toml").write_text(
+        '[tool.importlinter]\nroot_packages = ["mini"]\n\n'
+        "[[tool.importlinter.contracts]]\n"
+        'name = "mini"\ntype = "layers"\ncontainers = ["mini"]\n'
+        f"layers = [\n{layers}\n]\n"
+    )
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert lint, "import-linter is a dev dependency"
+    result = subprocess.run(
+        [lint, "--config", "lint.toml", "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
+    )
+    assert (result.returncode == 0) is kept, result.stdout + result.stderr

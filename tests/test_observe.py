@@ -14,7 +14,7 @@ import pytest
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.devcluster import DevCluster
 from modelplane.health.observation import PoolObservation
-from modelplane.observe import observe_fleet, probe_reachable, read_since, write_since
+from modelplane.observe import observe_fleet, probe_reachable
 from modelplane.observe.kube import KubeError, parse_kubeconfig
 from tests.factories import cluster, deployment, fleet, inference_class, pool
 
@@ -215,15 +215,6 @@ def test_clusters_without_a_kubeconfig_are_not_observed(tmp_path: Path) -> None:
     assert not missing.observed and "MODELPLANE_SECRET_NOPE_KUBECONFIG" in (missing.error or "")
 
 
-def test_health_memory_round_trips(tmp_path: Path) -> None:
-    assert read_since(tmp_path) == {}
-    write_since(tmp_path / "state", {"b": 12.5, "a": 3.0})
-    assert read_since(tmp_path / "state") == {"a": 3.0, "b": 12.5}
-    (tmp_path / "state" / "health.json").write_text("{not json")
-    assert read_since(tmp_path / "state") == {}
-
-
-@pytest.mark.apiserver
 def test_probe_says_which_api_servers_answer(dev_cluster: DevCluster, tmp_path: Path) -> None:
     with socket.socket() as closed, socket.socket() as silent:
         closed.bind(("127.0.0.1", 0))

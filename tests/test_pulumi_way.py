@@ -414,7 +414,7 @@ def _run_with(name: str) -> RunResult:
 
 
 def test_tables_in_logs_keep_whole_names_and_words() -> None:
-    from modelplane.cli.engine_verbs import LOG_WIDTH
+    from modelplane.cli.output import LOG_WIDTH
 
     name = "deploy-" + "very-long-namespace-" * 3 + "and-a-long-model-name"
     buffer = io.StringIO()

@@ -132,7 +132,6 @@ def test_reconcile_reads_a_cloud_clusters_kubeconfig_from_its_stack_output(
     import pulumi
 
     from modelplane.driver.fleet import Fleet
-    from modelplane.driver.observer import Observer
     from modelplane.observe import observe_fleet
 
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
@@ -147,7 +146,7 @@ def test_reconcile_reads_a_cloud_clusters_kubeconfig_from_its_stack_output(
     def program() -> None:
         pulumi.export("kubeconfig", pulumi.Output.secret(kubeconfig))
 
-    with f._session(Observer()) as session:
+    with f.session() as session:
         session.set_program_inputs(f.path, f.lock_path)
         session.stack("cluster-g1").up(program=program, color="never")
     assert f.cluster_kubeconfigs() == {"g1": kubeconfig}

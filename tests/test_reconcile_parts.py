@@ -15,15 +15,8 @@ import pytest
 import yaml
 
 from modelplane.driver.fingerprint import stack_fingerprint
-from modelplane.driver.orphans import (
-    KubeDeleter,
-    Orphan,
-    delete_orphans,
-    orphan_of,
-    read_orphans,
-    record_orphans,
-)
-from modelplane.driver.unroutable import read_unroutable, write_unroutable
+from modelplane.driver.orphans import KubeDeleter, Orphan, delete_orphans, orphan_of
+from modelplane.driver.state import RuntimeState
 from modelplane.observe import observe_fleet
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.stacks import StackUnit, Tier
@@ -197,41 +190,37 @@ def test_a_deployment_is_never_left_without_routed_replicas(
 
 
 def test_a_stopping_reconcile_forgets_its_unready_replicas(tmp_path: Path) -> None:
-    from modelplane.driver.unroutable import clear_unready, route_exclusions
-
-    state = tmp_path / "state"
-    assert not clear_unready(state)  # nothing recorded: nothing written
-    assert not (state / "routing.json").exists()
-    write_unroutable(state, {"dev-3": "API unreachable"}, {"m-a1": "no pods yet"})
-    assert clear_unready(state)
-    assert route_exclusions(state) == ("dev-3",)  # the clusters stay
-    assert not clear_unready(state)
+    state = RuntimeState.at(tmp_path / "state")
+    assert not state.clear_unready()  # nothing recorded: nothing written
+    assert not (tmp_path / "state" / "routing.json").exists()
+    state.set_routing({"dev-3": "API unreachable"}, {"m-a1": "no pods yet"})
+    assert state.clear_unready()
+    assert state.routing().exclusions() == ("dev-3",)  # the clusters stay
+    assert not state.clear_unready()
 
 
 def test_routing_record_keeps_unready_replicas_for_the_gateway(tmp_path: Path) -> None:
-    from modelplane.driver.unroutable import read_unready, route_exclusions
-
-    state = tmp_path / "state"
-    assert write_unroutable(state, {"dev-3": "API unreachable"})
-    assert not write_unroutable(state, {"dev-3": "x"}, {"m-a1": "no pods yet"})
-    assert read_unready(state) == {"m-a1": "no pods yet"}
-    assert route_exclusions(state) == ("dev-3", "replica:m-a1")
-    write_unroutable(state, {}, {})
-    assert route_exclusions(state) == ()
+    state = RuntimeState.at(tmp_path / "state")
+    assert state.set_routing({"dev-3": "API unreachable"})
+    assert not state.set_routing({"dev-3": "x"}, {"m-a1": "no pods yet"})
+    assert state.routing().unready == {"m-a1": "no pods yet"}
+    assert state.routing().exclusions() == ("dev-3", "replica:m-a1")
+    state.set_routing({}, {})
+    assert state.routing().exclusions() == ()
 
 
 def test_routing_record_says_when_the_clusters_change(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    assert read_unroutable(state) == {}
-    assert not write_unroutable(state, {})  # nothing to say, nothing written
-    assert not (state / "routing.json").exists()
-    assert write_unroutable(state, {"dev-3": "API unreachable"})
-    assert not write_unroutable(state, {"dev-3": "no gateway address"})  # same cluster
-    assert read_unroutable(state) == {"dev-3": "no gateway address"}
-    assert write_unroutable(state, {})
-    assert read_unroutable(state) == {}
-    (state / "routing.json").write_text("{broken")
-    assert read_unroutable(state) == {}
+    state = RuntimeState.at(tmp_path / "state")
+    assert state.routing().unroutable == {}
+    assert not state.set_routing({})  # nothing to say, nothing written
+    assert not (tmp_path / "state" / "routing.json").exists()
+    assert state.set_routing({"dev-3": "API unreachable"})
+    assert not state.set_routing({"dev-3": "no gateway address"})  # same cluster
+    assert state.routing().unroutable == {"dev-3": "no gateway address"}
+    assert state.set_routing({})
+    assert state.routing().unroutable == {}
+    (tmp_path / "state" / "routing.json").write_text("{broken")
+    assert state.routing().unroutable == {}
 
 
 # -- orphans --------------------------------------------------------------------------------
@@ -287,12 +276,15 @@ def test_orphan_of_a_state_resource(resource: dict[str, Any], orphan: Orphan | N
 def test_orphan_records_merge_and_round_trip(tmp_path: Path) -> None:
     a = Orphan("dev-3", "v1", "Service", "demo", "a", "u1", "s")
     b = Orphan("dev-2", "apps/v1", "Deployment", "demo", "b", None, "s")
-    record_orphans(tmp_path, [a])
-    record_orphans(tmp_path, [b, a])
-    assert read_orphans(tmp_path) == [b, a]  # sorted by cluster, no duplicates
+    state = RuntimeState.at(tmp_path)
+    state.record_orphans([a])
+    state.record_orphans([b, a])
+    assert state.orphans() == [b, a]  # sorted by cluster, no duplicates
     assert "u1" in (tmp_path / "orphans.json").read_text()
-    assert delete_orphans(tmp_path, {}) == ([], [])  # no cluster answers: all kept
-    assert read_orphans(tmp_path) == [b, a]
+    assert delete_orphans(state, {}) == ([], [])  # no cluster answers: all kept
+    assert state.orphans() == [b, a]
+    state.set_orphans([])
+    assert not (tmp_path / "orphans.json").exists()  # none left: the file goes
 
 
 def _configmap(rest: Any, name: str) -> str:
@@ -315,8 +307,8 @@ def test_orphans_are_deleted_but_never_an_object_recreated_since(
     _configmap(rest, "orphan-b")
     rest.request("DELETE", "/api/v1/namespaces/default/configmaps/orphan-b")
     new_b = _configmap(rest, "orphan-b")  # re-created since it was recorded
-    record_orphans(
-        tmp_path,
+    state = RuntimeState.at(tmp_path)
+    state.record_orphans(
         [
             Orphan("c1", "v1", "ConfigMap", "default", "orphan-a", old_uid),
             Orphan("c1", "v1", "ConfigMap", "default", "orphan-b", "stale-uid"),
@@ -324,7 +316,7 @@ def test_orphans_are_deleted_but_never_an_object_recreated_since(
             Orphan("c2", "v1", "ConfigMap", "default", "elsewhere", None),
         ],
     )
-    done, errors = delete_orphans(tmp_path, {"c1": reader})
+    done, errors = delete_orphans(state, {"c1": reader})
     assert errors == []
     assert done == [
         "c1: ConfigMap default/orphan-a (deleted)",
@@ -337,7 +329,7 @@ def test_orphans_are_deleted_but_never_an_object_recreated_since(
     }
     assert "orphan-a" not in names
     assert names["orphan-b"] == new_b  # the newer object is untouched
-    assert [o.name for o in read_orphans(tmp_path)] == ["elsewhere"]  # c2 did not answer
+    assert [o.name for o in state.orphans()] == ["elsewhere"]  # c2 did not answer
     rest.request("DELETE", "/api/v1/namespaces/default/configmaps/orphan-b")
     assert KubeDeleter(reader).resource("v1", "NoSuchKind") is None
 

@@ -23,6 +23,7 @@ from components.workload.objects import (
     metadata,
 )
 from modelplane.api.model_service import ParsedURL
+from modelplane.errors import UserError
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 INFERENCE_GROUP = "inference.networking.k8s.io"
@@ -160,7 +161,7 @@ def _rewrite(path: str, hostname: str | None) -> dict[str, Any]:
     return rewrite
 
 
-class SplitError(ValueError):
+class SplitError(UserError, ValueError):
     """A weighted split the gateway cannot honour (never collapsed silently)."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from modelplane.errors import UserError
+
 
 @dataclass(frozen=True, order=True)
 class SpecError:
@@ -28,7 +30,7 @@ class SpecError:
         return f"{where}{what}:{field} {self.message}"
 
 
-class FleetInvalid(Exception):
+class FleetInvalid(UserError):
     """Raised by library entry points with every error of a fleet."""
 
     def __init__(self, errors: list[SpecError]) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from modelplane.errors import UserError
 
-class FieldProblems(ValueError):
+
+class FieldProblems(UserError, ValueError):
     """Several (relative path, message) problems found by one model validator.
 
     The loader expands each into its own error, with the path appended to the

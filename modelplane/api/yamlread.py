@@ -23,6 +23,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from modelplane.api.paths import join_path
+from modelplane.errors import ModelplaneError
 
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
@@ -244,11 +245,11 @@ def _unreadable(node: Node, exc: ValueError) -> str:
     return f"cannot read {text!r} as a {kind}: {exc}"
 
 
-class _TooLarge(Exception):
+class _TooLarge(ModelplaneError):
     pass
 
 
-class _Unusual(Exception):
+class _Unusual(ModelplaneError):
     """The short walk met something only the full walk handles (or reports)."""
 
 

@@ -13,6 +13,7 @@ from lark import Tree
 from modelplane.cel.device import Device
 from modelplane.cel.quantity import Quantity, is_quantity, parse_quantity
 from modelplane.cel.semver import Semver, is_semver, parse_semver
+from modelplane.errors import UserError
 
 __all__ = ["FUNCTIONS", "GLOBAL_FUNCTIONS", "MACROS", "METHODS", "cel_device", "evaluate"]
 
@@ -350,7 +351,7 @@ class _Evaluator(Evaluator):
 EVALUATION_BUDGET_SECONDS: Final = 0.25
 
 
-class BudgetExceeded(RuntimeError):
+class BudgetExceeded(UserError, RuntimeError):
     """An evaluation ran past its time budget."""
 
 

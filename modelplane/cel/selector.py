@@ -12,6 +12,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedToken
 
 from modelplane.cel.device import Device
 from modelplane.cel.environment import GLOBAL_FUNCTIONS, MACROS, METHODS, evaluate
+from modelplane.errors import UserError
 
 __all__ = [
     "MAX_ESTIMATED_COST",
@@ -124,7 +125,7 @@ _COLLAPSIBLE: Final = frozenset(
 )
 
 
-class CelCompileError(ValueError):
+class CelCompileError(UserError, ValueError):
     """A selector that does not compile: a syntax error, an unknown function or variable."""
 
     def __init__(

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+
+from modelplane.errors import ModelplaneError
+
+
+class Verbs(TyperGroup):
+    """The verbs, with the one handler of expected failures: a `ModelplaneError` from any
+    verb is printed (`output.report_error`) and exits with its code, never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModelplaneError as exc:
+            from modelplane.cli.output import report_error
+
+            raise typer.Exit(report_error(exc)) from None
+
 
 app = typer.Typer(
+    cls=Verbs,
     name="modelplane",
     help="Serve large language models across a fleet of Kubernetes clusters, on Pulumi.",
     no_args_is_help=True,

@@ -299,15 +299,14 @@ def _observe(fleet: Path, outcome: PlanOutcome, grace: str) -> dict[str, str]:
     """Re-plan `outcome` on the observed clusters; the unhealthy ones and why."""
     from modelplane.cli.health import cloud_kubeconfigs, parse_duration
     from modelplane.driver.fleet import Fleet
-    from modelplane.driver.settings import state_root
     from modelplane.health.rules import observed_schedule
-    from modelplane.observe import observe_fleet, read_since
+    from modelplane.observe import observe_fleet
 
     driver = Fleet(fleet, outcome.fleet, outcome.previous, outcome.lock_path)
     observation = observe_fleet(
         outcome.fleet, fleet, lock=outcome.previous, kubeconfigs=cloud_kubeconfigs(driver)
     )
-    since = read_since(state_root(fleet.resolve()))
+    since = driver.runtime.unhealthy_since()
     outcome.result, view = observed_schedule(
         outcome.fleet,
         outcome.previous,

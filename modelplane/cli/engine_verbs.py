@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from modelplane.api.errors import FleetInvalid
-from modelplane.cli.output import EXIT_INVALID, error_table, print_json
+from modelplane.cli.output import log_console, print_json
 
 if TYPE_CHECKING:
     from modelplane.driver.fleet import Fleet
@@ -108,18 +106,8 @@ SecretsOpt = Annotated[
     ),
 ]
 
-#: Without a terminal (CI logs, pipes) nothing is cut to 80 columns: rows are as wide as
-#: their content, so stack names and messages are never truncated or broken mid-word.
-LOG_WIDTH = 1000
-
-
-def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr)
-    return console if console.is_terminal else Console(stderr=stderr, width=LOG_WIDTH)
-
-
-err = _console(stderr=True)
-out = _console(stderr=False)
+err = log_console(stderr=True)
+out = log_console(stderr=False)
 
 
 def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
@@ -129,16 +117,10 @@ def _fail(message: str, code: int = EXIT_FAILED) -> typer.Exit:
 
 @contextmanager
 def _expected_failures() -> Iterator[None]:
-    """Turn the driver's expected exceptions into a message and an exit code."""
-    from modelplane.driver.errors import DriverError
-
+    """An interrupted engine run: say what it may have left behind. (Expected failures,
+    `ModelplaneError`, are handled once for every verb: `modelplane.cli.Verbs`.)"""
     try:
         yield
-    except FleetInvalid as exc:
-        err.print(error_table(exc.errors))
-        raise typer.Exit(EXIT_INVALID) from None
-    except DriverError as exc:
-        raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         raise _fail(
             "interrupted; a stack interrupted mid-update may need `modelplane refresh`", 130
@@ -407,14 +389,16 @@ def up(
                 parallel=parallel,
                 all_stacks=all_stacks,
                 only=stack,
-                prune=prune,
-                force=force,
                 observer=obs,
                 refresh=refresh,
                 expect_no_changes=expect_no_changes,
                 policy_packs=policy_pack or (),
             ),
         )
+        if prune and stack is None and run.orphans:
+            run.absorb(
+                _run(output, lambda obs: f.prune(parallel=parallel, force=force, observer=obs))
+            )
     late: list[str] = []
     if wait and run.ok:
         late = _wait(f, plan, run, output, timeout)

@@ -167,7 +167,7 @@ def fleet_readiness(
     """Observe the clusters of a loaded `modelplane.Fleet` and build its readiness view
     (`kubeconfigs`: the cloud clusters' ones, read from their stacks when not given)."""
     from modelplane.health.rules import observed_schedule
-    from modelplane.observe import observe_fleet, read_since
+    from modelplane.observe import observe_fleet
 
     observation = observe_fleet(
         fleet.spec,
@@ -177,7 +177,7 @@ def fleet_readiness(
         timeout=timeout,
         kubeconfigs=cloud_kubeconfigs(fleet) if kubeconfigs is None else kubeconfigs,
     )
-    since = read_since(fleet.state_dir)
+    since = fleet.runtime.unhealthy_since()
     result, _ = observed_schedule(
         fleet.spec, fleet.previous, observation, since, observation.at, grace
     )
@@ -281,8 +281,9 @@ def _reconcile_rounds(
     every: float,
     probe_every: float,
 ) -> None:
-    from modelplane.cli.engine_verbs import err, out
-    from modelplane.cli.output import print_json
+    from modelplane.cli.output import log_console, print_json
+
+    err, out = log_console(stderr=True), log_console(stderr=False)
 
     while True:
         current = reconciler.round()

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from modelplane.api.errors import SpecError
+from modelplane.api.errors import FleetInvalid, SpecError
+from modelplane.errors import ModelplaneError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -18,6 +19,10 @@ if TYPE_CHECKING:
     err_console: Console
 
 EXIT_INVALID = 2
+#: Without a terminal (CI logs, pipes) the engine verbs' consoles cut nothing to 80 columns:
+#: rows are as wide as their content, so stack names and messages are never truncated.
+LOG_WIDTH = 1000
+_log_consoles: dict[bool, Console] = {}
 
 
 def get_console(*, stderr: bool = False) -> Console:
@@ -30,6 +35,34 @@ def get_console(*, stderr: bool = False) -> Console:
 
         made = globals()[name] = Console(stderr=stderr)
     return made
+
+
+def log_console(*, stderr: bool) -> Console:
+    """The engine verbs' stdout (or stderr) console: as wide as a terminal, else unbounded
+    (``LOG_WIDTH``). One of each per process, shared by every verb module."""
+    made = _log_consoles.get(stderr)
+    if made is None:
+        from rich.console import Console
+
+        made = Console(stderr=stderr)
+        if not made.is_terminal:
+            made = Console(stderr=stderr, width=LOG_WIDTH)
+        _log_consoles[stderr] = made
+    return made
+
+
+def report_error(exc: ModelplaneError) -> int:
+    """Print an expected failure for people (every spec error as a table, else one line;
+    never a traceback) and return its exit code: the CLI's one handler
+    (``modelplane.cli.Verbs``)."""
+    from rich.markup import escape
+
+    err = log_console(stderr=True)
+    if isinstance(exc, FleetInvalid):
+        err.print(error_table(exc.errors))
+    else:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+    return exc.exit_code
 
 
 def __getattr__(name: str) -> Any:

@@ -44,6 +44,7 @@ from modelplane.devfleet.cluster import (
 )
 from modelplane.devfleet.nodes import cluster_nodes
 from modelplane.devfleet.prometheus import ensure_prometheus, start_prometheus
+from modelplane.errors import EnvironmentProblem
 
 STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
 DEFAULT_STATE = Path(".modelplane/dev-fleet")
@@ -53,7 +54,7 @@ STATE_FILE = "fleet.json"
 Progress = Callable[[str], None]
 
 
-class DevFleetError(RuntimeError):
+class DevFleetError(EnvironmentProblem, RuntimeError):
     """The dev fleet could not be started, reached or stopped; the message says why."""
 
 

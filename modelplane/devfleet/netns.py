@@ -24,13 +24,15 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from modelplane.errors import EnvironmentProblem
+
 LOCAL_RANGE = "10.0.0.0/8"
 NETNS_DIR = Path("/var/run/netns")
 ETC_NETNS = Path("/etc/netns")
 CLONE_NEWNET = 0x40000000
 
 
-class NetnsError(RuntimeError):
+class NetnsError(EnvironmentProblem, RuntimeError):
     """The namespace could not be created, entered or removed; the message says why."""
 
 

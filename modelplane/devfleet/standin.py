@@ -46,6 +46,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from modelplane.errors import UserError
+
 __all__ = [
     "StandinConfig",
     "StandinHost",
@@ -122,7 +124,7 @@ class StandinStats:
     ready: bool
 
 
-class _BadRequest(Exception):
+class _BadRequest(UserError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

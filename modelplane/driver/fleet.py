@@ -6,13 +6,16 @@
 
     fleet = Fleet.load("specs/prod")           # parse + validate; FleetInvalid lists every error
     plan = fleet.plan()                         # pure scheduling: the new lock + report
-    result = fleet.up(plan, parallel=4, on_event=lambda stack, event: ...)
+    result = fleet.up(plan, parallel=4, on_event=lambda event: print(event.stack, event.kind))
+    fleet.prune()                               # destroy the stacks the fleet no longer derives
     for r in result.results:
         print(r.stack, r.outcome.value, r.changes)
 
 Every operation returns a :class:`RunResult` with one :class:`StackResult` per stack; a
 stack that fails does not raise (its siblings keep going). Expected problems that stop a
 run before any stack starts (no passphrase, no engine) raise :class:`DriverError`.
+Progress goes to one channel per operation (:func:`modelplane.driver.observer.channel`):
+the ``observer`` hooks and the ``on_event`` callback, adapted into an observer once.
 """
 
 from __future__ import annotations
@@ -32,8 +35,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
-from modelplane.driver.events import StackEvent, StackProgress, stack_event
-from modelplane.driver.observer import Observer
+from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
 from modelplane.driver.plugins import missing_for_stack
@@ -41,17 +43,18 @@ from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
-from modelplane.driver.unroutable import route_exclusions
+from modelplane.driver.state import RuntimeState
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.stacks import StackUnit, Tier, cluster_stack, deploy_stack, stack_units
 
-OnEvent = Callable[[str, StackEvent], None]
-"""``on_event(stack_name, event)``: a :class:`~modelplane.driver.events.StackEvent` for each
-stack-level step (queued, started, resource, diagnostic, summary, finished, skipped); the
-engine's own event, where there is one, is ``event.engine_event``. Called from worker
-threads."""
+# ``on_event(event)`` or ``on_event(stack_name, event)`` (:data:`OnEvent`): a
+# :class:`~modelplane.driver.events.StackEvent` for each stack-level step (queued, started,
+# resource, diagnostic, summary, engine, finished, skipped); the engine's own event, where
+# there is one, is ``event.engine_event``. Called from worker threads; an exception it
+# raises is reported once and never fails a stack.
+__all__ = ["DEFAULT_PARALLEL", "Fleet", "FleetStatus", "OnEvent"]
 
 DEFAULT_PARALLEL = 4
 
@@ -175,6 +178,11 @@ class Fleet:
     def state_dir(self) -> Path:
         return state_root(self.path)
 
+    @property
+    def runtime(self) -> RuntimeState:
+        """The fleet's runtime state (``.modelplane/*.json``: health, routing, ...)."""
+        return RuntimeState.at(self.state_dir)
+
     def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,
         new replicas are placed by the MILP solver within `time_limit` seconds."""
@@ -206,8 +214,8 @@ class Fleet:
         that is not) show their offline render instead (``new`` / ``rendered``); stacks
         downstream of a changed deployment or cache stack see its rendered outputs."""
         plan = plan or self.plan()
-        observer = observer or Observer()
-        with self._session(observer) as session:
+        observer = channel(observer, on_event)
+        with self.session(observer) as session:
             plan_lock = self.state_dir / "plan" / LOCK_FILE
             plan_lock.parent.mkdir(parents=True, exist_ok=True)
             write_lock(plan_lock, plan.lock)
@@ -215,7 +223,7 @@ class Fleet:
             units = self._select(every, only)
             # Listing the stacks also initialises a fresh backend before stacks run in parallel.
             existing = set(session.list_stacks())
-            ctx = self._context(session, plan.lock, plan_lock, on_event, observer)
+            ctx = self._context(session, plan.lock, plan_lock, observer)
             if refresh:
                 ctx.preview_options["refresh"] = True
             packs = [str(p) for p in policy_packs]
@@ -234,7 +242,6 @@ class Fleet:
                 lambda u: ops.preview_stack(ctx, u, offline),
                 parallel,
                 observer,
-                on_event=on_event,
                 blocking=lambda r: False,
             )
 
@@ -246,8 +253,6 @@ class Fleet:
         on_event: OnEvent | None = None,
         all_stacks: bool = False,
         only: Iterable[str] | None = None,
-        prune: bool = False,
-        force: bool = False,
         observer: Observer | None = None,
         refresh: bool = False,
         expect_no_changes: bool = False,
@@ -257,17 +262,16 @@ class Fleet:
 
         Stacks whose inputs did not change since their last successful update are skipped
         unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
-        derives are reported (``orphans``) and destroyed only with ``prune``; a cluster stack
-        among them is not destroyed while another stack still holds objects on it, unless
-        ``force``. ``refresh``, ``expect_no_changes`` and ``policy_packs`` are passed to every
-        ``pulumi up`` (``--refresh``, ``--expect-no-changes``, ``--policy-pack``).
+        derives are reported (``orphans``); :meth:`prune` destroys them. ``refresh``,
+        ``expect_no_changes`` and ``policy_packs`` are passed to every ``pulumi up``
+        (``--refresh``, ``--expect-no-changes``, ``--policy-pack``).
         """
         if self.spec.empty:  # nothing to deploy: tearing down is destroy's job
             raise FleetInvalid([no_specs(self.path)])
         started = time.monotonic()
         plan = plan or self.plan()
-        observer = observer or Observer()
-        with self._session(observer) as session:
+        observer = channel(observer, on_event)
+        with self.session(observer) as session:
             units = self._select(self.stacks(plan), only)
             # Listing the stacks first also initialises a fresh backend before stacks run
             # in parallel.
@@ -277,7 +281,7 @@ class Fleet:
             written = write_lock(self.lock_path, lock)
             self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
-            ctx = self._context(session, lock, self.lock_path, on_event, observer)
+            ctx = self._context(session, lock, self.lock_path, observer)
             if refresh:
                 ctx.up_options["refresh"] = True
             if expect_no_changes:
@@ -291,33 +295,52 @@ class Fleet:
             run.lock_path, run.lock_written = str(self.lock_path), written
             if only is None:
                 names = {u.name for u in units}
-                orphans = [self._orphan_unit(n) for n in existing if n not in names]
-                if orphans and prune:
-                    refused = {} if force else self._still_hosting(session, orphans, existing)
-                    pruned = self._run(
-                        "destroy",
-                        orphans,
-                        lambda u: (
-                            self._refused(u, refused) or ops.destroy_stack(ctx, u, remove=True)
-                        ),
-                        parallel,
-                        observer,
-                        on_event=on_event,
-                        reverse=True,
-                    )
-                    for r in pruned.results:
-                        if r.ok:
-                            r.note = "no longer in the fleet: destroyed and removed"
-                    run.results.extend(pruned.results)
-                    # Their capacity is free now: drop the removed deployments destroyed.
-                    gone = {r.stack for r in pruned.results if r.ok}
-                    lock = _prune_removed(lock, keep=set(existing) - gone)
-                    if write_lock(self.lock_path, lock):
-                        run.lock_written = True
-                        observer.message(f"wrote: {self.lock_path} (pruned deployments dropped)")
-                    self.previous = lock
-                else:
-                    run.orphans = [u.name for u in orphans]
+                run.orphans = [n for n in existing if n not in names]
+            run.duration = time.monotonic() - started
+            return run
+
+    def prune(
+        self,
+        *,
+        parallel: int = DEFAULT_PARALLEL,
+        on_event: OnEvent | None = None,
+        force: bool = False,
+        observer: Observer | None = None,
+    ) -> RunResult:
+        """Destroy and remove the stacks in the backend that the fleet no longer derives
+        (``up``'s ``orphans``), in reverse tier order, then drop from the lock the removed
+        deployments whose stacks are gone (their capacity is free). A cluster stack among
+        them is not destroyed while another stack still holds objects on it, unless
+        ``force``. ``modelplane up --prune`` runs this after ``up``."""
+        started = time.monotonic()
+        observer = channel(observer, on_event)
+        with self.session(observer) as session:
+            existing = session.list_stacks()
+            names = {u.name for u in self.stacks()}
+            orphans = [self._orphan_unit(n) for n in existing if n not in names]
+            run = RunResult("destroy", self.backend, lock_path=str(self.lock_path))
+            if not orphans:
+                return run
+            ctx = self._context(session, self.previous, self.lock_path, observer)
+            refused = {} if force else self._still_hosting(session, orphans, existing)
+            run = self._run(
+                "destroy",
+                orphans,
+                lambda u: self._refused(u, refused) or ops.destroy_stack(ctx, u, remove=True),
+                parallel,
+                observer,
+                reverse=True,
+            )
+            run.lock_path = str(self.lock_path)
+            for r in run.results:
+                if r.ok:
+                    r.note = "no longer in the fleet: destroyed and removed"
+            gone = {r.stack for r in run.results if r.ok}
+            lock = _prune_removed(self.previous, keep=set(existing) - gone)
+            if write_lock(self.lock_path, lock):
+                run.lock_written = True
+                observer.message(f"wrote: {self.lock_path} (pruned deployments dropped)")
+            self.previous = lock
             run.duration = time.monotonic() - started
             return run
 
@@ -335,15 +358,15 @@ class Fleet:
         fleet no longer derives), in reverse tier order; ``remove`` deletes the stacks too.
         A cluster stack is not destroyed while a stack outside the run still holds objects
         on it (it fails saying which), unless ``force``."""
-        observer = observer or Observer()
-        with self._session(observer) as session:
+        observer = channel(observer, on_event)
+        with self.session(observer) as session:
             existing = set(session.list_stacks())
             derived = self.stacks()
             names = {u.name for u in derived}
             units = [u for u in derived if u.name in existing]
             units += [self._orphan_unit(n) for n in sorted(existing - names)]
             units = self._select(units, only, known=[u.name for u in derived] + sorted(existing))
-            ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+            ctx = self._context(session, self.previous, self.lock_path, observer)
             refused = {} if force else self._still_hosting(session, units, existing)
             return self._run(
                 "destroy",
@@ -351,7 +374,6 @@ class Fleet:
                 lambda u: self._refused(u, refused) or ops.destroy_stack(ctx, u, remove=remove),
                 parallel,
                 observer,
-                on_event=on_event,
                 reverse=True,
             )
 
@@ -367,11 +389,11 @@ class Fleet:
 
         Stacks that only act on renderTo clusters have nothing live to read: they are not
         refreshed and their result says why."""
-        observer = observer or Observer()
-        with self._session(observer) as session:
+        observer = channel(observer, on_event)
+        with self.session(observer) as session:
             existing = set(session.list_stacks())
             units = [u for u in self._select(self.stacks(), only) if u.name in existing]
-            ctx = self._context(session, self.previous, self.lock_path, on_event, observer)
+            ctx = self._context(session, self.previous, self.lock_path, observer)
             return self._run(
                 "refresh",
                 units,
@@ -380,16 +402,15 @@ class Fleet:
                 ),
                 parallel,
                 observer,
-                on_event=on_event,
                 blocking=lambda r: False,
             )
 
     def status(self, *, parallel: int = DEFAULT_PARALLEL) -> FleetStatus:
         """Placement from the lock plus every stack's last result, sync state and outputs."""
-        with self._session(Observer()) as session:
+        with self.session() as session:
             existing = set(session.list_stacks())
             units = self.stacks()
-            ctx = self._context(session, self.previous, self.lock_path, None, Observer())
+            ctx = self._context(session, self.previous, self.lock_path, Observer())
             statuses: dict[str, ops.StackStatus] = {}
 
             def one(unit: StackUnit) -> StackResult:
@@ -411,7 +432,7 @@ class Fleet:
         """
         from pulumi.automation.errors import StackNotFoundError
 
-        with self._session(Observer()) as session:
+        with self.session() as session:
             try:
                 exported = session.stack(stack, create=False).export_stack()
             except StackNotFoundError:
@@ -432,7 +453,7 @@ class Fleet:
         if not wanted:
             return {}
         out: dict[str, str] = {}
-        with self._session(Observer()) as session:
+        with self.session() as session:
             existing = set(session.list_stacks())
             for stack_name, name in sorted(wanted.items()):
                 if stack_name not in existing:
@@ -449,8 +470,10 @@ class Fleet:
     # -- internals -------------------------------------------------------------------------
 
     @contextmanager
-    def _session(self, observer: Observer) -> Iterator[EngineSession]:
-        """Check secrets and the engine (before any stack runs); clean up after the run."""
+    def session(self, observer: Observer | None = None) -> Iterator[EngineSession]:
+        """An engine session for this fleet: checks secrets and the engine (before any stack
+        runs), cleans up after the run. ``observer`` hears its progress messages."""
+        observer = observer or Observer()
         secrets = resolve_secrets(self.backend, self.secrets_provider, self.env)
         session = EngineSession(
             self.state_dir / "workspaces",
@@ -471,22 +494,9 @@ class Fleet:
         session: EngineSession,
         lock: PlacementLock,
         lock_path: Path,
-        on_event: OnEvent | None,
         observer: Observer,
     ) -> ops.RunContext:
-        def sink(unit: StackUnit, progress: StackProgress, event: Any) -> None:
-            observer.stack_event(unit, progress)
-            if on_event is not None:
-                structured = stack_event(unit.name, event)
-                if structured is not None:
-                    on_event(unit.name, structured)
-
-        def started(unit: StackUnit, progress: StackProgress) -> None:
-            observer.stack_started(unit, progress)
-            if on_event is not None:
-                on_event(unit.name, StackEvent(unit.name, "started"))
-
-        unroutable = route_exclusions(self.state_dir)
+        unroutable = self.runtime.routing().exclusions()
         session.set_program_inputs(self.path, lock_path, unroutable)
         spec = self.spec
         return ops.RunContext(
@@ -495,8 +505,8 @@ class Fleet:
             spec,
             lock,
             lock_path,
-            on_event=sink,
-            on_start=started,
+            on_event=observer.stack_event,
+            on_start=observer.stack_started,
             check=lambda unit: missing_for_stack(spec, unit, session.env),
             plan_dir=self.state_dir / "plan",
             unroutable=unroutable,
@@ -512,24 +522,14 @@ class Fleet:
         *,
         reverse: bool = False,
         blocking: Callable[[StackResult], bool] | None = None,
-        on_event: OnEvent | None = None,
     ) -> RunResult:
         started = time.monotonic()
 
         def wrapped(unit: StackUnit) -> StackResult:
             observer.stack_queued(unit)
-            if on_event is not None:
-                on_event(unit.name, StackEvent(unit.name, "queued"))
             result = run(unit)
             observer.stack_finished(result)
-            if on_event is not None:
-                on_event(unit.name, StackEvent(unit.name, "finished", result=result))
             return result
-
-        def skipped(result: StackResult) -> None:
-            observer.stack_finished(result)
-            if on_event is not None:
-                on_event(result.stack, StackEvent(result.stack, "skipped", result=result))
 
         observer.run_started(operation, units)
         results = run_tiers(
@@ -538,7 +538,7 @@ class Fleet:
             parallel=parallel,
             reverse=reverse,
             blocking=blocking,
-            on_skip=skipped,
+            on_skip=observer.stack_skipped,
         )
         run_result = RunResult(operation, self.backend, results)
         run_result.duration = time.monotonic() - started

@@ -1,8 +1,9 @@
 """Per-stack engine operations: preview, up, destroy, refresh and status of one stack.
 
-Each function returns a :class:`StackResult` and turns the engine's expected failures
-(program errors, a stack locked by another update, a missing stack) into results with a
-short message; only bugs raise.
+The four engine verbs run through one template (:class:`EngineOp`); each returns a
+:class:`StackResult` and turns the engine's expected failures (program errors, a stack
+locked by another update, a missing stack) into results with a short message; only bugs
+raise.
 """
 
 from __future__ import annotations
@@ -14,17 +15,22 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.driver.errors import DriverError, EngineFailed, StackLocked
 from modelplane.driver.events import StackProgress
 from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
 from modelplane.driver.workspace import EngineSession
+from modelplane.errors import Retryable
 from modelplane.stacks import StackUnit
+
+if TYPE_CHECKING:
+    from pulumi.automation import Stack
 
 UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
 EventSink = Callable[[StackUnit, StackProgress, Any], None]
@@ -128,27 +134,50 @@ def _short(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: The engine's failures (Pulumi's automation error classes, most specific first) and what
+#: each is to modelplane: the one table the driver classifies them by.
+ENGINE_FAILURES: tuple[tuple[str, type[DriverError]], ...] = (
+    ("ConcurrentUpdateError", StackLocked),
+    ("CommandError", EngineFailed),
+)
+
+
+def classify(
+    exc: Exception, stack: str, progress: StackProgress | None, backend: str
+) -> DriverError:
+    """The engine failure ``exc`` as a modelplane error with its message for people."""
+    from pulumi.automation import errors
+
+    for name, kind in ENGINE_FAILURES:
+        if isinstance(exc, getattr(errors, name)):
+            if kind is StackLocked:
+                return StackLocked(locked_message(stack, backend))
+            return kind(error_text(exc, progress))
+    return EngineFailed(error_text(exc, progress))
+
+
 def _failure(
     unit: StackUnit, exc: Exception, progress: StackProgress | None, started: float, backend: str
 ) -> StackResult:
-    from pulumi.automation.errors import ConcurrentUpdateError
-
-    if isinstance(exc, ConcurrentUpdateError):
+    error = classify(exc, unit.name, progress, backend)
+    changes = progress.change_counts() if progress else {}
+    duration = time.monotonic() - started
+    if isinstance(error, Retryable):
         return StackResult(
             unit.name,
             unit.tier,
             Outcome.LOCKED,
-            changes=progress.change_counts() if progress else {},
-            duration=time.monotonic() - started,
-            error=locked_message(unit.name, backend),
+            changes=changes,
+            duration=duration,
+            error=str(error),
         )
     return StackResult(
         unit.name,
         unit.tier,
         Outcome.FAILED,
-        changes=progress.change_counts() if progress else {},
-        duration=time.monotonic() - started,
-        error=error_text(exc, progress),
+        changes=changes,
+        duration=duration,
+        error=str(error),
         resources=progress.changes() if progress else [],
         warnings=list(progress.warnings) if progress else [],
     )
@@ -213,53 +242,6 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
     )
 
 
-def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackResult:
-    from pulumi.automation.errors import CommandError
-
-    started = time.monotonic()
-    progress: StackProgress | None = None
-    problem = ctx.problem(unit, started)
-    if problem is not None:
-        return problem
-    try:
-        stack = ctx.session.stack(unit.name)
-        fingerprint = fingerprint_of(ctx, unit)
-        if not force and not ctx.up_options.get("refresh"):
-            last = stack.history(page_size=1, show_secrets=False)
-            entry = last[0] if last else None
-            if entry is not None and can_skip(fingerprint, entry.kind, entry.result, entry.message):
-                ctx.remember(unit.name, stack.outputs())
-                return StackResult(
-                    unit.name,
-                    unit.tier,
-                    Outcome.UNCHANGED,
-                    duration=time.monotonic() - started,
-                    outputs=ctx.masked[unit.name],
-                    note="inputs unchanged since its last successful update",
-                )
-        progress = ctx.progress(unit)
-        result = stack.up(
-            message=update_message(fingerprint),
-            on_event=ctx.listener(unit, progress),
-            color="never",
-            suppress_progress=True,
-            **ctx.up_options,
-        )
-        ctx.remember(unit.name, result.outputs)
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.SUCCEEDED,
-            changes=progress.change_counts(),
-            duration=time.monotonic() - started,
-            outputs=ctx.masked[unit.name],
-            resources=progress.changes(),
-            warnings=list(progress.warnings),
-        )
-    except CommandError as exc:
-        return _failure(unit, exc, progress, started, ctx.session.backend)
-
-
 def _rendered_result(
     ctx: RunContext, unit: StackUnit, offline: OfflinePreview, reason: str, started: float
 ) -> StackResult:
@@ -287,129 +269,227 @@ def _rendered_result(
     return result
 
 
-def preview_stack(
-    ctx: RunContext, unit: StackUnit, offline: OfflinePreview | None = None
-) -> StackResult:
-    """``pulumi preview`` of an existing stack (with ``offline``: new stacks and stacks that
-    need new clusters from the offline render, downstream stacks seeing rendered outputs)."""
-    from pulumi.automation.errors import CommandError
+class EngineOp:
+    """One engine operation on one stack: the template the four verbs share.
 
-    from modelplane.render.runner import RenderError
+    ``run`` checks the machine (``RunContext.check``), selects the stack, calls
+    ``stack.<verb>(...)`` with the live listener, and turns the outcome into a
+    :class:`StackResult`; the engine's expected failures (program errors, a locked stack, a
+    missing stack) become failed or locked results. A verb overrides only its hooks.
+    """
 
-    started = time.monotonic()
-    progress: StackProgress | None = None
-    if offline is not None:
-        reason = offline.offline_reason(unit)
-        if reason is not None:
-            return _rendered_result(ctx, unit, offline, reason, started)
-    problem = ctx.problem(unit, started)
-    if problem is not None:
-        return problem
-    extra_env: dict[str, str] = {}
-    seen: list[str] = []
-    if offline is not None:
+    verb = ""
+    create = False  # create the stack when it is not in the backend
+
+    def __init__(self, ctx: RunContext, unit: StackUnit) -> None:
+        self.ctx = ctx
+        self.unit = unit
+        self.started = time.monotonic()
+        self.extra_env: dict[str, str] = {}
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    def early(self) -> StackResult | None:
+        """A result without the engine, before the machine check (nothing to run)."""
+        return None
+
+    def prepare(self) -> StackResult | None:
+        """After the machine check, before the stack is selected: a result that stops here."""
+        return None
+
+    def skip(self, stack: Stack) -> StackResult | None:
+        """With the stack selected, before the engine runs: a result that skips it."""
+        return None
+
+    def options(self) -> dict[str, Any]:
+        """Extra keyword arguments of ``stack.<verb>``."""
+        return {}
+
+    def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
+        """After a successful operation: outputs, notes, clean-up."""
+
+    # -- the template ----------------------------------------------------------------------
+
+    def result(self, outcome: Outcome, **fields: Any) -> StackResult:
+        return StackResult(
+            self.unit.name,
+            self.unit.tier,
+            outcome,
+            duration=time.monotonic() - self.started,
+            **fields,
+        )
+
+    def run(self) -> StackResult:
+        from pulumi.automation.errors import CommandError
+
+        ctx, unit = self.ctx, self.unit
+        stopped = self.early() or ctx.problem(unit, self.started) or self.prepare()
+        if stopped is not None:
+            return stopped
+        progress: StackProgress | None = None
         try:
-            overrides = offline.overrides(unit)
+            stack = ctx.session.stack(unit.name, create=self.create, extra_env=self.extra_env)
+            skipped = self.skip(stack)
+            if skipped is not None:
+                return skipped
+            progress = ctx.progress(unit)
+            outcome = getattr(stack, self.verb)(
+                on_event=ctx.listener(unit, progress),
+                color="never",
+                suppress_progress=True,
+                **self.options(),
+            )
+            result = self.result(
+                Outcome.SUCCEEDED,
+                changes=progress.change_counts(),
+                resources=progress.changes(),
+                warnings=list(progress.warnings),
+            )
+            self.done(stack, outcome, result)
+            result.duration = time.monotonic() - self.started
+            return result
+        except CommandError as exc:
+            return _failure(unit, exc, progress, self.started, ctx.session.backend)
+
+
+class UpOp(EngineOp):
+    """``pulumi up``; skipped when the inputs equal those of the last successful update."""
+
+    verb = "up"
+    create = True
+
+    def __init__(self, ctx: RunContext, unit: StackUnit, force: bool) -> None:
+        super().__init__(ctx, unit)
+        self.force = force
+        self.message = ""
+
+    def skip(self, stack: Stack) -> StackResult | None:
+        fingerprint = fingerprint_of(self.ctx, self.unit)
+        self.message = update_message(fingerprint)
+        if self.force or self.ctx.up_options.get("refresh"):
+            return None
+        last = stack.history(page_size=1, show_secrets=False)
+        entry = last[0] if last else None
+        if entry is None or not can_skip(fingerprint, entry.kind, entry.result, entry.message):
+            return None
+        self.ctx.remember(self.unit.name, stack.outputs())
+        return self.result(
+            Outcome.UNCHANGED,
+            outputs=self.ctx.masked[self.unit.name],
+            note="inputs unchanged since its last successful update",
+        )
+
+    def options(self) -> dict[str, Any]:
+        return {"message": self.message, **self.ctx.up_options}
+
+    def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
+        self.ctx.remember(self.unit.name, outcome.outputs)
+        result.outputs = self.ctx.masked[self.unit.name]
+
+
+class PreviewOp(EngineOp):
+    """``pulumi preview`` of an existing stack; with ``offline``: new stacks and stacks
+    that need new clusters from the offline render, downstream stacks seeing rendered
+    outputs."""
+
+    verb = "preview"
+
+    def __init__(self, ctx: RunContext, unit: StackUnit, offline: OfflinePreview | None) -> None:
+        super().__init__(ctx, unit)
+        self.offline = offline
+        self.seen: list[str] = []
+
+    def early(self) -> StackResult | None:
+        if self.offline is None:
+            return None
+        reason = self.offline.offline_reason(self.unit)
+        if reason is None:
+            return None
+        return _rendered_result(self.ctx, self.unit, self.offline, reason, self.started)
+
+    def prepare(self) -> StackResult | None:
+        from modelplane.render.runner import RenderError
+
+        if self.offline is None:
+            return None
+        try:
+            overrides = self.offline.overrides(self.unit)
         except RenderError as exc:
-            return StackResult(
-                unit.name,
-                unit.tier,
+            return self.result(
                 Outcome.FAILED,
-                duration=time.monotonic() - started,
                 error=f"the offline render of upstream stack {exc.stack} failed: {exc.cause}",
             )
         if overrides:
-            path = ctx.plan_dir / f"upstream-{unit.name}.json"
+            path = self.ctx.plan_dir / f"upstream-{self.unit.name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(overrides, sort_keys=True), encoding="utf-8")
-            extra_env[UPSTREAM_ENV] = str(path)
-            seen = sorted(overrides)
-    try:
-        stack = ctx.session.stack(unit.name, create=False, extra_env=extra_env)
-        progress = ctx.progress(unit)
-        stack.preview(
-            on_event=ctx.listener(unit, progress),
-            color="never",
-            suppress_progress=True,
-            diff=True,
-            **ctx.preview_options,
-        )
-        result = StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.SUCCEEDED,
-            changes=progress.change_counts(),
-            duration=time.monotonic() - started,
-            resources=progress.changes(),
-            warnings=list(progress.warnings),
-        )
-        if seen:
-            result.note = f"sees the new outputs of {', '.join(seen)} (offline render of the head)"
-        if offline is not None and result.changed:
-            offline.mark_changed(unit.name)
-        return result
-    except CommandError as exc:
-        return _failure(unit, exc, progress, started, ctx.session.backend)
+            self.extra_env[UPSTREAM_ENV] = str(path)
+            self.seen = sorted(overrides)
+        return None
+
+    def options(self) -> dict[str, Any]:
+        return {"diff": True, **self.ctx.preview_options}
+
+    def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
+        if self.seen:
+            result.note = (
+                f"sees the new outputs of {', '.join(self.seen)} (offline render of the head)"
+            )
+        if self.offline is not None and result.changed:
+            self.offline.mark_changed(self.unit.name)
+
+
+class RefreshOp(EngineOp):
+    """``pulumi refresh``; ``skip_reason``: nothing live to read (renderTo)."""
+
+    verb = "refresh"
+
+    def __init__(self, ctx: RunContext, unit: StackUnit, skip_reason: str | None) -> None:
+        super().__init__(ctx, unit)
+        self.skip_reason = skip_reason
+
+    def early(self) -> StackResult | None:
+        if self.skip_reason is None:
+            return None
+        return StackResult(self.unit.name, self.unit.tier, Outcome.UNCHANGED, note=self.skip_reason)
+
+    def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
+        self.ctx.remember(self.unit.name, stack.outputs())
+        result.outputs = self.ctx.masked[self.unit.name]
+
+
+class DestroyOp(EngineOp):
+    """``pulumi destroy``; with ``remove`` the stack and its workspace are deleted too."""
+
+    verb = "destroy"
+
+    def __init__(self, ctx: RunContext, unit: StackUnit, remove: bool) -> None:
+        super().__init__(ctx, unit)
+        self.remove = remove
+
+    def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
+        if self.remove:
+            stack.workspace.remove_stack(self.unit.name)
+            self.ctx.session.remove_work_dir(self.unit.name)
+            result.note = "stack removed from the backend"
+
+
+def up_stack(ctx: RunContext, unit: StackUnit, *, force: bool = False) -> StackResult:
+    return UpOp(ctx, unit, force).run()
+
+
+def preview_stack(
+    ctx: RunContext, unit: StackUnit, offline: OfflinePreview | None = None
+) -> StackResult:
+    return PreviewOp(ctx, unit, offline).run()
 
 
 def refresh_stack(ctx: RunContext, unit: StackUnit, skip_reason: str | None = None) -> StackResult:
-    """``pulumi refresh`` of one stack; ``skip_reason``: nothing live to read (renderTo)."""
-    from pulumi.automation.errors import CommandError
-
-    started = time.monotonic()
-    if skip_reason is not None:
-        return StackResult(unit.name, unit.tier, Outcome.UNCHANGED, note=skip_reason)
-    progress: StackProgress | None = None
-    problem = ctx.problem(unit, started)
-    if problem is not None:
-        return problem
-    try:
-        stack = ctx.session.stack(unit.name, create=False)
-        progress = ctx.progress(unit)
-        stack.refresh(on_event=ctx.listener(unit, progress), color="never", suppress_progress=True)
-        ctx.remember(unit.name, stack.outputs())
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.SUCCEEDED,
-            changes=progress.change_counts(),
-            duration=time.monotonic() - started,
-            outputs=ctx.masked[unit.name],
-            resources=progress.changes(),
-            warnings=list(progress.warnings),
-        )
-    except CommandError as exc:
-        return _failure(unit, exc, progress, started, ctx.session.backend)
+    return RefreshOp(ctx, unit, skip_reason).run()
 
 
 def destroy_stack(ctx: RunContext, unit: StackUnit, *, remove: bool = False) -> StackResult:
-    from pulumi.automation.errors import CommandError
-
-    started = time.monotonic()
-    progress: StackProgress | None = None
-    problem = ctx.problem(unit, started)
-    if problem is not None:
-        return problem
-    try:
-        stack = ctx.session.stack(unit.name, create=False)
-        progress = ctx.progress(unit)
-        stack.destroy(on_event=ctx.listener(unit, progress), color="never", suppress_progress=True)
-        note = None
-        if remove:
-            stack.workspace.remove_stack(unit.name)
-            ctx.session.remove_work_dir(unit.name)
-            note = "stack removed from the backend"
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.SUCCEEDED,
-            changes=progress.change_counts(),
-            duration=time.monotonic() - started,
-            resources=progress.changes(),
-            note=note,
-        )
-    except CommandError as exc:
-        return _failure(unit, exc, progress, started, ctx.session.backend)
+    return DestroyOp(ctx, unit, remove).run()
 
 
 @dataclass

@@ -2,67 +2,28 @@
 
 When a cluster's API is unreachable, `reconcile` removes the objects managed through its
 provider from the deployment stacks' state (they cannot be deleted there). Each is first
-recorded here (`.modelplane/orphans.json`: cluster, apiVersion, kind, namespace, name, uid;
-never a secret). When the cluster answers again, `delete_orphans` deletes them -- with a
-`uid` precondition, so an object re-created since under the same name is never touched --
-and forgets those that are gone. Namespaces are never deleted (other objects may live in
-them).
+recorded (`.modelplane/orphans.json`, kept by `modelplane.driver.state`: cluster,
+apiVersion, kind, namespace, name, uid; never a secret). When the cluster answers again,
+`delete_orphans` deletes them -- with a `uid` precondition, so an object re-created since
+under the same name is never touched -- and forgets those that are gone. Namespaces are
+never deleted (other objects may live in them).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
+from modelplane.driver.state import Orphan, RuntimeState
 from modelplane.observe.kube import KubeError, KubeReader
 
-ORPHANS_FILE = "orphans.json"
+__all__ = ["KubeDeleter", "Orphan", "delete_orphans", "orphan_of"]
+
 SKIP_KINDS = frozenset({"Namespace"})
 SKIP_GROUPS = ("helm.sh/", "yaml")  # components, not objects with a REST path
-
-
-@dataclass(frozen=True)
-class Orphan:
-    cluster: str
-    api_version: str
-    kind: str
-    namespace: str | None
-    name: str
-    uid: str | None = None
-    stack: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "cluster": self.cluster,
-            "apiVersion": self.api_version,
-            "kind": self.kind,
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-            "stack": self.stack,
-        }
-
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> Orphan:
-        return Orphan(
-            str(data["cluster"]),
-            str(data["apiVersion"]),
-            str(data["kind"]),
-            data.get("namespace") or None,
-            str(data["name"]),
-            data.get("uid") or None,
-            str(data.get("stack") or ""),
-        )
-
-    def describe(self) -> str:
-        where = f"{self.namespace}/" if self.namespace else ""
-        return f"{self.cluster}: {self.kind} {where}{self.name}"
 
 
 def orphan_of(cluster: str, stack: str, resource: Mapping[str, Any]) -> Orphan | None:
@@ -89,35 +50,6 @@ def orphan_of(cluster: str, stack: str, resource: Mapping[str, Any]) -> Orphan |
         return None
     uid = meta.get("uid")
     return Orphan(cluster, api_version, kind, namespace, name, str(uid) if uid else None, stack)
-
-
-def orphans_path(state_dir: Path) -> Path:
-    return state_dir / ORPHANS_FILE
-
-
-def read_orphans(state_dir: Path) -> list[Orphan]:
-    try:
-        data = json.loads(orphans_path(state_dir).read_text(encoding="utf-8"))
-        return [Orphan.from_json(o) for o in data.get("orphans") or []]
-    except (OSError, ValueError, AttributeError, TypeError, KeyError):
-        return []
-
-
-def write_orphans(state_dir: Path, orphans: Iterable[Orphan]) -> None:
-    unique = {(o.cluster, o.api_version, o.kind, o.namespace or "", o.name): o for o in orphans}
-    path = orphans_path(state_dir)
-    if not unique:
-        path.unlink(missing_ok=True)
-        return
-    state_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    body = {"orphans": [unique[k].as_json() for k in sorted(unique)]}
-    tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def record_orphans(state_dir: Path, orphans: Iterable[Orphan]) -> None:
-    write_orphans(state_dir, [*read_orphans(state_dir), *orphans])
 
 
 class KubeDeleter(KubeReader):
@@ -181,11 +113,11 @@ class KubeDeleter(KubeReader):
 
 
 def delete_orphans(
-    state_dir: Path, readers: Mapping[str, KubeReader]
+    state: RuntimeState, readers: Mapping[str, KubeReader]
 ) -> tuple[list[str], list[str]]:
     """Delete the recorded orphans of every cluster in `readers` (clusters that answer);
     forget those that are gone. Returns (what was deleted or found gone, errors)."""
-    orphans = read_orphans(state_dir)
+    orphans = state.orphans()
     if not orphans:
         return [], []
     keep: list[Orphan] = []
@@ -204,5 +136,5 @@ def delete_orphans(
             errors.append(f"{orphan.describe()}: {exc}")
             continue
         done.append(f"{orphan.describe()} ({outcome})")
-    write_orphans(state_dir, keep)
+    state.set_orphans(keep)
     return done, errors

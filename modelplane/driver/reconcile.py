@@ -22,12 +22,14 @@ input changes).
 
 Beside a CI `up`: a stack whose Pulumi lock is held by another update is reported as
 locked and retried next round; nothing else is shared.
+
+A round is read -> decide -> apply: the decision (`modelplane.driver.decide.decide`) is a
+pure function of the observation and the remembered state; this module reads those and
+carries the decision out. The remembered state is `modelplane.driver.state`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,39 +37,22 @@ from pathlib import Path
 from typing import Any
 
 from modelplane.api.errors import FleetInvalid
-from modelplane.autoscale import Decision, autoscale_fleet
+from modelplane.autoscale import Decision
+from modelplane.driver.decide import Applied, RoundInputs, RoundPlan, decide
 from modelplane.driver.errors import DriverError
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.observer import Observer
-from modelplane.driver.orphans import delete_orphans, orphan_of, read_orphans, record_orphans
+from modelplane.driver.orphans import delete_orphans, orphan_of
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
 from modelplane.driver.settings import state_root
-from modelplane.driver.unroutable import clear_unready, read_unroutable, write_unroutable
+from modelplane.driver.state import RuntimeState
 from modelplane.health.observation import Observation
-from modelplane.health.rules import (
-    DEFAULT_GRACE,
-    UNREACHABLE,
-    HealthView,
-    observed_schedule,
-    unready_replicas,
-    unroutable_clusters,
-)
-from modelplane.observe import (
-    DEFAULT_TIMEOUT,
-    kubeconfig_for,
-    observe_fleet,
-    probe_reachable,
-    read_autoscale_state,
-    read_since,
-    write_autoscale_state,
-    write_since,
-)
+from modelplane.health.rules import DEFAULT_GRACE, HealthView
+from modelplane.observe import DEFAULT_TIMEOUT, kubeconfig_for, observe_fleet, probe_reachable
 from modelplane.observe.cluster import DEFAULT_STALE_AFTER
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
-from modelplane.stacks import GATEWAY_STACK, deploy_stack
-
-RESYNC_ROUNDS = 10
+from modelplane.stacks import GATEWAY_STACK
 
 
 @dataclass
@@ -107,6 +92,13 @@ class Round:
     def phase(self, name: str, started: float) -> None:
         self.phases[name] = round(time.monotonic() - started, 2)
 
+    def record(self, decided: RoundPlan) -> None:
+        """What the round decided."""
+        self.plan, self.view = decided.plan, decided.view
+        self.autoscale, self.drained = decided.autoscale, decided.drained
+        self.moved, self.added, self.draining = decided.moved, decided.added, decided.draining
+        self.unroutable, self.unready = decided.unroutable, decided.unready
+
     def as_json(self) -> dict[str, Any]:
         view = self.view
         return {
@@ -141,47 +133,6 @@ class Round:
         }
 
 
-def _spec_digest(fleet: Fleet) -> str:
-    """What the stacks are derived from besides the placement: the specs."""
-    spec = fleet.spec
-    parts: dict[str, Any] = {}
-    for kind in ("classes", "clusters", "deployments", "services", "endpoints", "caches"):
-        parts[kind] = {k: v.model_dump(mode="json") for k, v in getattr(spec, kind).items()}
-    parts["gateway"] = spec.gateway.model_dump(mode="json") if spec.gateway else None
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _digest(
-    spec_digest: str,
-    plan: Plan,
-    unroutable: Mapping[str, str],
-    unready: Mapping[str, str] | None = None,
-) -> str:
-    """What the stacks are derived from, as far as reconcile can tell: specs + placement +
-    the clusters and replicas left out of routes."""
-    parts = {
-        "specs": spec_digest,
-        "lock": plan.lock.model_dump(mode="json"),
-        "unroutable": sorted(unroutable),
-        "unready": sorted(unready or {}),
-    }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _placement_changed(fleet: Fleet, plan: Plan) -> list[str]:
-    """The deployment stacks whose replicas differ between the lock and the plan."""
-    keys = set(fleet.previous.deployments) | set(plan.lock.deployments)
-    out = []
-    for key in sorted(keys):
-        if key not in fleet.spec.deployments:
-            continue
-        before = fleet.previous.deployments.get(key)
-        after = plan.lock.deployments.get(key)
-        if (before and before.model_dump()) != (after and after.model_dump()):
-            out.append(deploy_stack(key))
-    return out
-
-
 class Reconciler:
     def __init__(
         self,
@@ -210,8 +161,7 @@ class Reconciler:
         self.observer_factory = observer_factory
         self.clock = clock
         self.rounds = 0
-        self._applied: str | None = None  # digest of the last successful `up`
-        self._applied_specs: str | None = None  # its specs part
+        self._applied = Applied()  # what the last successful `up` applied
         # For the probe between rounds: each observed cluster's kubeconfig and whether its
         # API answered in the last round.
         self._probe_targets: dict[str, str] = {}
@@ -237,7 +187,7 @@ class Reconciler:
         """Stop: forget the replicas this reconciler kept out of the routes until Ready
         (`.modelplane/routing.json` `unready`), so that a later plain `up` routes every
         placed replica again. The unroutable clusters stay (any `up` honours them)."""
-        clear_unready(state_root(self.fleet_dir))
+        RuntimeState.at(state_root(self.fleet_dir)).clear_unready()
 
     def probe(self, timeout: float | None = None) -> dict[str, bool]:
         """The clusters whose API server answers differently from the last round's
@@ -273,7 +223,7 @@ class Reconciler:
         self, f: Fleet, observation: Observation, kubeconfigs: Mapping[str, str], current: Round
     ) -> None:
         """Delete the recorded orphans of clusters that answer again."""
-        waiting = {o.cluster for o in read_orphans(f.state_dir)}
+        waiting = {o.cluster for o in f.runtime.orphans()}
         readers: dict[str, KubeReader] = {}
         for name in sorted(waiting):
             seen = observation.cluster(name)
@@ -287,7 +237,7 @@ class Reconciler:
             except KubeError as exc:
                 current.orphan_errors.append(f"{name}: {exc}")
         if readers:
-            done, errors = delete_orphans(f.state_dir, readers)
+            done, errors = delete_orphans(f.runtime, readers)
             current.orphans_deleted += done
             current.orphan_errors += errors
 
@@ -299,6 +249,7 @@ class Reconciler:
             secrets_provider=self.secrets_provider,
             env=self.env,
         )
+        state = f.runtime
         t = time.monotonic()
         kubeconfigs = self._kubeconfigs(f)
         observation = observe_fleet(
@@ -318,102 +269,63 @@ class Reconciler:
         t = time.monotonic()
         self._clean_orphans(f, observation, kubeconfigs, current)
         current.phase("orphans", t)
-        since = read_since(f.state_dir)
-        # Autoscaling (scheduling.md, "Autoscaling"): new counts and finished drains go into
-        # the lock the scheduler starts from.
-        scaled = autoscale_fleet(
-            f.spec, f.previous, observation, read_autoscale_state(f.state_dir), observation.at
+        decided = decide(
+            RoundInputs(
+                spec=f.spec,
+                previous=f.previous,
+                observation=observation,
+                unhealthy_since=state.unhealthy_since(),
+                autoscale=state.autoscale(),
+                were_unroutable=frozenset(state.routing().unroutable),
+                applied=self._applied,
+                round_number=self.rounds,
+                grace=self.grace,
+            )
         )
-        current.autoscale = scaled.decisions
-        current.drained = scaled.drained
-        state = scaled.state
-        write_autoscale_state(f.state_dir, state)
-        result, view = observed_schedule(
-            f.spec, scaled.lock, observation, since, observation.at, self.grace
-        )
-        current.view = view
-        write_since(f.state_dir, view.since)
-        plan = Plan(f.previous, result)
-        current.plan = plan
-        before = {r.name: r.cluster for d in f.previous.deployments.values() for r in d.replicas}
-        after = {r.name: r.cluster for d in plan.lock.deployments.values() for r in d.replicas}
-        current.moved = sorted(set(before) - set(after))
-        current.added = sorted(set(after) - set(before))
-        current.draining = sorted(plan.lock.draining() - f.previous.draining())
+        self._apply(f, state, decided, current)
+
+    def _apply(self, f: Fleet, state: RuntimeState, decided: RoundPlan, current: Round) -> None:
+        """Carry a round's plan out: remember the state, then routes first, forget, up."""
+        current.record(decided)
+        state.set_autoscale(decided.autoscale_state)
+        state.set_unhealthy_since(decided.unhealthy_since)
+        state.set_routing(decided.unroutable, decided.unready)
+        plan = decided.plan
 
         def routes_updated() -> None:
             # The routes without the draining replicas are applied: their drain clock starts.
             for name in sorted(plan.lock.draining()):
-                state.routes_gone.setdefault(name, self.clock())
-            write_autoscale_state(f.state_dir, state)
+                decided.autoscale_state.routes_gone.setdefault(name, self.clock())
+            state.set_autoscale(decided.autoscale_state)
 
-        current.unroutable = unroutable_clusters(f.spec, plan.lock, view.health)
-        # A replica joins the routes once its pods are seen Ready (a new one: next round).
-        current.unready = unready_replicas(plan.lock, observation, current.unroutable)
-        were = set(read_unroutable(f.state_dir))
-        write_unroutable(f.state_dir, current.unroutable, current.unready)
-        # Endpoints to take out of the routes now: those of newly unroutable clusters and of
-        # replicas leaving a cluster whose endpoints were still routed.
-        drop_routes = bool(set(current.unroutable) - were) or any(
-            before[name] not in were for name in current.moved
-        )
-        specs = _spec_digest(f)
-        digest = _digest(specs, plan, current.unroutable, current.unready)
-        resync = self.rounds % RESYNC_ROUNDS == 0
-        if digest == self._applied and not plan.changed and not resync:
+        if decided.skip_up:
             current.skipped_up = True
             routes_updated()
             return
-        changed_deployments = _placement_changed(f, plan)
-        has_gateway = f.spec.gateway is not None
-        # 1. Routes first: dead endpoints leave the HTTPRoutes before anything else runs.
-        if has_gateway and self._applied is not None and drop_routes:
+        if decided.routes_first:
             t = time.monotonic()
             current.routes_first = f.up(
                 plan, only=[GATEWAY_STACK], parallel=1, observer=self.observer_factory()
             )
             current.phase("routesFirst", t)
-        # 2. Replicas leaving a cluster whose API is gone cannot be deleted there: record
-        # their objects as orphans and drop them from the deployment stacks' state.
-        gone = {
-            before[name]
-            for name in current.moved
-            if view.health.get(before[name]) and view.health[before[name]].code == UNREACHABLE
-        }
-        if gone:
+        if decided.forget:
             t = time.monotonic()
-            moved_from = {
-                key
-                for key, dep in f.previous.deployments.items()
-                for r in dep.replicas
-                if r.name in current.moved and r.cluster in gone
-            }
-            current.forgotten = forget_cluster_objects(
-                f, [deploy_stack(k) for k in sorted(moved_from)], gone
-            )
+            current.forgotten = forget_cluster_objects(f, decided.forget, set(decided.dead))
             current.phase("forget", t)
-        # 3. The rest: only the changed deployment stacks (and the gateway) when the specs
-        # are those of the last successful round; otherwise every stack, by fingerprint.
-        only: list[str] | None = None
-        if specs == self._applied_specs and not resync:
-            only = changed_deployments + ([GATEWAY_STACK] if has_gateway else [])
-            if current.routes_first is not None and current.routes_first.ok:
-                if not changed_deployments:
-                    only = []  # the gateway already ran with these inputs
         t = time.monotonic()
-        if only == []:
-            run = current.routes_first
-            assert run is not None
+        routes_ok = current.routes_first is not None and current.routes_first.ok
+        only = decided.rest_after_routes(routes_ok)
+        if only == [] and current.routes_first is not None:
+            run = current.routes_first  # the gateway already ran with these inputs
         else:
             run = f.up(plan, only=only, parallel=self.parallel, observer=self.observer_factory())
         current.run = run
         current.phase("up", t)
         if run.ok:
-            self._applied = digest
-            self._applied_specs = specs
+            self._applied = decided.applied
             routes_updated()
-        else:
-            self._applied_specs = None  # retry every stack (by fingerprint) next round
+        else:  # retry every stack (by fingerprint) next round
+            self._applied = Applied(self._applied.digest, None)
 
 
 def _provider_cluster(resource: Mapping[str, Any]) -> str:
@@ -432,7 +344,7 @@ def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) 
 
     suffixes = tuple(f"::{c}-k8s" for c in sorted(clusters))
     out: dict[str, int] = {}
-    with fleet._session(Observer()) as session:
+    with fleet.session() as session:
         for name in stacks:
             try:
                 stack = session.stack(name, create=False)
@@ -453,7 +365,7 @@ def forget_cluster_objects(fleet: Fleet, stacks: list[str], clusters: set[str]) 
             orphans = [
                 orphan_of(_provider_cluster(r), name, r) for r in resources if r["urn"] in gone
             ]
-            record_orphans(fleet.state_dir, [o for o in orphans if o is not None])
+            fleet.runtime.record_orphans([o for o in orphans if o is not None])
             keep = []
             for r in resources:
                 if r["urn"] in gone:

@@ -122,6 +122,14 @@ class RunResult:
     def by_outcome(self, outcome: Outcome) -> list[str]:
         return [r.stack for r in self.results if r.outcome is outcome]
 
+    def absorb(self, pruned: RunResult) -> None:
+        """Add a prune run to this ``up`` (``up --prune``): its stacks' results, the lock it
+        wrote; the orphans it handled are no longer reported as such."""
+        self.results.extend(pruned.results)
+        self.lock_written = self.lock_written or pruned.lock_written
+        self.orphans = [o for o in self.orphans if o not in {r.stack for r in pruned.results}]
+        self.duration += pruned.duration
+
     def as_json(self) -> dict[str, Any]:
         return {
             "operation": self.operation,

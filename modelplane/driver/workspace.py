@@ -33,7 +33,6 @@ import yaml
 
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.settings import SecretsSettings, engine_environment, local_state_dir
-from modelplane.driver.unroutable import UNROUTABLE_ENV
 
 if TYPE_CHECKING:
     from pulumi.automation import LocalWorkspace, PulumiCommand, Stack
@@ -42,6 +41,9 @@ PROJECT = "modelplane"
 DRIVER_CONFIG = ("modelplane:specs", "modelplane:lock")
 FLEET_ENV = "MODELPLANE_FLEET_DIR"
 LOCK_ENV = "MODELPLANE_LOCK"
+# The clusters and `replica:<name>` entries the gateway leaves out of routes
+# (`modelplane.driver.state.Routing.exclusions`).
+UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"
 
 
 def program_dir() -> Path:

@@ -8,11 +8,11 @@ the whole cluster by ``deadline``; a cluster that is down is an observation with
 as the stacks do: ``MODELPLANE_SECRET_*``, then ``file:``) or from ``kubeconfigs`` (a cloud
 cluster's stack output, which the driver reads: this package never talks to Pulumi); they
 are secrets, never logged. The ModelService routes are read on the gateway's cluster.
+What `reconcile` remembers between rounds is the driver's (`modelplane.driver.state`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -21,7 +21,6 @@ from pathlib import Path
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
-from modelplane.autoscale import AutoscaleState
 from modelplane.health.observation import ClusterObservation, Observation, RoutesObservation
 from modelplane.observe.cluster import DEFAULT_STALE_AFTER, observe_cluster, observe_routes
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
@@ -29,17 +28,11 @@ from modelplane.secrets import SecretNotFound, resolve_secret
 from modelplane.stacks import cache_clusters
 
 DEFAULT_TIMEOUT = 5.0
-HEALTH_FILE = "health.json"
-AUTOSCALE_FILE = "autoscale.json"
 
 __all__ = [
     "kubeconfig_for",
     "observe_fleet",
     "probe_reachable",
-    "read_autoscale_state",
-    "read_since",
-    "write_autoscale_state",
-    "write_since",
 ]
 
 
@@ -222,44 +215,3 @@ def probe_reachable(
     for thread in threads:
         thread.join(max(0.0, end - time.monotonic()))
     return {name: answers.get(name, False) for name in sorted(targets)}
-
-
-def health_path(state_dir: Path) -> Path:
-    return state_dir / HEALTH_FILE
-
-
-def read_since(state_dir: Path) -> dict[str, float]:
-    """Since when each cluster has been unhealthy (written by `reconcile`)."""
-    try:
-        data = json.loads(health_path(state_dir).read_text(encoding="utf-8"))
-        return {str(k): float(v) for k, v in (data.get("unhealthySince") or {}).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return {}
-
-
-def write_since(state_dir: Path, since: Mapping[str, float]) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = health_path(state_dir)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps({"unhealthySince": dict(sorted(since.items()))}, indent=2) + "\n",
-        encoding="utf-8",
-    )
-    tmp.replace(path)
-
-
-def read_autoscale_state(state_dir: Path) -> AutoscaleState:
-    """What `reconcile` remembers for autoscaling (a missing or bad file: nothing)."""
-    try:
-        data = json.loads((state_dir / AUTOSCALE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return AutoscaleState()
-    return AutoscaleState.from_json(data)
-
-
-def write_autoscale_state(state_dir: Path, state: AutoscaleState) -> None:
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / AUTOSCALE_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state.as_json(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)

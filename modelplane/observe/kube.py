@@ -23,12 +23,14 @@ from typing import Any
 
 import yaml
 
+from modelplane.errors import EnvironmentProblem
+
 RETRIES = 2
 RETRY_PAUSE = 0.25
 EXEC_TIMEOUT = 10.0
 
 
-class KubeError(Exception):
+class KubeError(EnvironmentProblem):
     """The cluster could not be asked (``status`` 0) or answered an error status."""
 
     def __init__(self, status: int, message: str) -> None:

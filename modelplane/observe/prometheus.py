@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from modelplane.errors import EnvironmentProblem
+
 #: The Prometheus the serving stack installs (kube-prometheus-stack, release
 #: `mp-kube-prometheus-stack`, `fullnameOverride: prometheus` -> Service
 #: `prometheus-prometheus`, port `http-web`) in namespace `monitoring`.
@@ -108,7 +110,7 @@ class PodSamples:
     at: float
 
 
-class PrometheusAnswerError(ValueError):
+class PrometheusAnswerError(EnvironmentProblem, ValueError):
     """The query's answer is not what an instant query with a range selector returns."""
 
 

@@ -22,6 +22,7 @@ from pulumi.runtime.settings import get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
 
 from modelplane.api.errors import FleetInvalid
+from modelplane.errors import ModelplaneError
 from modelplane.lock import dump_lock
 from modelplane.planning import plan_fleet
 from modelplane.render.mocks import RecordingMocks, RecordingMonitor, Registration, StackOutputs
@@ -33,7 +34,7 @@ PROJECT = "modelplane"
 NOT_MANIFESTS = ("kubernetes:helm.sh/", "kubernetes:yaml/", "kubernetes:kustomize/")
 
 
-class RenderError(Exception):
+class RenderError(ModelplaneError):
     """A stack's program failed under mocks; names the stack."""
 
     def __init__(self, stack: str, cause: BaseException) -> None:

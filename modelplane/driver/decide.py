@@ -1,0 +1,189 @@
+"""One reconcile round's decision: a pure function of what was observed and remembered.
+
+``decide(RoundInputs) -> RoundPlan``: autoscaling, scheduling on the effective fleet (the
+health rules), which replicas move, which clusters and replicas leave the routes, whether
+the gateway goes first, which stacks' objects are forgotten and which stacks ``up`` runs.
+No I/O and no engine: :mod:`modelplane.driver.reconcile` reads the inputs and carries the
+plan out (writes the state, runs the stacks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelplane.api.fleet import FleetSpec
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.autoscale import AutoscaleState, Decision, autoscale_fleet
+from modelplane.driver.plan import Plan
+from modelplane.health.observation import Observation
+from modelplane.health.rules import (
+    UNREACHABLE,
+    HealthView,
+    observed_schedule,
+    unready_replicas,
+    unroutable_clusters,
+)
+from modelplane.stacks import GATEWAY_STACK, deploy_stack
+
+RESYNC_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the reconciler remembers of its last successful ``up``."""
+
+    digest: str | None = None  # specs + placement + route exclusions
+    specs: str | None = None  # the specs part alone
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """Everything a round decides from."""
+
+    spec: FleetSpec
+    previous: PlacementLock  # the committed lock
+    observation: Observation
+    unhealthy_since: Mapping[str, float]  # .modelplane/health.json
+    autoscale: AutoscaleState  # .modelplane/autoscale.json
+    were_unroutable: frozenset[str]  # .modelplane/routing.json, before this round
+    applied: Applied
+    round_number: int
+    grace: float
+
+
+@dataclass
+class RoundPlan:
+    """What a round does, decided before anything runs."""
+
+    plan: Plan
+    view: HealthView
+    autoscale: dict[str, Decision]
+    drained: dict[str, str]
+    autoscale_state: AutoscaleState  # to remember (routes_gone is stamped after `up`)
+    unhealthy_since: dict[str, float]  # to remember
+    moved: list[str]  # replicas dropped from their cluster
+    added: list[str]
+    draining: list[str]  # replicas that started draining
+    unroutable: dict[str, str]  # cluster -> why out of routes
+    unready: dict[str, str]  # replica -> why out of routes
+    applied: Applied  # what a successful `up` of this plan applies
+    skip_up: bool = False  # nothing changed since the last successful up
+    routes_first: bool = False  # the gateway stack alone first
+    forget: list[str] = field(default_factory=list)  # stacks whose dead objects are dropped
+    dead: list[str] = field(default_factory=list)  # unreachable clusters replicas leave
+    only: list[str] | None = None  # the stacks `up` runs (None: every stack)
+    changed_deployments: list[str] = field(default_factory=list)
+
+    def rest_after_routes(self, routes_ok: bool) -> list[str] | None:
+        """The stacks the main ``up`` runs once the routes-first run ended (``[]``: none,
+        the gateway already ran with these inputs)."""
+        if routes_ok and self.only is not None and not self.changed_deployments:
+            return []
+        return self.only
+
+
+def spec_digest(spec: FleetSpec) -> str:
+    """What the stacks are derived from besides the placement: the specs."""
+    parts: dict[str, Any] = {}
+    for kind in ("classes", "clusters", "deployments", "services", "endpoints", "caches"):
+        parts[kind] = {k: v.model_dump(mode="json") for k, v in getattr(spec, kind).items()}
+    parts["gateway"] = spec.gateway.model_dump(mode="json") if spec.gateway else None
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def inputs_digest(
+    specs: str,
+    lock: PlacementLock,
+    unroutable: Mapping[str, str],
+    unready: Mapping[str, str] | None = None,
+) -> str:
+    """What the stacks are derived from, as far as reconcile can tell: specs + placement +
+    the clusters and replicas left out of routes."""
+    parts = {
+        "specs": specs,
+        "lock": lock.model_dump(mode="json"),
+        "unroutable": sorted(unroutable),
+        "unready": sorted(unready or {}),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def placement_changed(spec: FleetSpec, previous: PlacementLock, lock: PlacementLock) -> list[str]:
+    """The deployment stacks whose replicas differ between the two locks."""
+    out = []
+    for key in sorted(set(previous.deployments) | set(lock.deployments)):
+        if key not in spec.deployments:
+            continue
+        before = previous.deployments.get(key)
+        after = lock.deployments.get(key)
+        if (before and before.model_dump()) != (after and after.model_dump()):
+            out.append(deploy_stack(key))
+    return out
+
+
+def decide(inputs: RoundInputs) -> RoundPlan:
+    """The round's plan (pure)."""
+    spec, previous, observation = inputs.spec, inputs.previous, inputs.observation
+    # Autoscaling (scheduling.md, "Autoscaling"): new counts and finished drains go into
+    # the lock the scheduler starts from.
+    scaled = autoscale_fleet(spec, previous, observation, inputs.autoscale, observation.at)
+    result, view = observed_schedule(
+        spec, scaled.lock, observation, inputs.unhealthy_since, observation.at, inputs.grace
+    )
+    plan = Plan(previous, result)
+    before = {r.name: r.cluster for d in previous.deployments.values() for r in d.replicas}
+    after = {r.name: r.cluster for d in plan.lock.deployments.values() for r in d.replicas}
+    moved = sorted(set(before) - set(after))
+    unroutable = unroutable_clusters(spec, plan.lock, view.health)
+    specs = spec_digest(spec)
+    out = RoundPlan(
+        plan=plan,
+        view=view,
+        autoscale=scaled.decisions,
+        drained=scaled.drained,
+        autoscale_state=scaled.state,
+        unhealthy_since=dict(view.since),
+        moved=moved,
+        added=sorted(set(after) - set(before)),
+        draining=sorted(plan.lock.draining() - previous.draining()),
+        unroutable=unroutable,
+        # A replica joins the routes once its pods are seen Ready (a new one: next round).
+        unready=unready_replicas(plan.lock, observation, unroutable),
+        applied=Applied(specs=specs),
+    )
+    digest = inputs_digest(specs, plan.lock, out.unroutable, out.unready)
+    out.applied = Applied(digest, specs)
+    resync = inputs.round_number % RESYNC_ROUNDS == 0
+    if digest == inputs.applied.digest and not plan.changed and not resync:
+        out.skip_up = True
+        return out
+    out.changed_deployments = placement_changed(spec, previous, plan.lock)
+    has_gateway = spec.gateway is not None
+    # 1. Routes first: dead endpoints leave the HTTPRoutes before anything else runs, when
+    # a cluster became unroutable or replicas leave a cluster whose endpoints were routed.
+    were = inputs.were_unroutable
+    drop_routes = bool(set(unroutable) - were) or any(before[n] not in were for n in moved)
+    out.routes_first = has_gateway and inputs.applied.digest is not None and drop_routes
+    # 2. Replicas leaving a cluster whose API is gone cannot be deleted there: their objects
+    # are forgotten from the deployment stacks' state (and recorded as orphans).
+    gone = {
+        before[n]
+        for n in moved
+        if view.health.get(before[n]) and view.health[before[n]].code == UNREACHABLE
+    }
+    if gone:
+        out.dead = sorted(gone)
+        out.forget = [
+            deploy_stack(key)
+            for key, dep in sorted(previous.deployments.items())
+            if any(r.name in moved and r.cluster in gone for r in dep.replicas)
+        ]
+    # 3. The rest: only the changed deployment stacks (and the gateway) when the specs are
+    # those of the last successful round; otherwise every stack, by fingerprint.
+    if specs == inputs.applied.specs and not resync:
+        out.only = out.changed_deployments + ([GATEWAY_STACK] if has_gateway else [])
+    return out

@@ -1,0 +1,235 @@
+"""The fleet's runtime state: the one owner of ``.modelplane/*.json``.
+
+What ``reconcile`` remembers between rounds, and what ``up``/``preview``/``status`` read
+back, as named JSON documents in a :class:`StateStore`:
+
+- ``health``: since when each cluster has been unhealthy (``unhealthySince``);
+- ``autoscale``: the autoscaler's memory (:class:`~modelplane.autoscale.AutoscaleState`);
+- ``routing``: the clusters whose endpoints the gateway leaves out of the routes
+  (``unroutable``) and the replicas not Ready yet (``unready``);
+- ``orphans``: objects dropped from a stack's state while their cluster was unreachable,
+  deleted when it answers again (:mod:`modelplane.driver.orphans`).
+
+:class:`FileStore` keeps each document as ``<dir>/<name>.json``, written atomically
+(temporary file, then rename) in one place; a store shared between machines implements
+the same three methods. A missing or unreadable document reads as empty: the state is a
+memory the next round rebuilds, never an input that can stop a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from modelplane.autoscale import AutoscaleState
+
+HEALTH = "health"
+AUTOSCALE = "autoscale"
+ROUTING = "routing"
+ORPHANS = "orphans"
+REPLICA_PREFIX = "replica:"
+
+
+class StateStore(Protocol):
+    """Named JSON documents."""
+
+    def load(self, name: str) -> Any | None:
+        """The document, or None when it is missing or unreadable."""
+
+    def save(self, name: str, document: Any) -> None:
+        """Replace the document atomically (readers see the old or the new one)."""
+
+    def delete(self, name: str) -> None:
+        """Forget the document (nothing when it is missing)."""
+
+
+def write_json_atomic(path: Path, document: Any) -> None:
+    """``path`` holds ``document`` (indented JSON) or what it held before, never a torn
+    file: written to a temporary file in the same directory, then renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(document, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class FileStore:
+    """Documents as ``<root>/<name>.json`` (the fleet's ``.modelplane/``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, name: str) -> Path:
+        return self.root / f"{name}.json"
+
+    def load(self, name: str) -> Any | None:
+        try:
+            return json.loads(self.path(name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def save(self, name: str, document: Any) -> None:
+        write_json_atomic(self.path(name), document)
+
+    def delete(self, name: str) -> None:
+        self.path(name).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A Kubernetes object left on a cluster that was unreachable (never a secret)."""
+
+    cluster: str
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str | None = None
+    stack: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "stack": self.stack,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Orphan:
+        return Orphan(
+            str(data["cluster"]),
+            str(data["apiVersion"]),
+            str(data["kind"]),
+            data.get("namespace") or None,
+            str(data["name"]),
+            data.get("uid") or None,
+            str(data.get("stack") or ""),
+        )
+
+    def describe(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.cluster}: {self.kind} {where}{self.name}"
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What the gateway leaves out of the ModelService routes."""
+
+    unroutable: dict[str, str]  # cluster -> why its endpoints are out
+    unready: dict[str, str]  # replica -> why it is out until Ready
+
+    def exclusions(self) -> tuple[str, ...]:
+        """Cluster names and ``replica:<name>`` entries (``MODELPLANE_UNROUTABLE``)."""
+        return tuple(sorted(self.unroutable) + sorted(REPLICA_PREFIX + r for r in self.unready))
+
+
+def _document(data: Any) -> dict[str, Any]:
+    """A document that is a JSON object, else an empty one."""
+    return data if isinstance(data, dict) else {}
+
+
+def _strings(section: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (section or {}).items()}
+
+
+class RuntimeState:
+    """The runtime state of one fleet, typed, over a :class:`StateStore`."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    @classmethod
+    def at(cls, state_dir: str | Path) -> RuntimeState:
+        """The state in a fleet's state directory (``.modelplane/``)."""
+        return cls(FileStore(Path(state_dir)))
+
+    # -- health.json ----------------------------------------------------------------------
+
+    def unhealthy_since(self) -> dict[str, float]:
+        """Since when each cluster has been unhealthy (written by `reconcile`)."""
+        data = _document(self.store.load(HEALTH))
+        try:
+            return {str(k): float(v) for k, v in (data.get("unhealthySince") or {}).items()}
+        except (ValueError, AttributeError, TypeError):
+            return {}
+
+    def set_unhealthy_since(self, since: Mapping[str, float]) -> None:
+        self.store.save(HEALTH, {"unhealthySince": dict(sorted(since.items()))})
+
+    # -- autoscale.json -------------------------------------------------------------------
+
+    def autoscale(self) -> AutoscaleState:
+        """What `reconcile` remembers for autoscaling (a missing or bad file: nothing)."""
+        data = self.store.load(AUTOSCALE)
+        return AutoscaleState() if data is None else AutoscaleState.from_json(data)
+
+    def set_autoscale(self, state: AutoscaleState) -> None:
+        self.store.save(AUTOSCALE, state.as_json())
+
+    # -- routing.json ---------------------------------------------------------------------
+
+    def routing(self) -> Routing:
+        """The recorded routing exclusions; empty when none or unreadable."""
+        data = _document(self.store.load(ROUTING))
+        try:
+            return Routing(_strings(data.get("unroutable")), _strings(data.get("unready")))
+        except (AttributeError, TypeError, ValueError):
+            return Routing({}, {})
+
+    def set_routing(
+        self, unroutable: Mapping[str, str], unready: Mapping[str, str] | None = None
+    ) -> bool:
+        """Record the unroutable clusters (and the replicas not Ready); True when the set of
+        clusters changed. Nothing to say and nothing recorded: nothing is written."""
+        before = self.store.load(ROUTING)
+        if not unroutable and not unready and before is None:
+            return False
+        data: dict[str, dict[str, str]] = {"unroutable": dict(sorted(unroutable.items()))}
+        if unready:
+            data["unready"] = dict(sorted(unready.items()))
+        was = self.routing().unroutable if before is not None else {}
+        self.store.save(ROUTING, data)
+        return sorted(was) != sorted(unroutable)
+
+    def clear_unready(self) -> bool:
+        """Forget the replicas not Ready (reconcile stopping), keeping the unroutable
+        clusters; True when there were some."""
+        routing = self.routing()
+        if not routing.unready:
+            return False
+        self.set_routing(routing.unroutable)
+        return True
+
+    # -- orphans.json ---------------------------------------------------------------------
+
+    def orphans(self) -> list[Orphan]:
+        data = _document(self.store.load(ORPHANS))
+        try:
+            return [Orphan.from_json(o) for o in data.get("orphans") or []]
+        except (AttributeError, TypeError, KeyError, ValueError):
+            return []
+
+    def set_orphans(self, orphans: Iterable[Orphan]) -> None:
+        """Record exactly these (one per object, sorted); none: the document goes."""
+        unique = {(o.cluster, o.api_version, o.kind, o.namespace or "", o.name): o for o in orphans}
+        if not unique:
+            self.store.delete(ORPHANS)
+            return
+        self.store.save(ORPHANS, {"orphans": [unique[k].as_json() for k in sorted(unique)]})
+
+    def record_orphans(self, orphans: Iterable[Orphan]) -> None:
+        """Add to the recorded orphans."""
+        self.set_orphans([*self.orphans(), *orphans])
