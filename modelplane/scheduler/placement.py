@@ -449,15 +449,21 @@ class Placement:
                 if not reach <= other:
                     narrower = True
                     break
-            # a worker of pods on distinct nodes (k > 1) counts a loss equal to the take:
-            # it fits in fewer places than the pods that take its nodes
-            even = self._workers_first and k > 1 and takes > 0
             room = pool.room_for(before, requests, k, size)
-            if (room < takes if even else room <= takes) and not narrower:
+            if room <= takes and not narrower:
                 continue  # cannot lose more than it has
             lost = room - pool.room_for(after, requests, k, size, base=before)
-            if lost > takes or (even and lost == takes) or (lost > 0 and narrower):
+            if lost > takes or (lost > 0 and narrower):
                 return True
+        if self._workers_first:  # the second fill (`_second_fill`): equal losses too
+            for requests, k, size, _ in others:
+                if k > 1 and takes > 0:
+                    room = pool.room_for(before, requests, k, size)
+                    if (
+                        room >= takes
+                        and room - pool.room_for(after, requests, k, size, base=before) == takes
+                    ):
+                        return True
         return False
 
     def commit(
