@@ -263,6 +263,8 @@ class Placement:
         again from `start` with multi-node workers before single pods of the same replica
         size, a pod's take that costs such a worker as much room as it takes counted as
         taking room; keep it if it places more GPUs (priority by priority), else go back."""
+        if not any(d.spec.replicas > len(self.placed[k]) for k, d in order):
+            return
         alternate = sorted(
             order,
             key=lambda kv: (
@@ -272,8 +274,6 @@ class Placement:
                 kv[0],
             ),
         )
-        if not any(d.spec.replicas > len(self.placed[k]) for k, d in order):
-            return
         first, score = RunSnapshot(self), self._score(order)
         start.restore()
         self._workers_first = True
