@@ -5,7 +5,9 @@ Each case is a fleet of bench/packing_quality.py's mixed sample that the default
 placed below the optimum (the `--optimize` objective) before this change (main), or with
 only the first of the two rules below (the last column);
 scheduling.md, steps 5 (an 8-GPU pod before a 4+4-GPU worker of the same size) and 6
-(second thoughts also take out what was placed after the replica on its cluster)."""
+(second thoughts also take out what was placed after the replica on its cluster); the last
+two cases needed the second fill of small fleets (step 5, "A second fill"), `before` being
+the fill without it."""
 
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ CASES = [
     ("three-clusters", {"c0": (2, 1), "c1": (2, 2), "c2": (1, 2)}, [("m0", "pp", 5),
      ("m1", "tp1", 2), ("m2", "tp8", 5), ("m3", "tp8", 2)],
      {"m0": 2, "m1": 2, "m2": 5, "m3": 0}, 58, 50),
+    # the second fill (step 5): seed 13 fleet 87 (TP8 on the 8-GPU pool PP2 workers need,
+    # where a 1-node 8-GPU pool elsewhere costs them nothing) and fleet 86 (TP8 spread over
+    # both 8-GPU pools; PP2 workers first take one cluster's whole 8-GPU pool)
+    ("tp8-where-workers-lose-equal", {"c0": (3, 2), "c1": (1, 3), "c2": (3, 1)},
+     [("m0", "pp", 7), ("m1", "tp1", 9), ("m2", "tp8", 1), ("m3", "pp", 1)],
+     {"m0": 7, "m1": 9, "m2": 1, "m3": 0}, 73, 65),
+    ("workers-first-pack-tp8", {"c0": (1, 3), "c1": (4, 3)}, [("m0", "pp", 5),
+     ("m1", "tp1", 3), ("m2", "tp8", 3), ("m3", "tp1", 2)],
+     {"m0": 5, "m1": 3, "m2": 3, "m3": 1}, 68, 61),
 ]  # fmt: skip
 
 

@@ -26,6 +26,9 @@ from modelplane.scheduler.pending import PendingLedger, Reach
 from modelplane.scheduler.taints import EVICTS
 from modelplane.scheduler.undo import ClusterSnapshot, RunSnapshot
 
+# Fleets of at most this many clusters get a second fill when left short (`fill`).
+SECOND_FILL_CLUSTERS = 16
+
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
 
 
@@ -98,6 +101,8 @@ class Placement:
         # Clusters gone in a what-if (`survive`): a fill neither visits nor counts them.
         self.lost: frozenset[str] = frozenset()
         self._order: list[tuple[str, ModelDeployment]] = []  # fill_order, once
+        # The second fill of a small fleet (`fill`): multi-node workers first on ties.
+        self._workers_first = False
         self.interner = Interner()
         self.pending = PendingLedger(self.eligibility, self.interner)
         self.lookalikes = Lookalikes(self)
@@ -236,14 +241,48 @@ class Placement:
         that fewer clusters can host, loses room. Then second thoughts (`_improve`)."""
         order = self.fill_order()
         self.pending.set_reach(order, self.lost)
-        self._takers = []
-        self._new = []
-        self._fill_all(order)
-        self._improve(order)
+        start = RunSnapshot(self) if len(self.cluster_names) <= SECOND_FILL_CLUSTERS else None
+        self._fill_and_improve(order)
+        if start is not None:
+            self._second_fill(order, start)
         # Reasons describe the final state, so re-planning the written lock, which starts
         # from that state, reports exactly the same.
         if explain:
             self.explain()
+
+    def _fill_and_improve(self, order: Sequence[tuple[str, ModelDeployment]]) -> None:
+        self._takers = []
+        self._new = []
+        self._fill_all(order)
+        self._improve(order)
+
+    def _second_fill(
+        self, order: Sequence[tuple[str, ModelDeployment]], start: RunSnapshot
+    ) -> None:
+        """On a small fleet left short (scheduling.md, step 5, "A second fill"): fill
+        again from `start` with multi-node workers before single pods of the same replica
+        size, a pod's take that costs such a worker as much room as it takes counted as
+        taking room; keep it if it places more GPUs (priority by priority), else go back."""
+        if not any(d.spec.replicas > len(self.placed[k]) for k, d in order):
+            return
+        alternate = sorted(
+            order,
+            key=lambda kv: (
+                -kv[1].spec.priority,
+                -replica_gpus(kv[1]),
+                pod_gpus(kv[1]),
+                kv[0],
+            ),
+        )
+        first, score = RunSnapshot(self), self._score(order)
+        start.restore()
+        self._workers_first = True
+        try:
+            self._fill_and_improve(alternate)
+        finally:
+            self._workers_first = False
+        if not self._score(order) > score:
+            first.restore()
 
     def fill_order(self) -> list[tuple[str, ModelDeployment]]:
         """Priority (high first), GPUs per replica (large first), GPUs per pod (large
@@ -416,6 +455,15 @@ class Placement:
             lost = room - pool.room_for(after, requests, k, size, base=before)
             if lost > takes or (lost > 0 and narrower):
                 return True
+        if self._workers_first:  # the second fill (`_second_fill`): equal losses too
+            for requests, k, size, _ in others:
+                if k > 1 and takes > 0:
+                    room = pool.room_for(before, requests, k, size)
+                    if (
+                        room >= takes
+                        and room - pool.room_for(after, requests, k, size, base=before) == takes
+                    ):
+                        return True
         return False
 
     def commit(
