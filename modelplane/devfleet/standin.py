@@ -120,7 +120,7 @@ class StandinConfig:
 
     def __post_init__(self) -> None:
         names = ("service_time", "token_time", "concurrency", "output_tokens", "load_time")
-        names += ("first_token_delay",)
+        names = (*names, "first_token_delay")
         problems = [
             f"{name} must be >= 0, got {getattr(self, name)!r}"
             for name in names
@@ -190,8 +190,8 @@ _METRICS = (
     ("vllm:generation_tokens_total", "counter", "Generation tokens produced."),
 )
 # vLLM's buckets for vllm:time_to_first_token_seconds.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0)
-TTFT_BUCKETS += (2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25)
+TTFT_BUCKETS += (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
 
 
