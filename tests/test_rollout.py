@@ -628,3 +628,31 @@ def test_rollout_duration_in_steps_grows_with_replicas_over_budget() -> None:
 def test_states_are_plain_data() -> None:
     state = RolloutState(target=NEW, stable=OLD)
     assert copy.deepcopy(state) == state
+
+
+def test_a_plan_keeps_each_replicas_recorded_revision() -> None:
+    from modelplane.scheduler import schedule
+    from tests.test_scheduler import H100, fleet, gpu_clusters
+    from tests.test_scheduler import deployment as sched_deployment
+
+    f = fleet(
+        [H100],
+        gpu_clusters(("cluster-a", 2), ("cluster-b", 2)),
+        [sched_deployment("m", 2, tensor=8)],
+    )
+    first = schedule(f, None).lock
+    assert all(x.revision is None for x in first.replicas_of("ml/m"))  # nothing rolled yet
+    kept = first.replicas_of("ml/m")[0].name
+    recorded = first.model_copy(deep=True)
+    dep = recorded.deployments["ml/m"]
+    dep.replicas[0] = dep.replicas[0].model_copy(update={"revision": OLD})
+    grown = fleet(
+        [H100],
+        gpu_clusters(("cluster-a", 2), ("cluster-b", 2)),
+        [sched_deployment("m", 3, tensor=8)],
+    )
+    again = schedule(grown, recorded).lock
+    by_name = {x.name: x.revision for x in again.replicas_of("ml/m")}
+    assert len(by_name) == 3
+    assert by_name.pop(kept) == OLD
+    assert set(by_name.values()) == {None}  # new replicas: recorded once the driver rolls them
