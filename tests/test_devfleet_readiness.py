@@ -17,7 +17,13 @@ from modelplane.devfleet.agent import (
     pod_servers,
 )
 from modelplane.devfleet.binaries import cached_fleet_binaries
-from modelplane.devfleet.probes import Probe, pod_probes, readiness_patch, run_probe
+from modelplane.devfleet.probes import (
+    Probe,
+    held_unready,
+    pod_probes,
+    readiness_patch,
+    run_probe,
+)
 from modelplane.devfleet.stages import (
     PORT_NAMES_KEY,
     UNREADY_STAGE,
@@ -273,3 +279,20 @@ def test_stage_split_refuses_another_stage() -> None:
     )
     with pytest.raises(StageError, match="status template changed"):
         pod_ready_stages(changed)
+
+
+@pytest.mark.parametrize(
+    ("condition", "held"),
+    [
+        ({"type": "Ready", "status": "False", "reason": "ContainersNotReady"}, False),
+        ({"type": "Ready", "status": "False"}, False),
+        ({"type": "Ready", "status": "True"}, False),
+        ({"type": "Ready", "status": "False", "reason": "ForcedUnready"}, True),
+    ],
+)
+def test_a_pod_made_unready_by_someone_else_is_left_alone(
+    condition: dict[str, str], held: bool
+) -> None:
+    pod = serving_pod()
+    pod["status"]["conditions"] = [condition]
+    assert held_unready(pod) is held

@@ -11,7 +11,8 @@ Readiness is truthful, as a kubelet's: kwok starts serving pods Running but not 
 ``tcpSocket``) against its stand-ins and marks the pod Ready once every probe passes, unready
 again after ``failureThreshold`` failures in a row. Probes whose port has no stand-in pass (the
 endpoint picker's gRPC probe: nothing to simulate). ``initialDelaySeconds`` is ignored: the
-stand-in's load time plays that part.
+stand-in's load time plays that part. A pod someone else made unready (a ``Ready`` condition
+False with a reason other than ``ContainersNotReady``, as tests do) is left alone.
 
 What a pod asks of its stand-ins (dev fleet only; production ignores these):
 
@@ -253,7 +254,7 @@ class Agent:
         seen: set[str] = set()
         for pod in pods:
             servers = pod_servers(name, pod)
-            if not servers:
+            if not servers or probes.held_unready(pod):
                 continue
             meta, status = pod["metadata"], pod.get("status", {}) or {}
             namespace, pod_name = meta.get("namespace", "default"), meta["name"]

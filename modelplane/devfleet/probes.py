@@ -99,6 +99,18 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
     )
 
 
+NOT_READY_REASON = "ContainersNotReady"
+
+
+def held_unready(pod: Mapping[str, Any]) -> bool:
+    """Someone else made the pod unready (a Ready condition False with a reason other than the
+    kubelet's, e.g. a test forcing it): the prober leaves such a pod alone."""
+    for c in (pod.get("status", {}) or {}).get("conditions", []) or []:
+        if c.get("type") == "Ready" and c.get("status") == "False":
+            return c.get("reason", NOT_READY_REASON) != NOT_READY_REASON
+    return False
+
+
 def readiness_patch(
     pod: Mapping[str, Any], ready: Mapping[str, bool], now: datetime | None = None
 ) -> dict[str, Any] | None:
@@ -125,7 +137,7 @@ def readiness_patch(
                 cond.pop("reason", None)
                 cond.pop("message", None)
             else:
-                cond["reason"] = "ContainersNotReady"
+                cond["reason"] = NOT_READY_REASON
                 cond["message"] = f"containers with unready status: [{' '.join(unready)}]"
         conditions.append(cond)
     if not changed:
