@@ -104,6 +104,71 @@ def _seconds(stamp: Any) -> float:
     return stamp.timestamp() if isinstance(stamp, datetime) else 0.0
 
 
+def raw_pod(name: str, ports: list[dict[str, Any]], **container: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"test": "truthful"}},
+        "spec": {
+            "nodeSelector": {"modelplane.ai/pool": "system"},
+            "containers": [{"name": "engine", "image": IMAGE, "ports": ports, **container}],
+        },
+    }
+
+
+def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.DevFleet) -> None:
+    """Straight on the API, no modelplane: a pod with a serving port starts unready and becomes
+    Ready once its stand-in answers its probe; without a probe at once; a pod without a
+    serving port is Ready at once (kwok's own stage)."""
+    cluster = dev_fleet.cluster("dev-1")
+    core = CoreV1Api(api_client(cluster))
+    http = [{"name": "http", "containerPort": 8000}]
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "initialDelaySeconds": 30}
+    load = [{"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": "4"}]
+    pods = [
+        raw_pod("loads", http, readinessProbe=probe, env=load),
+        raw_pod("no-probe", http, env=load),
+        raw_pod("no-serving-port", [{"name": "metrics", "containerPort": 9000}]),
+        raw_pod(
+            "never",
+            http,
+            readinessProbe=probe,
+            env=[{"name": load[0]["name"], "value": str(NEVER)}],
+        ),
+    ]
+    for pod in pods:
+        cluster.rest().apply(pod, field_manager="test")
+
+    def status(name: str) -> tuple[str, str]:
+        pod = core.read_namespaced_pod(name, "default")
+        ready = condition(pod, "Ready")
+        return pod.status.phase, ready.status if ready else ""
+
+    wait_for(
+        "the pods Running",
+        lambda: all(status(p["metadata"]["name"])[0] == "Running" for p in pods),
+        timeout=60,
+    )
+    started = time.monotonic()
+    assert status("loads") == ("Running", "False")  # loading: its probe answers 503
+    assert status("never") == ("Running", "False")
+    wait_for("no-probe Ready", lambda: status("no-probe") == ("Running", "True"), timeout=10)
+    assert status("no-serving-port") == ("Running", "True")
+    wait_for("loads Ready", lambda: status("loads") == ("Running", "True"), timeout=30)
+    assert time.monotonic() - started >= 2  # about the 4 s load, not the 30 s initial delay
+    loaded = core.read_namespaced_pod("loads", "default")
+    assert condition(loaded, "ContainersReady").status == "True"
+    assert all(c.ready for c in loaded.status.container_statuses)
+    time.sleep(2)
+    assert status("never") == ("Running", "False")
+    assert (
+        condition(core.read_namespaced_pod("never", "default"), "Ready").reason
+        == "ContainersNotReady"
+    )
+    for pod in pods:
+        core.delete_namespaced_pod(pod["metadata"]["name"], "default", grace_period_seconds=0)
+
+
 def test_pods_are_ready_only_once_their_model_loaded(
     served: dict[str, Any], dev_fleet: devfleet.DevFleet
 ) -> None:
