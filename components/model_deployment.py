@@ -16,6 +16,10 @@ the placement lock and the clusters they are on; it creates one
   cluster whose workload gateway is the platform's own (`servingStack.gateway`),
   which cannot route to an InferencePool, the route goes to the decode Service.
 
+Per cluster hosting replicas, one PodDisruptionBudget per role (`maxUnavailable: 0` over
+the role's serving pods, the group leaders of a LeaderWorkerSet; components/workload/budgets.py):
+voluntary disruption of serving pods goes through modelplane, which keeps the fleet's budget.
+
 Namespaces: the deployment's namespace is ensured on each cluster as a
 `NamespacePatch` (created when missing, shared with other stacks, never deleted
 by one of them -- see `ensure_namespace`). Every object carries
@@ -32,6 +36,7 @@ import pulumi
 
 from components.model_cache import cache_claim_name, hydrated_marker
 from components.workload import disaggregation as pd
+from components.workload.budgets import disruption_budgets
 from components.workload.claims import claim_requests, claim_template, extended_resources
 from components.workload.objects import (
     CLUSTER,
@@ -311,9 +316,15 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
         namespaces: dict[str, pulumi.Resource | None] = {}
         for cluster in sorted({r.cluster for r in replicas}):
             target = targets[cluster]
-            namespaces[cluster] = ensure_namespace(
-                ns, pulumi.ResourceOptions(parent=self, provider=target.provider), scope=cluster
+            on_cluster = pulumi.ResourceOptions(parent=self, provider=target.provider)
+            ensured = ensure_namespace(ns, on_cluster, scope=cluster)
+            namespaces[cluster] = ensured
+            roles = {role for r in replicas if r.cluster == cluster for role in r.pools}
+            budget_opts = pulumi.ResourceOptions.merge(
+                on_cluster, pulumi.ResourceOptions(depends_on=[ensured] if ensured else None)
             )
+            for budget in disruption_budgets(deployment, roles):
+                register(budget, budget_opts, scope=cluster)
         children: list[ModelReplica] = []
         for replica in sorted(replicas, key=lambda r: (r.cluster, r.index)):
             target = targets[replica.cluster]

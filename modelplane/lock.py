@@ -90,6 +90,8 @@ def _replica_lines(r: LockedReplica) -> list[str]:
     ]
     if r.draining:
         lines.append("      draining: true")
+    if r.revision is not None:
+        lines.append(f"      revision: {_scalar(r.revision)}")
     if r.footprint is not None:
         roles = ", ".join(
             f"{role}: {_footprint(r.footprint[role])}" for role in ROLE_ORDER if role in r.footprint

@@ -464,14 +464,20 @@ def test_metrics_while_in_flight(host, concurrency, n, running, waiting):
         assert (stats.running, stats.waiting) == (running, waiting)
         assert [f.result()[0] for f in futures] == [200] * n
     values, types = metrics(port)
-    assert values == {
+    ttft = "vllm:time_to_first_token_seconds"
+    assert {k: v for k, v in values.items() if not k.startswith(ttft)} == {
         f"vllm:num_requests_running{label}": 0,
         f"vllm:num_requests_waiting{label}": 0,
         f"vllm:gpu_cache_usage_perc{label}": 0,
         f"vllm:request_success_total{label}": n,
         f"vllm:prompt_tokens_total{label}": 4 * n,
         f"vllm:generation_tokens_total{label}": 16 * n,
+        'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"}': n,
     }
+    assert values[f"{ttft}_count{label}"] == n
+    assert values[f'{ttft}_bucket{{model_name="m1",le="+Inf"}}'] == n
+    assert values[f'{ttft}_bucket{{model_name="m1",le="1.0"}}'] == 0  # all waited >= 1.5 s
+    assert values[f"{ttft}_sum{label}"] >= service * n
     assert types == {
         "vllm:num_requests_running": "gauge",
         "vllm:num_requests_waiting": "gauge",
@@ -479,6 +485,8 @@ def test_metrics_while_in_flight(host, concurrency, n, running, waiting):
         "vllm:request_success_total": "counter",
         "vllm:prompt_tokens_total": "counter",
         "vllm:generation_tokens_total": "counter",
+        ttft: "histogram",
+        "http_requests_total": "counter",
     }
 
 
@@ -746,3 +754,93 @@ def test_no_listener_threads_leak():
         h.add("a", LOOPBACK, 0, ident("ra"))
         assert "standin-host" in {t.name for t in threading.enumerate()}
     assert {t.name for t in threading.enumerate()} <= before
+
+
+# --------------------------------------------------------------------------- day 2 (issue 21)
+
+
+def test_load_time_keeps_it_unready_until_loaded(host):
+    """A model loading its weights: health 503 and requests refused for load_time, then 200."""
+    started = time.monotonic()
+    port = serve(host, StandinConfig(load_time=1.0))
+    assert call(port, "GET", "/health")[0] == 503
+    assert call(port, "POST", "/v1/chat/completions", CHAT)[0] == 503
+    assert host.stats("s").ready is False
+    wait_for(lambda: call(port, "GET", "/health")[0] == 200, what="loaded")
+    assert time.monotonic() - started >= 1.0
+    assert host.stats("s").ready is True
+    assert call(port, "POST", "/v1/chat/completions", CHAT)[0] == 200
+    host.set_ready("s", False)  # holding it unready still works after the load
+    assert call(port, "GET", "/health")[0] == 503
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/chat/completions"])
+def test_revision_header(host, path):
+    port = serve(host, StandinConfig(revision="abc123"))
+    status, headers, raw = call(
+        port,
+        "GET" if path != "/v1/chat/completions" else "POST",
+        path,
+        CHAT if path == "/v1/chat/completions" else None,
+    )
+    assert status == 200
+    assert headers["x-modelplane-revision"] == "abc123"
+    if path != "/health":
+        assert json.loads(raw)["modelplane"]["revision"] == "abc123"
+
+
+def test_no_revision_header_by_default(host):
+    port = serve(host)
+    assert "x-modelplane-revision" not in call(port, "GET", "/health")[1]
+
+
+ERROR_RATIOS = [
+    # (name, error_ratio, requests, expected statuses in order)
+    ("never", 0.0, 4, [200, 200, 200, 200]),
+    ("always", 1.0, 3, [500, 500, 500]),
+    ("every-fourth", 0.25, 8, [200, 200, 200, 500, 200, 200, 200, 500]),
+    ("half", 0.5, 4, [200, 500, 200, 500]),
+]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "n", "expected"), [c[1:] for c in ERROR_RATIOS], ids=[c[0] for c in ERROR_RATIOS]
+)
+def test_error_ratio(host, ratio, n, expected):
+    port = serve(host, StandinConfig(error_ratio=ratio))
+    got = [call(port, "POST", "/v1/chat/completions", CHAT)[0] for _ in range(n)]
+    assert got == expected
+    assert call(port, "GET", "/health")[0] == 200  # readiness does not see it
+    values, _ = metrics(port)
+    series = 'http_requests_total{handler="/v1/chat/completions",method="POST",status="%s"}'
+    assert values.get(series % "5xx", 0) == expected.count(500)
+    assert values.get(series % "2xx", 0) == expected.count(200)
+    assert values['vllm:request_success_total{model_name="m1"}'] == expected.count(200)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_first_token_delay(host, stream):
+    port = serve(host, StandinConfig(first_token_delay=0.6))
+    started = time.monotonic()
+    status, _, _ = call(port, "POST", "/v1/chat/completions", CHAT | {"stream": stream})
+    assert status == 200
+    assert time.monotonic() - started >= 0.6
+    values, _ = metrics(port)
+    ttft = "vllm:time_to_first_token_seconds"
+    assert values[f'{ttft}_bucket{{model_name="m1",le="0.5"}}'] == 0
+    assert values[f'{ttft}_bucket{{model_name="m1",le="0.75"}}'] == 1
+    assert 0.6 <= values[f'{ttft}_sum{{model_name="m1"}}'] < 0.75
+
+
+DAY2_CONFIG_ERRORS = [
+    ("load_time", -1.0, "load_time must be >= 0"),
+    ("first_token_delay", -0.5, "first_token_delay must be >= 0"),
+    ("error_ratio", 1.5, "error_ratio must be within 0..1"),
+    ("error_ratio", -0.1, "error_ratio must be within 0..1"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), DAY2_CONFIG_ERRORS)
+def test_day2_config_rejects_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        StandinConfig(**{field: value})

@@ -162,19 +162,20 @@ def _pod(**overrides: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("pod", "expected"),
     [
-        (_pod(), [("dev-1/demo/qwen-abc-0/8000", "10.101.1.5", 8000, True)]),
+        (_pod(), [("dev-1/demo/qwen-abc-0/8000", "10.101.1.5", 8000)]),
         (_pod(status__phase="Pending"), []),
         (_pod(status__podIP=None), []),
         (_pod(metadata__deletionTimestamp="2026-01-01T00:00:00Z"), []),
+        # an unready pod still gets its stand-in: the stand-in is what makes it Ready
         (
             _pod(status__conditions=[{"type": "Ready", "status": "False"}]),
-            [("dev-1/demo/qwen-abc-0/8000", "10.101.1.5", 8000, False)],
+            [("dev-1/demo/qwen-abc-0/8000", "10.101.1.5", 8000)],
         ),
     ],
 )
-def test_pod_servers(pod: dict[str, Any], expected: list[tuple[str, str, int, bool]]) -> None:
+def test_pod_servers(pod: dict[str, Any], expected: list[tuple[str, str, int]]) -> None:
     got = pod_servers("dev-1", pod)
-    assert [(s.key, s.ip, s.port, s.ready) for s in got] == expected
+    assert [(s.key, s.ip, s.port) for s in got] == expected
     for server in got:
         assert (server.replica, server.role, server.model) == (
             "qwen-abc",

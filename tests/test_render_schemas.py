@@ -74,6 +74,7 @@ def test_crd_and_builtin_kinds_in_the_renders(rendered: dict[str, Path]) -> None
         ("apps/v1", "Deployment"),
         ("batch/v1", "Job"),
         ("v1", "PersistentVolumeClaim"),
+        ("policy/v1", "PodDisruptionBudget"),
     ]:
         assert expected in kinds
 
@@ -112,6 +113,11 @@ def test_wrong_field_names_are_caught(rendered: dict[str, Path]) -> None:
     pod = deployment["spec"]["template"]["spec"]
     pod["nodeSelectors"] = pod.pop("nodeSelector")
     assert k8s_schemas.errors(deployment)
+
+    budget = _first(rendered, "PodDisruptionBudget")
+    assert not k8s_schemas.errors(budget)
+    budget["spec"]["maxUnavailble"] = budget["spec"].pop("maxUnavailable")
+    assert k8s_schemas.errors(budget)
 
     pool = _first(rendered, "InferencePool")
     pool["spec"]["targetPortNumber"] = 8000
@@ -203,3 +209,48 @@ def test_every_route_of_a_render_to_cluster_attaches_to_a_rendered_gateway(
     for m in manifests:
         if m["kind"] == "Gateway":
             assert m["spec"]["gatewayClassName"] in classes, m["metadata"]["name"]
+
+
+def test_serving_pods_carry_their_disruption_budget_and_safe_to_evict(
+    rendered: dict[str, Path],
+) -> None:
+    """Every rendered serving workload's pods are covered by a PodDisruptionBudget of its
+    deployment and role on the same cluster, and say safe-to-evict "false"."""
+    for fleet in FLEETS:
+        by_cluster: dict[str, list[dict]] = {}
+        for path, m in _manifests(rendered[fleet]):
+            # <stack>/manifests/<cluster>-k8s_<kind>_<namespace>_<name>.yaml
+            where = f"{path.parent.parent.name}/{path.name.split('_')[0]}"
+            by_cluster.setdefault(where, []).append(m)
+        for cluster, manifests in by_cluster.items():
+            budgets = [
+                m["spec"]["selector"]["matchLabels"]
+                for m in manifests
+                if m["kind"] == "PodDisruptionBudget"
+            ]
+            for m in manifests:
+                if m["kind"] == "Deployment" and "modelplane.ai/role" in m["metadata"]["labels"]:
+                    templates = [m["spec"]["template"]]
+                elif m["kind"] == "LeaderWorkerSet":
+                    lwt = m["spec"]["leaderWorkerTemplate"]
+                    templates = [lwt["leaderTemplate"], lwt["workerTemplate"]]
+                else:
+                    continue
+                for t in templates:
+                    assert (
+                        t["metadata"]["annotations"][
+                            "cluster-autoscaler.kubernetes.io/safe-to-evict"
+                        ]
+                        == "false"
+                    ), (fleet, cluster, m["metadata"]["name"])
+                pod_labels = templates[0]["metadata"]["labels"]
+                covering = [
+                    b
+                    for b in budgets
+                    if all(
+                        pod_labels.get(k) == v
+                        for k, v in b.items()
+                        if not k.startswith("leaderworkerset")
+                    )
+                ]
+                assert covering, (fleet, cluster, m["metadata"]["name"])

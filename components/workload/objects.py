@@ -40,6 +40,9 @@ APP_LABEL_KEYS = tuple(
 # readiness is reported by `modelplane status` instead.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 
+# The cluster autoscaler must not scale down a node under a serving pod (budgets.py).
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+
 SYSTEM_NAMESPACE = "modelplane-system"
 WORKLOAD_GATEWAY = "inference-gateway"
 PREEXISTING_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
@@ -110,6 +113,7 @@ _TYPED: dict[tuple[str, str], Any] = {
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
     ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,

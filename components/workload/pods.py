@@ -3,7 +3,8 @@
 Every serving pod is pinned to its pool (`nodeSelector modelplane.ai/pool`),
 tolerates the GPU taint, gets `/dev/shm` as a memory emptyDir, the CPU/memory
 requests of `workers.resources`, the DRA claim of its role, the model cache
-read-only at `/mnt/models`, and the `MODELPLANE_*` env of api.md. The user's
+read-only at `/mnt/models`, the `MODELPLANE_*` env of api.md, and the annotation
+`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` (budgets.py). The user's
 template (labels, annotations, containers, env, volumes, pull secrets) passes
 through; modelplane's labels win where they collide.
 """
@@ -20,6 +21,7 @@ from components.workload.objects import (
     POOL,
     REPLICA,
     ROLE,
+    SAFE_TO_EVICT,
     SKIP_AWAIT,
     Manifest,
     app_labels,
@@ -274,8 +276,9 @@ def pod_template(
     pod["containers"] = containers
     pod["volumes"] = volumes
     template_meta: dict[str, Any] = {"labels": pod_labels(ctx, position)}
-    if meta.annotations:
-        template_meta["annotations"] = dict(meta.annotations)
+    # Every pod of a replica holds devices and is lost for the model's load time: the
+    # cluster autoscaler leaves its node alone (the template may say otherwise).
+    template_meta["annotations"] = {SAFE_TO_EVICT: "false", **meta.annotations}
     return {"metadata": template_meta, "spec": pod}
 
 

@@ -20,6 +20,7 @@ from modelplane.api.limits import Int32, Replicas
 from modelplane.api.pod_template import PodTemplate
 from modelplane.api.problems import raise_if
 from modelplane.api.quantities import QuantityStr
+from modelplane.api.rollout import Rollout
 from modelplane.api.topology import (
     POOL_PORT,
     TOPOLOGY_ENV,
@@ -217,6 +218,8 @@ class ModelDeploymentSpec(Strict):
     """Move the replica count between bounds after the engines' load (`reconcile`); replicas is the
     start.
     """
+    rollout: Rollout = Field(default_factory=Rollout)
+    """How a pod-template change reaches the replicas (default: one replica at a time)."""
 
     @model_validator(mode="after")
     def _autoscaling_bounds(self) -> ModelDeploymentSpec:

@@ -67,6 +67,9 @@ class LockedReplica(Strict):
     """Autoscaling scale-in: out of the routes, the workload still up."""
     footprint: dict[Role, RoleFootprint] | None = None
     """Per role, what its pods hold on their pool (absent in locks written before it)."""
+    revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{10}$")
+    """The deployment revision (a hash of its pod templates, `modelplane.rollout.revision`)
+    the replica's pods were last rolled to; absent in locks written before rollouts."""
 
     @field_validator("pools")
     @classmethod

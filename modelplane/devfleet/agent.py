@@ -5,6 +5,25 @@ watches every cluster's pods and, for each Running serving pod (a container port
 ``http``), runs a stand-in model server (``standin.py``) on the pod's IP and that port — so
 Services, EndpointSlices, Traefik and modelplane's routes lead to something that answers, and
 says which replica, role and cluster it is. When the pod goes away, so does its server.
+
+Readiness is truthful, as a kubelet's: kwok starts serving pods Running but not Ready
+(``stages.py``); the agent probes each pod's readiness probes (``httpGet`` path and port, or
+``tcpSocket``) against its stand-ins and marks the pod Ready once every probe passes, unready
+again after ``failureThreshold`` failures in a row. Probes whose port has no stand-in pass (the
+endpoint picker's gRPC probe: nothing to simulate). ``initialDelaySeconds`` is ignored: the
+stand-in's load time plays that part. A pod someone else made unready (a ``Ready`` condition
+False with a reason other than ``ContainersNotReady``, as tests do) is left alone.
+
+What a pod asks of its stand-ins (dev fleet only; production ignores these):
+
+- load time: env ``MODELPLANE_STANDIN_LOAD_TIME`` (seconds) on the container, else the pod
+  annotation ``modelplane.ai/standin-load-time``, else ``DEFAULT_LOAD_TIME`` (2 s);
+- misbehaviour: env ``MODELPLANE_STANDIN_ERROR_RATIO`` (0..1 of generation requests answered
+  500) and ``MODELPLANE_STANDIN_FIRST_TOKEN_DELAY`` (seconds); an image tag containing
+  ``standin-errors`` means ratio 1, one containing ``standin-slow`` a 2 s delay (env wins);
+- the revision it reports (``x-modelplane-revision``): the pod's ``modelplane.ai/revision``
+  annotation or label, else the container's image;
+- service time and concurrency: ``MODELPLANE_STANDIN_SERVICE_TIME`` / ``_CONCURRENCY``.
 It also keeps ``/etc/netns/<ns>/hosts`` holding each pod's DNS name
 (``<hostname>.<subdomain>.<namespace>.svc.cluster.local``), so LWS leader addresses resolve.
 
@@ -28,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from modelplane.devcluster.rest import KubeRest, KubeRestError
-from modelplane.devfleet import netns
+from modelplane.devfleet import netns, probes
 
 POLL_SECONDS = 0.5
 REMOVE_GRACE = 2.0
@@ -57,32 +76,76 @@ class PodServer:
     replica: str
     role: str
     model: str
-    ready: bool
     service_time: float = 0.0
     concurrency: int = 0
+    load_time: float = 0.0
+    revision: str = ""
+    error_ratio: float = 0.0
+    first_token_delay: float = 0.0
 
 
 SERVICE_TIME_ENV = "MODELPLANE_STANDIN_SERVICE_TIME"
 CONCURRENCY_ENV = "MODELPLANE_STANDIN_CONCURRENCY"
+LOAD_TIME_ENV = "MODELPLANE_STANDIN_LOAD_TIME"
+ERROR_RATIO_ENV = "MODELPLANE_STANDIN_ERROR_RATIO"
+FIRST_TOKEN_DELAY_ENV = "MODELPLANE_STANDIN_FIRST_TOKEN_DELAY"
+LOAD_TIME_ANNOTATION = "modelplane.ai/standin-load-time"
+REVISION_KEY = "modelplane.ai/revision"
+DEFAULT_LOAD_TIME = 2.0
+"""Seconds a serving pod's stand-in takes to "load its model": a few, so an all-at-once
+change visibly fails requests, and small, so dev-fleet tests stay fast."""
+ERRORS_TAG = "standin-errors"
+SLOW_TAG = "standin-slow"
+SLOW_TAG_DELAY = 2.0
 
 
-def _standin_load(container: Mapping[str, Any]) -> tuple[float, int]:
-    """Service time and concurrency a pod's container asks its stand-in for (env
-    MODELPLANE_STANDIN_SERVICE_TIME / _CONCURRENCY: dev fleet only; bad values are 0)."""
+@dataclass(frozen=True)
+class StandinLoad:
+    """What a pod's container asks its stand-in for (bad values fall back to the default)."""
+
+    service_time: float = 0.0
+    concurrency: int = 0
+    load_time: float = DEFAULT_LOAD_TIME
+    error_ratio: float = 0.0
+    first_token_delay: float = 0.0
+
+
+def _number(text: str | None, default: float, high: float = float("inf")) -> float:
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        return default
+    return value if 0 <= value <= high else default
+
+
+def _image_tag(image: str) -> str:
+    name = image.split("@", 1)[0]
+    return name.rpartition(":")[2] if ":" in name.rpartition("/")[2] else ""
+
+
+def _standin_load(
+    container: Mapping[str, Any], annotations: Mapping[str, Any] | None = None
+) -> StandinLoad:
+    """What a pod's container asks its stand-in for: env ``MODELPLANE_STANDIN_*`` first,
+    then the pod's load-time annotation and the image tag, then the defaults."""
     env = {
         str(e.get("name")): str(e.get("value", ""))
         for e in container.get("env", []) or []
         if isinstance(e, Mapping)
     }
-    try:
-        service_time = max(0.0, float(env.get(SERVICE_TIME_ENV, "0") or 0))
-    except ValueError:
-        service_time = 0.0
-    try:
-        concurrency = max(0, int(env.get(CONCURRENCY_ENV, "0") or 0))
-    except ValueError:
-        concurrency = 0
-    return service_time, concurrency
+    tag = _image_tag(str(container.get("image", "")))
+    annotated = _number((annotations or {}).get(LOAD_TIME_ANNOTATION), DEFAULT_LOAD_TIME)
+    return StandinLoad(
+        service_time=_number(env.get(SERVICE_TIME_ENV), 0.0),
+        concurrency=int(_number(env.get(CONCURRENCY_ENV), 0)),
+        load_time=_number(env.get(LOAD_TIME_ENV), annotated),
+        error_ratio=_number(env.get(ERROR_RATIO_ENV), 1.0 if ERRORS_TAG in tag else 0.0, 1.0),
+        first_token_delay=_number(
+            env.get(FIRST_TOKEN_DELAY_ENV), SLOW_TAG_DELAY if SLOW_TAG in tag else 0.0
+        ),
+    )
 
 
 def _model_name(container: Mapping[str, Any], fallback: str) -> str:
@@ -104,10 +167,7 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
     if not ip:
         return []
     labels = meta.get("labels", {}) or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions", []) or []
-    )
+    annotations = meta.get("annotations", {}) or {}
     servers = []
     for container in (pod.get("spec", {}) or {}).get("containers", []) or []:
         for port in container.get("ports", []) or []:
@@ -115,7 +175,8 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
                 continue
             number = int(port.get("containerPort", 0))
             name = str(meta.get("name", ""))
-            service_time, concurrency = _standin_load(container)
+            load = _standin_load(container, annotations)
+            revision = annotations.get(REVISION_KEY) or labels.get(REVISION_KEY)
             namespace = str(meta.get("namespace", "default"))
             servers.append(
                 PodServer(
@@ -128,9 +189,12 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
                     replica=str(labels.get(REPLICA_LABEL, name)),
                     role=str(labels.get(ROLE_LABEL, "unified")),
                     model=_model_name(container, str(labels.get(DEPLOYMENT_LABEL, name))),
-                    ready=ready,
-                    service_time=service_time,
-                    concurrency=concurrency,
+                    service_time=load.service_time,
+                    concurrency=load.concurrency,
+                    load_time=load.load_time,
+                    revision=str(revision or container.get("image", "")),
+                    error_ratio=load.error_ratio,
+                    first_token_delay=load.first_token_delay,
                 )
             )
     return servers
@@ -170,6 +234,9 @@ class Agent:
         self.hosts: dict[str, dict[str, str]] = {}
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        # readiness probes: when each (pod, container) was last probed, failures in a row
+        self.probed: dict[str, float] = {}
+        self.failures: dict[str, int] = {}
 
     def sync_cluster(self, name: str, rest: KubeRest) -> None:
         try:
@@ -178,6 +245,62 @@ class Agent:
             return  # a stopped control plane: keep what runs (its pods are not deleted)
         wanted = {s.key: s for pod in pods for s in pod_servers(name, pod)}
         self._converge(f"{name}/", wanted, name, pod_hosts(pods))
+        self._probe_pods(name, rest, pods)
+
+    def _probe_pods(self, name: str, rest: KubeRest, pods: list[dict[str, Any]]) -> None:
+        """Play the kubelet's readiness prober for the pods with stand-ins: probe, then patch
+        the pod's status when what it says differs (see ``probes.py``)."""
+        now = time.monotonic()
+        seen: set[str] = set()
+        for pod in pods:
+            servers = pod_servers(name, pod)
+            if not servers or probes.held_unready(pod):
+                continue
+            meta, status = pod["metadata"], pod.get("status", {}) or {}
+            namespace, pod_name = meta.get("namespace", "default"), meta["name"]
+            ports = {s.port for s in servers}
+            served = {s.port for s in servers if self.running.get(s.key) == s}
+            was = {
+                str(c.get("name")): bool(c.get("ready"))
+                for c in status.get("containerStatuses") or []
+            }
+            results: dict[str, bool] = {}
+            for container, probe in probes.pod_probes(pod).items():
+                if probe is None or probe.port not in ports:
+                    results[container] = True  # no probe, or nothing simulated behind it
+                    continue
+                key = f"{name}/{namespace}/{pod_name}/{container}"
+                seen.add(key)
+                ready = was.get(container, False)
+                if ready and now - self.probed.get(key, 0.0) < probe.period:
+                    continue  # a ready container is probed every periodSeconds
+                self.probed[key] = now
+                if probe.port in served and probes.run_probe(servers[0].ip, probe):
+                    self.failures[key] = 0
+                    results[container] = True
+                elif ready:
+                    self.failures[key] = self.failures.get(key, 0) + 1
+                    if self.failures[key] >= probe.failure_threshold:
+                        results[container] = False
+                else:
+                    results[container] = False
+            patch = probes.readiness_patch(pod, results)
+            if patch is None:
+                continue
+            path = f"/api/v1/namespaces/{namespace}/pods/{pod_name}/status"
+            try:
+                rest.request(
+                    "PATCH",
+                    path,
+                    body=patch,
+                    content_type="application/merge-patch+json",
+                    timeout=5,
+                )
+            except (KubeRestError, OSError):
+                pass  # changed meanwhile (409) or gone: the next poll sees it again
+        for key in [k for k in self.probed if k.startswith(f"{name}/") and k not in seen]:
+            self.probed.pop(key, None)
+            self.failures.pop(key, None)
 
     def _converge(
         self, prefix: str, wanted: dict[str, PodServer], name: str, hosts: dict[str, str]
@@ -192,10 +315,6 @@ class Agent:
                 if current == server:
                     continue
                 if current is not None:
-                    if (current.ip, current.port) == (server.ip, server.port):
-                        self.host.set_ready(key, server.ready)
-                        self.running[key] = server
-                        continue
                     self.host.remove(key, 0.0)
                 try:
                     self._add(server)
@@ -224,10 +343,13 @@ class Agent:
             namespace=server.namespace,
         )
         config = StandinConfig(
-            ready=server.ready,
             prefix_tolerant=True,
             service_time=server.service_time,
             concurrency=server.concurrency,
+            load_time=server.load_time,
+            revision=server.revision,
+            error_ratio=server.error_ratio,
+            first_token_delay=server.first_token_delay,
         )
         self.host.add(server.key, server.ip, server.port, identity, config)
 
@@ -250,7 +372,6 @@ class Agent:
                 replica=str(e.get("replica", e["ip"])),
                 role=str(e.get("role", "external")),
                 model=str(e.get("model", "external")),
-                ready=True,
             )
             wanted[server.key] = server
             if e.get("hostname"):

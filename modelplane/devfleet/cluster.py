@@ -7,7 +7,8 @@ cluster's own addresses:
 - kube-controller-manager (every default controller: Deployments, ReplicaSets, the garbage
   collector, the ResourceClaim controller, node lifecycle) and kube-scheduler (DRA on);
 - kwok, managing the Nodes annotated ``kwok.x-k8s.io/node=fake`` with the stages vendored from
-  the kwok module (node initialize + lease heartbeat, pod ready/complete/delete);
+  the kwok module (node initialize + lease heartbeat, pod ready/complete/delete), serving pods
+  starting unready (``stages.py``) until the pod agent sees their stand-ins answer;
 - the LeaderWorkerSet controller, its webhooks served on ``api_host:9443`` with a certificate
   from the cluster CA, registered with ``url`` client configs;
 - two Traefik instances with the Kubernetes Gateway provider: the *workload* gateway (class
@@ -46,6 +47,7 @@ from modelplane.devcluster.server import (
 from modelplane.devfleet import netns
 from modelplane.devfleet.binaries import FleetBinaries
 from modelplane.devfleet.nodes import KWOK_ANNOTATION, KWOK_VALUE, ClusterNodes
+from modelplane.devfleet.stages import POD_READY_STAGE, pod_ready_stages
 
 KINE_PORT = 2379
 API_PORT = 6443
@@ -254,6 +256,11 @@ def kwok_config(stages_dir: Path) -> str:
     ]
     text = "---\n".join(yaml.safe_dump(d, sort_keys=False) for d in docs)
     for stage in sorted(stages_dir.glob("*.yaml")):
+        if stage.name == f"{POD_READY_STAGE}.yaml":
+            # Serving pods start unready; the pod agent makes them Ready (stages.py).
+            for doc in pod_ready_stages(stage.read_text()):
+                text += "---\n" + yaml.safe_dump(doc, sort_keys=False)
+            continue
         text += "---\n" + stage.read_text()
     return text
 

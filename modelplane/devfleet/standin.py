@@ -24,6 +24,15 @@ Service time and concurrency make queues form under load: a request waits for on
 ``vllm:num_requests_running``) for ``service_time`` seconds plus ``token_time`` per output
 token. While not ready, every path but ``/metrics`` answers 503.
 
+Day-2 behaviour (rollouts, analysis gates): a listener is not ready for ``load_time`` seconds
+after it starts (a model loading its weights); it says which revision it serves in an
+``x-modelplane-revision`` header (and the JSON object); and it can misbehave on request:
+``error_ratio`` of its generation requests answer 500 (deterministically: with 0.25, every
+fourth), and ``first_token_delay`` seconds are added before the first token. ``/metrics`` also
+has vLLM's ``vllm:time_to_first_token_seconds`` histogram and the API server's
+``http_requests_total{handler,method,status}`` (status ``2xx``/``4xx``/``5xx``), from which an
+analysis gate reads TTFT and the error ratio.
+
 ``StandinHost`` runs many listeners in one asyncio loop and adds and removes them at runtime;
 ``StandinHostThread`` wraps it for non-async code. ``python -m modelplane.devfleet.standin``
 runs one listener for people trying it.
@@ -90,8 +99,13 @@ class StandinConfig:
     concurrency: requests running at once; the rest wait in a FIFO queue. 0 means unlimited.
     output_tokens: tokens generated when the request asks for more (or does not say).
     ready: health answers 200 only when ready; while not ready every path but /metrics is 503.
+      (``set_ready`` changes it at runtime.)
     prefix_tolerant: also serve ``/<anything>/v1/...`` (a request whose gateway did not rewrite).
     strict_model: answer 404 when the request names another model than the served one.
+    load_time: seconds after the listener starts during which it is not ready (loading).
+    revision: the revision served, sent as ``x-modelplane-revision`` ("" sends none).
+    error_ratio: share of generation requests answered 500 (0..1, spread evenly).
+    first_token_delay: extra seconds before the first token of every generation request.
     """
 
     service_time: float = 0.0
@@ -101,13 +115,21 @@ class StandinConfig:
     ready: bool = True
     prefix_tolerant: bool = False
     strict_model: bool = False
+    load_time: float = 0.0
+    revision: str = ""
+    error_ratio: float = 0.0
+    first_token_delay: float = 0.0
 
     def __post_init__(self) -> None:
+        names = ("service_time", "token_time", "concurrency", "output_tokens", "load_time")
+        names = (*names, "first_token_delay")
         problems = [
             f"{name} must be >= 0, got {getattr(self, name)!r}"
-            for name in ("service_time", "token_time", "concurrency", "output_tokens")
+            for name in names
             if getattr(self, name) < 0
         ]
+        if not 0 <= self.error_ratio <= 1:
+            problems.append(f"error_ratio must be within 0..1, got {self.error_ratio!r}")
         if problems:
             raise ValueError("StandinConfig: " + "; ".join(problems))
 
@@ -169,6 +191,10 @@ _METRICS = (
     ("vllm:prompt_tokens_total", "counter", "Prompt tokens processed."),
     ("vllm:generation_tokens_total", "counter", "Generation tokens produced."),
 )
+# vLLM's buckets for vllm:time_to_first_token_seconds.
+TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25)
+TTFT_BUCKETS += (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
 
 
 class _Standin:
@@ -177,7 +203,13 @@ class _Standin:
     def __init__(self, identity: StandinIdentity, config: StandinConfig) -> None:
         self.identity = identity
         self.config = config
-        self.ready = config.ready
+        self.held_ready = config.ready
+        self._loaded_at = float("inf")  # set when the listener starts
+        self._error_debt = 0.0
+        self.ttft_buckets = [0] * len(TTFT_BUCKETS)
+        self.ttft_count = 0
+        self.ttft_sum = 0.0
+        self.http: dict[tuple[str, str, str], int] = {}
         self.draining = False
         self.running = 0
         self.waiting = 0
@@ -201,6 +233,8 @@ class _Standin:
         }
         if identity.pod:
             self._headers["x-modelplane-pod"] = identity.pod
+        if config.revision:
+            self._headers["x-modelplane-revision"] = config.revision
         get, post = "GET", "POST"
         self._routes: dict[str, tuple[str, Callable[[web.BaseRequest], Awaitable[Any]]]] = {
             "/health": (get, self._health),
@@ -226,6 +260,7 @@ class _Standin:
                 raise
             self._runner, self._site = runner, site
             self.host, self.port = host, runner.addresses[0][1]
+            self._loaded_at = time.monotonic() + self.config.load_time
             return self.port
         finally:
             self._started.set()
@@ -242,6 +277,11 @@ class _Standin:
             await asyncio.wait_for(self._idle.wait(), timeout=grace)
         await self._runner.cleanup()
         self._runner = self._site = None
+
+    @property
+    def ready(self) -> bool:
+        """Ready: not held unready, and the model has loaded."""
+        return self.held_ready and time.monotonic() >= self._loaded_at
 
     def stats(self) -> StandinStats:
         return StandinStats(
@@ -267,24 +307,60 @@ class _Standin:
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         self._inflight += 1
         self._idle.clear()
+        response: web.StreamResponse | None = None
         try:
-            route = self._route(request.path)
-            kind = "messages" if request.path.endswith("/v1/messages") else "openai"
-            if route is None:
-                return self._error(kind, 404, f"no route for {request.path}")
-            method, handler = route
-            if request.method != method:
-                return self._error(kind, 405, f"{request.method} not allowed on {request.path}")
-            if not self.ready and handler != self._metrics:
-                return self._error(kind, 503, "not ready")
-            try:
-                return await handler(request)
-            except _BadRequest as bad:
-                return self._error(kind, bad.status, bad.message)
+            response = await self._dispatch(request)
+            return response
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+            self._count(request, response)
+
+    def _count(self, request: web.BaseRequest, response: web.StreamResponse | None) -> None:
+        """``http_requests_total`` as vLLM's API server counts it (generation paths only)."""
+        handler = next((p for p in GENERATION_PATHS if request.path.endswith(p)), None)
+        if handler is None:
+            return
+        status = f"{(response.status if response is not None else 500) // 100}xx"
+        key = (handler, request.method, status)
+        self.http[key] = self.http.get(key, 0) + 1
+
+    def _misbehave(self) -> bool:
+        """True for ``error_ratio`` of the calls, spread evenly (0.25: every fourth)."""
+        ratio = self.config.error_ratio
+        if ratio <= 0:
+            return False
+        self._error_debt += ratio
+        if self._error_debt >= 1 - 1e-9:
+            self._error_debt -= 1
+            return True
+        return False
+
+    def _first_token(self, arrived: float) -> None:
+        elapsed = time.monotonic() - arrived
+        self.ttft_count += 1
+        self.ttft_sum += elapsed
+        for i, bound in enumerate(TTFT_BUCKETS):
+            if elapsed <= bound:
+                self.ttft_buckets[i] += 1
+
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        route = self._route(request.path)
+        kind = "messages" if request.path.endswith("/v1/messages") else "openai"
+        if route is None:
+            return self._error(kind, 404, f"no route for {request.path}")
+        method, handler = route
+        if request.method != method:
+            return self._error(kind, 405, f"{request.method} not allowed on {request.path}")
+        if not self.ready and handler != self._metrics:
+            return self._error(kind, 503, "not ready")
+        if handler in (self._chat, self._completions, self._messages) and self._misbehave():
+            return self._error(kind, 500, "stand-in failure (error_ratio)")
+        try:
+            return await handler(request)
+        except _BadRequest as bad:
+            return self._error(kind, bad.status, bad.message)
 
     def _json(self, request: web.BaseRequest, body: dict[str, Any], status: int = 200) -> Any:
         body["modelplane"] = self._who(request)
@@ -300,7 +376,7 @@ class _Standin:
             "namespace": i.namespace,
             "model": i.model,
             "path": request.path,
-        }
+        } | ({"revision": self.config.revision} if self.config.revision else {})
 
     def _error(self, kind: str, status: int, message: str) -> web.Response:
         if kind == "messages":
@@ -339,12 +415,33 @@ class _Standin:
         for (name, kind, help_text), value in zip(_METRICS, values, strict=True):
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
             lines.append(f"{name}{label} {float(value)}")
+        lines += self._ttft_lines() + self._http_lines()
         return web.Response(
             text="\n".join(lines) + "\n",
             content_type="text/plain",
             charset="utf-8",
             headers={**self._headers, "Cache-Control": "no-cache"},
         )
+
+    def _ttft_lines(self) -> list[str]:
+        name = "vllm:time_to_first_token_seconds"
+        lines = [f"# HELP {name} Time to first token.", f"# TYPE {name} histogram"]
+        model = f'model_name="{_label(self.identity.model)}"'
+        for bound, count in zip(TTFT_BUCKETS, self.ttft_buckets, strict=True):
+            lines.append(f'{name}_bucket{{{model},le="{bound}"}} {float(count)}')
+        lines.append(f'{name}_bucket{{{model},le="+Inf"}} {float(self.ttft_count)}')
+        lines.append(f"{name}_count{{{model}}} {float(self.ttft_count)}")
+        lines.append(f"{name}_sum{{{model}}} {self.ttft_sum}")
+        return lines
+
+    def _http_lines(self) -> list[str]:
+        name = "http_requests_total"
+        lines = [f"# HELP {name} Requests by handler, method and status class."]
+        lines.append(f"# TYPE {name} counter")
+        for (handler, method, status), count in sorted(self.http.items()):
+            labels = f'handler="{handler}",method="{method}",status="{status}"'
+            lines.append(f"{name}{{{labels}}} {float(count)}")
+        return lines
 
     # generation
 
@@ -407,11 +504,13 @@ class _Standin:
         tail: Callable[[], list[tuple[str | None, Any]]],
     ) -> web.StreamResponse:
         c = self.config
+        arrived = time.monotonic()
         async with self._slot():
+            await asyncio.sleep(c.service_time + c.first_token_delay)
+            self._first_token(arrived)
             if not stream:
-                await asyncio.sleep(c.service_time + c.token_time * len(plan.words))
+                await asyncio.sleep(c.token_time * len(plan.words))
             else:
-                await asyncio.sleep(c.service_time)
                 resp = web.StreamResponse(
                     headers={
                         **self._headers,
@@ -607,7 +706,8 @@ class StandinHost:
         return self._servers[key].stats()
 
     def set_ready(self, key: str, ready: bool) -> None:
-        self._servers[key].ready = ready
+        """Hold a listener unready (False) or let it be ready once loaded (True)."""
+        self._servers[key].held_ready = ready
 
     async def stop(self, grace: float | None = None) -> None:
         """Remove every listener, all draining at once within ``grace``."""
@@ -724,6 +824,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=0, help="max running; 0 = unlimited")
     p.add_argument("--output-tokens", type=int, default=16)
     p.add_argument("--prefix-tolerant", action="store_true")
+    p.add_argument("--load-time", type=float, default=0.0, help="seconds before it is ready")
+    p.add_argument("--revision", default="", help="sent as x-modelplane-revision")
+    p.add_argument("--error-ratio", type=float, default=0.0, help="share answered 500, 0..1")
+    p.add_argument("--first-token-delay", type=float, default=0.0, help="extra seconds to TTFT")
     p.add_argument("--grace", type=float, default=5.0, help="drain time on SIGTERM/SIGINT")
     return p
 
@@ -761,6 +865,10 @@ def main(argv: list[str] | None = None) -> int:
             concurrency=args.concurrency,
             output_tokens=args.output_tokens,
             prefix_tolerant=args.prefix_tolerant,
+            load_time=args.load_time,
+            revision=args.revision,
+            error_ratio=args.error_ratio,
+            first_token_delay=args.first_token_delay,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -153,11 +153,20 @@ def _schedule(
             [slot for slot, _, _ in ordered],
             previous.deployments.get(key) if previous is not None else None,
         )
+        # A replica keeps the revision the driver recorded for it (rollouts, scheduling.md).
+        before = previous.deployments.get(key) if previous is not None else None
+        revisions = {r.name: r.revision for r in before.replicas} if before is not None else {}
         replicas = [
             # valid by construction: no re-validation (name, cluster, index, pools,
-            # draining, footprint)
+            # draining, footprint, revision)
             _locked_replica(
-                replica, cluster, index, dict(pools), draining, held(key, dep, cluster, pools)
+                replica,
+                cluster,
+                index,
+                dict(pools),
+                draining,
+                held(key, dep, cluster, pools),
+                revisions.get(replica),
             )
             for replica, ((cluster, index), pools, draining) in zip(names, ordered, strict=True)
         ]
