@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from modelplane.devfleet.agent import SERVING_PORT_NAMES
+from modelplane.errors import EnvironmentProblem
 
 POD_READY_STAGE = "pod-ready"
 UNREADY_STAGE = "pod-running-unready"
@@ -45,7 +46,7 @@ _REPLACEMENTS = (
 )
 
 
-class StageError(ValueError):
+class StageError(EnvironmentProblem, ValueError):
     """The vendored stage is not the one this adaptation was written for."""
 
 
