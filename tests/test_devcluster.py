@@ -28,18 +28,10 @@ from modelplane.devcluster import (
     KINE_VERSION,
     KUBERNETES_VERSION,
     DevCluster,
-    KubeBuildError,
+    GoError,
     ensure_kube_binaries,
     kube_cache_dir,
     start_dev_cluster,
-)
-from modelplane.devcluster.build import (
-    apiserver_ldflags,
-    go_environment,
-    kine_ldflags,
-    render_apiserver_gomod,
-    render_kine_gomod,
-    staging_modules,
 )
 from modelplane.devcluster.certs import (
     generate_ca,
@@ -49,14 +41,16 @@ from modelplane.devcluster.certs import (
     write_pki,
 )
 from modelplane.devcluster.crds import default_crds_dir, load_manifests
-from modelplane.devcluster.server import (
-    ManagedProcess,
-    apiserver_argv,
-    kine_argv,
-    pid_runs,
-    render_kubeconfig,
+from modelplane.devcluster.launch import ManagedProcess, apiserver_argv, kine_argv, pid_runs
+from modelplane.devcluster.server import render_kubeconfig
+from modelplane.gobuild.kube import (
+    apiserver_ldflags,
+    kine_ldflags,
+    render_apiserver_gomod,
+    render_kine_gomod,
+    staging_modules,
 )
-from modelplane.devcluster.versions import staging_version
+from modelplane.gobuild.kube_versions import staging_version
 from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
 
 # The 31 staging modules of Kubernetes 1.34/1.35.
@@ -150,7 +144,7 @@ def test_cached_binaries_are_used_without_building(
 
 def test_prebuilt_bin_dir_must_be_complete(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MODELPLANE_KUBE_BIN_DIR", str(tmp_path))
-    with pytest.raises(KubeBuildError, match="does not contain executable"):
+    with pytest.raises(GoError, match="does not contain executable"):
         ensure_kube_binaries(progress=None)
 
 
@@ -197,15 +191,6 @@ def test_version_stamping_ldflags() -> None:
         assert f"-X {package}.gitMinor=35" in flags
         assert f"-X {package}.gitCommit=abc123" in flags
     assert "-X github.com/k3s-io/kine/pkg/version.Version=v0.16.4" in kine_ldflags("0.16.4", "x")
-
-
-def test_go_environment_is_local_and_static() -> None:
-    env = go_environment({"GOFLAGS": "-mod=vendor", "GOTOOLCHAIN": "auto", "PATH": "/bin"})
-    assert env["GOTOOLCHAIN"] == "local"
-    assert env["CGO_ENABLED"] == "0"
-    assert env["GOFLAGS"] == ""
-    assert env["GOWORK"] == "off"
-    assert env["PATH"] == "/bin"
 
 
 # --------------------------------------------------------------------------- unit: certificates

@@ -46,6 +46,20 @@ class PKIPaths:
     sa_public_key: Path
     sa_private_key: Path
 
+    @classmethod
+    def under(cls, directory: Path) -> PKIPaths:
+        """The one file layout of a PKI directory."""
+        return cls(
+            ca_cert=directory / "ca.crt",
+            ca_key=directory / "ca.key",
+            serving_cert=directory / "apiserver.crt",
+            serving_key=directory / "apiserver.key",
+            admin_cert=directory / "admin.crt",
+            admin_key=directory / "admin.key",
+            sa_public_key=directory / "sa.pub",
+            sa_private_key=directory / "sa.key",
+        )
+
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
@@ -182,6 +196,11 @@ def generate_service_account_keys() -> KeyPair:
     return KeyPair(public, _key_pem(key))
 
 
+def write_secret(path: Path, data: str | bytes) -> None:
+    """Write a file only its owner can read (mode 0600, also when it already existed)."""
+    _write(path, data.encode() if isinstance(data, str) else data, secret=True)
+
+
 def _write(path: Path, data: bytes, *, secret: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = 0o600 if secret else 0o644
@@ -201,16 +220,7 @@ def write_pki(directory: Path, hosts: Sequence[str] = SERVING_HOSTS) -> PKIPaths
     serving = generate_serving_cert(ca, hosts)
     admin = generate_client_cert(ca)
     sa = generate_service_account_keys()
-    paths = PKIPaths(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_public_key=directory / "sa.pub",
-        sa_private_key=directory / "sa.key",
-    )
+    paths = PKIPaths.under(directory)
     _write(paths.ca_cert, ca.cert_pem, secret=False)
     _write(paths.ca_key, ca.key_pem, secret=True)
     _write(paths.serving_cert, serving.cert_pem, secret=False)
