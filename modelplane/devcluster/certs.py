@@ -84,6 +84,15 @@ def _validity() -> tuple[datetime.datetime, datetime.datetime]:
     return now - datetime.timedelta(minutes=5), now + VALIDITY
 
 
+_UNUSED = ("content_commitment", "key_encipherment", "data_encipherment", "key_agreement")
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signing only; a CA also signs certificates and revocation lists."""
+    unused = dict.fromkeys((*_UNUSED, "encipher_only", "decipher_only"), False)
+    return x509.KeyUsage(digital_signature=True, key_cert_sign=ca, crl_sign=ca, **unused)
+
+
 def generate_ca(common_name: str = "modelplane-dev-ca") -> KeyPair:
     key = _new_key()
     not_before, not_after = _validity()
@@ -97,20 +106,7 @@ def generate_ca(common_name: str = "modelplane-dev-ca") -> KeyPair:
         .not_valid_before(not_before)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -138,20 +134,7 @@ def _leaf(
         .not_valid_before(not_before)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),

@@ -583,31 +583,26 @@ def start_controllers(
         apply(rest, webhook)
     for gateway_class in gateway_classes():
         apply(rest, gateway_class)
-    token = w / "token"
-    run(
-        "traefik-workload",
-        traefik_argv(
+    gateways = (
+        (
+            "traefik-workload",
+            a.gateway_ip,
+            WORKLOAD_GATEWAY_PORT,
+            f"{WORKLOAD_CLASS_LABEL}=workload",
+        ),
+        ("traefik-front-door", a.front_door, GATEWAY_PORT, FRONT_DOOR_SELECTOR),
+    )
+    for name, address, port, selector in gateways:
+        argv = traefik_argv(
             fleet.traefik,
             server=a.server,
-            token_file=token,
+            token_file=w / "token",
             ca=pki.ca_cert,
-            address=a.gateway_ip,
-            port=WORKLOAD_GATEWAY_PORT,
-            selector=f"{WORKLOAD_CLASS_LABEL}=workload",
-        ),
-    )
-    run(
-        "traefik-front-door",
-        traefik_argv(
-            fleet.traefik,
-            server=a.server,
-            token_file=token,
-            ca=pki.ca_cert,
-            address=a.front_door,
-            port=GATEWAY_PORT,
-            selector=FRONT_DOOR_SELECTOR,
-        ),
-    )
+            address=address,
+            port=port,
+            selector=selector,
+        )
+        run(name, argv)
     for manifest in rwx_storage(cluster.name):
         apply(rest, manifest)
     # The simulated hardware.

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from .gotool import GoError, GoTool, Progress, format_elapsed
 
@@ -49,6 +49,35 @@ def cache_root(env: Mapping[str, str] | None = None) -> Path:
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- binaries
+
+
+class Binary:
+    """A class attribute naming one binary of a `BinDir`: ``bin_dir / name`` on an instance."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: BinDir | None, owner: type | None = None) -> Path:
+        if obj is None:
+            raise AttributeError(self.name)
+        return obj.bin_dir / self.name
+
+
+@dataclass(frozen=True)
+class BinDir:
+    """A set's ``bin/`` folder; complete when every one of ``COMMANDS`` is executable."""
+
+    bin_dir: Path
+    COMMANDS: ClassVar[tuple[str, ...]] = ()
+
+    def all_paths(self) -> list[Path]:
+        return [self.bin_dir / name for name in self.COMMANDS]
+
+    def complete(self) -> bool:
+        return all(p.is_file() and os.access(p, os.X_OK) for p in self.all_paths())
 
 
 # --------------------------------------------------------------------------- the manifest

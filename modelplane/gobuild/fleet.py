@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelplane.gobuild.cache import Manifest, ensure_built
+from modelplane.gobuild.cache import Binary, BinDir, Manifest, ensure_built
 from modelplane.gobuild.fleet_versions import (
     FLEET_COMMANDS,
     HTTP_AUTH_FORK,
@@ -105,32 +105,17 @@ func NewDNSChallengeProviderByName(name string) (challenge.Provider, error) {
 
 
 @dataclass(frozen=True)
-class FleetBinaries:
-    bin_dir: Path
+class FleetBinaries(BinDir):
+    COMMANDS = FLEET_COMMANDS
 
-    @property
-    def kwok(self) -> Path:
-        return self.bin_dir / "kwok"
-
-    @property
-    def lws_controller(self) -> Path:
-        return self.bin_dir / "lws-controller"
-
-    @property
-    def traefik(self) -> Path:
-        return self.bin_dir / "traefik"
-
-    @property
-    def stages_dir(self) -> Path:
-        return self.bin_dir / "stages"
+    kwok = Binary("kwok")
+    lws_controller = Binary("lws-controller")
+    traefik = Binary("traefik")
+    stages_dir = Binary("stages")
 
     def complete(self) -> bool:
-        commands = all(
-            (self.bin_dir / name).is_file() and os.access(self.bin_dir / name, os.X_OK)
-            for name in FLEET_COMMANDS
-        )
         stages = all((self.stages_dir / Path(f).name).is_file() for f in KWOK_STAGE_FILES)
-        return commands and stages
+        return super().complete() and stages
 
 
 def render_lws_gomod(lws_gomod: str) -> str:

@@ -102,31 +102,23 @@ class GoTool:
             )
         return have
 
-    def output(self, args: list[str], cwd: Path, what: str) -> str:
+    def _capture(self, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+        """Run a short Go command, its output captured and logged."""
         proc = subprocess.run(
-            [str(self.go), *args],
-            cwd=cwd,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
+            [str(self.go), *args], cwd=cwd, env=self.env, capture_output=True, text=True
         )
         self._append_log(args, proc.stdout + proc.stderr)
+        return proc
+
+    def output(self, args: list[str], cwd: Path, what: str) -> str:
+        proc = self._capture(args, cwd)
         if proc.returncode != 0:
             raise GoError(f"{what} failed:\n{tail(proc.stderr or proc.stdout)}")
         return proc.stdout
 
     def try_json(self, args: list[str], cwd: Path) -> dict[str, Any] | None:
         """Run a `-json` command; None if it fails or reports an Error (e.g. a refused version)."""
-        proc = subprocess.run(
-            [str(self.go), *args],
-            cwd=cwd,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        self._append_log(args, proc.stdout + proc.stderr)
+        proc = self._capture(args, cwd)
         try:
             data = json.loads(proc.stdout) if proc.stdout.strip() else None
         except json.JSONDecodeError:

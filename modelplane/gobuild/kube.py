@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from modelplane.gobuild.cache import Manifest, ensure_built
+from modelplane.gobuild.cache import Binary, BinDir, Manifest, ensure_built
 from modelplane.gobuild.gomod import Replace, WrapperModule, parse_go_mod
 from modelplane.gobuild.gotool import MINIMUM_GO, GoError, GoTool, Progress
 from modelplane.gobuild.kube_versions import (
@@ -52,38 +52,18 @@ WHAT = "the Kubernetes control plane"
 
 
 @dataclass(frozen=True)
-class KubeBinaries:
+class KubeBinaries(BinDir):
     """Paths of a complete set of control-plane binaries."""
 
-    bin_dir: Path
     kubernetes_version: str = KUBERNETES_VERSION
     kine_version: str = KINE_VERSION
+    COMMANDS = (*KUBE_COMMANDS, "kine")
 
-    @property
-    def kube_apiserver(self) -> Path:
-        return self.bin_dir / "kube-apiserver"
-
-    @property
-    def kube_scheduler(self) -> Path:
-        return self.bin_dir / "kube-scheduler"
-
-    @property
-    def kube_controller_manager(self) -> Path:
-        return self.bin_dir / "kube-controller-manager"
-
-    @property
-    def kubectl(self) -> Path:
-        return self.bin_dir / "kubectl"
-
-    @property
-    def kine(self) -> Path:
-        return self.bin_dir / "kine"
-
-    def all_paths(self) -> list[Path]:
-        return [self.bin_dir / name for name in (*KUBE_COMMANDS, "kine")]
-
-    def complete(self) -> bool:
-        return all(p.is_file() and os.access(p, os.X_OK) for p in self.all_paths())
+    kube_apiserver = Binary("kube-apiserver")
+    kube_scheduler = Binary("kube-scheduler")
+    kube_controller_manager = Binary("kube-controller-manager")
+    kubectl = Binary("kubectl")
+    kine = Binary("kine")
 
 
 def default_progress(message: str) -> None:
