@@ -180,3 +180,46 @@ def test_ensure_built_concurrent_callers_wait_for_the_one_build_and_name_the_set
         "another process is building the dev fleet's Prometheus; "
         f"waiting for {tmp_path / 'set-v1.lock'}"
     )
+
+
+def test_every_set_keeps_its_cache_folder_and_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folders `make setup` filled before the wing are the ones found now (no rebuild)."""
+    from modelplane.engine.bootstrap import cache_base, lock_path
+    from modelplane.gobuild.fleet_versions import fleet_cache_dir, prometheus_cache_dir
+    from modelplane.gobuild.kube_versions import kube_cache_dir
+
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path))
+    sets = {
+        "kube": kube_cache_dir(),
+        "devfleet": fleet_cache_dir(),
+        "prometheus": prometheus_cache_dir(),
+    }
+    assert {name: str(path.relative_to(tmp_path)) for name, path in sets.items()} == {
+        "kube": "kube/k8s-v1.35.8-kine-v0.16.4",
+        "devfleet": "devfleet/kwok-v0.8.0-lws-v0.8.0-traefik-v3.7.13",
+        "prometheus": "devfleet/prometheus-v3.16.0",
+    }
+    assert cache.lock_path(sets["kube"]) == tmp_path / "kube" / "k8s-v1.35.8-kine-v0.16.4.lock"
+    assert lock_path(cache_base()) == tmp_path / "engine" / ".lock"
+
+
+def test_cached_sets_are_found_without_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelplane.gobuild.fleet import FleetBinaries, ensure_fleet_binaries
+    from modelplane.gobuild.fleet_versions import KWOK_STAGE_FILES, fleet_cache_dir
+
+    monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("MODELPLANE_DEVFLEET_BIN_DIR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-go"))
+    monkeypatch.setenv("MODELPLANE_GO", str(tmp_path / "no-go" / "go"))
+    bin_dir = fleet_cache_dir() / "bin"
+    for name in FleetBinaries.COMMANDS:
+        write_tool(bin_dir)
+        (bin_dir / "tool").rename(bin_dir / name)
+    for stage in KWOK_STAGE_FILES:
+        (bin_dir / "stages").mkdir(exist_ok=True)
+        (bin_dir / "stages" / Path(stage).name).write_text("kind: Stage\n")
+    said: list[str] = []
+    assert ensure_fleet_binaries(progress=said.append) == FleetBinaries(bin_dir)
+    assert said == []

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .gotool import GoError, GoTool, Progress, format_elapsed
+from .gotool import MINIMUM_GO, GoError, GoTool, Progress, format_elapsed
 
 T = TypeVar("T")
 
@@ -181,8 +181,9 @@ def clean_stale_staging(base: Path, name: str = "") -> None:
     call with the lock held."""
     if not base.is_dir():
         return
+    tail = f"{name}-" if name else ""
     for path in base.iterdir():
-        if path.name.startswith((f".staging-{name}", f".old-{name}")):
+        if path.name.startswith((f".staging-{tail}", f".old-{tail}")):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -263,6 +264,7 @@ def build_into(root: Path, build: Build, say: Progress, *, what: str) -> Path:
     clean_stale_staging(root.parent, root.name)
     with staged(root.parent, root.name, say) as staging:
         go = GoTool(log=staging / "build.log", progress=say)
+        go.require(MINIMUM_GO, f"building {what}")
         manifest = build(go, staging)
         elapsed = time.monotonic() - started
         manifest = replace(manifest, go=go.version(), seconds=round(elapsed, 1))

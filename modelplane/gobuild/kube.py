@@ -31,7 +31,7 @@ from typing import Any
 
 from modelplane.gobuild.cache import Binary, BinDir, Manifest, ensure_built
 from modelplane.gobuild.gomod import Replace, WrapperModule, parse_go_mod
-from modelplane.gobuild.gotool import MINIMUM_GO, GoError, GoTool, Progress
+from modelplane.gobuild.gotool import GoError, GoTool, Progress
 from modelplane.gobuild.kube_versions import (
     KINE_MODULE,
     KINE_PACKAGE,
@@ -218,7 +218,6 @@ class KubeBuild:
             f"building kube-apiserver v{self.kubernetes_version} and kine v{self.kine_version} "
             f"from Go modules (the first build takes many minutes; log: {self.go.log})"
         )
-        self.go.require(MINIMUM_GO, f"building Kubernetes v{self.kubernetes_version}")
         out = self.root / "bin"
         self._apiserver(out)
         self._kine(out)
