@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from modelplane.gobuild import cache
+from modelplane.gobuild.gomod import Replace, WrapperModule, parse_go_mod
 from modelplane.gobuild.gotool import GoError, GoTool, find_go
 
 
@@ -223,3 +224,60 @@ def test_cached_sets_are_found_without_go(tmp_path: Path, monkeypatch: pytest.Mo
     said: list[str] = []
     assert ensure_fleet_binaries(progress=said.append) == FleetBinaries(bin_dir)
     assert said == []
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "want"),
+    [
+        ("module m\ngo 1.25.0\n", "go", "1.25.0"),
+        ("module m\nrequire x.io/a v1.0.0 // indirect\n", "requires", (("x.io/a", "v1.0.0"),)),
+        (
+            "module m\nrequire (\n\tx.io/a v1\n\ty.io/b v2\n)\n",
+            "requires",
+            (("x.io/a", "v1"), ("y.io/b", "v2")),
+        ),
+        (
+            "module m\nexclude\tx.io/a  v3.0.83+incompatible\n",
+            "excludes",
+            ("x.io/a v3.0.83+incompatible",),
+        ),
+        ("module m\nexclude (\n\tx.io/a v1\n)\n", "excludes", ("x.io/a v1",)),
+        (
+            "module m\ngodebug (\n\tdefault=go1.25\n\twinsymlink=0\n)\n",
+            "godebug",
+            ("default=go1.25", "winsymlink=0"),
+        ),
+        (
+            "module m\ntool (\n\tx.io/a/cmd\n)\nreplace x.io/a => ./a\n",
+            "replaces",
+            (Replace("x.io/a", "./a"),),
+        ),
+    ],
+    ids=[
+        "go",
+        "require-line",
+        "require-block",
+        "exclude-tab",
+        "exclude-block",
+        "godebug-block",
+        "tool-then-replace",
+    ],
+)
+def test_one_go_mod_reader_for_every_set(text: str, field: str, want: object) -> None:
+    assert getattr(parse_go_mod(text), field) == want
+
+
+def test_a_wrapper_bumps_the_go_line_for_tool_directives_and_renders_one_shape() -> None:
+    wrapper = WrapperModule(
+        path="modelplane.local/build/x",
+        go="1.22",
+        requires=(("x.io/a", "v1.0.0"),),
+        tools=("x.io/a/cmd",),
+        excludes=("x.io/b v0.1.0",),
+        comment="Generated.",
+    )
+    assert wrapper.render() == (
+        "// Generated.\nmodule modelplane.local/build/x\n\ngo 1.24\n\ntool x.io/a/cmd\n\n"
+        "require (\n\tx.io/a v1.0.0\n)\n\nexclude (\n\tx.io/b v0.1.0\n)\n"
+    )
+    assert parse_go_mod(wrapper.render()).requires == (("x.io/a", "v1.0.0"),)

@@ -78,8 +78,8 @@ def parse_go_mod(text: str) -> GoMod:
             elif block in entries:
                 entries[block].append(line)
             continue
-        verb, _, rest = line.partition(" ")
-        rest = rest.strip()
+        verb, *tail = line.split(maxsplit=1)
+        rest = tail[0].strip() if tail else ""
         if rest == "(":
             block = verb
         elif verb == "module":
@@ -90,7 +90,8 @@ def parse_go_mod(text: str) -> GoMod:
             entries[verb].append(rest)
     if not module:
         raise ValueError("go.mod has no module line")
-    requires = tuple((parts[0], parts[1]) for parts in map(str.split, entries["require"]))
+    split = [entry.split() for entry in entries["require"]]
+    requires = tuple((parts[0], parts[1]) for parts in split if len(parts) >= 2)
     return GoMod(
         module=module,
         go=go,
