@@ -529,8 +529,8 @@ def built_engine() -> Path:
 
 
 def engine_versions(root: Path) -> EngineVersions:
-    manifest = cache.read_manifest(root)
-    return EngineVersions(pulumi=manifest["pulumi"], kubernetes=manifest["kubernetes"])
+    versions = cache.read_manifest(root).versions
+    return EngineVersions(pulumi=versions["pulumi"], kubernetes=versions["kubernetes"])
 
 
 def expected_versions(root: Path) -> EngineVersions:
