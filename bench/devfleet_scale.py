@@ -57,9 +57,9 @@ def rss_bytes(pid: int) -> int:
 
 
 def main() -> int:
-    from modelplane.devcluster.build import ensure_kube_binaries
     from modelplane.devfleet import fleet as devfleet
-    from modelplane.devfleet.binaries import ensure_fleet_binaries
+    from modelplane.gobuild.fleet import ensure_fleet_binaries
+    from modelplane.gobuild.kube import ensure_kube_binaries
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--clusters", type=int, default=3)

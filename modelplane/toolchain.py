@@ -4,9 +4,9 @@
 
 - the Pulumi engine (CLI, Python language host, Kubernetes provider): ``modelplane.engine``;
 - the Kubernetes control plane (kube-apiserver, kube-scheduler, kube-controller-manager,
-  kubectl, kine): ``modelplane.devcluster.build``;
-- the dev fleet's kwok, LeaderWorkerSet controller and Traefik: ``modelplane.devfleet.binaries``;
-- the dev fleet's Prometheus (Kubernetes discovery only): ``modelplane.devfleet.prometheus``.
+  kubectl, kine): ``modelplane.gobuild.kube``;
+- the dev fleet's kwok, LeaderWorkerSet controller and Traefik: ``modelplane.gobuild.fleet``;
+- the dev fleet's Prometheus (Kubernetes discovery only): ``modelplane.gobuild.prometheus``.
 
 Each set is one wrapper module and one ``go build``, and the four run at the same time, so a
 cold machine waits for the longest one rather than the sum (the Go build cache is shared; each
@@ -54,19 +54,19 @@ def _engine(say: Progress) -> Path:
 
 
 def _kube(say: Progress) -> Path:
-    from modelplane.devcluster.build import ensure_kube_binaries
+    from modelplane.gobuild.kube import ensure_kube_binaries
 
     return ensure_kube_binaries(progress=say).bin_dir
 
 
 def _fleet(say: Progress) -> Path:
-    from modelplane.devfleet.binaries import ensure_fleet_binaries
+    from modelplane.gobuild.fleet import ensure_fleet_binaries
 
     return ensure_fleet_binaries(progress=say).bin_dir
 
 
 def _prometheus(say: Progress) -> Path:
-    from modelplane.devfleet.prometheus import ensure_prometheus
+    from modelplane.gobuild.prometheus import ensure_prometheus
 
     return ensure_prometheus(progress=say).parent
 
@@ -98,10 +98,10 @@ def install(names: list[str]) -> list[Outcome]:
 
 
 def status() -> dict[str, Path | None]:
-    from modelplane.devcluster.build import cached_kube_binaries
-    from modelplane.devfleet.binaries import cached_fleet_binaries
-    from modelplane.devfleet.prometheus import cached_prometheus
     from modelplane.engine.bootstrap import find_engine
+    from modelplane.gobuild.fleet import cached_fleet_binaries
+    from modelplane.gobuild.kube import cached_kube_binaries
+    from modelplane.gobuild.prometheus import cached_prometheus
 
     engine = find_engine()
     kube = cached_kube_binaries()

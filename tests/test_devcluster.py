@@ -11,6 +11,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +29,13 @@ from modelplane.devcluster import (
     KINE_VERSION,
     KUBERNETES_VERSION,
     DevCluster,
-    KubeBuildError,
+    GoError,
     ensure_kube_binaries,
     kube_cache_dir,
     start_dev_cluster,
 )
-from modelplane.devcluster.build import (
-    apiserver_ldflags,
-    go_environment,
-    kine_ldflags,
-    render_apiserver_gomod,
-    render_kine_gomod,
-    staging_modules,
-)
 from modelplane.devcluster.certs import (
+    PKIPaths,
     generate_ca,
     generate_client_cert,
     generate_service_account_keys,
@@ -49,14 +43,24 @@ from modelplane.devcluster.certs import (
     write_pki,
 )
 from modelplane.devcluster.crds import default_crds_dir, load_manifests
-from modelplane.devcluster.server import (
+from modelplane.devcluster.launch import (
     ManagedProcess,
     apiserver_argv,
+    controller_manager_argv,
     kine_argv,
     pid_runs,
-    render_kubeconfig,
+    scheduler_argv,
+    spawn,
 )
-from modelplane.devcluster.versions import staging_version
+from modelplane.devcluster.server import render_kubeconfig
+from modelplane.gobuild.kube import (
+    apiserver_ldflags,
+    kine_ldflags,
+    render_apiserver_gomod,
+    render_kine_gomod,
+    staging_modules,
+)
+from modelplane.gobuild.kube_versions import staging_version
 from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
 
 # The 31 staging modules of Kubernetes 1.34/1.35.
@@ -150,7 +154,7 @@ def test_cached_binaries_are_used_without_building(
 
 def test_prebuilt_bin_dir_must_be_complete(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MODELPLANE_KUBE_BIN_DIR", str(tmp_path))
-    with pytest.raises(KubeBuildError, match="does not contain executable"):
+    with pytest.raises(GoError, match="does not contain executable"):
         ensure_kube_binaries(progress=None)
 
 
@@ -197,15 +201,6 @@ def test_version_stamping_ldflags() -> None:
         assert f"-X {package}.gitMinor=35" in flags
         assert f"-X {package}.gitCommit=abc123" in flags
     assert "-X github.com/k3s-io/kine/pkg/version.Version=v0.16.4" in kine_ldflags("0.16.4", "x")
-
-
-def test_go_environment_is_local_and_static() -> None:
-    env = go_environment({"GOFLAGS": "-mod=vendor", "GOTOOLCHAIN": "auto", "PATH": "/bin"})
-    assert env["GOTOOLCHAIN"] == "local"
-    assert env["CGO_ENABLED"] == "0"
-    assert env["GOFLAGS"] == ""
-    assert env["GOWORK"] == "off"
-    assert env["PATH"] == "/bin"
 
 
 # --------------------------------------------------------------------------- unit: certificates
@@ -306,6 +301,75 @@ def test_process_flags_bind_only_loopback(tmp_path: Path) -> None:
     for flag in api + kine:
         for address in re.findall(r"\b\d+\.\d+\.\d+\.\d+\b", flag):
             assert address == "127.0.0.1" or flag.startswith("--service-cluster-ip-range=")
+
+
+@pytest.mark.parametrize(
+    ("host", "extra", "service_range", "authorization"),
+    [
+        ("127.0.0.1", (), "10.0.0.0/24", "RBAC"),  # dev-cluster
+        ("127.77.7.11", ("--token-auth-file=/t.csv",), "10.96.0.0/16", "Node,RBAC"),  # dev-fleet
+    ],
+    ids=["dev-cluster", "dev-fleet"],
+)
+def test_one_launcher_binds_every_process_to_its_host(
+    tmp_path: Path, host: str, extra: tuple[str, ...], service_range: str, authorization: str
+) -> None:
+    pki = PKIPaths.under(tmp_path / "pki")
+    api = apiserver_argv(
+        Path("/bin/kube-apiserver"),
+        host=host,
+        port=6443,
+        etcd_port=2379,
+        pki=pki,
+        cert_dir=tmp_path,
+        service_range=service_range,
+        authorization=authorization,
+        extra=extra,
+    )
+    kine = kine_argv(Path("/bin/kine"), host=host, port=2379, database=tmp_path / "db")
+    kcm = controller_manager_argv(
+        Path("/bin/kcm"), host=host, kubeconfig=tmp_path / "kc", pki=pki, extra=extra
+    )
+    sched = scheduler_argv(Path("/bin/ks"), host=host, config=tmp_path / "s", kubeconfig=tmp_path)
+    assert f"--etcd-servers=http://{host}:2379" in api and f"--listen-address={host}:2379" in kine
+    assert f"--advertise-address={host}" in api
+    assert f"--service-account-issuer=https://{host}:6443" in api
+    assert f"--authorization-mode={authorization}" in api
+    assert f"--service-cluster-ip-range={service_range}" in api
+    for argv in (api, kcm):
+        assert all(flag in argv for flag in extra)
+    for argv in (api, kcm, sched):
+        assert f"--bind-address={host}" in argv and "--profiling=false" in argv
+    assert f"--tls-cert-file={tmp_path / 'pki' / 'apiserver.crt'}" in api
+    assert f"--cluster-signing-key-file={tmp_path / 'pki' / 'ca.key'}" in kcm
+
+
+def test_the_pki_layout_is_spelt_once(tmp_path: Path) -> None:
+    assert write_pki(tmp_path / "pki") == PKIPaths.under(tmp_path / "pki")
+
+
+def test_spawn_runs_through_an_exec_prefix_in_its_own_session(tmp_path: Path) -> None:
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    process = spawn(
+        "sleeper",
+        [sleep, "30"],
+        cwd=tmp_path,
+        log_path=tmp_path / "logs" / "sleeper.log",
+        prefix=["env", "MODELPLANE_TEST=1"],  # execs the command in place, as `ip netns exec`
+        env={"PATH": os.environ["PATH"]},
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not pid_runs(process.pid, sleep) and time.monotonic() < deadline:
+            time.sleep(0.02)  # `env` execs the command a moment after the fork
+        assert process.running() and pid_runs(process.pid, sleep)
+        assert os.getpgid(process.pid) == process.pid
+        environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        assert b"MODELPLANE_TEST=1" in environ
+    finally:
+        process.stop(timeout=5)
+    assert not process.running()
 
 
 def test_state_round_trip_holds_no_secrets(tmp_path: Path) -> None:

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from modelplane.devcluster.launch import clean_env, spawn
 from modelplane.devfleet import fleet as devfleet
-from modelplane.devfleet.cluster import FleetCluster, _clean_env, _spawn
+from modelplane.devfleet import netns
+from modelplane.devfleet.cluster import FleetCluster
 from modelplane.driver.fleet import Fleet
 from modelplane.observe.cluster import observe_routes
 from modelplane.observe.kube import KubeReader, parse_kubeconfig
@@ -270,13 +272,13 @@ class Outage:
     def end(self) -> None:
         w = self.cluster.workdir
         for name, argv in self.argv.items():
-            fresh = _spawn(
+            fresh = spawn(
                 name,
                 argv,
-                ns=self.fleet.netns,
                 cwd=w,
                 log_path=w / "logs" / f"{name}-2.log",
-                env=_clean_env(),
+                prefix=netns.exec_prefix(self.fleet.netns),
+                env=clean_env(),
             )
             self.cluster.processes = [
                 fresh if p.name == name else p for p in self.cluster.processes

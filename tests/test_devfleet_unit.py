@@ -10,7 +10,6 @@ import pytest
 
 from modelplane.api.loader import load_fleet
 from modelplane.devfleet.agent import pod_hosts, pod_servers
-from modelplane.devfleet.binaries import render_fleet_gomod, render_lws_gomod
 from modelplane.devfleet.bridge import Route
 from modelplane.devfleet.cluster import ClusterAddresses, lws_webhooks
 from modelplane.devfleet.fleet import bridge_routes
@@ -21,6 +20,7 @@ from modelplane.devfleet.nodes import (
     device_classes,
     resource_slices,
 )
+from modelplane.gobuild.fleet import render_fleet_gomod, render_lws_gomod
 from modelplane.secrets import expand_path_variables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -356,8 +356,8 @@ def test_dev_prometheus_scrapes_like_the_serving_stack_through_its_api_server(
 
 
 def test_prometheus_wrapper_gomod_builds_the_pinned_module() -> None:
-    from modelplane.devfleet.prometheus import render_gomod
-    from modelplane.devfleet.versions import PROMETHEUS_MODULE_VERSION, PROMETHEUS_PACKAGE
+    from modelplane.gobuild.fleet_versions import PROMETHEUS_MODULE_VERSION, PROMETHEUS_PACKAGE
+    from modelplane.gobuild.prometheus import render_gomod
 
     text = render_gomod("module github.com/prometheus/prometheus\n\ngo 1.26.7\n")
     assert "go 1.26.7" in text

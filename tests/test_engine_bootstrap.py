@@ -14,18 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from modelplane.engine import cache, gobuild, sources
+from modelplane.engine import bootstrap, gobuild, sources
 from modelplane.engine.__main__ import main as engine_main
 from modelplane.engine.bootstrap import SETUP_COMMAND, EngineNotFound, candidate_keys, find_engine
-from modelplane.engine.gomod import (
-    GoMod,
-    Replace,
-    WrapperModule,
-    go_version_at_least,
-    merge_go_sum,
-    parse_go_mod,
-)
-from modelplane.engine.gotool import go_env
 from modelplane.engine.installed import find_installed
 from modelplane.engine.versions import (
     EngineVersions,
@@ -33,6 +24,16 @@ from modelplane.engine.versions import (
     parse_cli_version,
     wanted_versions,
 )
+from modelplane.gobuild import cache
+from modelplane.gobuild.gomod import (
+    GoMod,
+    Replace,
+    WrapperModule,
+    go_version_at_least,
+    merge_go_sum,
+    parse_go_mod,
+)
+from modelplane.gobuild.gotool import GoError, go_env
 
 WANTED = EngineVersions(pulumi="3.272.0", kubernetes="4.34.2")
 GO = shutil.which("go")  # before any fixture empties PATH
@@ -53,9 +54,10 @@ def fake_pulumi(bin_dir: Path, version: str) -> Path:
 
 
 def fake_engine(root: Path, pulumi: str = "3.272.0", kubernetes: str = "4.34.2") -> Path:
-    for name in cache.BINARIES:
+    for name in bootstrap.BINARIES:
         executable(root / "bin" / name, "#!/bin/sh\nexit 0\n")
-    cache.write_manifest(root, {"pulumi": pulumi, "kubernetes": kubernetes, "source": "test"})
+    versions = {"pulumi": pulumi, "kubernetes": kubernetes}
+    cache.Manifest(set="engine", versions=versions, source="test").write(root)
     return root
 
 
@@ -101,31 +103,57 @@ def test_parse_cli_version(output: str, version: str | None) -> None:
 
 def test_cache_base_precedence(tmp_path: Path) -> None:
     home = {"HOME": str(tmp_path / "home")}
-    assert cache.cache_base(home) == tmp_path / "home" / ".cache" / "modelplane" / "engine"
+    assert bootstrap.cache_base(home) == tmp_path / "home" / ".cache" / "modelplane" / "engine"
     xdg = {**home, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    assert cache.cache_base(xdg) == tmp_path / "xdg" / "modelplane" / "engine"
+    assert bootstrap.cache_base(xdg) == tmp_path / "xdg" / "modelplane" / "engine"
     own = {**xdg, "MODELPLANE_CACHE_DIR": str(tmp_path / "own")}
-    assert cache.cache_base(own) == tmp_path / "own" / "engine"
+    assert bootstrap.cache_base(own) == tmp_path / "own" / "engine"
 
 
 def test_publish_is_atomic_and_incomplete_engines_do_not_count(tmp_path: Path) -> None:
     base = tmp_path / "engine"
-    staging = cache.staging_dir("k", base)
-    assert staging.parent == base and staging.name.startswith(".staging-")
-    assert not cache.is_complete(staging)  # no binaries, no manifest yet
-    fake_engine(staging)
-    root = cache.publish(staging, "k", base)
-    assert root == base / "k" and cache.is_complete(root) and not staging.exists()
+    with cache.staged(base, "k") as staging:
+        assert staging.parent == base and staging.name.startswith(".staging-k-")
+        assert not bootstrap.is_complete(staging)  # no binaries, no manifest yet
+        for name in bootstrap.BINARIES:
+            executable(staging / "bin" / name, "#!/bin/sh\nexit 0\n")
+        assert not bootstrap.is_complete(staging)  # binaries, no manifest yet
+        manifest = cache.Manifest(set="engine", versions={"pulumi": "3.272.0"})
+        root = cache.publish(staging, base / "k", manifest)
+    assert root == base / "k" and bootstrap.is_complete(root) and not staging.exists()
+    assert cache.read_manifest(root) == manifest
     (root / "bin" / "pulumi").unlink()
-    assert not cache.is_complete(root)
+    assert not bootstrap.is_complete(root)
+
+
+def test_an_engine_cached_before_the_build_wing_still_counts(tmp_path: Path) -> None:
+    root = tmp_path / "engine" / WANTED.key
+    for name in bootstrap.BINARIES:
+        executable(root / "bin" / name, "#!/bin/sh\nexit 0\n")
+    legacy = {
+        "pulumi": "3.274.1",
+        "kubernetes": "4.25.0",
+        "wanted": {"pulumi": "3.272.0", "kubernetes": "4.34.2"},
+        "source": "go-build",
+        "seconds": 2400.0,
+        "created": "2026-11-25T21:00:00+00:00",
+        "details": {"pkg/v3": "v3.274.1"},
+    }
+    (root / "engine.json").write_text(json.dumps(legacy))
+    assert bootstrap.is_complete(root)
+    manifest = cache.read_manifest(root)
+    assert manifest.set == "engine" and manifest.source == "go-build"
+    assert manifest.versions == {"pulumi": "3.274.1", "kubernetes": "4.25.0"}
+    assert manifest.built_at == legacy["created"]
 
 
 def test_stale_staging_folders_are_cleaned(tmp_path: Path) -> None:
     base = tmp_path / "engine"
-    staging = cache.staging_dir("k", base)
-    with cache.locked(base):
+    stale = base / ".staging-k-1-2"
+    (stale / "bin").mkdir(parents=True)
+    with cache.locked(base / ".lock", "the engine"):
         cache.clean_stale_staging(base)
-    assert not staging.exists()
+    assert not stale.exists()
 
 
 def test_a_second_bootstrap_waits_for_the_lock_and_says_so(tmp_path: Path) -> None:
@@ -138,17 +166,16 @@ def test_a_second_bootstrap_waits_for_the_lock_and_says_so(tmp_path: Path) -> No
     fcntl.flock(holder, fcntl.LOCK_EX)
     threading.Timer(0.3, holder.close).start()
     messages: list[str] = []
-    with cache.locked(base, on_wait=messages.append):
+    with cache.locked(base / ".lock", bootstrap.WHAT, messages.append):
         pass
-    assert len(messages) == 1 and "waiting for another engine bootstrap" in messages[0]
+    assert messages == [
+        f"another process is building the Pulumi engine; waiting for {base / '.lock'}"
+    ]
 
 
 def test_a_failed_build_leaves_no_engine_behind(
     isolated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from modelplane.engine import bootstrap
-    from modelplane.engine.gotool import GoError
-
     if GO is None:
         pytest.skip("needs the Go toolchain (only `go env` runs: no build, no network)")
     monkeypatch.setenv(bootstrap.SOURCES_ENV, "fallback")
@@ -217,26 +244,27 @@ def test_wrapper_go_mod_requires_upstream_and_copies_only_module_replaces() -> N
         go="1.26.6",
         replaces=(Replace("github.com/atotto/clipboard", "example.com/other", None, "v1.0.0"),),
     )
-    wrapper = WrapperModule(
-        path="modelplane.local/engine/pulumi",
-        requires=((sources.PKG_MODULE, "v3.259.0"), (sources.SDK_MODULE, "v3.259.0")),
-        upstream=(pkg, sdk),
+    wrapper = WrapperModule.wrapping(
+        "modelplane.local/engine/pulumi",
+        ((sources.PKG_MODULE, "v3.259.0"), (sources.SDK_MODULE, "v3.259.0")),
+        (pkg, sdk),
     )
     text = wrapper.render()
+    lines = [line.strip() for line in text.splitlines()]
     assert text.startswith("module modelplane.local/engine/pulumi\n")
     assert "\ngo 1.26.6\n" in text  # the highest upstream go line
     assert "\tgithub.com/pulumi/pulumi/pkg/v3 v3.259.0\n" in text
     assert "\tgithub.com/pulumi/pulumi/sdk/v3 v3.259.0\n" in text
     assert "=> ../sdk" not in text  # path replaces make no sense outside the upstream repo
-    assert text.count("replace github.com/atotto/clipboard") == 1  # first upstream wins
+    assert text.count("github.com/atotto/clipboard =>") == 1  # first upstream wins
     assert "github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e" in text
-    assert "replace golang.org/x/text v0.1.0 => golang.org/x/text v0.39.0" in text
+    assert "golang.org/x/text v0.1.0 => golang.org/x/text v0.39.0" in lines
 
 
 def test_wrapper_copies_godebug_lines() -> None:
     mod = parse_go_mod("module k8s.io/x\n\ngo 1.24.0\n\ngodebug default=go1.24\n")
-    text = WrapperModule(path="w", requires=(("k8s.io/x", "v1.0.0"),), upstream=(mod,)).render()
-    assert "godebug (\n\tdefault=go1.24\n)" in text
+    text = WrapperModule.wrapping("w", (("k8s.io/x", "v1.0.0"),), (mod,)).render()
+    assert "\ngodebug default=go1.24\n" in text
 
 
 def test_go_sum_merge_dedupes_and_pins() -> None:
@@ -274,10 +302,10 @@ def test_go_sources_ship_with_the_package() -> None:
     assert "schema.PackageSpec" in gobuild.go_source("embedgen/main.go")
 
 
-def test_go_env_is_local_toolchain_without_cgo() -> None:
-    env = go_env({"GOFLAGS": "-buildvcs=false -mod=vendor", "GOTOOLCHAIN": "auto", "PATH": "/x"})
-    assert env["GOTOOLCHAIN"] == "local" and env["CGO_ENABLED"] == "0"
-    assert env["GOFLAGS"].split() == ["-buildvcs=false", "-mod=mod"]
+def test_go_env_is_local_toolchain_without_cgo_and_ignores_the_users_goflags() -> None:
+    env = go_env({"GOFLAGS": "-race -mod=vendor", "GOTOOLCHAIN": "auto", "PATH": "/x"})
+    assert env["GOTOOLCHAIN"] == "local" and env["CGO_ENABLED"] == "0" and env["GOWORK"] == "off"
+    assert env["GOFLAGS"] == "-mod=mod"
     assert env["PATH"] == "/x"
 
 
@@ -449,7 +477,7 @@ def test_installed_engine_is_linked_into_the_cache(
     root = find_engine(WANTED, isolated)
     assert root == isolated / WANTED.key
     assert (root / "bin" / "pulumi").resolve() == (bin_dir / "pulumi").resolve()
-    assert cache.read_manifest(root)["source"] == "installed"
+    assert cache.read_manifest(root).source == "installed"
 
 
 def test_fallback_build_is_used_when_nothing_exact_exists(isolated: Path) -> None:
@@ -493,7 +521,6 @@ def test_cli_where_without_engine_fails_clearly(
 @pytest.fixture(scope="session")
 def built_engine() -> Path:
     from modelplane.engine import EngineBuildFailed, ensure_engine
-    from modelplane.engine.gotool import GoError
 
     try:
         return ensure_engine(progress=lambda _m: None)
@@ -502,8 +529,8 @@ def built_engine() -> Path:
 
 
 def engine_versions(root: Path) -> EngineVersions:
-    manifest = cache.read_manifest(root)
-    return EngineVersions(pulumi=manifest["pulumi"], kubernetes=manifest["kubernetes"])
+    versions = cache.read_manifest(root).versions
+    return EngineVersions(pulumi=versions["pulumi"], kubernetes=versions["kubernetes"])
 
 
 def expected_versions(root: Path) -> EngineVersions:

@@ -21,7 +21,6 @@ from modelplane.api.loader import fleet_files, load_fleet
 from modelplane.driver.events import StackEvent, events_from_json, stack_event
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.offline import OfflinePreview
-from modelplane.driver.plugins import missing_for_stack, stack_plugins
 from modelplane.driver.progress import LiveProgress, summary_table
 from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
@@ -32,7 +31,9 @@ from modelplane.engine.plugins import (
     acquisition_enabled,
     find_plugin,
     install_plugins,
+    missing_for_stack,
     pinned_plugins,
+    stack_plugins,
 )
 from modelplane.stacks import StackUnit, Tier
 

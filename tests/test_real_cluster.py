@@ -170,11 +170,11 @@ def test_eks_node_groups_ignore_desired_size(type_: str, ignored: list[str] | No
 def test_apiserver_tests_fail_in_ci_without_go(
     monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], outcome: type[BaseException]
 ) -> None:
-    from modelplane.devcluster import KubeBuildError
+    from modelplane.devcluster import GoError
     from tests.fixtures import apiserver
 
     def no_go() -> None:
-        raise KubeBuildError("no go on PATH")
+        raise GoError("no go on PATH")
 
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("MODELPLANE_REQUIRE_APISERVER", raising=False)

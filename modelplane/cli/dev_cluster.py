@@ -12,7 +12,7 @@ from modelplane.devcluster import (
     CRDInstallError,
     DevCluster,
     DevClusterError,
-    KubeBuildError,
+    GoError,
     ensure_kube_binaries,
     start_dev_cluster,
 )
@@ -83,7 +83,7 @@ def up(directory: DirOption = DEFAULT_DIR) -> None:
     try:
         binaries = ensure_kube_binaries(progress=_progress)
         cluster = start_dev_cluster(directory, binaries=binaries, progress=_progress)
-    except (KubeBuildError, DevClusterError, CRDInstallError) as exc:
+    except (GoError, DevClusterError, CRDInstallError) as exc:
         raise _fail(str(exc)) from None
     cluster.save_state()
     typer.echo(

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from modelplane.devcluster.build import KubeBuildError
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.netns import NetnsError
+from modelplane.gobuild.gotool import GoError
 
 app = typer.Typer(
     help=(
@@ -102,7 +102,7 @@ def up(
             root, clusters=clusters, specs=specs, progress=_progress, prometheus=prometheus
         )
         report = devfleet.status(fleet)
-    except (devfleet.DevFleetError, KubeBuildError, NetnsError) as exc:
+    except (devfleet.DevFleetError, GoError, NetnsError) as exc:
         raise _fail(str(exc)) from None
     _print_status(report, output)
     if output != "json":

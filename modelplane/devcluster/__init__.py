@@ -1,19 +1,16 @@
 """A real Kubernetes API server on 127.0.0.1 for tests and for people.
 
 ``ensure_kube_binaries()`` builds kube-apiserver and kine from Go modules into the modelplane
-cache (once); ``start_dev_cluster(workdir)`` runs them, installs the vendored CRDs and writes a
-kubeconfig.
+cache (once, `modelplane.gobuild.kube`); ``start_dev_cluster(workdir)`` runs them, installs the
+vendored CRDs and writes a kubeconfig.
 """
 
-from modelplane.devcluster.build import (
-    KubeBinaries,
-    KubeBuildError,
-    cached_kube_binaries,
-    ensure_kube_binaries,
-)
 from modelplane.devcluster.crds import CRDInstallError, InstallReport, install_crds
-from modelplane.devcluster.server import DevCluster, DevClusterError, start_dev_cluster
-from modelplane.devcluster.versions import KINE_VERSION, KUBERNETES_VERSION, kube_cache_dir
+from modelplane.devcluster.launch import DevClusterError
+from modelplane.devcluster.server import DevCluster, start_dev_cluster
+from modelplane.gobuild.gotool import GoError
+from modelplane.gobuild.kube import KubeBinaries, cached_kube_binaries, ensure_kube_binaries
+from modelplane.gobuild.kube_versions import KINE_VERSION, KUBERNETES_VERSION, kube_cache_dir
 
 __all__ = [
     "KINE_VERSION",
@@ -21,9 +18,9 @@ __all__ = [
     "CRDInstallError",
     "DevCluster",
     "DevClusterError",
+    "GoError",
     "InstallReport",
     "KubeBinaries",
-    "KubeBuildError",
     "cached_kube_binaries",
     "ensure_kube_binaries",
     "install_crds",

@@ -46,6 +46,20 @@ class PKIPaths:
     sa_public_key: Path
     sa_private_key: Path
 
+    @classmethod
+    def under(cls, directory: Path) -> PKIPaths:
+        """The one file layout of a PKI directory."""
+        return cls(
+            ca_cert=directory / "ca.crt",
+            ca_key=directory / "ca.key",
+            serving_cert=directory / "apiserver.crt",
+            serving_key=directory / "apiserver.key",
+            admin_cert=directory / "admin.crt",
+            admin_key=directory / "admin.key",
+            sa_public_key=directory / "sa.pub",
+            sa_private_key=directory / "sa.key",
+        )
+
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
@@ -70,6 +84,15 @@ def _validity() -> tuple[datetime.datetime, datetime.datetime]:
     return now - datetime.timedelta(minutes=5), now + VALIDITY
 
 
+_UNUSED = ("content_commitment", "key_encipherment", "data_encipherment", "key_agreement")
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signing only; a CA also signs certificates and revocation lists."""
+    unused = dict.fromkeys((*_UNUSED, "encipher_only", "decipher_only"), False)
+    return x509.KeyUsage(digital_signature=True, key_cert_sign=ca, crl_sign=ca, **unused)
+
+
 def generate_ca(common_name: str = "modelplane-dev-ca") -> KeyPair:
     key = _new_key()
     not_before, not_after = _validity()
@@ -83,20 +106,7 @@ def generate_ca(common_name: str = "modelplane-dev-ca") -> KeyPair:
         .not_valid_before(not_before)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -124,20 +134,7 @@ def _leaf(
         .not_valid_before(not_before)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
@@ -182,6 +179,11 @@ def generate_service_account_keys() -> KeyPair:
     return KeyPair(public, _key_pem(key))
 
 
+def write_secret(path: Path, data: str | bytes) -> None:
+    """Write a file only its owner can read (mode 0600, also when it already existed)."""
+    _write(path, data.encode() if isinstance(data, str) else data, secret=True)
+
+
 def _write(path: Path, data: bytes, *, secret: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = 0o600 if secret else 0o644
@@ -201,16 +203,7 @@ def write_pki(directory: Path, hosts: Sequence[str] = SERVING_HOSTS) -> PKIPaths
     serving = generate_serving_cert(ca, hosts)
     admin = generate_client_cert(ca)
     sa = generate_service_account_keys()
-    paths = PKIPaths(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_public_key=directory / "sa.pub",
-        sa_private_key=directory / "sa.key",
-    )
+    paths = PKIPaths.under(directory)
     _write(paths.ca_cert, ca.cert_pem, secret=False)
     _write(paths.ca_key, ca.key_pem, secret=True)
     _write(paths.serving_cert, serving.cert_pem, secret=False)

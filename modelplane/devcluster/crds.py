@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from modelplane.devcluster.rest import KubeRest, KubeRestError
+from modelplane.errors import EnvironmentProblem
 
 FIELD_MANAGER = "modelplane-dev-cluster"
 # libyaml's safe loader when available: the CRDs are 2.4 MB of YAML (~10x faster).
@@ -20,7 +21,7 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CRDS_DIR_ENV = "MODELPLANE_CRDS_DIR"
 
 
-class CRDInstallError(RuntimeError):
+class CRDInstallError(EnvironmentProblem, RuntimeError):
     """A manifest could not be read or applied, or a CRD never became Established."""
 
 

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from modelplane.errors import EnvironmentProblem
 
-class KubeRestError(Exception):
+
+class KubeRestError(EnvironmentProblem):
     """An HTTP error from the API server (``status`` 0: no answer at all)."""
 
     def __init__(self, status: int, message: str) -> None:

@@ -7,184 +7,39 @@ The kubeconfig embeds an admin client key: ``kubeconfig_text`` is a secret and i
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import yaml
 
-from modelplane.devcluster.build import (
-    KubeBinaries,
-    Progress,
-    default_progress,
-    ensure_kube_binaries,
-)
-from modelplane.devcluster.certs import ADMIN_USER, PKIPaths, write_pki
+from modelplane.devcluster.certs import ADMIN_USER, PKIPaths, write_pki, write_secret
 from modelplane.devcluster.crds import CRDInstallError, InstallReport, install_crds
-from modelplane.devcluster.rest import KubeRest, KubeRestError
-
-LOOPBACK = "127.0.0.1"
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-STATE_FILE = "state.json"
-KINE_SQLITE_PARAMS = (
-    "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate"
-    "&_stmt_cache_size=20&cache=shared"
+from modelplane.devcluster.launch import (
+    LOOPBACK,
+    DevClusterError,
+    ManagedProcess,
+    apiserver_argv,
+    controller_manager_argv,
+    kine_argv,
+    spawn,
 )
+from modelplane.devcluster.rest import KubeRest, KubeRestError
+from modelplane.gobuild.gotool import Progress
+from modelplane.gobuild.kube import KubeBinaries, default_progress, ensure_kube_binaries
 
-
-class DevClusterError(RuntimeError):
-    """The development cluster could not be started, reached or stopped."""
+STATE_FILE = "state.json"
 
 
 class _PortTaken(DevClusterError):
     pass
-
-
-# --------------------------------------------------------------------------- processes
-
-
-@dataclass
-class ManagedProcess:
-    """A process started in its own session (its pid is also its process-group id)."""
-
-    name: str
-    pid: int
-    executable: str
-    log_path: Path
-    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
-
-    def running(self) -> bool:
-        if self.popen is not None:
-            return self.popen.poll() is None
-        return pid_runs(self.pid, self.executable)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the process group, then SIGKILL it if it is still there after ``timeout``."""
-        if self.running():
-            self._signal(signal.SIGTERM)
-            if not self._wait(timeout):
-                self._signal(signal.SIGKILL)
-                if not self._wait(5.0):
-                    raise DevClusterError(f"{self.name} (pid {self.pid}) did not exit")
-        elif self.popen is not None:
-            self.popen.wait()
-        # Stragglers in the group (none expected: both binaries are single processes).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-
-    def _signal(self, sig: signal.Signals) -> None:
-        try:
-            if os.getpgid(self.pid) == self.pid:
-                os.killpg(self.pid, sig)
-            else:
-                os.kill(self.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def _wait(self, timeout: float) -> bool:
-        if self.popen is not None:
-            try:
-                self.popen.wait(timeout)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not pid_runs(self.pid, self.executable):
-                self._reap()
-                return True
-            time.sleep(0.1)
-        return not pid_runs(self.pid, self.executable)
-
-    def _reap(self) -> None:
-        """Collect the exit status if this process started it (no zombie left behind); a
-        process started by another command is reaped by its new parent (init)."""
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                # (0, 0) while the other threads of a zombie leader are still exiting
-                pid, _ = os.waitpid(self.pid, os.WNOHANG)
-            except OSError:  # ChildProcessError: not our child, or already reaped
-                return
-            if pid or time.monotonic() > deadline:
-                return
-            time.sleep(0.05)
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "pid": self.pid,
-            "executable": self.executable,
-            "log": str(self.log_path),
-        }
-
-    @classmethod
-    def from_state(cls, data: dict[str, Any]) -> ManagedProcess:
-        return cls(
-            name=str(data["name"]),
-            pid=int(data["pid"]),
-            executable=str(data["executable"]),
-            log_path=Path(data["log"]),
-        )
-
-
-def pid_runs(pid: int, executable: str) -> bool:
-    """Whether ``pid`` is alive (not a zombie) and runs ``executable`` (guards pid reuse)."""
-    proc = Path(f"/proc/{pid}")
-    if Path("/proc/self").exists():
-        try:
-            argv0 = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-            stat = (proc / "stat").read_text()
-        except OSError:
-            return False
-        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-        return state not in ("Z", "X") and argv0 == executable
-    try:  # macOS and other systems without /proc
-        out = subprocess.run(
-            ["ps", "-o", "stat=,command=", "-p", str(pid)],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        return False
-    if not out:
-        return False
-    stat, _, command = out.partition(" ")
-    return not stat.startswith("Z") and command.strip().startswith(executable)
-
-
-def _spawn(name: str, argv: Sequence[str], *, cwd: Path, log_path: Path) -> ManagedProcess:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:  # each start is fresh, its logs too
-        popen = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group; survives the CLI that started it
-            close_fds=True,
-        )
-    return ManagedProcess(name, popen.pid, str(argv[0]), log_path, popen)
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -257,15 +112,6 @@ def render_kubeconfig(
         "preferences": {},
     }
     return yaml.safe_dump(config, sort_keys=False)
-
-
-def _write_secret(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -344,7 +190,7 @@ class DevCluster:
             workdir=Path(data["workdir"]),
             server=str(data["server"]),
             kubeconfig_path=Path(data["kubeconfig"]),
-            pki=_pki_paths(Path(data["pki_dir"])),
+            pki=PKIPaths.under(Path(data["pki_dir"])),
             processes=[ManagedProcess.from_state(p) for p in data["processes"]],
             kubernetes_version=str(data["kubernetes_version"]),
         )
@@ -360,74 +206,6 @@ class DevCluster:
             return cls.from_state(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DevClusterError(f"cannot read the dev-cluster state {path}: {exc}") from None
-
-
-def _pki_paths(directory: Path) -> PKIPaths:
-    return PKIPaths(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_public_key=directory / "sa.pub",
-        sa_private_key=directory / "sa.key",
-    )
-
-
-def kine_argv(kine: Path, *, port: int, database: Path) -> list[str]:
-    return [
-        str(kine),
-        f"--listen-address={LOOPBACK}:{port}",
-        f"--endpoint=sqlite://{database}?{KINE_SQLITE_PARAMS}",
-        "--metrics-bind-address=0",  # no metrics listener at all
-    ]
-
-
-def apiserver_argv(
-    kube_apiserver: Path, *, port: int, etcd_port: int, pki: PKIPaths, cert_dir: Path
-) -> list[str]:
-    """envtest-style flags, everything bound to and advertised on 127.0.0.1."""
-    return [
-        str(kube_apiserver),
-        f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
-        f"--bind-address={LOOPBACK}",
-        f"--advertise-address={LOOPBACK}",
-        f"--secure-port={port}",
-        f"--cert-dir={cert_dir}",
-        f"--tls-cert-file={pki.serving_cert}",
-        f"--tls-private-key-file={pki.serving_key}",
-        f"--client-ca-file={pki.ca_cert}",
-        f"--service-account-issuer=https://{LOOPBACK}:{port}",
-        f"--service-account-key-file={pki.sa_public_key}",
-        f"--service-account-signing-key-file={pki.sa_private_key}",
-        f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-        "--authorization-mode=RBAC",
-        "--allow-privileged=true",
-        "--disable-admission-plugins=ServiceAccount",
-        # Endpoints may not point at loopback; there is no network to reconcile anyway.
-        "--endpoint-reconciler-type=none",
-        "--profiling=false",
-    ]
-
-
-def controller_manager_argv(
-    kube_controller_manager: Path, *, kubeconfig: Path, pki: PKIPaths
-) -> list[str]:
-    """Every default controller (the garbage collector among them), no serving port."""
-    return [
-        str(kube_controller_manager),
-        f"--kubeconfig={kubeconfig}",
-        "--leader-elect=false",
-        "--controllers=*",
-        f"--service-account-private-key-file={pki.sa_private_key}",
-        f"--root-ca-file={pki.ca_cert}",
-        f"--cluster-signing-cert-file={pki.ca_cert}",
-        f"--cluster-signing-key-file={pki.ca_key}",
-        f"--bind-address={LOOPBACK}",
-        "--secure-port=0",
-        "--profiling=false",
-    ]
 
 
 def wait_until_ready(
@@ -518,7 +296,7 @@ def _start_once(
     started = time.monotonic()
     try:
         say(f"starting kine on {LOOPBACK}:{kine_port}")
-        kine = _spawn(
+        kine = spawn(
             "kine",
             kine_argv(binaries.kine, port=kine_port, database=kine_dir / "state.db"),
             cwd=kine_dir,
@@ -528,7 +306,7 @@ def _start_once(
         _wait_for_port(kine, kine_port, timeout=30)
 
         say(f"starting kube-apiserver v{binaries.kubernetes_version} on {server}")
-        apiserver = _spawn(
+        apiserver = spawn(
             "kube-apiserver",
             apiserver_argv(
                 binaries.kube_apiserver,
@@ -548,7 +326,7 @@ def _start_once(
 
         remaining = max(10.0, timeout - (time.monotonic() - started))
         wait_until_ready(cluster.rest(), apiserver, remaining, check=kine_alive)
-        _write_secret(
+        write_secret(
             cluster.kubeconfig_path,
             render_kubeconfig(
                 name=name,
@@ -561,7 +339,7 @@ def _start_once(
         if binaries.kube_controller_manager.exists():
             say("starting kube-controller-manager (garbage collector and the other controllers)")
             cluster.processes.append(
-                _spawn(
+                spawn(
                     "kube-controller-manager",
                     controller_manager_argv(
                         binaries.kube_controller_manager,

@@ -23,7 +23,6 @@ else with the admin client certificate. Secrets stay in mode-0600 files under th
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import time
@@ -33,21 +32,31 @@ from typing import Any
 
 import yaml
 
-from modelplane.devcluster.build import KubeBinaries
-from modelplane.devcluster.certs import KeyPair, PKIPaths, generate_serving_cert, write_pki
+from modelplane.devcluster.certs import (
+    KeyPair,
+    PKIPaths,
+    generate_serving_cert,
+    write_pki,
+    write_secret,
+)
 from modelplane.devcluster.crds import install_crds
-from modelplane.devcluster.rest import KubeRest, KubeRestError
-from modelplane.devcluster.server import (
+from modelplane.devcluster.launch import (
     DevClusterError,
     ManagedProcess,
-    _write_secret,
-    render_kubeconfig,
-    wait_until_ready,
+    apiserver_argv,
+    clean_env,
+    controller_manager_argv,
+    kine_argv,
+    scheduler_argv,
+    spawn,
 )
+from modelplane.devcluster.rest import KubeRest, KubeRestError
+from modelplane.devcluster.server import render_kubeconfig, wait_until_ready
 from modelplane.devfleet import netns
-from modelplane.devfleet.binaries import FleetBinaries
 from modelplane.devfleet.nodes import KWOK_ANNOTATION, KWOK_VALUE, ClusterNodes
 from modelplane.devfleet.stages import POD_READY_STAGE, pod_ready_stages
+from modelplane.gobuild.fleet import FleetBinaries
+from modelplane.gobuild.kube import KubeBinaries
 
 KINE_PORT = 2379
 API_PORT = 6443
@@ -115,17 +124,7 @@ class FleetCluster:
 
     @property
     def pki(self) -> PKIPaths:
-        d = self.workdir / "pki"
-        return PKIPaths(
-            ca_cert=d / "ca.crt",
-            ca_key=d / "ca.key",
-            serving_cert=d / "apiserver.crt",
-            serving_key=d / "apiserver.key",
-            admin_cert=d / "admin.crt",
-            admin_key=d / "admin.key",
-            sa_public_key=d / "sa.pub",
-            sa_private_key=d / "sa.key",
-        )
+        return PKIPaths.under(self.workdir / "pki")
 
     def rest(self) -> KubeRest:
         pki = self.pki
@@ -173,35 +172,6 @@ class FleetCluster:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _spawn(
-    name: str, argv: list[str], *, ns: str, cwd: Path, log_path: Path, env: dict[str, str]
-) -> ManagedProcess:
-    import subprocess
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
-        popen = subprocess.Popen(
-            [*netns.exec_prefix(ns), *argv],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            env=env,
-        )
-    # `ip netns exec` execs the command in place: the pid is the command's.
-    return ManagedProcess(name, popen.pid, argv[0], log_path, popen)
-
-
-def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "PULUMI"))}
-    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        env.pop(proxy, None)
-    env["NO_PROXY"] = "*"
-    return env
 
 
 def _wait_listening(
@@ -474,52 +444,37 @@ def start_control_plane(
     pki = write_pki(w / "pki", hosts=(a.api_host, "localhost"))
     (w / "apiserver-certs").mkdir(mode=0o700)
     token = secrets.token_urlsafe(32)
-    _write_secret(w / "token", token)
-    _write_secret(
+    write_secret(w / "token", token)
+    write_secret(
         w / "pki" / "tokens.csv", f'{token},{COMPONENT_USER},{COMPONENT_USER},"system:masters"\n'
     )
-    env = _clean_env()
-    kine = _spawn(
+    env = clean_env()
+    prefix = netns.exec_prefix(ns)
+    kine = spawn(
         "kine",
-        [
-            str(kube.kine),
-            f"--listen-address={a.api_host}:{KINE_PORT}",
-            f"--endpoint=sqlite://{w / 'kine' / 'state.db'}?_journal_mode=WAL&_busy_timeout=30000"
-            "&_synchronous=NORMAL&_txlock=immediate&cache=shared",
-            "--metrics-bind-address=0",
-        ],
-        ns=ns,
+        kine_argv(kube.kine, host=a.api_host, port=KINE_PORT, database=w / "kine" / "state.db"),
         cwd=w / "kine",
         log_path=w / "logs" / "kine.log",
+        prefix=prefix,
         env=env,
     )
     cluster.processes.append(kine)
-    apiserver = _spawn(
+    apiserver = spawn(
         "kube-apiserver",
-        [
-            str(kube.kube_apiserver),
-            f"--etcd-servers=http://{a.api_host}:{KINE_PORT}",
-            f"--bind-address={a.api_host}",
-            f"--advertise-address={a.api_host}",
-            f"--secure-port={API_PORT}",
-            f"--cert-dir={w / 'apiserver-certs'}",
-            f"--tls-cert-file={pki.serving_cert}",
-            f"--tls-private-key-file={pki.serving_key}",
-            f"--client-ca-file={pki.ca_cert}",
-            f"--token-auth-file={w / 'pki' / 'tokens.csv'}",
-            f"--service-account-issuer=https://{a.api_host}:{API_PORT}",
-            f"--service-account-key-file={pki.sa_public_key}",
-            f"--service-account-signing-key-file={pki.sa_private_key}",
-            f"--service-cluster-ip-range={SERVICE_RANGE}",
-            "--authorization-mode=Node,RBAC",
-            "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-        ],
-        ns=ns,
+        apiserver_argv(
+            kube.kube_apiserver,
+            host=a.api_host,
+            port=API_PORT,
+            etcd_port=KINE_PORT,
+            pki=pki,
+            cert_dir=w / "apiserver-certs",
+            service_range=SERVICE_RANGE,
+            authorization="Node,RBAC",
+            extra=[f"--token-auth-file={w / 'pki' / 'tokens.csv'}"],
+        ),
         cwd=w,
         log_path=w / "logs" / "kube-apiserver.log",
+        prefix=prefix,
         env=env,
     )
     cluster.processes.append(apiserver)
@@ -532,7 +487,7 @@ def start_control_plane(
             )
 
     wait_until_ready(rest, apiserver, timeout, check=kine_alive)
-    _write_secret(
+    write_secret(
         cluster.kubeconfig_path,
         render_kubeconfig(
             name=cluster.name,
@@ -563,51 +518,45 @@ def start_controllers(
     a = cluster.addresses
     w = cluster.workdir
     pki = cluster.pki
-    env = _clean_env()
+    env = clean_env()
+    prefix = netns.exec_prefix(ns)
     rest = cluster.rest()
     kubeconfig = str(cluster.kubeconfig_path)
 
-    def spawn(name: str, argv: list[str]) -> ManagedProcess:
-        process = _spawn(name, argv, ns=ns, cwd=w, log_path=w / "logs" / f"{name}.log", env=env)
+    def run(name: str, argv: list[str]) -> ManagedProcess:
+        log = w / "logs" / f"{name}.log"
+        process = spawn(name, argv, cwd=w, log_path=log, prefix=prefix, env=env)
         cluster.processes.append(process)
         return process
 
-    spawn(
+    run(
         "kube-controller-manager",
-        [
-            str(kube.kube_controller_manager),
-            f"--kubeconfig={kubeconfig}",
-            "--leader-elect=false",
-            "--controllers=*",
-            f"--service-account-private-key-file={pki.sa_private_key}",
-            f"--root-ca-file={pki.ca_cert}",
-            f"--cluster-signing-cert-file={pki.ca_cert}",
-            f"--cluster-signing-key-file={pki.ca_key}",
-            "--use-service-account-credentials=false",
-            f"--bind-address={a.api_host}",
-            "--secure-port=0",
-            "--allocate-node-cidrs=false",
-            "--node-monitor-period=2s",
-            "--node-monitor-grace-period=20s",
-            "--concurrent-gc-syncs=5",
-            "--profiling=false",
-        ],
+        controller_manager_argv(
+            kube.kube_controller_manager,
+            host=a.api_host,
+            kubeconfig=cluster.kubeconfig_path,
+            pki=pki,
+            extra=[
+                "--use-service-account-credentials=false",
+                "--allocate-node-cidrs=false",
+                "--node-monitor-period=2s",
+                "--node-monitor-grace-period=20s",
+                "--concurrent-gc-syncs=5",
+            ],
+        ),
     )
     (w / "scheduler.yaml").write_text(yaml.safe_dump(scheduler_config(cluster.kubeconfig_path)))
-    spawn(
+    run(
         "kube-scheduler",
-        [
-            str(kube.kube_scheduler),
-            f"--config={w / 'scheduler.yaml'}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            f"--bind-address={a.api_host}",
-            "--secure-port=10259",
-            "--profiling=false",
-        ],
+        scheduler_argv(
+            kube.kube_scheduler,
+            host=a.api_host,
+            config=w / "scheduler.yaml",
+            kubeconfig=cluster.kubeconfig_path,
+        ),
     )
     (w / "kwok.yaml").write_text(kwok_config(fleet.stages_dir))
-    spawn(
+    run(
         "kwok",
         [
             str(fleet.kwok),
@@ -626,9 +575,9 @@ def start_controllers(
     ca = KeyPair(pki.ca_cert.read_bytes(), pki.ca_key.read_bytes())
     serving = generate_serving_cert(ca, hosts=(a.api_host,), common_name="lws-webhook")
     (cert_dir / "tls.crt").write_bytes(serving.cert_pem)
-    _write_secret(cert_dir / "tls.key", serving.key_pem.decode())
+    write_secret(cert_dir / "tls.key", serving.key_pem.decode())
     (w / "lws-config.yaml").write_text(yaml.safe_dump(lws_config(a.api_host, cert_dir)))
-    lws = spawn(
+    lws = run(
         "lws-controller",
         [
             str(fleet.lws_controller),
@@ -641,31 +590,26 @@ def start_controllers(
         apply(rest, webhook)
     for gateway_class in gateway_classes():
         apply(rest, gateway_class)
-    token = w / "token"
-    spawn(
-        "traefik-workload",
-        traefik_argv(
+    gateways = (
+        (
+            "traefik-workload",
+            a.gateway_ip,
+            WORKLOAD_GATEWAY_PORT,
+            f"{WORKLOAD_CLASS_LABEL}=workload",
+        ),
+        ("traefik-front-door", a.front_door, GATEWAY_PORT, FRONT_DOOR_SELECTOR),
+    )
+    for name, address, port, selector in gateways:
+        argv = traefik_argv(
             fleet.traefik,
             server=a.server,
-            token_file=token,
+            token_file=w / "token",
             ca=pki.ca_cert,
-            address=a.gateway_ip,
-            port=WORKLOAD_GATEWAY_PORT,
-            selector=f"{WORKLOAD_CLASS_LABEL}=workload",
-        ),
-    )
-    spawn(
-        "traefik-front-door",
-        traefik_argv(
-            fleet.traefik,
-            server=a.server,
-            token_file=token,
-            ca=pki.ca_cert,
-            address=a.front_door,
-            port=GATEWAY_PORT,
-            selector=FRONT_DOOR_SELECTOR,
-        ),
-    )
+            address=address,
+            port=port,
+            selector=selector,
+        )
+        run(name, argv)
     for manifest in rwx_storage(cluster.name):
         apply(rest, manifest)
     # The simulated hardware.

@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelplane.devcluster.build import KubeBinaries, ensure_kube_binaries
+from modelplane.devcluster.launch import DevClusterError, ManagedProcess
 from modelplane.devcluster.rest import KubeRestError
-from modelplane.devcluster.server import DevClusterError, ManagedProcess
 from modelplane.devfleet import netns
-from modelplane.devfleet.binaries import FleetBinaries, ensure_fleet_binaries
 from modelplane.devfleet.bridge import Route
 from modelplane.devfleet.cluster import (
     API_PORT,
@@ -43,8 +41,11 @@ from modelplane.devfleet.cluster import (
     start_controllers,
 )
 from modelplane.devfleet.nodes import cluster_nodes
-from modelplane.devfleet.prometheus import ensure_prometheus, start_prometheus
+from modelplane.devfleet.prometheus import start_prometheus
 from modelplane.errors import EnvironmentProblem
+from modelplane.gobuild.fleet import FleetBinaries, ensure_fleet_binaries
+from modelplane.gobuild.kube import KubeBinaries, ensure_kube_binaries
+from modelplane.gobuild.prometheus import ensure_prometheus
 
 STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
 DEFAULT_STATE = Path(".modelplane/dev-fleet")

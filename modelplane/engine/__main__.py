@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+from modelplane.gobuild.gotool import GoError, format_elapsed
+
 from . import engine_root, ensure_engine
-from .bootstrap import EngineBuildFailed, EngineNotFound
-from .cache import cache_base
+from .bootstrap import EngineBuildFailed, EngineNotFound, cache_base
 from .check import check_engine
-from .gotool import GoError, format_elapsed
 from .versions import VersionNotFound, wanted_versions
 
 EXPECTED_FAILURES = (

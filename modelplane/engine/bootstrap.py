@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import cache
+from modelplane.errors import EnvironmentProblem
+from modelplane.gobuild import cache
+from modelplane.gobuild.cache import Manifest
+from modelplane.gobuild.gotool import GoTool, format_elapsed
+
 from .gobuild import EngineBuilder
-from .gotool import GoTool, format_elapsed
 from .installed import find_installed, link_into
 from .official import OfficialUnavailable, install_official, installer_reachable
 from .plugininfo import cli_version
@@ -29,11 +32,37 @@ SOURCES_ENV = "MODELPLANE_ENGINE_SOURCES"
 OFFICIAL_ENV = "MODELPLANE_ENGINE_OFFICIAL"
 
 
-class EngineNotFound(RuntimeError):
+#: The binaries every engine's bin/ holds.
+BINARIES = (
+    "pulumi",
+    "pulumi-language-python",
+    "pulumi-language-python-exec",
+    "pulumi-resource-kubernetes",
+)
+WHAT = "the Pulumi engine"
+
+
+def cache_base(env: Mapping[str, str] | None = None) -> Path:
+    """`<cache root>/engine`: one folder per engine key, one lock (`.lock`) over them all."""
+    return cache.cache_root(env) / "engine"
+
+
+def lock_path(base: Path) -> Path:
+    return base / ".lock"
+
+
+def is_complete(root: Path) -> bool:
+    """A finished engine: its manifest and every binary, executable."""
+    if not cache.has_manifest(root):
+        return False
+    return all(os.access(root / "bin" / name, os.X_OK) for name in BINARIES)
+
+
+class EngineNotFound(EnvironmentProblem, RuntimeError):
     """No usable engine is cached or installed; the message says how to make one."""
 
 
-class EngineBuildFailed(RuntimeError):
+class EngineBuildFailed(EnvironmentProblem, RuntimeError):
     """Making the engine failed; the message says which step and why."""
 
 
@@ -55,17 +84,17 @@ def find_engine(
 ) -> Path | None:
     """An engine root without building or network: cached exact, installed (linked), fallback."""
     wanted = wanted or wanted_versions()
-    base = base or cache.cache_base()
+    base = base or cache_base()
     exact, *others = candidate_keys(wanted)
-    root = cache.engine_dir(exact, base)
-    if cache.is_complete(root):
+    root = base / exact
+    if is_complete(root):
         return root
     installed = find_installed(wanted, progress=progress, skip_under=base)
     if installed is not None:
         return _record_installed(wanted, installed, base, progress)
     for key in others:
-        root = cache.engine_dir(key, base)
-        if cache.is_complete(root):
+        root = base / key
+        if is_complete(root):
             return root
     return None
 
@@ -73,30 +102,29 @@ def find_engine(
 def _record_installed(
     wanted: EngineVersions, binaries: dict[str, Path], base: Path, progress: Progress
 ) -> Path:
-    with cache.locked(base):
-        staging = cache.staging_dir(wanted.key, base)
+    with cache.locked(lock_path(base), WHAT), cache.staged(base, wanted.key) as staging:
         link_into(staging / "bin", binaries)
-        cache.write_manifest(
-            staging,
-            _manifest(wanted, wanted, "installed", 0.0, {k: str(v) for k, v in binaries.items()}),
+        details = {k: str(v) for k, v in binaries.items()}
+        root = cache.publish(
+            staging, base / wanted.key, _manifest(wanted, wanted, "installed", details)
         )
-        root = cache.publish(staging, wanted.key, base)
     progress(f"[engine] using the installed engine ({binaries['pulumi']}), linked into {root}")
     return root
 
 
 def _manifest(
-    wanted: EngineVersions, built: EngineVersions, source: str, seconds: float, details: Any
-) -> dict[str, Any]:
-    return {
-        "pulumi": built.pulumi,
-        "kubernetes": built.kubernetes,
-        "wanted": {"pulumi": wanted.pulumi, "kubernetes": wanted.kubernetes},
-        "source": source,
-        "seconds": round(seconds, 1),
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "details": details,
-    }
+    wanted: EngineVersions, built: EngineVersions, source: str, details: Any, seconds: float = 0.0
+) -> Manifest:
+    return Manifest(
+        set="engine",
+        versions={"pulumi": built.pulumi, "kubernetes": built.kubernetes},
+        source=source,
+        seconds=round(seconds, 1),
+        details={
+            "wanted": {"pulumi": wanted.pulumi, "kubernetes": wanted.kubernetes},
+            "sources": details,
+        },
+    )
 
 
 def ensure_engine(progress: Progress = print, rebuild: bool = False) -> Path:
@@ -107,14 +135,14 @@ def ensure_engine(progress: Progress = print, rebuild: bool = False) -> Path:
     makes it again even if cached (the new one replaces the old one atomically).
     """
     wanted = wanted_versions()
-    base = cache.cache_base()
+    base = cache_base()
     found = None if rebuild else find_engine(wanted, base, progress)
     if found is not None:
         return found
-    with cache.locked(base, on_wait=progress):
+    with cache.locked(lock_path(base), WHAT, progress):
         for key in [] if rebuild else candidate_keys(wanted):
-            if cache.is_complete(cache.engine_dir(key, base)):
-                return cache.engine_dir(key, base)
+            if is_complete(base / key):
+                return base / key
         cache.clean_stale_staging(base)
         if os.environ.get(OFFICIAL_ENV, "1") != "0":
             root = _try_official(wanted, base, progress)
@@ -129,24 +157,21 @@ def _try_official(wanted: EngineVersions, base: Path, progress: Progress) -> Pat
         progress("[engine] get.pulumi.com is not reachable: building from Go modules instead")
         return None
     start = time.monotonic()
-    staging = cache.staging_dir(wanted.key, base)
-    try:
-        install_official(wanted, staging / "bin", progress)
-    except OfficialUnavailable as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        progress(f"[engine] official archives failed ({exc}): building from Go modules instead")
-        return None
-    elapsed = time.monotonic() - start
-    cache.write_manifest(staging, _manifest(wanted, wanted, "official", elapsed, None))
-    return cache.publish(staging, wanted.key, base)
+    with cache.staged(base, wanted.key) as staging:
+        try:
+            install_official(wanted, staging / "bin", progress)
+        except OfficialUnavailable as exc:
+            progress(f"[engine] official archives failed ({exc}): building from Go modules instead")
+            return None
+        manifest = _manifest(wanted, wanted, "official", None, time.monotonic() - start)
+        return cache.publish(staging, base / wanted.key, manifest)
 
 
 def _build_from_go(
     wanted: EngineVersions, base: Path, progress: Progress, rebuild: bool = False
 ) -> Path:
     start = time.monotonic()
-    staging = cache.staging_dir("build", base)
-    try:
+    with cache.staged(base, "build", progress) as staging:
         go = GoTool(log=staging / "build.log", progress=progress)
         mode = os.environ.get(SOURCES_ENV, "auto")
         progress(f"[engine] resolving Go module sources (mode {mode}) ...")
@@ -154,28 +179,19 @@ def _build_from_go(
         shutil.rmtree(staging / "probe", ignore_errors=True)
         built = sources.versions
         _announce(wanted, sources, progress)
-        existing = cache.engine_dir(built.key, base)
-        if cache.is_complete(existing) and not rebuild:
-            shutil.rmtree(staging, ignore_errors=True)
+        existing = base / built.key
+        if is_complete(existing) and not rebuild:
             return existing
-        EngineBuilder(staging, sources, progress).build_all()
+        EngineBuilder(staging, sources, go).build_all()
         version = cli_version(staging / "bin" / "pulumi")
         if version != built.pulumi:
             raise EngineBuildFailed(
                 f"the built pulumi reports version {version!r}, expected {built.pulumi}"
             )
         elapsed = time.monotonic() - start
-        cache.write_manifest(
-            staging, _manifest(wanted, built, "go-build", elapsed, _source_details(sources))
-        )
-        root = cache.publish(staging, built.key, base)
-    except BaseException:
-        log = base / "last-failed-build.log"
-        if (staging / "build.log").is_file():
-            shutil.copyfile(staging / "build.log", log)
-            progress(f"[engine] build failed; the Go commands' output is in {log}")
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        manifest = _manifest(wanted, built, "go-build", _source_details(sources), elapsed)
+        manifest = dataclasses.replace(manifest, go=go.version())
+        root = cache.publish(staging, existing, manifest)
     progress(f"[engine] engine ready in {root} (built in {format_elapsed(elapsed)})")
     return root
 

@@ -6,9 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache
+from modelplane.gobuild.cache import read_manifest
+
 from .plugininfo import cli_version, plugin_version
-from .plugins import PURPOSE, acquisition_enabled, find_plugin, pinned_plugins
+from .plugins import PURPOSE, acquisition_enabled, find_plugin, missing_for_stack, pinned_plugins
 from .versions import EngineVersions
 
 
@@ -28,8 +29,10 @@ def check_engine(root: Path, wanted: EngineVersions, strict: bool = False) -> Ch
     lines: list[str] = []
     problems: list[str] = []
     notes: list[str] = []
-    manifest = cache.read_manifest(root)
-    expect = EngineVersions(pulumi=manifest["pulumi"], kubernetes=manifest["kubernetes"])
+    manifest = read_manifest(root, "engine")
+    expect = EngineVersions(
+        pulumi=manifest.versions["pulumi"], kubernetes=manifest.versions["kubernetes"]
+    )
     bin_dir = root / "bin"
 
     cli = cli_version(bin_dir / "pulumi")
@@ -63,7 +66,7 @@ def check_engine(root: Path, wanted: EngineVersions, strict: bool = False) -> Ch
         message = (
             f"this engine is pulumi {expect.pulumi} / kubernetes {expect.kubernetes}, the Python "
             f"packages are pulumi {wanted.pulumi} / pulumi-kubernetes {wanted.kubernetes} "
-            f"({manifest.get('source')} build from what the Go module proxy serves)"
+            f"({manifest.source} build from what the Go module proxy serves)"
         )
         (problems if strict else notes).append(message)
     return CheckResult(lines=tuple(lines), problems=tuple(problems), notes=tuple(notes))
@@ -101,15 +104,14 @@ def check_plugins(root: Path) -> tuple[list[str], list[str]]:
 
 def fleet_plugin_problems(fleet_dir: Path, root: Path) -> list[str]:
     """For each stack of the fleet, the plugins it needs that this machine does not have."""
-    from modelplane.api.loader import load_fleet
-    from modelplane.driver.plugins import missing_for_stack
+    from modelplane.api.loader import LOCK_FILE, load_fleet
     from modelplane.lock import read_lock
     from modelplane.stacks import stack_units
 
     loaded = load_fleet(fleet_dir)
     if loaded.errors:
         return [f"the fleet {fleet_dir} is invalid: run `modelplane validate {fleet_dir}`"]
-    lock = read_lock(fleet_dir / "modelplane.lock.yaml")
+    lock = read_lock(fleet_dir / LOCK_FILE)
     env = plugin_environment(root)
     problems = []
     for unit in stack_units(loaded.fleet, lock):

@@ -1,4 +1,5 @@
-"""Building the engine binaries from Go modules through small generated wrapper modules.
+"""Building the engine binaries from Go modules through small generated wrapper modules
+(`modelplane.gobuild`: go.mod, the Go tool, the cache).
 
 Every upstream main module carries `replace` directives, so `go install pkg@version` refuses it;
 each binary is built from a wrapper module under `<engine>/src/<binary>/` whose go.mod requires
@@ -17,9 +18,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from modelplane.gobuild.gomod import (
+    GoMod,
+    WrapperModule,
+    merge_go_sum,
+    parse_go_mod,
+)
+from modelplane.gobuild.gotool import GoError, GoTool, format_elapsed
+
 from . import sources as src
-from .gomod import GoMod, WrapperModule, go_version_at_least, merge_go_sum, parse_go_mod
-from .gotool import GoError, GoTool, Progress, format_elapsed
 
 WRAPPER_PREFIX = "modelplane.local/engine/"
 
@@ -90,11 +97,11 @@ class Upstream:
 class EngineBuilder:
     """Builds the four engine binaries of one EngineSources into `<root>/bin`."""
 
-    def __init__(self, root: Path, sources: src.EngineSources, progress: Progress = print) -> None:
+    def __init__(self, root: Path, sources: src.EngineSources, go: GoTool) -> None:
         self.root = root
         self.sources = sources
-        self.progress = progress
-        self.go = GoTool(log=root / "build.log", progress=progress)
+        self.progress = go.progress
+        self.go = go
         self.go_version = self.go.version()
         self.bin = root / "bin"
         self.bin.mkdir(parents=True, exist_ok=True)
@@ -112,12 +119,7 @@ class EngineBuilder:
         return wdir
 
     def _write_wrapper(self, wdir: Path, wrapper: WrapperModule, sums: list[str]) -> None:
-        need = wrapper.go_version()
-        if not go_version_at_least(self.go_version, need):
-            raise GoError(
-                f"{wrapper.path} needs Go >= {need} but the local Go is {self.go_version}; "
-                "install a newer Go (GOTOOLCHAIN=local forbids downloading one)"
-            )
+        self.go.require(wrapper.go_version(), wrapper.path)
         (wdir / "go.mod").write_text(wrapper.render())
         (wdir / "go.sum").write_text(merge_go_sum(*sums))
 
@@ -145,10 +147,10 @@ class EngineBuilder:
         self.step(name, f"fetching {src.PKG_MODULE}@{ver}")
         pkg = Upstream.fetch(self.go, src.PKG_MODULE, ver, wdir)
         sdk = Upstream.fetch(self.go, src.SDK_MODULE, ver, wdir)
-        wrapper = WrapperModule(
-            path=WRAPPER_PREFIX + name,
-            requires=((src.PKG_MODULE, ver), (src.SDK_MODULE, ver)),
-            upstream=(pkg.mod, sdk.mod),
+        wrapper = WrapperModule.wrapping(
+            WRAPPER_PREFIX + name,
+            ((src.PKG_MODULE, ver), (src.SDK_MODULE, ver)),
+            (pkg.mod, sdk.mod),
         )
         self._write_wrapper(wdir, wrapper, [pkg.go_sum, sdk.go_sum, list(self.sources.pinned_sums)])
         (wdir / "tools.go").write_text(tools_go(src.CLI_PACKAGE))
@@ -170,24 +172,18 @@ class EngineBuilder:
             self.step(name, f"fetching {src.HOST_MODULE}@{host_version}")
             host = Upstream.fetch(self.go, src.HOST_MODULE, host_version, wdir)
             pkg = Upstream.fetch(self.go, src.PKG_MODULE, ver, wdir)
-            wrapper = WrapperModule(
-                path=WRAPPER_PREFIX + name,
-                requires=(
-                    (src.HOST_MODULE, host_version),
-                    (src.PKG_MODULE, ver),
-                    (src.SDK_MODULE, ver),
-                ),
-                upstream=(host.mod, pkg.mod, sdk.mod),
+            wrapper = WrapperModule.wrapping(
+                WRAPPER_PREFIX + name,
+                ((src.HOST_MODULE, host_version), (src.PKG_MODULE, ver), (src.SDK_MODULE, ver)),
+                (host.mod, pkg.mod, sdk.mod),
             )
             sums = [host.go_sum, pkg.go_sum, sdk.go_sum, list(self.sources.pinned_sums)]
             package = src.HOST_MODULE
             (wdir / "tools.go").write_text(tools_go(src.HOST_MODULE))
         else:
             self.step(name, f"modelplane's language host on {src.SDK_MODULE}@{ver}")
-            wrapper = WrapperModule(
-                path=WRAPPER_PREFIX + name,
-                requires=((src.SDK_MODULE, ver),),
-                upstream=(sdk.mod,),
+            wrapper = WrapperModule.wrapping(
+                WRAPPER_PREFIX + name, ((src.SDK_MODULE, ver),), (sdk.mod,)
             )
             sums = [sdk.go_sum, list(self.sources.pinned_sums)]
             package = "."
@@ -216,13 +212,13 @@ class EngineBuilder:
         self.step(name, f"fetching {src.K8S_PROVIDER_MODULE}@{prov.module_version}")
         provider = Upstream.fetch(self.go, src.K8S_PROVIDER_MODULE, prov.module_version, wdir)
         sdk = Upstream.fetch(self.go, src.K8S_SDK_MODULE, prov.sdk_version, wdir)
-        wrapper = WrapperModule(
-            path=WRAPPER_PREFIX + name,
-            requires=(
+        wrapper = WrapperModule.wrapping(
+            WRAPPER_PREFIX + name,
+            (
                 (src.K8S_PROVIDER_MODULE, prov.module_version),
                 (src.K8S_SDK_MODULE, prov.sdk_version),
             ),
-            upstream=(provider.mod,),
+            (provider.mod,),
         )
         self._write_wrapper(
             wdir, wrapper, [provider.go_sum, sdk.go_sum, list(self.sources.pinned_sums)]

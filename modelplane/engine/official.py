@@ -14,6 +14,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from modelplane.errors import EnvironmentProblem
+
 from .versions import EngineVersions
 
 Progress = Callable[[str], None]
@@ -24,7 +26,7 @@ PROBE_TIMEOUT = 3.0
 DOWNLOAD_TIMEOUT = 120.0
 
 
-class OfficialUnavailable(RuntimeError):
+class OfficialUnavailable(EnvironmentProblem, RuntimeError):
     """The official archives could not be fetched."""
 
 

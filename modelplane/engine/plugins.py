@@ -22,6 +22,11 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from modelplane.api.fleet import FleetSpec
+    from modelplane.stacks import StackUnit
 
 #: The pinned provider SDKs (Python module names) whose plugins the program can use.
 PROVIDER_MODULES = ("pulumi_kubernetes", "pulumi_gcp", "pulumi_aws", "pulumi_eks")
@@ -33,6 +38,8 @@ PURPOSE = {
     "aws": "EKS clusters",
     "eks": "EKS clusters",
 }
+#: The plugins a cluster stack needs beyond ``kubernetes``, by the cluster's source.
+CLOUD_PLUGINS = {"GKE": ("gcp",), "EKS": ("aws", "eks"), "Existing": ()}
 
 
 @dataclass(frozen=True, order=True)
@@ -137,6 +144,23 @@ def missing_message(stack: str, missing: list[Plugin]) -> str:
         f"or let the engine download plugins when it needs them: export {ACQUISITION}=false"
     )
     return "\n".join(lines)
+
+
+def stack_plugins(fleet: FleetSpec, unit: StackUnit) -> set[str]:
+    """The resource plugins the stack's program uses."""
+    names = {"kubernetes"}
+    if unit.kind == "InferenceCluster" and unit.key in fleet.clusters:
+        source = fleet.clusters[unit.key].spec.cluster.source
+        names.update(CLOUD_PLUGINS.get(source, ()))
+    return names
+
+
+def missing_for_stack(fleet: FleetSpec, unit: StackUnit, environ: Mapping[str, str]) -> str | None:
+    """The error for a stack whose plugins the engine would not find (None: all there)."""
+    if acquisition_enabled(environ):
+        return None
+    missing = missing_plugins(stack_plugins(fleet, unit), environ)
+    return missing_message(unit.name, missing) if missing else None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modelplane.gobuild.gotool import GoTool
+
 from . import sources as src
-from .gotool import GoTool
 from .versions import EngineVersions
 
 

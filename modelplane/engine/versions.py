@@ -6,13 +6,15 @@ import importlib.metadata
 import re
 from dataclasses import dataclass
 
+from modelplane.errors import EnvironmentProblem
+
 PULUMI_DIST = "pulumi"
 KUBERNETES_DIST = "pulumi-kubernetes"
 
 _SEMVER = re.compile(r"v?(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]*)?)")
 
 
-class VersionNotFound(RuntimeError):
+class VersionNotFound(EnvironmentProblem, RuntimeError):
     """A Python distribution the engine version is read from is not installed."""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelplane.devcluster.versions import modelplane_cache_root
+from modelplane.gobuild.cache import cache_root
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_VERSION = "0.8.0"
@@ -22,7 +22,7 @@ TRAEFIK_MODULE = "github.com/traefik/traefik/v3"
 TRAEFIK_VERSION = "3.7.13"
 TRAEFIK_PACKAGE = "github.com/traefik/traefik/v3/cmd/traefik"
 
-# What the module proxy refuses, and what the build uses instead (see binaries.py):
+# What the module proxy refuses, and what the build uses instead (see fleet.py):
 # - Traefik's fork of go-http-auth at the pseudo-version Traefik pins is not served; the fork's
 #   earlier pseudo-version (same API for what Traefik calls) is.
 HTTP_AUTH_MODULE = "github.com/abbot/go-http-auth"
@@ -52,7 +52,7 @@ FLEET_COMMANDS = ("kwok", "lws-controller", "traefik")
 def fleet_cache_dir() -> Path:
     """``<cache root>/devfleet/kwok-v..-lws-v..-traefik-v..``."""
     key = f"kwok-v{KWOK_VERSION}-lws-v{LWS_VERSION}-traefik-v{TRAEFIK_VERSION}"
-    return modelplane_cache_root() / "devfleet" / key
+    return cache_root() / "devfleet" / key
 
 
 #: Prometheus for the dev fleet's metrics (the serving stack's kube-prometheus-stack stands in):
@@ -67,4 +67,4 @@ PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
 
 def prometheus_cache_dir() -> Path:
     """``<cache root>/devfleet/prometheus-v..`` (beside the other fleet binaries)."""
-    return modelplane_cache_root() / "devfleet" / f"prometheus-v{PROMETHEUS_VERSION}"
+    return cache_root() / "devfleet" / f"prometheus-v{PROMETHEUS_VERSION}"

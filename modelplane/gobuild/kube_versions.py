@@ -7,8 +7,9 @@ builds without cgo (pure-Go ``modernc.org/sqlite``) and needs no replace directi
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from modelplane.gobuild.cache import cache_root
 
 KUBERNETES_VERSION = "1.35.8"
 """Kubernetes release (module ``k8s.io/kubernetes`` v1.35.8, staging modules v0.35.8)."""
@@ -23,9 +24,6 @@ KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", 
 KUBE_PACKAGES = tuple(f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS)
 KINE_MODULE = "github.com/k3s-io/kine"
 KINE_PACKAGE = "github.com/k3s-io/kine"
-
-MINIMUM_GO = (1, 25)
-"""Oldest Go toolchain able to build both (their go.mod files say ``go 1.25.x``)."""
 
 
 def staging_version(kubernetes_version: str = KUBERNETES_VERSION) -> str:
@@ -43,19 +41,9 @@ def _split(version: str) -> tuple[int, int, int]:
     return int(parts[0]), int(parts[1]), int(parts[2])
 
 
-def modelplane_cache_root() -> Path:
-    """``${MODELPLANE_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/modelplane}``."""
-    explicit = os.environ.get("MODELPLANE_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "modelplane"
-
-
 def kube_cache_dir(
     kubernetes_version: str = KUBERNETES_VERSION, kine_version: str = KINE_VERSION
 ) -> Path:
     """``<cache root>/kube/k8s-v<k8s>-kine-v<kine>``: wrapper modules in ``src/``, binaries in
     ``bin/``."""
-    return modelplane_cache_root() / "kube" / f"k8s-v{kubernetes_version}-kine-v{kine_version}"
+    return cache_root() / "kube" / f"k8s-v{kubernetes_version}-kine-v{kine_version}"
