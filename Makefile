@@ -53,7 +53,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The components against the provider SDKs' type hints (strict on components/cloud/); also run
-# by `make test` (tests/test_typecheck.py). About a minute of CPU the first time (only the SDK
+# by `make test` (tests/components/test_typecheck.py). About a minute of CPU the first time (only the SDK
 # modules the components use are read), seconds after (.mypy_cache).
 typecheck: $(STAMP)
 	$(BIN)/mypy

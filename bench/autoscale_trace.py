@@ -26,7 +26,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from modelplane.api.autoscaling import Autoscaling  # noqa: E402
 from modelplane.autoscale import decide  # noqa: E402

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from modelplane.api.fleet import FleetSpec  # noqa: E402
 from modelplane.scheduler import schedule  # noqa: E402

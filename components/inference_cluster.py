@@ -328,6 +328,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 provider=self.provider,
                 nvidia_driver_root=driver_root,
                 gke_driver_installer=gke is not None,
+                owns_network=self.cloud is not None,
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address

@@ -18,8 +18,8 @@ the reference facts: their upstream CRDs are vendored under ``crds/`` and applie
 Envoy Gateway's chart also carries Gateway API CRDs; Helm skips CRDs that already exist, so the
 vendored bundle, applied first, is the one in force.
 
-Envoy Gateway's namespace is a ``Namespace`` this stack owns (``load_balancer_namespace``), so
-``destroy`` waits there until the cloud load balancers of the Gateways' proxy Services are gone,
+On GKE and EKS, Envoy Gateway's namespace is a ``Namespace`` this stack owns
+(``load_balancer_namespace``), so ``destroy`` waits there until the cloud load balancers of the Gateways' proxy Services are gone,
 before the cloud network is deleted (docs/architecture.md, "Load balancers on teardown").
 
 Then the workload gateway: GatewayClass ``envoy`` (Envoy Gateway's controller) and Gateway
@@ -345,6 +345,7 @@ class ServingStack(pulumi.ComponentResource):
         provider: kubernetes.Provider,
         nvidia_driver_root: str = "/",
         gke_driver_installer: bool = False,
+        owns_network: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         versions = dict(options.versions)
@@ -368,12 +369,19 @@ class ServingStack(pulumi.ComponentResource):
 
         self.releases: dict[str, kubernetes.helm.v3.Release] = {}
         self._release("certManager")
-        self.envoy_namespace = load_balancer_namespace(
-            name, CHARTS["envoyGateway"].namespace, self._opts()
-        )
-        self._release(
-            "envoyGateway", create_namespace=False, depends_on=[*crds, self.envoy_namespace]
-        )
+        # Only where modelplane owns the cloud network (GKE, EKS) must destroy wait for the
+        # load balancers; on an Existing cluster the namespace stays Helm's, so a namespace the
+        # platform made, or a destroy-then-up, never meets a client-side AlreadyExists.
+        self.envoy_namespace: kubernetes.core.v1.Namespace | None = None
+        if owns_network:
+            self.envoy_namespace = load_balancer_namespace(
+                name, CHARTS["envoyGateway"].namespace, self._opts()
+            )
+            self._release(
+                "envoyGateway", create_namespace=False, depends_on=[*crds, self.envoy_namespace]
+            )
+        else:
+            self._release("envoyGateway", depends_on=crds)
         self._release("envoyAiGatewayCrds")
         self._release(
             "envoyAiGateway",

@@ -23,7 +23,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
 K8S_VERSION = "1.35.0"
 OBJECT_META = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"

@@ -1,0 +1,164 @@
+"""The root Pulumi.yaml (the design card's) and the per-fleet projects derived from it.
+
+The engine runs of both are in tests/driver/test_engine_root_project.py (root) and
+tests/driver/test_engine_local.py (a fleet's own project).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from modelplane.api.loader import load_fleet
+from modelplane.driver.project import (
+    FLEET_BACKEND,
+    ProjectError,
+    fleet_project,
+    fleet_project_text,
+    read_project,
+    write_fleet_project,
+)
+from modelplane.driver.settings import default_backend
+from stacks.program import DEFAULT_SPECS, stack_config_dir
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = REPO / "specs"
+FLEETS = sorted(p.name for p in SPECS.iterdir() if p.is_dir())
+
+
+def _cli():
+    from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
+    return app
+
+
+def test_the_root_project_runs_the_embedded_default_fleet() -> None:
+    root = read_project(REPO)
+    assert root["name"] == "modelplane" and root["runtime"]["name"] == "python"
+    assert (REPO / root["main"] / "__main__.py").is_file()
+    assert (REPO / root["main"]).resolve() == REPO / "stacks"
+    venv = root["runtime"]["options"]["virtualenv"]
+    assert not os.path.isabs(venv) and Path(os.path.normpath(REPO / venv)) == REPO / ".venv"
+    # Its stack config is the default fleet's own, and the program reads that fleet.
+    assert root["stackConfigDir"] == DEFAULT_SPECS
+    assert stack_config_dir(REPO) == SPECS / "local"
+    assert not load_fleet(REPO / root["stackConfigDir"]).errors
+    # Its state is the one `modelplane up specs/local` uses by default (the file URL is
+    # relative to the working directory: the repository root).
+    url, _, query = root["backend"]["url"].partition("?")
+    assert url.startswith("file://./") and query == "create_dir=true"  # made when missing
+    assert (REPO / url.removeprefix("file://")).resolve().as_uri() == default_backend(
+        SPECS / "local"
+    )
+    text = (REPO / "Pulumi.yaml").read_text()
+    assert "/home/" not in text and "/work/" not in text and "/tmp/" not in text
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
+    committed = (SPECS / fleet / "Pulumi.yaml").read_text()
+    assert committed == fleet_project_text(REPO, SPECS / fleet), (
+        f"specs/{fleet}/Pulumi.yaml is not derived: run `modelplane project specs/{fleet}`"
+    )
+    # ... and reads as a project of that fleet: its own config and state, no stackConfigDir.
+    project = yaml.safe_load(committed)
+    assert (SPECS / fleet / project["main"]).resolve() == REPO / "stacks"
+    assert project["backend"] == {"url": FLEET_BACKEND}
+    assert "stackConfigDir" not in project and stack_config_dir(SPECS / fleet) is None
+    assert f"cd specs/{fleet}\n" in committed
+
+
+@pytest.mark.parametrize(
+    ("root", "fleet", "expected"),
+    [
+        (  # inside the repository: relative paths, the fleet's own config and state
+            {
+                "name": "modelplane",
+                "description": "the root",
+                "runtime": {"name": "python", "options": {"toolchain": "pip", "virtualenv": "v"}},
+                "main": "stacks/",
+                "stackConfigDir": "specs/local",
+                "backend": {"url": "file://./specs/local/.modelplane/state?create_dir=true"},
+            },
+            "repo/fleets/a",
+            {
+                "name": "modelplane",
+                "description": "modelplane fleet fleets/a",
+                "runtime": {
+                    "name": "python",
+                    "options": {"toolchain": "pip", "virtualenv": "../../v"},
+                },
+                "main": "../../stacks/",
+                "backend": {"url": "file://./.modelplane/state?create_dir=true"},
+            },
+        ),
+        (  # outside it: absolute paths; no backend in the root, none in the fleet
+            {
+                "name": "modelplane",
+                "runtime": {"name": "python", "options": {"virtualenv": ".venv"}},
+                "main": "stacks",
+            },
+            "elsewhere",
+            {
+                "name": "modelplane",
+                "runtime": {"name": "python", "options": {"virtualenv": "{tmp}/repo/.venv"}},
+                "main": "{tmp}/repo/stacks",
+            },
+        ),
+        (  # a bare runtime and absolute paths stay as they are
+            {"name": "modelplane", "runtime": "python", "main": "/opt/stacks/"},
+            "repo/f",
+            {"name": "modelplane", "runtime": "python", "main": "/opt/stacks/"},
+        ),
+    ],
+)
+def test_fleet_project_derivation(tmp_path: Path, root: dict, fleet: str, expected: dict) -> None:
+    (tmp_path / "repo").mkdir()
+    (tmp_path / fleet).mkdir(parents=True, exist_ok=True)
+    derived = fleet_project(root, tmp_path / "repo", tmp_path / fleet)
+    text = yaml.safe_dump(expected).replace("{tmp}", str(tmp_path.resolve()))
+    assert derived == yaml.safe_load(text)
+
+
+def test_the_root_itself_is_not_a_derived_fleet() -> None:
+    with pytest.raises(ProjectError, match="is the repository root"):
+        fleet_project(read_project(REPO), REPO, REPO)
+
+
+def test_a_root_that_is_not_a_project(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("description: no name, no main\n")
+    with pytest.raises(ProjectError, match="needs `name` and `main`"):
+        read_project(tmp_path)
+    with pytest.raises(ProjectError, match="cannot read"):
+        read_project(tmp_path / "missing")
+
+
+def test_the_project_command_writes_checks_and_explains(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    runner = CliRunner()
+    app = _cli()
+    missing = runner.invoke(app, ["project", str(fleet), "--check"], env={"COLUMNS": "300"})
+    assert missing.exit_code == 1 and f"run `modelplane project {fleet}`" in missing.output
+    wrote = runner.invoke(app, ["project", str(fleet)], env={"COLUMNS": "300"})
+    assert wrote.exit_code == 0 and "wrote" in wrote.output, wrote.output
+    project = yaml.safe_load((fleet / "Pulumi.yaml").read_text())
+    # A fleet outside the repository: absolute paths to this checkout's program and venv.
+    assert project["main"] == f"{REPO / 'stacks'}/"
+    assert project["runtime"]["options"]["virtualenv"] == str(REPO / ".venv")
+    assert project["backend"] == {"url": FLEET_BACKEND}
+    assert not write_fleet_project(REPO, fleet)  # idempotent
+    again = runner.invoke(app, ["project", str(fleet)], env={"COLUMNS": "300"})
+    assert again.exit_code == 0 and "unchanged" in again.output
+    ok = runner.invoke(app, ["project", str(fleet), "--check"], env={"COLUMNS": "300"})
+    assert ok.exit_code == 0 and "up to date" in ok.output
+    (fleet / "Pulumi.yaml").write_text((fleet / "Pulumi.yaml").read_text() + "# edited\n")
+    stale = runner.invoke(app, ["project", str(fleet), "--check"], env={"COLUMNS": "300"})
+    assert stale.exit_code == 1 and "is not derived" in stale.output
+    nowhere = runner.invoke(app, ["project", str(tmp_path / "nope")], env={"COLUMNS": "300"})
+    assert nowhere.exit_code == 2 and "not a directory" in nowhere.output
+    assert "Traceback" not in nowhere.output + stale.output + missing.output
