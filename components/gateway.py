@@ -57,6 +57,7 @@ ENVOY = {
     "class": "modelplane-envoy",
     "port": 80,
 }
+DIAL_TIMEOUT = "2s"
 GATEWAY_LABELS = labels(
     app_labels("inference-gateway", GATEWAY_NAME, "gateway"), {"modelplane.ai/gateway": "default"}
 )
@@ -78,7 +79,13 @@ def release_values(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any
                     },
                 },
                 "kubernetesIngress": {"enabled": False},
+                # The ModelService routes' retry Middlewares (api.md "Retries and ejection").
+                "kubernetesCRD": {"enabled": True},
             },
+            # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s.
+            "additionalArguments": [
+                f"--serversTransport.forwardingTimeouts.dialTimeout={DIAL_TIMEOUT}"
+            ],
             # modelplane creates its own GatewayClass and Gateway.
             "gateway": {"enabled": False},
             "gatewayClass": {"enabled": False},

@@ -40,8 +40,11 @@ from components.workload.routes import (
     SplitError,
     endpoint_slice,
     envoy_backend,
+    envoy_retry_policy,
+    retry_name,
     service_manifest,
     service_route,
+    traefik_retry_middleware,
 )
 from modelplane.api.model_service import ModelEndpoint, ModelService, ParsedURL, parse_endpoint_url
 from modelplane.api.names import child_name
@@ -210,6 +213,13 @@ def service_backends(
     return out
 
 
+def _route_labels(service: ModelService) -> dict[str, str]:
+    return labels(
+        app_labels(service.metadata.name, service.metadata.name, "service-route"),
+        {SERVICE: service.metadata.name},
+    )
+
+
 def service_route_manifest(
     service: ModelService,
     endpoints: Sequence[EndpointInfo],
@@ -222,15 +232,22 @@ def service_route_manifest(
     return service_route(
         service.metadata.name,
         service.metadata.namespace or "default",
-        labels(
-            app_labels(service.metadata.name, service.metadata.name, "service-route"),
-            {SERVICE: service.metadata.name},
-        ),
+        _route_labels(service),
         service.path_prefix,
         backends,
         backend=backend,
         gateway=gateway,
+        middlewares=[retry_name(service.metadata.name)] if backend == "Traefik" else (),
     )
+
+
+def service_retry_manifest(service: ModelService, backend: Backend) -> Manifest:
+    """The service route's retries (and, on Envoy Gateway, passive health): a Traefik
+    `Middleware` the route's rule references, or an Envoy `BackendTrafficPolicy` on it."""
+    name, ns = service.metadata.name, service.metadata.namespace or "default"
+    if backend == "Traefik":
+        return traefik_retry_middleware(retry_name(name), ns, _route_labels(service))
+    return envoy_retry_policy(retry_name(name), ns, _route_labels(service), name)
 
 
 class ModelEndpointComponent(pulumi.ComponentResource):
@@ -294,9 +311,16 @@ class ModelServiceComponent(pulumi.ComponentResource):
                 resource=self,
             )
         else:
+            # The retry object first: a Traefik route naming a Middleware that does not
+            # exist yet would answer 404 until it does.
+            retry = register(
+                service_retry_manifest(service, backend),
+                pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
+                scope="gateway",
+            )
             register(
                 route,
-                pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
+                pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, retry]),
                 scope="gateway",
             )
         prefix = service.path_prefix
