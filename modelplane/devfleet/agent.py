@@ -60,10 +60,22 @@ class PodServer:
     ready: bool
     service_time: float = 0.0
     concurrency: int = 0
+    token_time: float = 0.0
 
 
 SERVICE_TIME_ENV = "MODELPLANE_STANDIN_SERVICE_TIME"
 CONCURRENCY_ENV = "MODELPLANE_STANDIN_CONCURRENCY"
+TOKEN_TIME_ENV = "MODELPLANE_STANDIN_TOKEN_TIME"  # seconds per streamed token
+
+
+def _token_time(container: Mapping[str, Any]) -> float:
+    for e in container.get("env", []) or []:
+        if isinstance(e, Mapping) and e.get("name") == TOKEN_TIME_ENV:
+            try:
+                return max(0.0, float(e.get("value") or 0))
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def _standin_load(container: Mapping[str, Any]) -> tuple[float, int]:
@@ -131,6 +143,7 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
                     ready=ready,
                     service_time=service_time,
                     concurrency=concurrency,
+                    token_time=_token_time(container),
                 )
             )
     return servers
@@ -228,6 +241,7 @@ class Agent:
             prefix_tolerant=True,
             service_time=server.service_time,
             concurrency=server.concurrency,
+            token_time=server.token_time,
         )
         self.host.add(server.key, server.ip, server.port, identity, config)
 
