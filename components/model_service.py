@@ -38,13 +38,17 @@ from components.workload.routes import (
     ENVOY_GROUP,
     EndpointBackend,
     SplitError,
+    auth_name,
     endpoint_slice,
     envoy_backend,
     envoy_retry_policy,
     retry_name,
     service_manifest,
     service_route,
+    strip_key_name,
+    traefik_auth_middleware,
     traefik_retry_middleware,
+    traefik_strip_key_middleware,
 )
 from modelplane.api.model_service import ModelEndpoint, ModelService, ParsedURL, parse_endpoint_url
 from modelplane.api.names import child_name
@@ -220,15 +224,34 @@ def _route_labels(service: ModelService) -> dict[str, str]:
     )
 
 
+@dataclass(frozen=True)
+class FrontDoor:
+    """What every service route on the InferenceGateway shares: the listener it attaches
+    to and the scheme of its URL (`spec.tls`), and the authorization service to ask
+    (`spec.auth`; None: no key check)."""
+
+    listener: str | None = None
+    scheme: str = "http"
+    authz_address: str | None = None
+
+
 def service_route_manifest(
     service: ModelService,
     endpoints: Sequence[EndpointInfo],
     backend: Backend,
     gateway: tuple[str, str],
+    front_door: FrontDoor | None = None,
 ) -> Manifest | None:
     backends = service_backends(service, endpoints, backend)
     if not backends:
         return None
+    door = front_door or FrontDoor()
+    name = service.metadata.name
+    middlewares: list[str] = []
+    if backend == "Traefik":
+        if door.authz_address:
+            middlewares += [auth_name(name), strip_key_name(name)]
+        middlewares.append(retry_name(name))
     return service_route(
         service.metadata.name,
         service.metadata.namespace or "default",
@@ -237,17 +260,28 @@ def service_route_manifest(
         backends,
         backend=backend,
         gateway=gateway,
-        middlewares=[retry_name(service.metadata.name)] if backend == "Traefik" else (),
+        middlewares=middlewares,
+        listener=door.listener,
     )
 
 
-def service_retry_manifest(service: ModelService, backend: Backend) -> Manifest:
-    """The service route's retries (and, on Envoy Gateway, passive health): a Traefik
-    `Middleware` the route's rule references, or an Envoy `BackendTrafficPolicy` on it."""
+def service_policy_manifests(
+    service: ModelService, backend: Backend, front_door: FrontDoor | None = None
+) -> list[Manifest]:
+    """What the service route's rule runs before its backends: on Traefik the key check
+    (forwardAuth, then the key removed) with `spec.auth`, and the retries, as Middlewares
+    the rule references; on Envoy Gateway a BackendTrafficPolicy (retries, passive health)."""
     name, ns = service.metadata.name, service.metadata.namespace or "default"
-    if backend == "Traefik":
-        return traefik_retry_middleware(retry_name(name), ns, _route_labels(service))
-    return envoy_retry_policy(retry_name(name), ns, _route_labels(service), name)
+    object_labels = _route_labels(service)
+    if backend != "Traefik":
+        return [envoy_retry_policy(retry_name(name), ns, object_labels, name)]
+    out: list[Manifest] = []
+    door = front_door or FrontDoor()
+    if door.authz_address:
+        out.append(traefik_auth_middleware(auth_name(name), ns, object_labels, door.authz_address))
+        out.append(traefik_strip_key_middleware(strip_key_name(name), ns, object_labels))
+    out.append(traefik_retry_middleware(retry_name(name), ns, object_labels))
+    return out
 
 
 class ModelEndpointComponent(pulumi.ComponentResource):
@@ -295,12 +329,14 @@ class ModelServiceComponent(pulumi.ComponentResource):
         backend: Backend,
         gateway_address: pulumi.Input[str | None],
         gateway: tuple[str, str],
+        front_door: FrontDoor | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("modelplane:gateway:ModelService", name, None, opts)
+        door = front_door or FrontDoor()
         try:
-            route = service_route_manifest(service, endpoints, backend, gateway)
+            route = service_route_manifest(service, endpoints, backend, gateway, door)
         except SplitError as exc:
             # Reported as a program error (no Python traceback): the specs validate, but the
             # endpoints the deployment stacks composed cannot be one weighted route here.
@@ -311,21 +347,25 @@ class ModelServiceComponent(pulumi.ComponentResource):
                 resource=self,
             )
         else:
-            # The retry object first: a Traefik route naming a Middleware that does not
-            # exist yet would answer 404 until it does.
-            retry = register(
-                service_retry_manifest(service, backend),
-                pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
-                scope="gateway",
-            )
+            # Its Middlewares first: a Traefik route naming a Middleware that does not
+            # exist yet answers 404 until it does (and never lets a request in unchecked).
+            policies = [
+                register(
+                    manifest,
+                    pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
+                    scope="gateway",
+                )
+                for manifest in service_policy_manifests(service, backend, door)
+            ]
             register(
                 route,
-                pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, retry]),
+                pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *policies]),
                 scope="gateway",
             )
         prefix = service.path_prefix
+        scheme = door.scheme
         self.address = pulumi.Output.from_input(gateway_address).apply(
-            lambda a: f"http://{a}{prefix}" if a else None
+            lambda a: f"{scheme}://{a}{prefix}" if a else None
         )
         self.weights = pulumi.Output.from_input(
             {b.key: b.weight for b in service_backends(service, endpoints, backend)}

@@ -282,6 +282,50 @@ def envoy_retry_policy(
     }
 
 
+# --- callers with keys (api.md "Callers") --------------------------------------------------
+CALLER_HEADER = "x-modelplane-caller"
+
+
+def auth_name(service_name: str) -> str:
+    return f"{service_name}-auth"[:63].rstrip("-")
+
+
+def strip_key_name(service_name: str) -> str:
+    return f"{service_name}-strip-key"[:63].rstrip("-")
+
+
+def traefik_auth_middleware(
+    name: str, namespace: str, object_labels: Mapping[str, str], address: str
+) -> Manifest:
+    """forwardAuth to the authorization service: a 401 (OpenAI-shaped body) goes back to
+    the client as is; on 200 the caller header it answers replaces whatever the client sent."""
+    return {
+        "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {
+            "forwardAuth": {
+                "address": address,
+                "trustForwardHeader": False,
+                "authRequestHeaders": ["Authorization", "X-Api-Key"],
+                "authResponseHeaders": [CALLER_HEADER],
+            }
+        },
+    }
+
+
+def traefik_strip_key_middleware(
+    name: str, namespace: str, object_labels: Mapping[str, str]
+) -> Manifest:
+    """The caller's key stops at the front door (an empty value removes the header)."""
+    return {
+        "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {"headers": {"customRequestHeaders": {"Authorization": "", "X-Api-Key": ""}}},
+    }
+
+
 def service_route(
     name: str,
     namespace: str,
@@ -292,6 +336,7 @@ def service_route(
     backend: Literal["Traefik", "EnvoyGateway"],
     gateway: tuple[str, str],
     middlewares: Sequence[str] = (),
+    listener: str | None = None,
 ) -> Manifest:
     """One HTTPRoute for a ModelService.
 
@@ -307,7 +352,8 @@ def service_route(
     and is an error (validation rejects what the specs show; see `envoy_path`).
 
     `middlewares` (Traefik): Traefik Middlewares of the route's namespace the rule runs
-    first (ExtensionRef filters), e.g. the retry middleware.
+    first, in order (ExtensionRef filters): the key check, then the retries. `listener`:
+    the Gateway listener (sectionName) the route attaches to.
     """
     match = [path_match(prefix)]
     rules: list[dict[str, Any]]
@@ -334,11 +380,14 @@ def service_route(
             }
         ]
     gw_name, gw_namespace = gateway
+    parent = gateway_ref(gw_name, gw_namespace)
+    if listener:
+        parent["sectionName"] = listener
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "HTTPRoute",
         "metadata": metadata(name, namespace, object_labels),
-        "spec": {"parentRefs": [gateway_ref(gw_name, gw_namespace)], "rules": rules},
+        "spec": {"parentRefs": [parent], "rules": rules},
     }
 
 
