@@ -309,3 +309,54 @@ def test_auth_on_envoy_gateway_is_refused(tmp_path: Path) -> None:
     errors = [e for e in load_fleet(target).errors if e.object.startswith("InferenceGateway")]
     assert [e.path for e in errors] == ["spec"], errors
     assert "auth needs backend Traefik" in errors[0].message
+
+
+# --------------------------------------------------------------------------- modelplane call
+
+
+def test_auth_call_picks_the_named_or_first_readable_caller_key(tmp_path: Path) -> None:
+    from modelplane.cli.call import caller_key
+
+    (tmp_path / "batch.key").write_text("sk-batch\n")
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n"
+        "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
+        f"    - {{name: batch, secretRef: {{name: 'file:{tmp_path}/batch.key', key: k}}}}\n",
+    )
+    gateway = load_fleet(target).fleet.gateway
+    env = {"MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a"}
+    assert caller_key(gateway, None, env=env, base_dir=target) == ("team-a", "sk-a", "")
+    assert caller_key(gateway, None, env={}, base_dir=target) == ("batch", "sk-batch", "")
+    assert caller_key(gateway, "batch", env=env, base_dir=target)[:2] == ("batch", "sk-batch")
+    name, key, why = caller_key(gateway, "team-a", env={}, base_dir=target)
+    assert (name, key) == (None, None) and "MODELPLANE_SECRET_KEYS_TEAM_A" in why
+    assert "no caller 'nobody'" in caller_key(gateway, "nobody", env=env, base_dir=target)[2]
+    open_gateway = load_fleet(ROOT / "specs" / "dev").fleet.gateway
+    assert caller_key(open_gateway, None, env=env, base_dir=target) == (None, None, "")
+    assert "no spec.auth" in caller_key(open_gateway, "x", env=env, base_dir=target)[2]
+
+
+def test_auth_dev_fleet_writes_missing_caller_keys_into_its_state(tmp_path: Path) -> None:
+    from modelplane.devfleet.fleet import ensure_caller_keys
+
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n"
+        "    - {name: dev, secretRef: {name: 'file:${MODELPLANE_DEV_FLEET_STATE}/callers/dev', "
+        "key: key}}\n"
+        "    - {name: ops, secretRef: {name: ops-keys, key: ops}}\n"
+        "    - {name: out, secretRef: {name: 'file:${MODELPLANE_DEV_FLEET_STATE}/../out', "
+        "key: key}}\n",
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    fleet = load_fleet(target).fleet
+    [written] = ensure_caller_keys(fleet, state)
+    assert written == state / "callers" / "dev"
+    key = written.read_text().strip()
+    assert key.startswith("sk-mp-") and len(key) > 40
+    assert written.stat().st_mode & 0o777 == 0o600
+    assert ensure_caller_keys(fleet, state) == []  # kept: a key is not rotated by `up`
+    assert written.read_text().strip() == key
+    assert not (tmp_path / "out").exists()  # never outside the state directory

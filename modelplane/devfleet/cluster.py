@@ -57,6 +57,7 @@ WORKLOAD_GATEWAY_PORT = 80
 """The workload gateway's entrypoint: the `port` specs/dev gives in `servingStack.gateway`."""
 SERVICE_RANGE = "10.96.0.0/16"
 FRONT_DOOR_DIAL_TIMEOUT = "2s"
+FRONT_DOOR_TLS_PORT = 8443  # `websecure`, as in the chart (spec.tls); bridged to the host's 443
 """As the InferenceGateway's Traefik (components/gateway.py): a dead endpoint costs one retry."""
 WORKLOAD_GATEWAY_CLASS = "modelplane-dev"
 WORKLOAD_CLASS_LABEL = "modelplane.ai/dev-fleet-gateway"
@@ -449,6 +450,7 @@ def traefik_argv(
             f"--providers.kubernetescrd.certAuthFilePath={ca}",
             "--providers.kubernetescrd.throttleDuration=0s",
             f"--serversTransport.forwardingTimeouts.dialTimeout={FRONT_DOOR_DIAL_TIMEOUT}",
+            f"--entryPoints.websecure.address={address}:{FRONT_DOOR_TLS_PORT}",
         ]
     return [
         str(traefik),
