@@ -42,8 +42,8 @@ class GatewayAuth(Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayAuth:
-        seen: set[str] = set()
-        twice = sorted({c.name for c in self.callers if c.name in seen or seen.add(c.name)})
+        names = [c.name for c in self.callers]
+        twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"duplicate caller name(s): {', '.join(twice)}")
         return self
