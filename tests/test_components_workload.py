@@ -628,7 +628,7 @@ def test_retry_traefik_route_runs_the_retry_middleware_before_its_backends() -> 
     ]
     assert middleware.get("metadata.namespace") == route.get("metadata.namespace") == "ml-team"
     assert middleware.get("spec.retry") == {
-        "attempts": 3,
+        "attempts": 4,
         "status": ["502", "503", "429"],
         "retryNonIdempotentMethod": True,
         "maxRequestBodyBytes": 2 * 1024 * 1024,
@@ -660,7 +660,7 @@ def test_retry_envoy_gateway_policy_retries_and_ejects() -> None:
     ]
     assert policy.get("metadata.namespace") == route.get("metadata.namespace")
     retry = policy.get("spec.retry")
-    assert retry["numRetries"] == 2
+    assert retry["numRetries"] == 3
     assert set(retry["retryOn"]["triggers"]) == {
         "connect-failure",
         "refused-stream",

@@ -200,7 +200,7 @@ def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
 # byte (a stream that started is never replayed). The budget: at most RETRY_ATTEMPTS tries
 # per request, immediately one after the other (the next try goes to the next endpoint in
 # the weighted rotation); a healthy fleet that answers is never retried.
-RETRY_ATTEMPTS = 3
+RETRY_ATTEMPTS = 4
 RETRY_STATUSES = (502, 503, 429)
 # A request body larger than this is still retried on a refused connection, but not on a
 # status (it is not kept in memory for a replay): the gateway's own default.
