@@ -417,9 +417,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         if gateway.spec.auth is not None:
             if caller_keys is None:
                 raise ValueError("InferenceGateway spec.auth needs the callers' keys")
-            table: pulumi.Output[str] = pulumi.Output.from_input(caller_keys).apply(
-                callers_table
-            )
+            table: pulumi.Output[str] = pulumi.Output.from_input(caller_keys).apply(callers_table)
             table = pulumi.Output.secret(table)
             for manifest in authz_manifests(table):
                 register(manifest, after, scope="gateway")
