@@ -210,9 +210,11 @@ AUTHZ_LABELS = labels(app_labels("inference-gateway", AUTHZ_NAME, "authz"))
 
 
 def callers_table(keys: Mapping[str, str]) -> str:
-    """The authorization service's keys file: sha256(key) -> caller; never a key."""
+    """The authorization service's keys file: sha256(key) -> caller; never a key. A key
+    read from a file loses its surrounding whitespace (the trailing newline), as clients
+    send it."""
     return json.dumps(
-        {authz_module.key_hash(key): caller for caller, key in sorted(keys.items())},
+        {authz_module.key_hash(key.strip()): caller for caller, key in sorted(keys.items())},
         sort_keys=True,
     )
 

@@ -360,3 +360,11 @@ def test_auth_dev_fleet_writes_missing_caller_keys_into_its_state(tmp_path: Path
     assert ensure_caller_keys(fleet, state) == []  # kept: a key is not rotated by `up`
     assert written.read_text().strip() == key
     assert not (tmp_path / "out").exists()  # never outside the state directory
+
+
+def test_auth_keys_table_hashes_keys_without_surrounding_whitespace() -> None:
+    from components.gateway import callers_table
+
+    table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}))
+    assert table == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
+    assert "sk-dev" not in callers_table({"dev": "sk-dev"})
