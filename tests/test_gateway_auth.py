@@ -368,3 +368,25 @@ def test_auth_keys_table_hashes_keys_without_surrounding_whitespace() -> None:
     table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}))
     assert table == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
     assert "sk-dev" not in callers_table({"dev": "sk-dev"})
+
+
+def test_auth_rotated_key_changes_the_gateway_stack_fingerprint(tmp_path: Path) -> None:
+    from modelplane.driver.fingerprint import secret_digests, secret_refs
+
+    target = gateway_fleet(tmp_path, AUTH_SPEC)
+    fleet = load_fleet(target).fleet
+    [unit] = [u for u in _units(target) if u.kind == "InferenceGateway"]
+    assert ("keys", "team-a") in secret_refs(fleet, unit)
+    assert ("front-tls", "key") in secret_refs(fleet, unit)
+    before = secret_digests(fleet, unit, environ=KEYS, base_dir=target)
+    after = secret_digests(
+        fleet, unit, environ={**KEYS, "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-new"}, base_dir=target
+    )
+    assert before != after and "sk-new" not in json.dumps(after)
+
+
+def _units(target: Path) -> list:
+    from modelplane.lock import PlacementLock
+    from modelplane.stacks import stack_units
+
+    return stack_units(load_fleet(target).fleet, PlacementLock())
