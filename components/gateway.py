@@ -20,11 +20,16 @@ one rewrite and replicas named by header (`components.workload.routes`).
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+import modelplane.authz as authz_module
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
     Manifest,
@@ -32,8 +37,9 @@ from components.workload.objects import (
     ensure_namespace,
     labels,
     metadata,
+    register,
 )
-from components.workload.routes import GATEWAY_GROUP
+from components.workload.routes import GATEWAY_GROUP, gateway_ref
 from modelplane.api.inference_gateway import InferenceGateway
 
 GATEWAY_NAME = "modelplane"
@@ -49,6 +55,7 @@ TRAEFIK = {
     "controller": "traefik.io/gateway-controller",
     "class": "traefik",
     "port": 8000,  # Traefik's `web` entrypoint; its Service exposes 80
+    "tls_port": 8443,  # Traefik's `websecure` entrypoint; its Service exposes 443
 }
 ENVOY = {
     "release": "mp-envoy-gateway",
@@ -59,7 +66,9 @@ ENVOY = {
     "controller": "gateway.envoyproxy.io/gatewayclass-controller",
     "class": "modelplane-envoy",
     "port": 80,
+    "tls_port": 443,
 }
+DIAL_TIMEOUT = "2s"
 GATEWAY_LABELS = labels(
     app_labels("inference-gateway", GATEWAY_NAME, "gateway"), {"modelplane.ai/gateway": "default"}
 )
@@ -81,7 +90,13 @@ def release_values(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any
                     },
                 },
                 "kubernetesIngress": {"enabled": False},
+                # The ModelService routes' retry Middlewares (api.md "Retries and ejection").
+                "kubernetesCRD": {"enabled": True},
             },
+            # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s.
+            "additionalArguments": [
+                f"--serversTransport.forwardingTimeouts.dialTimeout={DIAL_TIMEOUT}"
+            ],
             # modelplane creates its own GatewayClass and Gateway.
             "gateway": {"enabled": False},
             "gatewayClass": {"enabled": False},
@@ -99,30 +114,202 @@ def gateway_class_manifest(backend: Literal["Traefik", "EnvoyGateway"]) -> Manif
     }
 
 
+# The front door's listeners: `web` (plain HTTP) and, with `spec.tls`, `websecure`.
+WEB, WEBSECURE = "web", "websecure"
+TLS_SECRET = "modelplane-front-door-tls"
+REDIRECT_ROUTE = "modelplane-https-redirect"
+
+
+def service_listener(gateway: InferenceGateway) -> str:
+    """The listener ModelService routes attach to."""
+    return WEBSECURE if gateway.spec.tls is not None else WEB
+
+
 def gateway_manifest(
-    backend: Literal["Traefik", "EnvoyGateway"], *, await_address: bool = True
+    backend: Literal["Traefik", "EnvoyGateway"],
+    *,
+    await_address: bool = True,
+    tls: Literal["Redirect", "Refuse"] | None = None,
 ) -> Manifest:
+    """``tls``: a `websecure` HTTPS listener with the front door's certificate (Secret
+    `TLS_SECRET`); `web` stays for the redirect to https (`Redirect`) or goes (`Refuse`)."""
     s = backend_settings(backend)
     # When a controller is known to program the Gateway, wait for it to publish an address
     # (as the serving stack's Gateway does), so service URLs are known at the end of the
     # same `up`. Without one, waiting could only time out.
     annotations = WAIT_FOR_ADDRESS if await_address else None
+    listeners: list[dict[str, Any]] = []
+    if tls != "Refuse":
+        listeners.append(
+            {
+                "name": WEB,
+                "protocol": "HTTP",
+                "port": s["port"],
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+            }
+        )
+    if tls is not None:
+        listeners.append(
+            {
+                "name": WEBSECURE,
+                "protocol": "HTTPS",
+                "port": s["tls_port"],
+                "tls": {
+                    "mode": "Terminate",
+                    "certificateRefs": [{"group": "", "kind": "Secret", "name": TLS_SECRET}],
+                },
+                "allowedRoutes": {"namespaces": {"from": "All"}},
+            }
+        )
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "Gateway",
         "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, annotations),
+        "spec": {"gatewayClassName": s["class"], "listeners": listeners},
+    }
+
+
+def redirect_route() -> Manifest:
+    """Every plain-HTTP request answered with a redirect to https (`tls.http: Redirect`)."""
+    parent = {**gateway_ref(GATEWAY_NAME, SYSTEM_NAMESPACE), "sectionName": WEB}
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1",
+        "kind": "HTTPRoute",
+        "metadata": metadata(REDIRECT_ROUTE, SYSTEM_NAMESPACE, GATEWAY_LABELS),
         "spec": {
-            "gatewayClassName": s["class"],
-            "listeners": [
+            "parentRefs": [parent],
+            "rules": [
                 {
-                    "name": "web",
-                    "protocol": "HTTP",
-                    "port": s["port"],
-                    "allowedRoutes": {"namespaces": {"from": "All"}},
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "filters": [
+                        {
+                            "type": "RequestRedirect",
+                            "requestRedirect": {"scheme": "https", "statusCode": 301},
+                        }
+                    ],
                 }
             ],
         },
     }
+
+
+def tls_secret(certificate: pulumi.Input[str], private_key: pulumi.Input[str]) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(TLS_SECRET, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": certificate, "tls.key": private_key},
+    }
+
+
+# --- callers with keys (api.md "Callers") -------------------------------------------------
+AUTHZ_NAME = "modelplane-authz"
+AUTHZ_PORT = 8080
+AUTHZ_IMAGE = "python:3.12-alpine"
+CALLERS_SECRET = "modelplane-callers"
+AUTHZ_ADDRESS = f"http://{AUTHZ_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{AUTHZ_PORT}/"
+AUTHZ_LABELS = labels(app_labels("inference-gateway", AUTHZ_NAME, "authz"))
+
+
+def callers_table(keys: Mapping[str, str]) -> str:
+    """The authorization service's keys file: sha256(key) -> caller; never a key. A key
+    read from a file loses its surrounding whitespace (the trailing newline), as clients
+    send it."""
+    return json.dumps(
+        {authz_module.key_hash(key.strip()): caller for caller, key in sorted(keys.items())},
+        sort_keys=True,
+    )
+
+
+def authz_source() -> str:
+    return Path(authz_module.__file__).read_text()
+
+
+def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
+    """The authorization service behind the routes' forwardAuth: its keys (a Secret of
+    hashes), its code (a ConfigMap run by a stock Python image), Deployment and Service."""
+    source = authz_source()
+    selector = {"app.kubernetes.io/instance": AUTHZ_NAME}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata(CALLERS_SECRET, SYSTEM_NAMESPACE, AUTHZ_LABELS),
+            "type": "Opaque",
+            "stringData": {"callers.json": table},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS),
+            "data": {"authz.py": source},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS),
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {
+                        "labels": {**AUTHZ_LABELS, **selector},
+                        # A new service version rolls the pods; a rotated key does not
+                        # (the mounted Secret is re-read).
+                        "annotations": {
+                            "modelplane.ai/authz-sha256": hashlib.sha256(
+                                source.encode()
+                            ).hexdigest()
+                        },
+                    },
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "authz",
+                                "image": AUTHZ_IMAGE,
+                                "command": [
+                                    "python",
+                                    "/app/authz.py",
+                                    "--keys",
+                                    "/keys/callers.json",
+                                    "--listen",
+                                    f"0.0.0.0:{AUTHZ_PORT}",
+                                ],
+                                "ports": [{"name": "authz", "containerPort": AUTHZ_PORT}],
+                                "readinessProbe": {"tcpSocket": {"port": AUTHZ_PORT}},
+                                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                                "securityContext": {
+                                    "runAsNonRoot": True,
+                                    "runAsUser": 65534,
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                },
+                                "volumeMounts": [
+                                    {"name": "code", "mountPath": "/app", "readOnly": True},
+                                    {"name": "keys", "mountPath": "/keys", "readOnly": True},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "code", "configMap": {"name": AUTHZ_NAME}},
+                            {"name": "keys", "secret": {"secretName": CALLERS_SECRET}},
+                        ],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector,
+                "ports": [{"name": "authz", "port": AUTHZ_PORT, "protocol": "TCP"}],
+            },
+        },
+    ]
 
 
 class _GatewayObject(pulumi.CustomResource):
@@ -165,6 +352,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
     """
 
     address: pulumi.Output[str | None]
+    scheme: pulumi.Output[str]
     gateway_name: pulumi.Output[str]
     gateway_namespace: pulumi.Output[str]
     backend: pulumi.Output[str]
@@ -177,6 +365,8 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         *,
         install_controller: bool = True,
         await_address: bool = True,
+        caller_keys: pulumi.Input[Mapping[str, str]] | None = None,
+        tls_material: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -209,13 +399,35 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
             deps.append(ns)
         after = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=deps or None)
         gw_class = _GatewayObject(f"gateway/{s['class']}", gateway_class_manifest(backend), after)
-        gw_manifest = gateway_manifest(backend, await_address=await_address)
+        tls = gateway.spec.tls
+        gw_deps: list[pulumi.Resource] = [gw_class, *deps]
+        if tls is not None:
+            if tls_material is None:
+                raise ValueError("InferenceGateway spec.tls needs the certificate and key")
+            gw_deps.append(register(tls_secret(*tls_material), after, scope="gateway"))
+        gw_manifest = gateway_manifest(
+            backend, await_address=await_address, tls=tls.http if tls is not None else None
+        )
         gw = _GatewayObject(
             f"gateway/{SYSTEM_NAMESPACE}/{GATEWAY_NAME}",
             gw_manifest,
-            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[gw_class, *deps]),
+            pulumi.ResourceOptions(parent=self, provider=provider, depends_on=gw_deps),
         )
+        if tls is not None and tls.http == "Redirect":
+            register(
+                redirect_route(),
+                pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[gw]),
+                scope="gateway",
+            )
+        if gateway.spec.auth is not None:
+            if caller_keys is None:
+                raise ValueError("InferenceGateway spec.auth needs the callers' keys")
+            table: pulumi.Output[str] = pulumi.Output.from_input(caller_keys).apply(callers_table)
+            table = pulumi.Output.secret(table)
+            for manifest in authz_manifests(table):
+                register(manifest, after, scope="gateway")
         self.address = gw.status.apply(_first_address)
+        self.scheme = pulumi.Output.from_input("https" if tls is not None else "http")
         self.gateway_name = pulumi.Output.from_input(GATEWAY_NAME)
         self.gateway_namespace = pulumi.Output.from_input(SYSTEM_NAMESPACE)
         self.backend = pulumi.Output.from_input(backend)

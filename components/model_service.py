@@ -38,10 +38,17 @@ from components.workload.routes import (
     ENVOY_GROUP,
     EndpointBackend,
     SplitError,
+    auth_name,
     endpoint_slice,
     envoy_backend,
+    envoy_retry_policy,
+    retry_name,
     service_manifest,
     service_route,
+    strip_key_name,
+    traefik_auth_middleware,
+    traefik_retry_middleware,
+    traefik_strip_key_middleware,
 )
 from modelplane.api.model_service import ModelEndpoint, ModelService, ParsedURL, parse_endpoint_url
 from modelplane.api.names import child_name
@@ -210,27 +217,71 @@ def service_backends(
     return out
 
 
+def _route_labels(service: ModelService) -> dict[str, str]:
+    return labels(
+        app_labels(service.metadata.name, service.metadata.name, "service-route"),
+        {SERVICE: service.metadata.name},
+    )
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    """What every service route on the InferenceGateway shares: the listener it attaches
+    to and the scheme of its URL (`spec.tls`), and the authorization service to ask
+    (`spec.auth`; None: no key check)."""
+
+    listener: str | None = None
+    scheme: str = "http"
+    authz_address: str | None = None
+
+
 def service_route_manifest(
     service: ModelService,
     endpoints: Sequence[EndpointInfo],
     backend: Backend,
     gateway: tuple[str, str],
+    front_door: FrontDoor | None = None,
 ) -> Manifest | None:
     backends = service_backends(service, endpoints, backend)
     if not backends:
         return None
+    door = front_door or FrontDoor()
+    name = service.metadata.name
+    middlewares: list[str] = []
+    if backend == "Traefik":
+        if door.authz_address:
+            middlewares += [auth_name(name), strip_key_name(name)]
+        middlewares.append(retry_name(name))
     return service_route(
         service.metadata.name,
         service.metadata.namespace or "default",
-        labels(
-            app_labels(service.metadata.name, service.metadata.name, "service-route"),
-            {SERVICE: service.metadata.name},
-        ),
+        _route_labels(service),
         service.path_prefix,
         backends,
         backend=backend,
         gateway=gateway,
+        middlewares=middlewares,
+        listener=door.listener,
     )
+
+
+def service_policy_manifests(
+    service: ModelService, backend: Backend, front_door: FrontDoor | None = None
+) -> list[Manifest]:
+    """What the service route's rule runs before its backends: on Traefik the key check
+    (forwardAuth, then the key removed) with `spec.auth`, and the retries, as Middlewares
+    the rule references; on Envoy Gateway a BackendTrafficPolicy (retries, passive health)."""
+    name, ns = service.metadata.name, service.metadata.namespace or "default"
+    object_labels = _route_labels(service)
+    if backend != "Traefik":
+        return [envoy_retry_policy(retry_name(name), ns, object_labels, name)]
+    out: list[Manifest] = []
+    door = front_door or FrontDoor()
+    if door.authz_address:
+        out.append(traefik_auth_middleware(auth_name(name), ns, object_labels, door.authz_address))
+        out.append(traefik_strip_key_middleware(strip_key_name(name), ns, object_labels))
+    out.append(traefik_retry_middleware(retry_name(name), ns, object_labels))
+    return out
 
 
 class ModelEndpointComponent(pulumi.ComponentResource):
@@ -278,12 +329,14 @@ class ModelServiceComponent(pulumi.ComponentResource):
         backend: Backend,
         gateway_address: pulumi.Input[str | None],
         gateway: tuple[str, str],
+        front_door: FrontDoor | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("modelplane:gateway:ModelService", name, None, opts)
+        door = front_door or FrontDoor()
         try:
-            route = service_route_manifest(service, endpoints, backend, gateway)
+            route = service_route_manifest(service, endpoints, backend, gateway, door)
         except SplitError as exc:
             # Reported as a program error (no Python traceback): the specs validate, but the
             # endpoints the deployment stacks composed cannot be one weighted route here.
@@ -294,14 +347,25 @@ class ModelServiceComponent(pulumi.ComponentResource):
                 resource=self,
             )
         else:
+            # Its Middlewares first: a Traefik route naming a Middleware that does not
+            # exist yet answers 404 until it does (and never lets a request in unchecked).
+            policies = [
+                register(
+                    manifest,
+                    pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
+                    scope="gateway",
+                )
+                for manifest in service_policy_manifests(service, backend, door)
+            ]
             register(
                 route,
-                pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
+                pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *policies]),
                 scope="gateway",
             )
         prefix = service.path_prefix
+        scheme = door.scheme
         self.address = pulumi.Output.from_input(gateway_address).apply(
-            lambda a: f"http://{a}{prefix}" if a else None
+            lambda a: f"{scheme}://{a}{prefix}" if a else None
         )
         self.weights = pulumi.Output.from_input(
             {b.key: b.weight for b in service_backends(service, endpoints, backend)}

@@ -19,8 +19,9 @@ Envoy Gateway's chart also carries Gateway API CRDs; Helm skips CRDs that alread
 vendored bundle, applied first, is the one in force.
 
 On GKE and EKS, Envoy Gateway's namespace is a ``Namespace`` this stack owns
-(``load_balancer_namespace``), so ``destroy`` waits there until the cloud load balancers of the Gateways' proxy Services are gone,
-before the cloud network is deleted (docs/architecture.md, "Load balancers on teardown").
+(``load_balancer_namespace``), so ``destroy`` waits there until the cloud load balancers of
+the Gateways' proxy Services are gone, before the cloud network is deleted
+(docs/architecture.md, "Load balancers on teardown").
 
 Then the workload gateway: GatewayClass ``envoy`` (Envoy Gateway's controller) and Gateway
 ``inference-gateway`` in ``modelplane-system`` (HTTP 80, routes from all namespaces), created

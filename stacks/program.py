@@ -406,9 +406,15 @@ async def run_deployment(ctx: Context) -> None:
 
 
 async def run_gateway(ctx: Context) -> None:
-    from components.gateway import GATEWAY_NAME, InferenceGatewayComponent
+    from components.gateway import (
+        AUTHZ_ADDRESS,
+        GATEWAY_NAME,
+        InferenceGatewayComponent,
+        service_listener,
+    )
     from components.model_service import (
         EndpointInfo,
+        FrontDoor,
         ModelEndpointComponent,
         ModelServiceComponent,
     )
@@ -447,12 +453,39 @@ async def run_gateway(ctx: Context) -> None:
         from components.providers import cluster_provider
 
         provider = cluster_provider("gateway-k8s", kubeconfig=kubeconfig, render_to=None, opts=None)
+    caller_keys = None
+    if gateway.spec.auth is not None:
+        keys = {
+            c.name: secret_value(
+                ctx,
+                c.secret_ref.name,
+                c.secret_ref.key,
+                what=f"InferenceGateway {gateway.metadata.name} spec.auth caller {c.name}",
+            )
+            for c in gateway.spec.auth.callers
+        }
+        caller_keys = pulumi.Output.all(**keys)
+    tls_material = None
+    if gateway.spec.tls is not None:
+        tls = gateway.spec.tls
+        what = f"InferenceGateway {gateway.metadata.name} spec.tls"
+        tls_material = (
+            secret_value(ctx, tls.certificate.name, tls.certificate.key, what=what),
+            secret_value(ctx, tls.private_key.name, tls.private_key.key, what=what),
+        )
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
         gateway,
         provider,
         install_controller=install,
         await_address=await_address,
+        caller_keys=caller_keys,
+        tls_material=tls_material,
+    )
+    front_door = FrontDoor(
+        listener=service_listener(gateway),
+        scheme="https" if gateway.spec.tls is not None else "http",
+        authz_address=AUTHZ_ADDRESS if gateway.spec.auth is not None else None,
     )
     backend = gateway.spec.backend
     endpoints = [EndpointInfo.from_spec(e) for e in ctx.fleet.endpoints.values()]
@@ -507,6 +540,7 @@ async def run_gateway(ctx: Context) -> None:
             backend=backend,
             gateway_address=igw.address,
             gateway=(GATEWAY_NAME, SYSTEM_NAMESPACE),
+            front_door=front_door,
             depends_on=deps,
             opts=pulumi.ResourceOptions(providers=providers),
         )

@@ -28,6 +28,7 @@ from modelplane.errors import UserError
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 INFERENCE_GROUP = "inference.networking.k8s.io"
 ENVOY_GROUP = "gateway.envoyproxy.io"
+TRAEFIK_GROUP = "traefik.io"
 SERVICE_PORT = 8000
 
 
@@ -193,6 +194,139 @@ def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
     return _backend_ref(ep, filters or None)
 
 
+# --- retries and ejection on the front door (api.md "Retries and ejection") --------------
+#
+# A request is tried again on another endpoint when the chosen one refuses the connection,
+# resets it before answering, or answers 502, 503 or 429 -- always before the client got a
+# byte (a stream that started is never replayed). The budget: at most RETRY_ATTEMPTS tries
+# per request, immediately one after the other (the next try goes to the next endpoint in
+# the weighted rotation); a healthy fleet that answers is never retried.
+RETRY_ATTEMPTS = 4
+RETRY_STATUSES = (502, 503, 429)
+# A request body larger than this is still retried on a refused connection, but not on a
+# status (it is not kept in memory for a replay): the gateway's own default.
+RETRY_BODY_BYTES = 2 * 1024 * 1024
+# Envoy Gateway ejects (outlier detection) an endpoint after this many errors in a row
+# (connection failures count; a 429 does not), for EJECTION_TIME, at most half of them.
+EJECT_AFTER = 3
+EJECTION_TIME = "30s"
+MAX_EJECTED_PERCENT = 50
+
+
+def retry_name(service_name: str) -> str:
+    """The retry Middleware (Traefik) / BackendTrafficPolicy (Envoy Gateway) of a service."""
+    return f"{service_name}-retry"[:63].rstrip("-")
+
+
+def traefik_retry_middleware(
+    name: str, namespace: str, object_labels: Mapping[str, str]
+) -> Manifest:
+    """Traefik's `retry` middleware: network errors before the request was sent (refused,
+    reset before a byte) and the retried statuses, also for POST (inference is POST)."""
+    return {
+        "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {
+            "retry": {
+                "attempts": RETRY_ATTEMPTS,
+                "status": [str(code) for code in RETRY_STATUSES],
+                "retryNonIdempotentMethod": True,
+                "maxRequestBodyBytes": RETRY_BODY_BYTES,
+            }
+        },
+    }
+
+
+def traefik_middleware_filter(middleware: str) -> dict[str, Any]:
+    """The route rule's ExtensionRef to the retry middleware (Traefik's Gateway provider
+    resolves `traefik.io/Middleware` through its Kubernetes CRD provider)."""
+    return {
+        "type": "ExtensionRef",
+        "extensionRef": {"group": TRAEFIK_GROUP, "kind": "Middleware", "name": middleware},
+    }
+
+
+def envoy_retry_policy(
+    name: str, namespace: str, object_labels: Mapping[str, str], route: str
+) -> Manifest:
+    """Envoy Gateway's BackendTrafficPolicy on the service's HTTPRoute: retries (Envoy never
+    retries once response headers went downstream) and passive health (outlier detection)."""
+    return {
+        "apiVersion": f"{ENVOY_GROUP}/v1alpha1",
+        "kind": "BackendTrafficPolicy",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {
+            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route}],
+            "retry": {
+                "numRetries": RETRY_ATTEMPTS - 1,
+                "retryOn": {
+                    "triggers": [
+                        "connect-failure",
+                        "refused-stream",
+                        "reset",
+                        "retriable-status-codes",
+                    ],
+                    "httpStatusCodes": list(RETRY_STATUSES),
+                },
+            },
+            "healthCheck": {
+                "passive": {
+                    "consecutive5XxErrors": EJECT_AFTER,
+                    "consecutiveGatewayErrors": EJECT_AFTER,
+                    "interval": "1s",
+                    "baseEjectionTime": EJECTION_TIME,
+                    "maxEjectionPercent": MAX_EJECTED_PERCENT,
+                }
+            },
+        },
+    }
+
+
+# --- callers with keys (api.md "Callers") --------------------------------------------------
+CALLER_HEADER = "x-modelplane-caller"
+
+
+def auth_name(service_name: str) -> str:
+    return f"{service_name}-auth"[:63].rstrip("-")
+
+
+def strip_key_name(service_name: str) -> str:
+    return f"{service_name}-strip-key"[:63].rstrip("-")
+
+
+def traefik_auth_middleware(
+    name: str, namespace: str, object_labels: Mapping[str, str], address: str
+) -> Manifest:
+    """forwardAuth to the authorization service: a 401 (OpenAI-shaped body) goes back to
+    the client as is; on 200 the caller header it answers replaces whatever the client sent."""
+    return {
+        "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {
+            "forwardAuth": {
+                "address": address,
+                "trustForwardHeader": False,
+                "authRequestHeaders": ["Authorization", "X-Api-Key"],
+                "authResponseHeaders": [CALLER_HEADER],
+            }
+        },
+    }
+
+
+def traefik_strip_key_middleware(
+    name: str, namespace: str, object_labels: Mapping[str, str]
+) -> Manifest:
+    """The caller's key stops at the front door (an empty value removes the header)."""
+    return {
+        "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {"headers": {"customRequestHeaders": {"Authorization": "", "X-Api-Key": ""}}},
+    }
+
+
 def service_route(
     name: str,
     namespace: str,
@@ -202,6 +336,8 @@ def service_route(
     *,
     backend: Literal["Traefik", "EnvoyGateway"],
     gateway: tuple[str, str],
+    middlewares: Sequence[str] = (),
+    listener: str | None = None,
 ) -> Manifest:
     """One HTTPRoute for a ModelService.
 
@@ -215,6 +351,10 @@ def service_route(
     rewritePath of the other endpoints; Host rewrites stay per backendRef. A
     service whose endpoints need different paths cannot be one weighted rule there
     and is an error (validation rejects what the specs show; see `envoy_path`).
+
+    `middlewares` (Traefik): Traefik Middlewares of the route's namespace the rule runs
+    first, in order (ExtensionRef filters): the key check, then the retries. `listener`:
+    the Gateway listener (sectionName) the route attaches to.
     """
     match = [path_match(prefix)]
     rules: list[dict[str, Any]]
@@ -225,7 +365,10 @@ def service_route(
             )
             for ep in endpoints
         ]
-        rules = [{"matches": match, "backendRefs": refs, "timeouts": {"request": "0s"}}]
+        rule: dict[str, Any] = {"matches": match}
+        if middlewares:
+            rule["filters"] = [traefik_middleware_filter(m) for m in middlewares]
+        rules = [{**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}]
     else:
         path = envoy_path(name, namespace, endpoints)
         refs = [_envoy_backend_ref(ep) for ep in endpoints]
@@ -238,11 +381,14 @@ def service_route(
             }
         ]
     gw_name, gw_namespace = gateway
+    parent = gateway_ref(gw_name, gw_namespace)
+    if listener:
+        parent["sectionName"] = listener
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "HTTPRoute",
         "metadata": metadata(name, namespace, object_labels),
-        "spec": {"parentRefs": [gateway_ref(gw_name, gw_namespace)], "rules": rules},
+        "spec": {"parentRefs": [parent], "rules": rules},
     }
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from modelplane.api.base import API_VERSION, DNSLabel, ObjectMeta, Strict
+from modelplane.api.base import API_VERSION, DNSLabel, ObjectMeta, SecretKeyRef, Strict
 from modelplane.api.inference_cluster import KubeconfigSecretRef
 
 
@@ -28,12 +28,56 @@ class GatewayCluster(Strict):
         return self
 
 
+class GatewayCaller(Strict):
+    name: DNSLabel
+    """The caller's name: what the engines see in `x-modelplane-caller` (never the key)."""
+    secret_ref: SecretKeyRef
+    """Where the caller's API key comes from (architecture.md, "Secrets")."""
+
+
+class GatewayAuth(Strict):
+    callers: list[GatewayCaller] = Field(min_length=1, max_length=1000)
+    """The callers let in, each with its own API key (`Authorization: Bearer <key>` or
+    `x-api-key: <key>`); any other request is refused with 401."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> GatewayAuth:
+        names = [c.name for c in self.callers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"duplicate caller name(s): {', '.join(twice)}")
+        return self
+
+
+class GatewayTLS(Strict):
+    certificate: SecretKeyRef
+    """The PEM certificate chain the front door presents."""
+    private_key: SecretKeyRef
+    """The PEM private key of that certificate."""
+    http: Literal["Redirect", "Refuse"] = "Redirect"
+    """Plain HTTP: redirected to https (default), or refused (no plain listener)."""
+
+
 class InferenceGatewaySpec(Strict):
     backend: Literal["Traefik", "EnvoyGateway"] = "Traefik"
     """The gateway implementation: Traefik (default) or EnvoyGateway."""
     cluster: GatewayCluster
     """The cluster the gateway runs on (exactly one of inferenceClusterRef or existing)."""
     version: str | None = Field(default=None, description="chart version override")
+    auth: GatewayAuth | None = None
+    """API keys per caller; without it the front door is open to anyone who reaches it."""
+    tls: GatewayTLS | None = None
+    """TLS on the front door (port 443 behind the controller's Service)."""
+
+    @model_validator(mode="after")
+    def _auth_backend(self) -> InferenceGatewaySpec:
+        if self.auth is not None and self.backend != "Traefik":
+            raise ValueError(
+                "auth needs backend Traefik (the key check runs behind Traefik's forwardAuth; "
+                "EnvoyGateway callers are not supported yet): a front door without its key "
+                "check is never deployed"
+            )
+        return self
 
 
 class InferenceGateway(Strict):

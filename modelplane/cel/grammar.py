@@ -6,7 +6,7 @@ grammar, so they are generated once into `parser_tables.py` (keyed by the gramma
 sha256; a pickle of plain dicts and lists, which loads faster than the same literal as
 Python code) and deserialized in milliseconds. When the installed celpy's grammar
 differs from the one the tables were made from, the parser is built as celpy builds it.
-Regenerate with `make cel-tables` (tests/test_cel_grammar.py checks they are
+Regenerate with `make cel-tables` (tests/api/test_cel_grammar.py checks they are
 current).
 """
 

@@ -9,16 +9,20 @@ Exit 0 on HTTP 200; otherwise the status and body, and exit 1 (3 when the servic
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.cli.engine_verbs import (
     BackendOpt,
     FleetDir,
@@ -27,6 +31,7 @@ from modelplane.cli.engine_verbs import (
     _expected_failures,
     _load,
 )
+from modelplane.secrets import SecretNotFound, resolve_secret
 
 EXIT_NO_URL = 3
 IDENTITY_HEADERS = ("x-modelplane-replica", "x-modelplane-role", "x-modelplane-cluster")
@@ -70,25 +75,71 @@ class CallResult:
 
 
 def chat_completion(
-    base_url: str, prompt: str, *, model: str | None = None, timeout: float = 30.0
+    base_url: str,
+    prompt: str,
+    *,
+    model: str | None = None,
+    timeout: float = 30.0,
+    key: str | None = None,
 ) -> CallResult:
-    """POST ``<base_url>v1/chat/completions`` (``model`` from ``v1/models`` when not given)."""
+    """POST ``<base_url>v1/chat/completions`` (``model`` from ``v1/models`` when not given);
+    ``key``: sent as `Authorization: Bearer <key>`."""
     base = base_url if base_url.endswith("/") else base_url + "/"
     if model is None:
-        models = _request("GET", base + "v1/models", None, timeout)
+        models = _request("GET", base + "v1/models", None, timeout, key)
         try:
             model = str(json.loads(models.body)["data"][0]["id"]) if models.ok else "default"
         except (ValueError, KeyError, IndexError, TypeError):
             model = "default"
     payload = {"model": model, "messages": [{"role": "user", "content": prompt}]}
-    return _request("POST", base + "v1/chat/completions", payload, timeout)
+    return _request("POST", base + "v1/chat/completions", payload, timeout, key)
 
 
-def _request(method: str, url: str, payload: Any, timeout: float) -> CallResult:
+def caller_key(
+    gateway: InferenceGateway | None,
+    caller: str | None,
+    *,
+    env: Mapping[str, str],
+    base_dir: Path,
+) -> tuple[str | None, str | None, str]:
+    """(caller, key, why not): the named caller's key, else the first one readable here
+    (environment or file; a key kept only in stack config is not read by `call`)."""
+    auth = gateway.spec.auth if gateway is not None else None
+    if auth is None:
+        if caller:
+            return None, None, "the InferenceGateway has no spec.auth: no caller to send"
+        return None, None, ""
+    names = [c.name for c in auth.callers]
+    if caller and caller not in names:
+        return None, None, f"no caller {caller!r} in spec.auth (callers: {', '.join(names)})"
+    tried = []
+    for c in auth.callers:
+        if caller and c.name != caller:
+            continue
+        try:
+            found = resolve_secret(
+                c.secret_ref.name,
+                c.secret_ref.key,
+                config=lambda _k: None,
+                env=env,
+                base_dir=base_dir,
+            )
+        except SecretNotFound as exc:
+            tried.append(f"{c.name}: {exc}")
+            continue
+        return c.name, found.value.strip(), ""
+    return None, None, "no caller's key is readable here: " + "; ".join(tried)
+
+
+def _request(
+    method: str, url: str, payload: Any, timeout: float, key: str | None = None
+) -> CallResult:
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
     started = time.monotonic()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -112,6 +163,14 @@ def call(
         str | None, typer.Option("--model", help="The model name (default: from /v1/models).")
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per request.")] = 30.0,
+    caller: Annotated[
+        str | None,
+        typer.Option(
+            "--caller",
+            help="The InferenceGateway caller whose key to send (default: the first one whose "
+            "key is readable from the environment or a file).",
+        ),
+    ] = None,
     lock: LockOpt = None,
     backend: BackendOpt = None,
     secrets_provider: SecretsOpt = None,
@@ -128,6 +187,10 @@ def call(
             )
             raise typer.Exit(2)
         urls = f.status().gateway.get("services") or {}
+    name, key, why = caller_key(f.spec.gateway, caller, env=os.environ, base_dir=Path(fleet))
+    if why:
+        out.print(f"error: {escape(why)}")
+        raise typer.Exit(2)
     url = urls.get(service)
     if not url:
         out.print(
@@ -135,11 +198,12 @@ def call(
             "Gateway has no address (`modelplane up` then `modelplane status`)"
         )
         raise typer.Exit(EXIT_NO_URL)
-    result = chat_completion(url, prompt, model=model, timeout=timeout)
+    result = chat_completion(url, prompt, model=model, timeout=timeout, key=key)
     who = result.answered_by()
     answered = ", ".join(f"{k}={v}" for k, v in who.items()) or "unknown"
     if result.ok:
-        out.print(f"HTTP 200 from {escape(url)} in {result.seconds * 1000:.0f} ms")
+        as_caller = f" as caller {escape(name)}" if name else ""
+        out.print(f"HTTP 200 from {escape(url)}{as_caller} in {result.seconds * 1000:.0f} ms")
         out.print(f"answered by: {escape(answered)}")
         out.print(escape(result.reply()))
         return

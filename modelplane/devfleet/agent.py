@@ -82,6 +82,7 @@ class PodServer:
     revision: str = ""
     error_ratio: float = 0.0
     first_token_delay: float = 0.0
+    token_time: float = 0.0
 
 
 SERVICE_TIME_ENV = "MODELPLANE_STANDIN_SERVICE_TIME"
@@ -97,6 +98,7 @@ change visibly fails requests, and small, so dev-fleet tests stay fast."""
 ERRORS_TAG = "standin-errors"
 SLOW_TAG = "standin-slow"
 SLOW_TAG_DELAY = 2.0
+TOKEN_TIME_ENV = "MODELPLANE_STANDIN_TOKEN_TIME"  # seconds per streamed token
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class StandinLoad:
     load_time: float = DEFAULT_LOAD_TIME
     error_ratio: float = 0.0
     first_token_delay: float = 0.0
+    token_time: float = 0.0
 
 
 def _number(text: str | None, default: float, high: float = float("inf")) -> float:
@@ -145,6 +148,7 @@ def _standin_load(
         first_token_delay=_number(
             env.get(FIRST_TOKEN_DELAY_ENV), SLOW_TAG_DELAY if SLOW_TAG in tag else 0.0
         ),
+        token_time=_number(env.get(TOKEN_TIME_ENV), 0.0),
     )
 
 
@@ -195,6 +199,7 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
                     revision=str(revision or container.get("image", "")),
                     error_ratio=load.error_ratio,
                     first_token_delay=load.first_token_delay,
+                    token_time=load.token_time,
                 )
             )
     return servers
@@ -350,6 +355,7 @@ class Agent:
             revision=server.revision,
             error_ratio=server.error_ratio,
             first_token_delay=server.first_token_delay,
+            token_time=server.token_time,
         )
         self.host.add(server.key, server.ip, server.port, identity, config)
 

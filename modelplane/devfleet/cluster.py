@@ -67,6 +67,9 @@ Gateway listens on 8000); the bridge serves it on port 80 to the host, like the 
 WORKLOAD_GATEWAY_PORT = 80
 """The workload gateway's entrypoint: the `port` specs/dev gives in `servingStack.gateway`."""
 SERVICE_RANGE = "10.96.0.0/16"
+FRONT_DOOR_DIAL_TIMEOUT = "2s"
+FRONT_DOOR_TLS_PORT = 8443  # `websecure`, as in the chart (spec.tls); bridged to the host's 443
+"""As the InferenceGateway's Traefik (components/gateway.py): a dead endpoint costs one retry."""
 WORKLOAD_GATEWAY_CLASS = "modelplane-dev"
 WORKLOAD_CLASS_LABEL = "modelplane.ai/dev-fleet-gateway"
 FRONT_DOOR_SELECTOR = "modelplane.ai/gateway"
@@ -411,7 +414,21 @@ def traefik_argv(
     address: str,
     port: int,
     selector: str,
+    front_door: bool = False,
 ) -> list[str]:
+    """``front_door``: also Traefik's Kubernetes CRD provider (the retry Middleware a
+    ModelService route names, api.md "Retries and ejection") and a short dial timeout."""
+    extra = []
+    if front_door:
+        extra = [
+            "--providers.kubernetescrd=true",
+            f"--providers.kubernetescrd.endpoint={server}",
+            f"--providers.kubernetescrd.token={token_file}",
+            f"--providers.kubernetescrd.certAuthFilePath={ca}",
+            "--providers.kubernetescrd.throttleDuration=0s",
+            f"--serversTransport.forwardingTimeouts.dialTimeout={FRONT_DOOR_DIAL_TIMEOUT}",
+            f"--entryPoints.websecure.address={address}:{FRONT_DOOR_TLS_PORT}",
+        ]
     return [
         str(traefik),
         "--global.checkNewVersion=false",
@@ -426,6 +443,7 @@ def traefik_argv(
         "--providers.kubernetesgateway.throttleDuration=0s",
         "--log.level=WARN",
         "--log.noColor=true",
+        *extra,
     ]
 
 
@@ -608,6 +626,7 @@ def start_controllers(
             address=address,
             port=port,
             selector=selector,
+            front_door=name == "traefik-front-door",
         )
         run(name, argv)
     for manifest in rwx_storage(cluster.name):

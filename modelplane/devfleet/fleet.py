@@ -30,10 +30,11 @@ from typing import Any
 
 from modelplane.devcluster.launch import DevClusterError, ManagedProcess
 from modelplane.devcluster.rest import KubeRestError
-from modelplane.devfleet import netns
+from modelplane.devfleet import authz, netns
 from modelplane.devfleet.bridge import Route
 from modelplane.devfleet.cluster import (
     API_PORT,
+    FRONT_DOOR_TLS_PORT,
     GATEWAY_PORT,
     ClusterAddresses,
     FleetCluster,
@@ -189,6 +190,7 @@ def bridge_routes(addresses: list[ClusterAddresses]) -> list[Route]:
     for a in addresses:
         routes.append(Route(a.api_host, API_PORT, a.api_host, API_PORT))
         routes.append(Route(a.front_door, 80, a.front_door, GATEWAY_PORT))
+        routes.append(Route(a.front_door, 443, a.front_door, FRONT_DOOR_TLS_PORT))
     return routes
 
 
@@ -206,6 +208,36 @@ def _load_specs(specs: Path | None, say: Progress) -> Any:
         )
     say(f"node pools from {specs}")
     return result.fleet
+
+
+def ensure_caller_keys(fleet_spec: Any, root: Path) -> list[Path]:
+    """A random API key (mode 0600) for each InferenceGateway caller whose secretRef is a
+    file of the dev fleet's state directory (``file:${MODELPLANE_DEV_FLEET_STATE}/...``)
+    and does not exist yet: the dev fleet's keys live with its other secrets, never in the
+    specs. Returns the files written."""
+    import secrets as token
+
+    from modelplane.secrets import DEV_FLEET_STATE_ENV, FILE_PREFIX, expand_path_variables
+
+    gateway = getattr(fleet_spec, "gateway", None)
+    auth = gateway.spec.auth if gateway is not None else None
+    written: list[Path] = []
+    for caller in auth.callers if auth is not None else []:
+        name = caller.secret_ref.name
+        if not name.startswith(FILE_PREFIX) or DEV_FLEET_STATE_ENV not in name:
+            continue
+        expanded, missing = expand_path_variables(
+            name[len(FILE_PREFIX) :], {DEV_FLEET_STATE_ENV: str(root)}
+        )
+        path = Path(expanded)
+        if missing or path.exists() or not path.resolve().is_relative_to(root.resolve()):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"sk-mp-{token.token_urlsafe(32)}\n")
+        written.append(path)
+    return written
 
 
 def _start_service(
@@ -260,6 +292,8 @@ def up(
             return existing
         existing.stop()
     fleet_spec = _load_specs(specs, say)
+    for path in ensure_caller_keys(fleet_spec, root):
+        say(f"API key for a caller of the front door written to {path}")
     kube = kube or ensure_kube_binaries(progress=say)
     if prometheus and prometheus_binary is None:
         # Two independent Go builds (when not cached): at the same time.
@@ -273,6 +307,8 @@ def up(
     name = netns.namespace_name(root)
     netns.delete(name)  # leftovers of a crashed fleet
     netns.create(name)
+    # The front door's key check (InferenceGateway spec.auth), by its Service's DNS name.
+    netns.set_static_hosts(name, {authz.HOST: authz.authz_ip(slot)})
     fleet = DevFleet(
         root=root,
         netns=name,
@@ -331,6 +367,14 @@ def up(
                 [sys.executable, "-m", "modelplane.devfleet.agent", "--state", str(root)],
                 root,
                 "agent ready",
+            )
+        )
+        fleet.services.append(
+            _start_service(
+                "authz",
+                [sys.executable, "-m", "modelplane.devfleet.authz", "--state", str(root)],
+                root,
+                "authz ready",
             )
         )
         fleet.save()

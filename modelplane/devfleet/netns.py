@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -96,10 +97,24 @@ def hosts_file(name: str) -> Path:
     return ETC_NETNS / name / "hosts"
 
 
+def static_hosts_file(name: str) -> Path:
+    return ETC_NETNS / name / "hosts.static"
+
+
+def set_static_hosts(name: str, entries: dict[str, str]) -> None:
+    """Names every rewrite of the hosts file keeps (the fleet's own services)."""
+    static_hosts_file(name).write_text(json.dumps(entries, sort_keys=True))
+    write_hosts(name, {})
+
+
 def write_hosts(name: str, entries: dict[str, str]) -> None:
     """Rewrite the namespace's /etc/hosts in place (same inode: running processes see it)."""
+    try:
+        static = json.loads(static_hosts_file(name).read_text())
+    except (OSError, ValueError):
+        static = {}
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost"]
-    lines += [f"{address}\t{host}" for host, address in sorted(entries.items())]
+    lines += [f"{address}\t{host}" for host, address in sorted({**static, **entries}.items())]
     path = hosts_file(name)
     with open(path, "a+") as handle:
         handle.seek(0)

@@ -368,7 +368,7 @@ class _Standin:
 
     def _who(self, request: web.BaseRequest) -> dict[str, str]:
         i = self.identity
-        return {
+        who = {
             "replica": i.replica,
             "role": i.role,
             "cluster": i.cluster,
@@ -377,6 +377,14 @@ class _Standin:
             "model": i.model,
             "path": request.path,
         } | ({"revision": self.config.revision} if self.config.revision else {})
+        # What the front door told us about the caller (issue 26), and whether a key header
+        # got this far (it should not: the front door removes it).
+        if "x-modelplane-caller" in request.headers:
+            who["caller"] = request.headers["x-modelplane-caller"]
+        keys = [h for h in ("authorization", "x-api-key") if h in request.headers]
+        if keys:
+            who["keyHeaders"] = ",".join(keys)
+        return who
 
     def _error(self, kind: str, status: int, message: str) -> web.Response:
         if kind == "messages":

@@ -73,6 +73,13 @@ def secret_refs(fleet: FleetSpec, unit: StackUnit) -> list[tuple[str, str]]:
         existing_gw = fleet.gateway.spec.cluster.existing
         if existing_gw is not None:
             refs.append((existing_gw.secret_ref.name, existing_gw.secret_ref.key))
+        # Callers' keys and the TLS certificate: a rotated key is a changed stack.
+        spec = fleet.gateway.spec
+        for caller in spec.auth.callers if spec.auth is not None else []:
+            refs.append((caller.secret_ref.name, caller.secret_ref.key))
+        if spec.tls is not None:
+            refs.append((spec.tls.certificate.name, spec.tls.certificate.key))
+            refs.append((spec.tls.private_key.name, spec.tls.private_key.key))
     return refs
 
 

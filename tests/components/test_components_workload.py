@@ -606,6 +606,77 @@ def test_traefik_route_weights_and_per_backend_rewrites() -> None:
     }
 
 
+MIDDLEWARE = "kubernetes:traefik.io/v1alpha1:Middleware"
+TRAFFIC_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
+
+
+def test_retry_traefik_route_runs_the_retry_middleware_before_its_backends() -> None:
+    """api.md "Retries and ejection": a refused/reset connection and 502/503/429 before the
+    first byte are retried on the next endpoint, POST included, a bounded number of times."""
+    from tests import k8s_schemas
+
+    run, route, _ = route_for("Traefik")
+    [rule] = route.get("spec.rules")
+    middleware = run.one(MIDDLEWARE)
+    assert rule["filters"] == [
+        {
+            "type": "ExtensionRef",
+            "extensionRef": {
+                "group": "traefik.io",
+                "kind": "Middleware",
+                "name": middleware.get("metadata.name"),
+            },
+        }
+    ]
+    assert middleware.get("metadata.namespace") == route.get("metadata.namespace") == "ml-team"
+    assert middleware.get("spec.retry") == {
+        "attempts": 4,
+        "status": ["502", "503", "429"],
+        "retryNonIdempotentMethod": True,
+        "maxRequestBodyBytes": 2 * 1024 * 1024,
+    }
+    # The route waits for its middleware (a route naming a missing one answers 404).
+    assert route.depends_on(middleware)
+    assert not run.of_type(TRAFFIC_POLICY)
+    manifest = {
+        "apiVersion": "traefik.io/v1alpha1",
+        "kind": "Middleware",
+        "metadata": middleware.get("metadata"),
+        "spec": middleware.get("spec"),
+    }
+    assert k8s_schemas.errors(manifest) == []
+
+
+def test_retry_envoy_gateway_policy_retries_and_ejects() -> None:
+    run, route, _ = route_for("EnvoyGateway", REPLICA_ENDPOINTS)
+    policy = run.one(TRAFFIC_POLICY)
+    assert "filters" not in route.get("spec.rules")[0] or all(
+        f["type"] != "ExtensionRef" for f in route.get("spec.rules")[0]["filters"]
+    )
+    assert policy.get("spec.targetRefs") == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "HTTPRoute",
+            "name": route.get("metadata.name"),
+        }
+    ]
+    assert policy.get("metadata.namespace") == route.get("metadata.namespace")
+    retry = policy.get("spec.retry")
+    assert retry["numRetries"] == 3
+    assert set(retry["retryOn"]["triggers"]) == {
+        "connect-failure",
+        "refused-stream",
+        "reset",
+        "retriable-status-codes",
+    }
+    assert retry["retryOn"]["httpStatusCodes"] == [502, 503, 429]
+    passive = policy.get("spec.healthCheck.passive")
+    # 5xx and gateway errors (connection failures count as such) eject; a 429 does not.
+    assert passive["consecutive5XxErrors"] == passive["consecutiveGatewayErrors"] == 3
+    assert passive["maxEjectionPercent"] == 50
+    assert not run.of_type(MIDDLEWARE)
+
+
 def test_endpoint_slices_by_address_type() -> None:
     run, _, _ = route_for("Traefik")
     slices = {s.get("metadata.labels")["kubernetes.io/service-name"]: s for s in run.of_type(SLICE)}

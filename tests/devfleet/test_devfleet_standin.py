@@ -844,3 +844,31 @@ DAY2_CONFIG_ERRORS = [
 def test_day2_config_rejects_bad_values(field, value, message):
     with pytest.raises(ValueError, match=message):
         StandinConfig(**{field: value})
+
+
+@pytest.mark.parametrize(
+    ("sent", "caller", "keys"),
+    [
+        ({}, None, None),
+        ({"x-modelplane-caller": "team-a"}, "team-a", None),
+        ({"x-modelplane-caller": "b", "x-api-key": "k"}, "b", "x-api-key"),
+    ],
+)
+def test_auth_standin_reports_the_caller_header_it_got(host, sent, caller, keys):
+    port = serve(host)
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=15)
+    try:
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps(CHAT).encode(),
+            headers={"Content-Type": "application/json", **sent},
+        )
+        resp = conn.getresponse()
+        status, raw = resp.status, resp.read()
+    finally:
+        conn.close()
+    assert status == 200
+    who = json.loads(raw)["modelplane"]
+    assert who.get("caller") == caller
+    assert who.get("keyHeaders") == keys

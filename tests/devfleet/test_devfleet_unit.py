@@ -265,8 +265,10 @@ def test_bridge_routes_are_loopback_on_the_host() -> None:
     assert routes == [
         Route("127.77.7.11", 6443, "127.77.7.11", 6443),
         Route("127.77.7.11", 80, "127.77.7.11", 8000),
+        Route("127.77.7.11", 443, "127.77.7.11", 8443),
         Route("127.77.7.12", 6443, "127.77.7.12", 6443),
         Route("127.77.7.12", 80, "127.77.7.12", 8000),
+        Route("127.77.7.12", 443, "127.77.7.12", 8443),
     ]
     assert all(r.listen_host.startswith("127.") for r in routes)
     assert Route.from_json(routes[1].to_json()) == routes[1]

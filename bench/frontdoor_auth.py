@@ -1,0 +1,232 @@
+"""What the front door's TLS + key check add, at light load, with the real Traefik.
+
+Two Traefik instances (the dev fleet's build) in front of one echo backend on 127.0.0.1: one
+plain (a route with the retry Middleware, as every ModelService route has), one with TLS and
+the key check (`<service>-auth` forwardAuth to modelplane/authz.py, `<service>-strip-key`,
+retry), each Middleware's spec as modelplane renders it. C keep-alive clients alternate
+between the two for T seconds, so both see the same machine at the same moment. Reports p50
+and p99 of each and what TLS + auth add. Run: `python bench/frontdoor_auth.py [--clients 4]
+[--seconds 20] [--json out.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from components.workload.routes import (  # noqa: E402
+    traefik_auth_middleware,
+    traefik_retry_middleware,
+    traefik_strip_key_middleware,
+)
+from modelplane import authz  # noqa: E402
+from modelplane.devcluster.certs import generate_ca, generate_serving_cert  # noqa: E402
+from modelplane.gobuild.fleet import cached_fleet_binaries  # noqa: E402
+
+KEY = "sk-bench-3f9a"
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def echo_backend() -> int:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms stall
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"choices": [{"message": {"content": "hi"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return int(server.server_address[1])
+
+
+PROCESSES: list[subprocess.Popen] = []
+
+
+def traefik(binary: Path, work: Path, name: str, dynamic: dict[str, Any], tls: bool) -> int:
+    import yaml
+
+    port = free_port()
+    (work / f"{name}.yaml").write_text(yaml.safe_dump(dynamic))
+    process = subprocess.Popen(
+        [
+            str(binary),
+            "--global.checkNewVersion=false",
+            "--global.sendAnonymousUsage=false",
+            f"--entryPoints.{'websecure' if tls else 'web'}.address=127.0.0.1:{port}",
+            f"--providers.file.filename={work / f'{name}.yaml'}",
+            "--log.level=ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    PROCESSES.append(process)
+    return port
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    found = cached_fleet_binaries()
+    if found is None:
+        print("no cached Traefik build: make setup", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="frontdoor-auth-"))
+    keys = work / "callers.json"
+    keys.write_text(json.dumps({authz.key_hash(KEY): "bench"}))
+    service = authz.serve(keys, "127.0.0.1", 0)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    backend = f"http://127.0.0.1:{echo_backend()}"
+    ca = generate_ca("bench-ca")
+    cert = generate_serving_cert(ca, hosts=("127.0.0.1",), common_name="127.0.0.1")
+    (work / "tls.crt").write_bytes(cert.cert_pem)
+    (work / "tls.key").write_bytes(cert.key_pem)
+    retry = traefik_retry_middleware("r", "ns", {})["spec"]
+    auth = traefik_auth_middleware("a", "ns", {}, f"http://127.0.0.1:{service.server_address[1]}/")[
+        "spec"
+    ]
+    strip = traefik_strip_key_middleware("s", "ns", {})["spec"]
+
+    def config(entry: str, middlewares: dict[str, Any], tls: bool) -> dict[str, Any]:
+        router: dict[str, Any] = {
+            "rule": "PathPrefix(`/`)",
+            "entryPoints": [entry],
+            "middlewares": list(middlewares),
+            "service": "chat",
+        }
+        if tls:
+            router["tls"] = {}
+        out: dict[str, Any] = {
+            "http": {
+                "routers": {"chat": router},
+                "middlewares": middlewares,
+                "services": {"chat": {"loadBalancer": {"servers": [{"url": backend}]}}},
+            }
+        }
+        if tls:
+            out["tls"] = {
+                "certificates": [
+                    {"certFile": str(work / "tls.crt"), "keyFile": str(work / "tls.key")}
+                ]
+            }
+        return out
+
+    plain = traefik(found.traefik, work, "plain", config("web", {"retry": retry}, False), False)
+    secure = traefik(
+        found.traefik,
+        work,
+        "secure",
+        config("websecure", {"auth": auth, "strip": strip, "retry": retry}, True),
+        True,
+    )
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+
+    def connect(which: str) -> http.client.HTTPConnection:
+        if which == "plain":
+            return http.client.HTTPConnection("127.0.0.1", plain, timeout=10)
+        return http.client.HTTPSConnection("127.0.0.1", secure, timeout=10, context=context)
+
+    headers = {"plain": {}, "tls+auth": {"Authorization": f"Bearer {KEY}"}}
+    time.sleep(2)
+    for which in headers:  # wait for both, and warm them up
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = connect(which)
+                conn.request("POST", "/v1/chat/completions", BODY, headers[which])
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                print(f"{which}: no 200 answer", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+    latencies: dict[str, list[float]] = {k: [] for k in headers}
+    errors: dict[str, int] = {k: 0 for k in headers}
+    stop = time.monotonic() + args.seconds
+
+    def client() -> None:
+        conns = {k: connect(k) for k in headers}
+        while time.monotonic() < stop:
+            for which, conn in conns.items():
+                started = time.perf_counter()
+                try:
+                    conn.request("POST", "/v1/chat/completions", BODY, headers[which])
+                    resp = conn.getresponse()
+                    resp.read()
+                    ok = resp.status == 200
+                except OSError:
+                    ok = False
+                    conns[which] = conn = connect(which)
+                if ok:
+                    latencies[which].append((time.perf_counter() - started) * 1000)
+                else:
+                    errors[which] += 1
+
+    threads = [threading.Thread(target=client) for _ in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    def pct(values: list[float], q: float) -> float:
+        return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else float("nan")
+
+    report = {
+        k: {
+            "requests": len(v),
+            "errors": errors[k],
+            "p50_ms": round(pct(v, 50), 2),
+            "p99_ms": round(pct(v, 99), 2),
+        }
+        for k, v in latencies.items()
+    }
+    report["added"] = {
+        "p50_ms": round(report["tls+auth"]["p50_ms"] - report["plain"]["p50_ms"], 2),
+        "p99_ms": round(report["tls+auth"]["p99_ms"] - report["plain"]["p99_ms"], 2),
+    }
+    print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    for process in PROCESSES:
+        process.terminate()
+        process.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""The front door's API-key check: a small authorization service behind Traefik's forwardAuth.
+
+Traefik (v3.7) has no API-key middleware, so each ModelService route runs Traefik's
+`forwardAuth` against this service (api.md, "Callers"): Traefik sends it the request's
+headers; it answers 200 with ``x-modelplane-caller: <caller>`` (Traefik replaces any
+client-sent header of that name with it: `authResponseHeaders`), or 401 with an
+OpenAI-shaped error body, which Traefik returns to the client as is. It never sees a
+request body and never proxies anything.
+
+Keys: a JSON file ``{"<sha256 of the key, hex>": "<caller>"}`` (the gateway's Secret,
+mounted; only hashes, never a key), re-read when it changes, so rotating a key is
+editing the Secret with no restart. Standard library only: the gateway cluster runs it
+from a ConfigMap with a stock Python image.
+
+    python -m modelplane.authz --keys callers.json --listen 127.0.0.1:8099
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+CALLER_HEADER = "x-modelplane-caller"
+RELOAD_EVERY = 1.0  # seconds between checks of the keys file
+
+
+def key_hash(key: str) -> str:
+    """What the keys file holds for a key (keys are long random tokens: a plain hash)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
+    """The key of `Authorization: Bearer <key>` (OpenAI) or `x-api-key: <key>` (Anthropic)."""
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    key = headers.get("x-api-key", "").strip()
+    return key or None
+
+
+def error_body(message: str) -> bytes:
+    """OpenAI's error shape (what its SDKs parse)."""
+    return json.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        }
+    ).encode()
+
+
+class Keys:
+    """The hash -> caller table, re-read when the file's mtime or size changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._table: dict[str, str] = {}
+        self._stamp: tuple[int, int] | None = None
+        self._checked = 0.0
+        self._lock = threading.Lock()
+        self.reload()
+
+    def reload(self) -> None:
+        try:
+            info = self.path.stat()
+            stamp = (info.st_mtime_ns, info.st_size)
+            if stamp == self._stamp:
+                return
+            table = json.loads(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            # Fail closed: an unreadable table lets nobody in (and says so once).
+            if self._table or self._stamp is None:
+                print(f"authz: cannot read {self.path}: {exc}; refusing every key", flush=True)
+            self._table, self._stamp = {}, None
+            return
+        if isinstance(table, dict):
+            self._table = {str(k): str(v) for k, v in table.items()}
+            self._stamp = stamp
+            print(f"authz: {len(self._table)} caller key(s) loaded", flush=True)
+
+    def caller(self, key: str) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked >= RELOAD_EVERY:
+                self._checked = now
+                self.reload()
+            table = self._table
+        digest = key_hash(key)
+        for known, caller in table.items():
+            if hmac.compare_digest(known, digest):
+                return caller
+        return None
+
+
+def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms stall
+
+        def _answer(self) -> None:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            key = presented_key(headers)
+            caller = keys.caller(key) if key else None
+            if caller is None:
+                message = (
+                    "Incorrect API key provided."
+                    if key
+                    else "Missing API key: send `Authorization: Bearer <key>` or `x-api-key`."
+                )
+                body = error_body(message)
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("WWW-Authenticate", 'Bearer realm="modelplane"')
+            else:
+                body = b""
+                self.send_response(200)
+                self.send_header(CALLER_HEADER, caller)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _answer  # noqa: N815
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            return  # no access log: the gateway has one (and headers hold keys)
+
+    return Handler
+
+
+def serve(keys_path: Path, host: str, port: int) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), make_handler(Keys(keys_path)))
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="modelplane-authz", description=__doc__.split("\n")[0])
+    parser.add_argument("--keys", required=True, type=Path, help="the hash -> caller JSON file")
+    parser.add_argument("--listen", default="0.0.0.0:8080", help="host:port")
+    args = parser.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    server = serve(args.keys, host or "0.0.0.0", int(port))
+    print(f"authz ready on {host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The key check modelplane renders (api.md "Callers"), run by the real Traefik (the dev
+fleet's build): the route's `<service>-auth` forwardAuth against modelplane/authz.py, then
+`<service>-strip-key`, in front of a backend that reports the headers it got. Everything on
+127.0.0.1; Traefik reads the Middlewares' specs from its file provider. Select with
+`pytest -k auth`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
+from modelplane import authz
+from tests.components.test_gateway_retry_traefik import free_port, traefik_binary
+
+KEYS = {"team-a": "sk-team-a-0c1d", "batch": "sk-batch-77e2"}
+
+
+class Echo:
+    """A backend answering 200 with the caller header and key headers it received."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                got = {
+                    h: self.headers.get(h)
+                    for h in ("x-modelplane-caller", "authorization", "x-api-key")
+                }
+                body = json.dumps(got).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    binary = traefik_binary()
+    keys = tmp_path / "callers.json"
+    keys.write_text(json.dumps({authz.key_hash(k): c for c, k in KEYS.items()}))
+    service = authz.serve(keys, "127.0.0.1", 0)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    echo = Echo()
+    address = f"http://127.0.0.1:{service.server_address[1]}/"
+    auth = traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"]
+    strip = traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"]
+    dynamic = {
+        "http": {
+            "routers": {
+                "chat": {
+                    "rule": "PathPrefix(`/`)",
+                    "entryPoints": ["web"],
+                    "middlewares": ["auth", "strip"],
+                    "service": "echo",
+                }
+            },
+            "middlewares": {"auth": auth, "strip": strip},
+            "services": {
+                "echo": {"loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{echo.port}"}]}}
+            },
+        }
+    }
+    (tmp_path / "dynamic.yaml").write_text(yaml.safe_dump(dynamic))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(binary),
+            "--global.checkNewVersion=false",
+            "--global.sendAnonymousUsage=false",
+            f"--entryPoints.web.address=127.0.0.1:{port}",
+            f"--providers.file.filename={tmp_path / 'dynamic.yaml'}",
+            "--log.level=ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if post(port, {})[0] == 401:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Traefik did not start"
+            time.sleep(0.1)
+        yield port, keys
+    finally:
+        process.terminate()
+        process.wait(10)
+        service.shutdown()
+        echo.server.shutdown()
+
+
+def post(port: int, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/demo/chat/v1/chat/completions", body=b"{}", headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else {}
+        except ValueError:
+            return resp.status, {"raw": raw.decode(errors="replace")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "caller"),
+    [
+        ({}, 401, None),
+        ({"Authorization": "Bearer sk-wrong"}, 401, None),
+        ({"x-api-key": "sk-wrong"}, 401, None),
+        ({"x-modelplane-caller": "team-a"}, 401, None),
+        ({"Authorization": f"Bearer {KEYS['team-a']}"}, 200, "team-a"),
+        ({"x-api-key": KEYS["batch"]}, 200, "batch"),
+        ({"x-api-key": KEYS["batch"], "x-modelplane-caller": "team-a"}, 200, "batch"),
+    ],
+)
+def test_auth_through_traefik(
+    front_door: tuple[int, Path], headers: dict[str, str], status: int, caller: str | None
+) -> None:
+    port, _ = front_door
+    got, body = post(port, headers)
+    assert got == status, body
+    if status == 401:
+        assert body["error"]["code"] == "invalid_api_key", body
+        assert body["error"]["type"] == "invalid_request_error", body
+        return
+    # The engine sees the caller's name, never a forged one, and never the key.
+    assert body == {"x-modelplane-caller": caller, "authorization": None, "x-api-key": None}
+
+
+def test_auth_rotation_through_traefik_fails_no_other_caller(
+    front_door: tuple[int, Path],
+) -> None:
+    port, keys = front_door
+    results: list[int] = []
+    stop = threading.Event()
+
+    def steady() -> None:
+        while not stop.is_set():
+            results.append(post(port, {"x-api-key": KEYS["batch"]})[0])
+
+    thread = threading.Thread(target=steady, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        rotated = {
+            authz.key_hash("sk-team-a-new"): "team-a",
+            authz.key_hash(KEYS["batch"]): "batch",
+        }
+        keys.write_text(json.dumps(rotated))
+        deadline = time.monotonic() + 10
+        while post(port, {"x-api-key": "sk-team-a-new"})[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert post(port, {"x-api-key": KEYS["team-a"]})[0] == 401
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert len(results) > 20 and set(results) == {200}, results[:20]

@@ -1,0 +1,200 @@
+"""Callers with keys and TLS on the front door (issue 26, items 2 and 3), on the dev fleet.
+
+A copy of specs/dev whose InferenceGateway has `auth` (callers `dev` and `batch`, keys
+generated into the dev fleet's state directory) and `tls` (a certificate the test makes),
+qwen x3 behind demo/chat. Requests go to the front door of dev-1 over https; the dev fleet's
+authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth. Select with
+`pytest -k "auth or tls"`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from modelplane.devcluster.certs import generate_ca, generate_serving_cert
+from modelplane.devfleet import fleet as devfleet
+from modelplane.devfleet.fleet import ensure_caller_keys
+from modelplane.driver.fleet import Fleet
+from tests.fixtures.devfleet import (
+    GPU_16GI,
+    REPO,
+    Deployer,
+    model_deployment,
+    model_service,
+    modelplane,
+    specs_yaml,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+
+CHAT = "demo/chat"
+STATE = "${MODELPLANE_DEV_FLEET_STATE}"
+GATEWAY_SPEC = (
+    "  auth:\n    callers:\n"
+    f"    - {{name: dev, secretRef: {{name: 'file:{STATE}/callers/dev', key: key}}}}\n"
+    f"    - {{name: batch, secretRef: {{name: 'file:{STATE}/callers/batch', key: key}}}}\n"
+    "  tls:\n"
+    f"    certificate: {{name: 'file:{STATE}/front-tls/tls.crt', key: crt}}\n"
+    f"    privateKey: {{name: 'file:{STATE}/front-tls/tls.key', key: key}}\n"
+)
+
+
+@pytest.fixture(scope="module")
+def deployed(
+    deployer: Deployer, dev_fleet: devfleet.DevFleet
+) -> tuple[Path, str, ssl.SSLContext, dict[str, str]]:
+    """(fleet dir, demo/chat's URL, a TLS context trusting the front door, caller -> key)."""
+    target = deployer.copy_specs(
+        REPO / "specs" / "dev",
+        "auth",
+        models=specs_yaml(
+            model_deployment("qwen", replicas=3, gpu=GPU_16GI), model_service("chat", "qwen")
+        ),
+    )
+    fleet = target / "fleet.yaml"
+    anchor = "  cluster: {inferenceClusterRef: dev-1}\n"
+    fleet.write_text(fleet.read_text().replace(anchor, anchor + GATEWAY_SPEC))
+    front = dev_fleet.cluster("dev-1").addresses.front_door
+    ca = generate_ca("front-door-test-ca")
+    cert = generate_serving_cert(ca, hosts=(front,), common_name=front)
+    tls_dir = dev_fleet.root / "front-tls"
+    tls_dir.mkdir(exist_ok=True)
+    (tls_dir / "tls.crt").write_bytes(cert.cert_pem)
+    (tls_dir / "tls.key").write_bytes(cert.key_pem)
+    from modelplane.api.loader import load_fleet
+
+    ensure_caller_keys(load_fleet(target).fleet, dev_fleet.root)
+    keys = {
+        name: (dev_fleet.root / "callers" / name).read_text().strip() for name in ("dev", "batch")
+    }
+    up = modelplane(
+        "up", str(target), "--yes", "--wait", "--timeout", "5m", env=deployer.env(), timeout=900
+    )
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    for value in [*keys.values(), cert.key_pem.decode().splitlines()[1]]:
+        assert value not in up.stdout + up.stderr
+    url = Fleet.load(target, env=deployer.env()).status().gateway["services"][CHAT]
+    assert url == f"https://{front}/demo/chat/", url
+    context = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    return target, url, context, keys
+
+
+def post(
+    url: str, context: ssl.SSLContext | None, headers: dict[str, str], timeout: float = 10.0
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port or 443, timeout=timeout, context=context
+        )
+    else:
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    try:
+        conn.request(
+            "POST",
+            parts.path + "v1/chat/completions",
+            body=body,
+            headers={"Content-Type": "application/json", **headers},
+        )
+        resp = conn.getresponse()
+        raw = resp.read()
+        answer = {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = {"raw": raw.decode(errors="replace")[:300]}
+    return resp.status, data, answer
+
+
+def test_auth_callers_need_a_key_and_reach_engines_by_name(deployed: Any) -> None:
+    _, url, tls, keys = deployed
+
+    def ok(headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        return wait_for(
+            "the front door answering",
+            lambda: (r := post(url, tls, headers))[0] in (200, 401) and r,
+            timeout=60,
+        )
+
+    status, body, _ = ok({})
+    assert status == 401, body
+    assert body["error"]["type"] == "invalid_request_error", body
+    assert body["error"]["code"] == "invalid_api_key", body
+    for wrong in ({"Authorization": "Bearer sk-wrong"}, {"x-api-key": "sk-wrong"}):
+        status, body, _ = ok(wrong)
+        assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+    status, body, _ = ok({"Authorization": f"Bearer {keys['dev']}"})
+    assert status == 200, body
+    assert body["modelplane"]["caller"] == "dev", body
+    assert "keyHeaders" not in body["modelplane"], body  # the key stops at the front door
+    status, body, _ = ok({"x-api-key": keys["batch"]})
+    assert (status, body["modelplane"]["caller"]) == (200, "batch"), body
+    # A forged caller header is replaced by the key's caller, and lets nobody in alone.
+    status, body, _ = ok({"x-api-key": keys["batch"], "x-modelplane-caller": "dev"})
+    assert (status, body["modelplane"]["caller"]) == (200, "batch"), body
+    assert ok({"x-modelplane-caller": "dev"})[0] == 401
+
+
+def test_tls_front_door_certificate_and_plain_http_redirect(deployed: Any) -> None:
+    _, url, tls, keys = deployed
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, 443), timeout=10) as raw:
+        with tls.wrap_socket(raw, server_hostname=parts.hostname) as conn:
+            peer = conn.getpeercert()
+    assert peer and any(v == parts.hostname for _, v in peer.get("subjectAltName", ())), peer
+    plain = url.replace("https://", "http://")
+    status, _, headers = post(plain, None, {"x-api-key": keys["dev"]})
+    assert status == 301 and headers["location"].startswith("https://"), (status, headers)
+
+
+def test_auth_rotating_one_key_fails_no_request_of_another_caller(
+    deployed: Any, deployer: Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    target, url, tls, keys = deployed
+    results: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def steady() -> None:
+        while not stop.is_set():
+            try:
+                status = post(url, tls, {"Authorization": f"Bearer {keys['batch']}"})[0]
+            except OSError:
+                status = 0
+            results.append((time.monotonic(), status))
+
+    thread = threading.Thread(target=steady, daemon=True)
+    thread.start()
+    try:
+        time.sleep(2)
+        new = "sk-mp-rotated-" + "7" * 40
+        (dev_fleet.root / "callers" / "dev").write_text(new + "\n")
+        up = modelplane("up", str(target), "--yes", env=deployer.env(), timeout=900)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        assert new not in up.stdout + up.stderr
+        wait_for(
+            "the rotated key let in",
+            lambda: post(url, tls, {"x-api-key": new})[0] == 200,
+            timeout=60,
+        )
+        assert post(url, tls, {"x-api-key": keys["dev"]})[0] == 401
+        time.sleep(2)
+    finally:
+        stop.set()
+        thread.join(30)
+    failed = [r for r in results if r[1] != 200]
+    print("rotation:", json.dumps({"batchRequests": len(results), "failed": len(failed)}))
+    assert len(results) > 20 and not failed, failed[:5]
