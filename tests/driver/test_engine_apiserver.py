@@ -11,7 +11,6 @@ runs beside it, so Pulumi's foreground deletions are completed by the real garba
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from kubernetes.client import ApiClient, ApiException, CoreV1Api, CustomObjectsA
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.results import Outcome, RunResult
 from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
+from tests.fixtures.engine import bootstrapped_engine, engine_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.apiserver]
 
@@ -154,15 +154,7 @@ spec:
 
 @pytest.fixture(scope="module")
 def engine_ready() -> Path:
-    from modelplane.engine import EngineNotFound, engine_root, ensure_engine
-
-    try:
-        ensure_engine(progress=lambda _msg: None)
-    except EngineNotFound as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Pulumi engine is not available: {exc}", pytrace=False)
-        pytest.skip(f"the Pulumi engine is not available: {exc}")
-    return engine_root()
+    return bootstrapped_engine()
 
 
 @pytest.fixture
@@ -191,20 +183,7 @@ def api(cluster: Any) -> Iterator[ApiClient]:
 
 
 def make_env(tmp_path: Path, kubeconfig: str) -> dict[str, str]:
-    home = tmp_path / "pulumi-home"
-    home.mkdir(exist_ok=True)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PULUMI_", "MODELPLANE_SECRET_")) and k != "KUBECONFIG"
-    }
-    env.update(
-        PULUMI_CONFIG_PASSPHRASE=PASSPHRASE,
-        PULUMI_HOME=str(home),
-        KUBECONFIG="",
-        MODELPLANE_SECRET_DEV_KUBE_KUBECONFIG=kubeconfig,
-    )
-    return env
+    return engine_env(tmp_path, PASSPHRASE, MODELPLANE_SECRET_DEV_KUBE_KUBECONFIG=kubeconfig)
 
 
 def check(run: RunResult) -> RunResult:
