@@ -685,6 +685,10 @@ CHECKED_KEYS = {
             "providers.kubernetesGateway.statusAddress.service.name",
             "providers.kubernetesGateway.statusAddress.service.namespace",
             "providers.kubernetesIngress.enabled",
+            # The front door's retry Middlewares (issue 26): both top-level keys of the
+            # chart's values.yaml (`providers.kubernetesCRD.enabled`, `additionalArguments: []`).
+            "providers.kubernetesCRD.enabled",
+            "additionalArguments",
             "gateway.enabled",
             "gatewayClass.enabled",
         },
