@@ -23,32 +23,15 @@ from modelplane.scheduler.interning import Interner
 from modelplane.scheduler.lookalike import SPLIT, Alike, Group, Lookalikes, RolePlan
 from modelplane.scheduler.matching import Matcher, PodDemand
 from modelplane.scheduler.pending import PendingLedger, Reach
+from modelplane.scheduler.second import Trials
+from modelplane.scheduler.sizes import lowest_free, pod_gpus, replica_gpus
 from modelplane.scheduler.taints import EVICTS
-from modelplane.scheduler.undo import ClusterSnapshot, RunSnapshot
+from modelplane.scheduler.undo import RunSnapshot
 
 # Fleets of at most this many clusters get a second fill when left short (`fill`).
 SECOND_FILL_CLUSTERS = 16
 
 ReplicaKey = tuple[str, int]  # (cluster, index) within one deployment
-
-
-def replica_gpus(dep: ModelDeployment) -> int:
-    """GPUs one replica asks for, over all its roles and pods."""
-    return sum(
-        role.workers.count * role.workers.topology.shape.gpus_per_worker
-        for role in dep.spec.roles.values()
-    )
-
-
-def pod_gpus(dep: ModelDeployment) -> int:
-    """GPUs of the largest pod of one replica."""
-    return max(role.workers.topology.shape.gpus_per_node for role in dep.spec.roles.values())
-
-
-def lowest_free(taken: set[int] | Sequence[int]) -> int:
-    """The lowest non-negative integer not in `taken`."""
-    used = set(taken)
-    return next(i for i in range(len(used) + 1) if i not in used)
 
 
 class Placement:
@@ -92,17 +75,10 @@ class Placement:
             key: {} for key in self.deployments
         }
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
-        self._want: dict[str, int] = {}  # targets held below `replicas` (second thoughts)
-        self._only: str | None = None  # the one cluster offered (second thoughts)
-        # the deployments offered every cluster all the same (second thoughts)
-        self._only_except: frozenset[str] = frozenset()
-        self._takers: list[tuple[str, str, int]] = []  # placed although they took room
-        self._new: list[tuple[str, str, int]] = []  # placed by this fill, in order
+        self.trials = Trials()  # second thoughts and the second fill (scheduler.second)
         # Clusters gone in a what-if (`survive`): a fill neither visits nor counts them.
         self.lost: frozenset[str] = frozenset()
         self._order: list[tuple[str, ModelDeployment]] = []  # fill_order, once
-        # The second fill of a small fleet (`fill`): multi-node workers first on ties.
-        self._workers_first = False
         self.interner = Interner()
         self.pending = PendingLedger(self.eligibility, self.interner)
         self.lookalikes = Lookalikes(self)
@@ -242,47 +218,21 @@ class Placement:
         order = self.fill_order()
         self.pending.set_reach(order, self.lost)
         start = RunSnapshot(self) if len(self.cluster_names) <= SECOND_FILL_CLUSTERS else None
-        self._fill_and_improve(order)
+        self.fill_and_improve(order)
         if start is not None:
-            self._second_fill(order, start)
+            self.trials.second_fill(self, order, start)
         # Reasons describe the final state, so re-planning the written lock, which starts
         # from that state, reports exactly the same.
         if explain:
             self.explain()
 
-    def _fill_and_improve(self, order: Sequence[tuple[str, ModelDeployment]]) -> None:
-        self._takers = []
-        self._new = []
-        self._fill_all(order)
-        self._improve(order)
-
-    def _second_fill(
-        self, order: Sequence[tuple[str, ModelDeployment]], start: RunSnapshot
-    ) -> None:
-        """On a small fleet left short (scheduling.md, step 5, "A second fill"): fill
-        again from `start` with multi-node workers before single pods of the same replica
-        size, a pod's take that costs such a worker as much room as it takes counted as
-        taking room; keep it if it places more GPUs (priority by priority), else go back."""
-        if not any(d.spec.replicas > len(self.placed[k]) for k, d in order):
-            return
-        alternate = sorted(
-            order,
-            key=lambda kv: (
-                -kv[1].spec.priority,
-                -replica_gpus(kv[1]),
-                pod_gpus(kv[1]),
-                kv[0],
-            ),
-        )
-        first, score = RunSnapshot(self), self._score(order)
-        start.restore()
-        self._workers_first = True
-        try:
-            self._fill_and_improve(alternate)
-        finally:
-            self._workers_first = False
-        if not self._score(order) > score:
-            first.restore()
+    def fill_and_improve(self, order: Sequence[tuple[str, ModelDeployment]]) -> None:
+        """Fill in `order`, then second thoughts (`Trials.improve`)."""
+        trials = self.trials
+        trials.takers = []
+        trials.new = []
+        self.fill_all(order)
+        trials.improve(self, order)
 
     def fill_order(self) -> list[tuple[str, ModelDeployment]]:
         """Priority (high first), GPUs per replica (large first), GPUs per pod (large
@@ -301,16 +251,16 @@ class Placement:
 
     def _waiting(self, dep_key: str, dep: ModelDeployment) -> bool:
         """The deployment has fewer replicas than its target (held by second thoughts)."""
-        return self._want.get(dep_key, dep.spec.replicas) > len(self.placed[dep_key])
+        return self.trials.want.get(dep_key, dep.spec.replicas) > len(self.placed[dep_key])
 
-    def _fill_all(
+    def fill_all(
         self, order: Sequence[tuple[str, ModelDeployment]], only: str | None = None
     ) -> None:
         """Fill every deployment short of its target, in `order`. With `only`, every
-        deployment not in `_only_except` is offered that cluster alone (see `_improve`)."""
-        self._only = only
+        deployment not in `only_except` is offered that cluster alone (`Trials.improve`)."""
+        self.trials.only = only
         self.pending.open(order, self._waiting)
-        self.lookalikes.start(only is None or bool(self._only_except), self.lost)
+        self.lookalikes.start(only is None or bool(self.trials.only_except), self.lost)
         for dep_key, dep in order:
             if self._waiting(dep_key, dep):
                 self.pending.forget(dep_key, dep)
@@ -332,7 +282,8 @@ class Placement:
         answer serves every member, in name order, as long as the new pods' place in
         each pool's packing order does not depend on the member (`Lookalikes.answer`)."""
         placed = self.placed[dep_key]
-        missing = self._want.get(dep_key, dep.spec.replicas) - len(placed)
+        trials = self.trials
+        missing = trials.want.get(dep_key, dep.spec.replicas) - len(placed)
         hosted = Counter(cluster for cluster, _ in placed)
         taken: dict[str, set[int]] = {}
         for cluster, index in [*placed, *self.draining[dep_key]]:
@@ -350,7 +301,7 @@ class Placement:
         # Clusters already hosting some are in a heap by (count, name). The others host 0
         # and come first, in name order: `fresh` holds, by name, single clusters (those
         # with only draining replicas of this deployment) and groups (by their next member).
-        only = self._only if dep_key not in self._only_except else None
+        only = trials.only if dep_key not in trials.only_except else None
         heap = [
             (count, c)
             for c, count in hosted.items()
@@ -384,13 +335,13 @@ class Placement:
                 if isinstance(what, Group):
                     plan = lookalikes.realize(dep_key, dep, cluster, what)
                     self.commit(dep_key, cluster, 0, plan, taken)
-                    self._takers.append((dep_key, cluster, 0))
+                    trials.takers.append((dep_key, cluster, 0))
                     if what.advance(taken):
                         seq += 1
                         heapq.heappush(deferred, (0, what.next, seq, what))
                 else:
                     self.commit(dep_key, cluster, what[0], what[1], taken)
-                    self._takers.append((dep_key, cluster, what[0]))
+                    trials.takers.append((dep_key, cluster, what[0]))
                 missing -= 1
                 heapq.heappush(heap, (count + 1, cluster))
                 continue
@@ -455,7 +406,7 @@ class Placement:
             lost = room - pool.room_for(after, requests, k, size, base=before)
             if lost > takes or (lost > 0 and narrower):
                 return True
-        if self._workers_first:  # the second fill (`_second_fill`): equal losses too
+        if self.trials.workers_first:  # the second fill (`Trials.second_fill`): equal losses too
             for requests, k, size, _ in others:
                 if k > 1 and takes > 0:
                     room = pool.room_for(before, requests, k, size)
@@ -479,7 +430,7 @@ class Placement:
         for role, pool, _ in plan:
             slots[role] = pool.name
         self.placed[dep_key][(cluster, index)] = slots
-        self._new.append((dep_key, cluster, index))
+        self.trials.new.append((dep_key, cluster, index))
         taken.setdefault(cluster, set()).add(index)
 
     def open_clusters(self, dep_key: str, dep: ModelDeployment) -> dict[str, RolePools]:
@@ -547,102 +498,7 @@ class Placement:
             # the trial layouts it made are freed now (the pure verbs collect no cycles).
             search = None  # type: ignore[assignment]
 
-    # -- 6: second thoughts --------------------------------------------------------------
-
-    def _score(self, order: Sequence[tuple[str, ModelDeployment]]) -> tuple[int, ...]:
-        """GPUs placed per priority, highest priority first."""
-        per: dict[int, int] = {}
-        for key, dep in order:
-            gpus = replica_gpus(dep) * len(self.placed[key])
-            per[dep.spec.priority] = per.get(dep.spec.priority, 0) + gpus
-        return tuple(per[p] for p in sorted(per, reverse=True))
-
-    def _improve(self, order: Sequence[tuple[str, ModelDeployment]]) -> None:
-        """Second thoughts on replicas placed although they took room (scheduling.md,
-        step 6), in placement order, while some deployment is short: take the replica
-        out; if a short deployment then fits on its cluster, fill again with its
-        deployment held at what it has left, then fill again as usual, and keep the
-        result if it places more GPUs (by priority, highest first), else undo. If that
-        is undone, try once more taking out, with it, the replicas this fill placed on
-        its cluster after it (they were placed on the room it left).
-
-        Every other cluster is full for the short deployments (the state is a finished
-        fill), so the refills offer them that cluster alone; only the deployments of the
-        replicas taken out, which may have been complete, are offered every cluster."""
-        short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
-        for dep_key, cluster, index in list(self._takers):
-            if not short:
-                break
-            if (cluster, index) not in self.placed[dep_key]:
-                continue
-            # Devices the replica frees, at least, per pool position it is on.
-            freed: dict[int, int] = {}
-            for name in set(self.placed[dep_key][(cluster, index)].values()):
-                pool = self.pools[(cluster, name)]
-                mine = sum(
-                    i.demand.least_consumed
-                    for i in pool.layout.items
-                    if i.deployment == dep_key and i.index == index
-                )
-                freed[pool.position] = pool.capacity - pool.layout.least_used + mine
-            others = [k for k in short if k != dep_key and self._could_use(k, cluster, freed)]
-            if not others:
-                continue
-            local = ClusterSnapshot(self, cluster)
-            self.drop([(dep_key, cluster, index)])
-            fits = any(self._fits_now(k, cluster) for k in others)
-            local.restore()
-            if not fits:
-                continue
-            before = self._score(order)
-            at = self._new.index((dep_key, cluster, index))
-            later = [r for r in self._new[at + 1 :] if r[1] == cluster]
-            for out in ([(dep_key, cluster, index)], [(dep_key, cluster, index), *later]):
-                saved = RunSnapshot(self)
-                self._refill(order, dep_key, cluster, out)
-                if self._score(order) > before:
-                    short = [k for k, d in order if d.spec.replicas > len(self.placed[k])]
-                    break
-                saved.restore()
-                if len(out) == 1 and not later:
-                    break
-
-    def _refill(
-        self,
-        order: Sequence[tuple[str, ModelDeployment]],
-        dep_key: str,
-        cluster: str,
-        out: list[tuple[str, str, int]],
-    ) -> None:
-        """Take `out` out, fill `cluster` with `dep_key` held at what it has left, then
-        fill as usual (the deployments of `out` may go to any cluster)."""
-        self.drop(out)
-        self._want = {dep_key: len(self.placed[dep_key])}
-        self._only_except = frozenset()
-        self._fill_all(order, only=cluster)
-        self._want = {}
-        self._only_except = frozenset(key for key, _, _ in out)
-        self._fill_all(order, only=cluster)
-        self._only_except = frozenset()
-        self._only = None
-
-    def _could_use(self, dep_key: str, cluster: str, freed: dict[int, int]) -> bool:
-        """Some role of `dep_key` matches a pool of `freed` with room enough (a bound)."""
-        role_pools = self.eligibility.open_for_new(dep_key, self.deployments[dep_key], cluster)
-        return role_pools is not None and any(
-            freed.get(pos, -1) >= demand.least_consumed
-            for _, matching in role_pools.roles
-            for pos, demand in matching
-        )
-
-    def _fits_now(self, dep_key: str, cluster: str) -> bool:
-        """A new replica of `dep_key` fits on `cluster` as it is (room only)."""
-        dep = self.deployments[dep_key]
-        role_pools = self.eligibility.open_for_new(dep_key, dep, cluster)
-        if role_pools is None or not self.may_fit(cluster, role_pools):
-            return False
-        taken = [i for c, i in [*self.placed[dep_key], *self.draining[dep_key]] if c == cluster]
-        return self.fit(dep_key, dep, cluster, lowest_free(taken), role_pools) is not None
+    # -- 6: second thoughts: scheduler.second ------------------------------------------
 
     # -- 7: reasons ----------------------------------------------------------------------
 

@@ -659,8 +659,9 @@ def test_states_are_plain_data() -> None:
 
 def test_a_plan_keeps_each_replicas_recorded_revision() -> None:
     from modelplane.scheduler import schedule
-    from tests.scheduler.test_scheduler import H100, fleet, gpu_clusters
-    from tests.scheduler.test_scheduler import deployment as sched_deployment
+    from tests.factories import deployment as sched_deployment
+    from tests.factories import fleet
+    from tests.scheduler.helpers import H100, gpu_clusters
 
     f = fleet(
         [H100],
