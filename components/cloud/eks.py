@@ -23,176 +23,84 @@ the EFS CSI driver (with its IAM role bound through EKS Pod Identity) after the 
 
 from __future__ import annotations
 
-import ipaddress
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from components.cloud.eks_args import (
+    EFA_INTERFACES,
+    GPU_AMI_TYPE,
+    GPU_LABEL,
+    GPU_TAINT,
+    POOL_LABEL,
+    ROOT_DEVICE,
+    SYSTEM_AMI_TYPE,
+    SYSTEM_INSTANCE_TYPE,
+    EKSCapacityBlock,
+    EKSClusterArgs,
+    EKSGpu,
+    EKSNetworking,
+    EKSNodePool,
+    SubnetPlan,
+    plan_subnets,
+    system_pool,
+)
+from components.cloud.eks_iam import (
+    AUTOSCALER_NAMESPACE,
+    AUTOSCALER_SERVICE_ACCOUNT,
+    CLUSTER_ADMIN_POLICY,
+    MANAGED_POLICY,
+    UPGRADE_POLICY,
+    assume_role_policy,
+    autoscaler_policy,
+)
+from components.cloud.eks_node_groups import (
+    CAPACITY_BLOCK_DRAIN,
+    DESIRED_SIZE,
+    MIN_SIZE,
+    NODE_GROUP_TYPE,
+    asg_name,
+    drain_time,
+    ignore_desired_size,
+    ignore_scheduled_sizes,
+    schedule_time,
+)
 from components.cloud.pools import with_system_pool
 
-POOL_LABEL = "modelplane.ai/pool"
-GPU_LABEL = "modelplane.ai/gpu"
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-SYSTEM_INSTANCE_TYPE = "m6i.xlarge"
-GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
-SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
-ROOT_DEVICE = "/dev/xvda"
-
-EFA_INTERFACES: dict[str, int] = {"p5": 32, "p5e": 32, "p5en": 16, "p4d": 4, "p4de": 4}
-"""EFA interfaces per instance family (one per network card); other families get one."""
-
-_POLICY = "arn:aws:iam::aws:policy/"
-AUTOSCALER_NAMESPACE = "kube-system"
-AUTOSCALER_SERVICE_ACCOUNT = "cluster-autoscaler"
-CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
-UPGRADE_POLICY = "STANDARD"
-"""pulumi-eks defaults to EXTENDED, billed as extended support once a version leaves standard."""
-CAPACITY_BLOCK_DRAIN = timedelta(minutes=40)
-"""AWS: scale a Capacity Block group to zero more than 30 minutes before the block ends."""
-
-
-@dataclass(frozen=True)
-class EKSGpu:
-    accelerator_type: str
-    """Used to label GPU nodes; the GPU model and count come from the instance type."""
-
-
-@dataclass(frozen=True)
-class EKSCapacityBlock:
-    capacity_reservation_id: str
-
-
-@dataclass(frozen=True)
-class EKSNodePool:
-    name: str
-    role: Literal["System", "GPU"]
-    instance_type: str
-    disk_size_gb: int = 100
-    node_count: int = 1
-    min_node_count: int = 1
-    max_node_count: int = 8
-    gpu: EKSGpu | None = None
-    zones: tuple[str, ...] = ()
-    capacity_block: EKSCapacityBlock | None = None
-    fabric: Literal["None", "EFA"] = "None"
-
-    def __post_init__(self) -> None:
-        if self.role == "GPU" and (self.gpu is None or not self.zones):
-            raise ValueError(f"EKS node pool {self.name!r}: a GPU pool needs gpu and zones")
-        if self.role == "GPU" and self.capacity_block is None and self.min_node_count < 1:
-            # Upstream cluster-autoscaler's AWS template node carries no ResourceSlices, so
-            # it never scales a DRA pool up from zero (kubernetes/autoscaler#7799).
-            raise ValueError(
-                f"EKS node pool {self.name!r}: minNodeCount must be at least 1 (cluster-"
-                "autoscaler on AWS cannot scale a DRA GPU node group up from zero)"
-            )
-        if self.max_node_count < 1 or self.min_node_count > self.max_node_count:
-            raise ValueError(
-                f"EKS node pool {self.name!r}: need minNodeCount <= maxNodeCount and "
-                f"maxNodeCount >= 1 (got {self.min_node_count}..{self.max_node_count})"
-            )
-
-    @property
-    def desired_size(self) -> int:
-        """nodeCount, kept inside min..max (EKS rejects a desired size outside them); 0 for a
-        Capacity Block group, which scheduled actions scale to the block while it is active."""
-        if self.capacity_block is not None:
-            return 0
-        return min(max(self.node_count, self.min_node_count), self.max_node_count)
-
-    @property
-    def min_size(self) -> int:
-        return 0 if self.capacity_block is not None else self.min_node_count
-
-    @property
-    def efa_interfaces(self) -> int:
-        return EFA_INTERFACES.get(self.instance_type.split(".", 1)[0], 1)
-
-
-@dataclass(frozen=True)
-class EKSNetworking:
-    vpc_cidr: str = "10.0.0.0/16"
-    subnet_cidrs: tuple[str, ...] = ("10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20")
-    zones: tuple[str, ...] = ()
-    """The zone of each block, by position (default ``<region>a``, ``<region>b``, ...)."""
-    nat_gateways: Literal["Single", "PerZone"] = "Single"
-
-
-@dataclass(frozen=True)
-class EKSClusterArgs:
-    region: str
-    node_pools: Sequence[EKSNodePool] = ()
-    kubernetes_version: str = "1.36"
-    networking: EKSNetworking = field(default_factory=EKSNetworking)
-    cluster_name: str | None = None
-    """The EKS cluster's name; defaults to the component name."""
-    admin_principal_arns: tuple[str, ...] = ()
-    """IAM principals given cluster-admin access entries (the creator is admin already)."""
-    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
-    """Who may reach the public API endpoint."""
-    protect: bool = True
-    """``protect`` the cluster, VPC and EFS file system against delete and replace."""
-
-
-@dataclass(frozen=True)
-class SubnetPlan:
-    zone: str
-    public_cidr: str
-    private_cidr: str
-
-
-def system_pool() -> EKSNodePool:
-    """The pool injected when none has role System: m6i.xlarge, 1 node, 1..2."""
-    return EKSNodePool(
-        name="system",
-        role="System",
-        instance_type=SYSTEM_INSTANCE_TYPE,
-        node_count=1,
-        min_node_count=1,
-        max_node_count=2,
-    )
-
-
-def plan_subnets(
-    region: str, pools: Sequence[EKSNodePool], networking: EKSNetworking
-) -> list[SubnetPlan]:
-    """One public and one private subnet per block, in the block's zone (module docstring)."""
-    blocks = list(networking.subnet_cidrs)
-    zones = list(networking.zones) or [f"{region}{chr(ord('a') + i)}" for i in range(len(blocks))]
-    if len(zones) != len(blocks):
-        raise ValueError(f"EKS networking: {len(zones)} zones for {len(blocks)} subnetCidrs blocks")
-    missing = sorted({z for pool in pools for z in pool.zones if z not in zones})
-    if missing:
-        raise ValueError(
-            f"EKS networking: zone(s) {', '.join(missing)} of the node pools have no "
-            f"subnetCidrs block (the blocks are in {', '.join(zones)}, by position; append one)"
-        )
-    plans = []
-    for zone, block in zip(zones, blocks, strict=True):
-        public, private = ipaddress.ip_network(block).subnets(prefixlen_diff=1)
-        plans.append(SubnetPlan(zone, str(public), str(private)))
-    return plans
-
-
-def _assume_role_policy(service: str, *actions: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"Service": service},
-                    "Action": list(actions) or ["sts:AssumeRole"],
-                }
-            ],
-        }
-    )
+__all__ = [
+    "EKSCluster",
+    "POOL_LABEL",
+    "GPU_LABEL",
+    "GPU_TAINT",
+    "SYSTEM_INSTANCE_TYPE",
+    "GPU_AMI_TYPE",
+    "SYSTEM_AMI_TYPE",
+    "ROOT_DEVICE",
+    "EFA_INTERFACES",
+    "EKSGpu",
+    "EKSCapacityBlock",
+    "EKSNodePool",
+    "EKSNetworking",
+    "EKSClusterArgs",
+    "SubnetPlan",
+    "system_pool",
+    "plan_subnets",
+    "AUTOSCALER_NAMESPACE",
+    "AUTOSCALER_SERVICE_ACCOUNT",
+    "CLUSTER_ADMIN_POLICY",
+    "UPGRADE_POLICY",
+    "autoscaler_policy",
+    "CAPACITY_BLOCK_DRAIN",
+    "NODE_GROUP_TYPE",
+    "DESIRED_SIZE",
+    "MIN_SIZE",
+    "ignore_desired_size",
+    "ignore_scheduled_sizes",
+    "schedule_time",
+    "drain_time",
+]
 
 
 def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderResource | None:
@@ -208,114 +116,6 @@ def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderReso
         if isinstance(p, pulumi.ProviderResource) and p.package == "aws":
             return p
     return None
-
-
-def autoscaler_policy(cluster_name: str) -> str:
-    """What cluster-autoscaler needs on AWS: read the node groups and instance types (also to
-    scale a managed node group up from zero), and resize or shrink only this cluster's
-    groups (EKS tags their Auto Scaling groups `k8s.io/cluster-autoscaler/<cluster>=owned`)."""
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Action": [
-                        "autoscaling:DescribeAutoScalingGroups",
-                        "autoscaling:DescribeAutoScalingInstances",
-                        "autoscaling:DescribeLaunchConfigurations",
-                        "autoscaling:DescribeScalingActivities",
-                        "autoscaling:DescribeTags",
-                        "ec2:DescribeImages",
-                        "ec2:DescribeInstanceTypes",
-                        "ec2:DescribeLaunchTemplateVersions",
-                        "ec2:GetInstanceTypesFromInstanceRequirements",
-                        "eks:DescribeNodegroup",
-                    ],
-                    "Resource": "*",
-                },
-                {
-                    "Effect": "Allow",
-                    "Action": [
-                        "autoscaling:SetDesiredCapacity",
-                        "autoscaling:TerminateInstanceInAutoScalingGroup",
-                    ],
-                    "Resource": "*",
-                    "Condition": {
-                        "StringEquals": {
-                            f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"
-                        }
-                    },
-                },
-            ],
-        },
-        sort_keys=True,
-    )
-
-
-NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
-DESIRED_SIZE = "scalingConfig.desiredSize"
-MIN_SIZE = "scalingConfig.minSize"
-
-
-def ignore_desired_size(
-    args: pulumi.ResourceTransformArgs,
-) -> pulumi.ResourceTransformResult | None:
-    """`nodeCount` is the initial size only: a node group's desired size is the
-    autoscaler's afterwards, so later `up`s never re-apply it (applied to the
-    `aws.eks.NodeGroup` inside pulumi-eks's ManagedNodeGroup)."""
-    if args.type_ != NODE_GROUP_TYPE:
-        return None
-    return pulumi.ResourceTransformResult(
-        args.props,
-        pulumi.ResourceOptions.merge(
-            args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE])
-        ),
-    )
-
-
-def ignore_scheduled_sizes(
-    args: pulumi.ResourceTransformArgs,
-) -> pulumi.ResourceTransformResult | None:
-    """A Capacity Block group's minimum and desired size belong to its scheduled actions."""
-    if args.type_ != NODE_GROUP_TYPE:
-        return None
-    return pulumi.ResourceTransformResult(
-        args.props,
-        pulumi.ResourceOptions.merge(
-            args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE, MIN_SIZE])
-        ),
-    )
-
-
-def _utc(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def schedule_time(at: str, now: datetime | None = None) -> str:
-    """``at`` (RFC 3339), or two minutes from now when it has passed (Auto Scaling rejects
-    a scheduled action in the past), as ``YYYY-MM-DDThh:mm:ssZ``."""
-    earliest = (now or datetime.now(UTC)) + timedelta(minutes=2)
-    when = max(_utc(at), earliest)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def drain_time(end: str) -> str:
-    """When a Capacity Block group goes to zero: CAPACITY_BLOCK_DRAIN before the block ends."""
-    return (_utc(end) - CAPACITY_BLOCK_DRAIN).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _asg_name(node_group: aws.eks.NodeGroup | None) -> pulumi.Output[str]:
-    """The Auto Scaling group EKS created for a managed node group ("" when unknown, as in an
-    offline render)."""
-    if node_group is None:
-        return pulumi.Output.from_input("")
-
-    def first(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
-        groups = resources[0].autoscaling_groups if resources else None
-        return (groups[0].name or "") if groups else ""
-
-    return node_group.resources.apply(first)
 
 
 class EKSCluster(pulumi.ComponentResource):
@@ -454,19 +254,19 @@ class EKSCluster(pulumi.ComponentResource):
         # --- IAM -----------------------------------------------------------------------
         cluster_role = aws.iam.Role(
             f"{name}-cluster",
-            assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
+            assume_role_policy=assume_role_policy("eks.amazonaws.com"),
             tags=tags,
             opts=self._opts(),
         )
         aws.iam.RolePolicyAttachment(
             f"{name}-cluster-policy",
             role=cluster_role.name,
-            policy_arn=_POLICY + "AmazonEKSClusterPolicy",
+            policy_arn=MANAGED_POLICY + "AmazonEKSClusterPolicy",
             opts=self._opts(),
         )
         node_role = aws.iam.Role(
             f"{name}-node",
-            assume_role_policy=_assume_role_policy("ec2.amazonaws.com"),
+            assume_role_policy=assume_role_policy("ec2.amazonaws.com"),
             tags=tags,
             opts=self._opts(),
         )
@@ -474,7 +274,7 @@ class EKSCluster(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(
                 f"{name}-node-{policy}",
                 role=node_role.name,
-                policy_arn=_POLICY + policy,
+                policy_arn=MANAGED_POLICY + policy,
                 opts=self._opts(),
             )
             for policy in (
@@ -486,7 +286,7 @@ class EKSCluster(pulumi.ComponentResource):
         ]
         efs_csi_role = aws.iam.Role(
             f"{name}-efs-csi",
-            assume_role_policy=_assume_role_policy(
+            assume_role_policy=assume_role_policy(
                 "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
             ),
             tags=tags,
@@ -495,7 +295,7 @@ class EKSCluster(pulumi.ComponentResource):
         efs_csi_policy = aws.iam.RolePolicyAttachment(
             f"{name}-efs-csi-policy",
             role=efs_csi_role.name,
-            policy_arn=_POLICY + "service-role/AmazonEFSCSIDriverPolicy",
+            policy_arn=MANAGED_POLICY + "service-role/AmazonEFSCSIDriverPolicy",
             opts=self._opts(),
         )
 
@@ -619,7 +419,7 @@ class EKSCluster(pulumi.ComponentResource):
         if any(p.max_node_count > p.desired_size for p in pools):
             autoscaler_role = aws.iam.Role(
                 f"{name}-cluster-autoscaler",
-                assume_role_policy=_assume_role_policy(
+                assume_role_policy=assume_role_policy(
                     "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
                 ),
                 tags=tags,
@@ -786,7 +586,7 @@ class EKSCluster(pulumi.ComponentResource):
         block = aws.ec2.get_capacity_block_reservation_output(
             id=reservation, opts=pulumi.InvokeOutputOptions(provider=provider, parent=self)
         )
-        asg: pulumi.Output[str] = group.node_group.apply(_asg_name)
+        asg: pulumi.Output[str] = group.node_group.apply(asg_name)
         self.capacity_block_schedules[pool.name] = [
             aws.autoscaling.Schedule(
                 f"{name}-{pool.name}-{reservation}-start",

@@ -28,7 +28,7 @@ from components.model_cache import (
 )
 from components.workload.pods import cache_wait_container
 from modelplane.api.inference_cluster import InferenceCluster
-from tests.components.test_components_cluster import (
+from tests.components.cluster_helpers import (
     EKS_CLASSES,
     MNG,
     NODE_POOL,
@@ -40,7 +40,7 @@ from tests.components.test_components_cluster import (
     inference_cluster,
     release,
 )
-from tests.components.test_components_workload import (
+from tests.components.workload_helpers import (
     CACHE,
     CODER,
     PD,

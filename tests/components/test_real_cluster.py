@@ -19,9 +19,9 @@ from components.model_deployment import replica_manifests
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.loader import load_fleet
 from modelplane.api.names import child_name, lws_name_budget, replica_name
-from tests.components.test_components_cluster import _existing_run
-from tests.components.test_components_workload import SMALL, replica, target
-from tests.components.test_components_workload import deployment as load_deployment
+from tests.components.cluster_helpers import existing_run
+from tests.components.workload_helpers import SMALL, replica, target
+from tests.components.workload_helpers import deployment as load_deployment
 from tests.pulumi_mocks import MockRun
 from tests.spec_docs import base_fleet, deployment, write_fleet
 
@@ -122,7 +122,7 @@ def test_inference_gateway_waits_for_its_address(
 
 def test_serving_stack_namespaces_are_shared_patches() -> None:
     """No plain (client-side, retained) Namespace: destroy-then-up must work."""
-    run = _existing_run()
+    run = existing_run()
     assert run.of_type("kubernetes:core/v1:Namespace") == []
     patches = {n.get("metadata.name"): n for n in run.of_type("kubernetes:core/v1:NamespacePatch")}
     assert {"modelplane-system", "dra-driver-nvidia-gpu"} <= set(patches)

@@ -1,0 +1,78 @@
+"""EKS node group helpers: the size transforms (the autoscaler and Capacity Block schedules own
+the sizes after creation), Capacity Block schedule times, and a group's Auto Scaling group."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pulumi
+import pulumi_aws as aws
+
+CAPACITY_BLOCK_DRAIN = timedelta(minutes=40)
+"""AWS: scale a Capacity Block group to zero more than 30 minutes before the block ends."""
+
+
+NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
+DESIRED_SIZE = "scalingConfig.desiredSize"
+MIN_SIZE = "scalingConfig.minSize"
+
+
+def ignore_desired_size(
+    args: pulumi.ResourceTransformArgs,
+) -> pulumi.ResourceTransformResult | None:
+    """`nodeCount` is the initial size only: a node group's desired size is the
+    autoscaler's afterwards, so later `up`s never re-apply it (applied to the
+    `aws.eks.NodeGroup` inside pulumi-eks's ManagedNodeGroup)."""
+    if args.type_ != NODE_GROUP_TYPE:
+        return None
+    return pulumi.ResourceTransformResult(
+        args.props,
+        pulumi.ResourceOptions.merge(
+            args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE])
+        ),
+    )
+
+
+def ignore_scheduled_sizes(
+    args: pulumi.ResourceTransformArgs,
+) -> pulumi.ResourceTransformResult | None:
+    """A Capacity Block group's minimum and desired size belong to its scheduled actions."""
+    if args.type_ != NODE_GROUP_TYPE:
+        return None
+    return pulumi.ResourceTransformResult(
+        args.props,
+        pulumi.ResourceOptions.merge(
+            args.opts, pulumi.ResourceOptions(ignore_changes=[DESIRED_SIZE, MIN_SIZE])
+        ),
+    )
+
+
+def _utc(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def schedule_time(at: str, now: datetime | None = None) -> str:
+    """``at`` (RFC 3339), or two minutes from now when it has passed (Auto Scaling rejects
+    a scheduled action in the past), as ``YYYY-MM-DDThh:mm:ssZ``."""
+    earliest = (now or datetime.now(UTC)) + timedelta(minutes=2)
+    when = max(_utc(at), earliest)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def drain_time(end: str) -> str:
+    """When a Capacity Block group goes to zero: CAPACITY_BLOCK_DRAIN before the block ends."""
+    return (_utc(end) - CAPACITY_BLOCK_DRAIN).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def asg_name(node_group: aws.eks.NodeGroup | None) -> pulumi.Output[str]:
+    """The Auto Scaling group EKS created for a managed node group ("" when unknown, as in an
+    offline render)."""
+    if node_group is None:
+        return pulumi.Output.from_input("")
+
+    def first(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+        groups = resources[0].autoscaling_groups if resources else None
+        return (groups[0].name or "") if groups else ""
+
+    return node_group.resources.apply(first)

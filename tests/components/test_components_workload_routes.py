@@ -1,0 +1,314 @@
+"""Workload routing: Traefik and Envoy Gateway routes, retries, endpoint slices, gateways."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+
+from components.gateway import InferenceGatewayComponent
+from components.model_service import (
+    EndpointInfo,
+    ModelEndpointComponent,
+    ModelServiceComponent,
+    endpoint_manifests,
+)
+from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.api.model_service import ModelService
+from tests.components.workload_helpers import (
+    ROUTE,
+    SERVICE,
+    SLICE,
+    load,
+)
+from tests.pulumi_mocks import MockRun, Registered
+
+SERVICE_SPEC = load(
+    ModelService,
+    """
+metadata: {name: coder, namespace: ml-team}
+spec:
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: coder}}
+    weight: 80
+  - selector: {matchLabels: {provider: together}}
+    weight: 20
+""",
+)
+
+ENDPOINTS = [
+    EndpointInfo(
+        "coder-a",
+        "ml-team",
+        "http://10.0.0.1/ml-team/coder-a/",
+        "/ml-team/coder-a/",
+        {"modelplane.ai/deployment": "coder"},
+    ),
+    EndpointInfo(
+        "coder-b",
+        "ml-team",
+        "http://[2001:db8::1]/ml-team/coder-b/",
+        "/ml-team/coder-b/",
+        {"modelplane.ai/deployment": "coder"},
+    ),
+    EndpointInfo(
+        "coder-c",
+        "ml-team",
+        "http://gw.east.example.com/ml-team/coder-c/",
+        "/ml-team/coder-c/",
+        {"modelplane.ai/deployment": "coder"},
+    ),
+    EndpointInfo("together", "ml-team", "https://api.together.xyz/", "/", {"provider": "together"}),
+    # Another namespace: never selected by a ml-team service.
+    EndpointInfo(
+        "coder-x", "other", "http://10.9.9.9/", "/", {"modelplane.ai/deployment": "coder"}
+    ),
+]
+
+
+# The same endpoints, coder-* as composed replicas (records of a deployment stack).
+REPLICA_ENDPOINTS = [
+    dataclasses.replace(ep, replica=ep.name.startswith("coder")) for ep in ENDPOINTS
+]
+
+
+def route_for(
+    backend: str, endpoints: list[EndpointInfo] = ENDPOINTS
+) -> tuple[MockRun, Registered, ModelServiceComponent]:
+    run = MockRun()
+
+    def program() -> ModelServiceComponent:
+        provider = k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
+        opts = pulumi.ResourceOptions(providers=[provider])
+        for ep in endpoints:
+            ModelEndpointComponent(ep.key, ep, backend=backend, opts=opts)  # type: ignore[arg-type]
+        return ModelServiceComponent(
+            SERVICE_SPEC.key,
+            SERVICE_SPEC,
+            endpoints,
+            backend=backend,  # type: ignore[arg-type]
+            gateway_address="front.example.com",
+            gateway=("modelplane", "modelplane-system"),
+            opts=opts,
+        )
+
+    comp = run.run(program)
+    return run, run.one(ROUTE), comp
+
+
+def test_traefik_route_weights_and_per_backend_rewrites() -> None:
+    run, route, comp = route_for("Traefik")
+    assert route.parent_type == "modelplane:gateway:ModelService"
+    [rule] = route.get("spec.rules")
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/ml-team/coder/"}}]
+    refs = rule["backendRefs"]
+    assert [r["weight"] for r in refs] == [27, 27, 26, 20]
+    assert [r["name"] for r in refs] == ["ep-coder-a", "ep-coder-b", "ep-coder-c", "ep-together"]
+    rewrites = [r["filters"][0]["urlRewrite"] for r in refs]
+    assert [w["path"]["replacePrefixMatch"] for w in rewrites] == [
+        "/ml-team/coder-a/",
+        "/ml-team/coder-b/",
+        "/ml-team/coder-c/",
+        "/",
+    ]
+    assert rewrites[3]["hostname"] == "api.together.xyz"
+    assert "hostname" not in rewrites[0]
+    assert refs[3]["port"] == 443
+    assert run.value(comp.address) == "http://front.example.com/ml-team/coder/"
+    assert run.value(comp.weights) == {
+        "ml-team/coder-a": 27,
+        "ml-team/coder-b": 27,
+        "ml-team/coder-c": 26,
+        "ml-team/together": 20,
+    }
+
+
+MIDDLEWARE = "kubernetes:traefik.io/v1alpha1:Middleware"
+TRAFFIC_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
+
+
+def test_retry_traefik_route_runs_the_retry_middleware_before_its_backends() -> None:
+    """api.md "Retries and ejection": a refused/reset connection and 502/503/429 before the
+    first byte are retried on the next endpoint, POST included, a bounded number of times."""
+    from tests import k8s_schemas
+
+    run, route, _ = route_for("Traefik")
+    [rule] = route.get("spec.rules")
+    middleware = run.one(MIDDLEWARE)
+    assert rule["filters"] == [
+        {
+            "type": "ExtensionRef",
+            "extensionRef": {
+                "group": "traefik.io",
+                "kind": "Middleware",
+                "name": middleware.get("metadata.name"),
+            },
+        }
+    ]
+    assert middleware.get("metadata.namespace") == route.get("metadata.namespace") == "ml-team"
+    assert middleware.get("spec.retry") == {
+        "attempts": 4,
+        "status": ["502", "503", "429"],
+        "retryNonIdempotentMethod": True,
+        "maxRequestBodyBytes": 2 * 1024 * 1024,
+    }
+    # The route waits for its middleware (a route naming a missing one answers 404).
+    assert route.depends_on(middleware)
+    assert not run.of_type(TRAFFIC_POLICY)
+    manifest = {
+        "apiVersion": "traefik.io/v1alpha1",
+        "kind": "Middleware",
+        "metadata": middleware.get("metadata"),
+        "spec": middleware.get("spec"),
+    }
+    assert k8s_schemas.errors(manifest) == []
+
+
+def test_retry_envoy_gateway_policy_retries_and_ejects() -> None:
+    run, route, _ = route_for("EnvoyGateway", REPLICA_ENDPOINTS)
+    policy = run.one(TRAFFIC_POLICY)
+    assert "filters" not in route.get("spec.rules")[0] or all(
+        f["type"] != "ExtensionRef" for f in route.get("spec.rules")[0]["filters"]
+    )
+    assert policy.get("spec.targetRefs") == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "HTTPRoute",
+            "name": route.get("metadata.name"),
+        }
+    ]
+    assert policy.get("metadata.namespace") == route.get("metadata.namespace")
+    retry = policy.get("spec.retry")
+    assert retry["numRetries"] == 3
+    assert set(retry["retryOn"]["triggers"]) == {
+        "connect-failure",
+        "refused-stream",
+        "reset",
+        "retriable-status-codes",
+    }
+    assert retry["retryOn"]["httpStatusCodes"] == [502, 503, 429]
+    passive = policy.get("spec.healthCheck.passive")
+    # 5xx and gateway errors (connection failures count as such) eject; a 429 does not.
+    assert passive["consecutive5XxErrors"] == passive["consecutiveGatewayErrors"] == 3
+    assert passive["maxEjectionPercent"] == 50
+    assert not run.of_type(MIDDLEWARE)
+
+
+def test_endpoint_slices_by_address_type() -> None:
+    run, _, _ = route_for("Traefik")
+    slices = {s.get("metadata.labels")["kubernetes.io/service-name"]: s for s in run.of_type(SLICE)}
+    assert slices["ep-coder-a"].get("addressType") == "IPv4"
+    assert slices["ep-coder-b"].get("addressType") == "IPv6"
+    assert slices["ep-coder-b"].get("endpoints.0.addresses") == ["2001:db8::1"]
+    assert slices["ep-coder-c"].get("addressType") == "FQDN"
+    assert slices["ep-together"].get("ports") == [{"name": "http", "port": 443, "protocol": "TCP"}]
+    services = {s.get("metadata.name"): s for s in run.of_type(SERVICE)}
+    assert "selector" not in services["ep-coder-a"].get("spec")
+    assert services["ep-together"].get("spec.ports.0.appProtocol") == "https"
+    for s in run.of_type(SLICE):
+        assert s.parent_type == "modelplane:gateway:ModelEndpoint"
+
+
+def test_envoy_gateway_one_weighted_rule_replicas_by_header() -> None:
+    """Weights hold on Envoy Gateway: one rule (rewrite to '/'), replicas named by header."""
+    run, route, comp = route_for("EnvoyGateway", REPLICA_ENDPOINTS)
+    [rule] = route.get("spec.rules")
+    assert rule["filters"] == [
+        {
+            "type": "URLRewrite",
+            "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
+        }
+    ]
+    refs = rule["backendRefs"]
+    assert [r["weight"] for r in refs] == [27, 27, 26, 20]
+    headers = [
+        f["requestHeaderModifier"]["set"]
+        for r in refs
+        for f in r.get("filters", [])
+        if f["type"] == "RequestHeaderModifier"
+    ]
+    assert headers == [
+        [{"name": "x-modelplane-endpoint", "value": f"ml-team/coder-{x}"}] for x in "abc"
+    ]
+    hosts = {
+        r["name"]: f["urlRewrite"]
+        for r in refs
+        for f in r.get("filters", [])
+        if f["type"] == "URLRewrite"
+    }
+    # Host rewrites only (Envoy Gateway drops path rewrites on a backendRef).
+    assert hosts == {
+        "ep-coder-c": {"hostname": "gw.east.example.com"},
+        "ep-together": {"hostname": "api.together.xyz"},
+    }
+    assert run.value(comp.weights)["ml-team/together"] == 20
+    backends = {
+        b.get("metadata.name"): b
+        for b in run.of_type("kubernetes:gateway.envoyproxy.io/v1alpha1:Backend")
+    }
+    assert backends["ep-together"].get("spec.endpoints") == [
+        {"fqdn": {"hostname": "api.together.xyz", "port": 443}}
+    ]
+    assert backends["ep-together"].get("spec.tls.sni") == "api.together.xyz"
+    assert set(backends) == {"ep-coder-c", "ep-together"}  # IP endpoints stay Service + slice
+
+
+def test_endpoint_manifests_are_plain_and_named_apart_from_workloads() -> None:
+    ep = ENDPOINTS[0]
+    kinds = [m["kind"] for m in endpoint_manifests(ep, "Traefik")]
+    assert kinds == ["Service", "EndpointSlice"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "release", "controller", "port"),
+    [
+        ("Traefik", "mp-traefik", "traefik.io/gateway-controller", 8000),
+        ("EnvoyGateway", "mp-envoy-gateway", "gateway.envoyproxy.io/gatewayclass-controller", 80),
+    ],
+)
+def test_inference_gateway(backend: str, release: str, controller: str, port: int) -> None:
+    gw = load(
+        InferenceGateway,
+        "metadata: {name: default}\n"
+        f"spec: {{backend: {backend}, cluster: {{inferenceClusterRef: west}}}}",
+    )
+    run = MockRun()
+    run.run(
+        lambda: InferenceGatewayComponent(
+            "default", gw, k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
+        )
+    )
+    rel = run.one("kubernetes:helm.sh/v3:Release")
+    assert rel.get("name") == release
+    assert rel.parent_type == "modelplane:gateway:InferenceGateway"
+    if backend == "Traefik":
+        assert rel.get("values.providers.kubernetesGateway.enabled") is True
+        assert rel.get("repositoryOpts.repo") == "https://traefik.github.io/charts"
+    else:
+        assert rel.get("values.config.envoyGateway.extensionApis.enableBackend") is True
+    cls = run.one("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
+    assert cls.get("spec.controllerName") == controller
+    gateway = run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway")
+    assert gateway.get("spec.listeners.0.port") == port
+    assert gateway.get("spec.listeners.0.allowedRoutes.namespaces.from") == "All"
+    assert gateway.depends_on(rel)
+
+
+def test_render_only_gateway_skips_the_helm_release() -> None:
+    gw = load(
+        InferenceGateway,
+        "metadata: {name: default}\nspec: {backend: Traefik, cluster: {inferenceClusterRef: west}}",
+    )
+    run = MockRun()
+    run.run(
+        lambda: InferenceGatewayComponent(
+            "default",
+            gw,
+            k8s.Provider("gw-k8s", render_yaml_to_directory="/tmp/x"),
+            install_controller=False,
+        )
+    )
+    assert run.of_type("kubernetes:helm.sh/v3:Release") == []
+    assert len(run.of_type("kubernetes:gateway.networking.k8s.io/v1:Gateway")) == 1
