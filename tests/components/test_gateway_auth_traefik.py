@@ -22,7 +22,7 @@ import yaml
 
 from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
 from modelplane import authz
-from tests.components.test_gateway_retry_traefik import free_port, traefik_binary
+from tests.components.traefik_helpers import free_port, traefik_binary
 
 KEYS = {"team-a": "sk-team-a-0c1d", "batch": "sk-batch-77e2"}
 

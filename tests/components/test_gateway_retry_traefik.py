@@ -24,23 +24,9 @@ import pytest
 import yaml
 
 from components.workload.routes import traefik_retry_middleware
+from tests.components.traefik_helpers import free_port, traefik_binary
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
-
-
-def traefik_binary() -> Path:
-    from modelplane.gobuild.fleet import cached_fleet_binaries
-
-    found = cached_fleet_binaries()
-    if found is None:
-        pytest.skip("no cached Traefik build (make setup)")
-    return found.traefik
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Backend:
