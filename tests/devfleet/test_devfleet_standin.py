@@ -620,7 +620,7 @@ def test_remove_lets_in_flight_requests_finish(host):
 
 
 def test_draining_health_is_503_on_open_connections(host):
-    port = serve(host, StandinConfig(service_time=1.5))
+    port = serve(host, StandinConfig(service_time=5.0))  # draining outlasts a loaded machine
     idle = http.client.HTTPConnection(LOOPBACK, port, timeout=10)
     assert call(port, "GET", "/health", conn=idle)[0] == 200
     with ThreadPoolExecutor(2) as pool:
