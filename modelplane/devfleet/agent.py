@@ -339,14 +339,7 @@ class Agent:
     def _add(self, server: PodServer) -> None:
         from modelplane.devfleet.standin import StandinConfig, StandinIdentity
 
-        identity = StandinIdentity(
-            replica=server.replica,
-            role=server.role,
-            cluster=server.cluster,
-            model=server.model,
-            pod=server.pod,
-            namespace=server.namespace,
-        )
+        identity = StandinIdentity.of(server)
         config = StandinConfig(
             prefix_tolerant=True,
             service_time=server.service_time,
