@@ -263,8 +263,16 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
         "streamsTruncated": len(cut),
         "streamsRefused": streams.refused,
         "truncated": [
-            {"cluster": s.cluster, "chunks": s.chunks, "error": s.error[:120]} for s in cut
+            {
+                "cluster": s.cluster,
+                "chunks": s.chunks,
+                "error": s.error[:120],
+                # when it was sent, answered and cut, against the kill (diagnoses a cut stream)
+                "at": [round(t - down, 2) for t in (s.requested, s.started, s.ended)],
+            }
+            for s in cut
         ],
+        "routeDroppedAt": round(dropped - down, 2),
         "observedFor": round(end - down, 1),
     }
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
