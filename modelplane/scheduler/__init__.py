@@ -15,7 +15,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
-from modelplane.scheduler.cordon import surge
+from modelplane.scheduler.cordon import surged_fleet
 from modelplane.scheduler.placement import Placement
 from modelplane.scheduler.reserved import (
     RemovedReport,
@@ -121,16 +121,7 @@ def _schedule(
     # replicas than desired while they leave (scheduler.cordon); the lock and the report
     # keep the desired count.
     desired = {key: dep.spec.replicas for key, dep in fleet.deployments.items()}
-    extra = surge(fleet, previous, desired)
-    if extra:
-        bumped = {
-            key: dep.model_copy(
-                update={"spec": dep.spec.model_copy(update={"replicas": desired[key] + n})}
-            )
-            for key, dep in fleet.deployments.items()
-            if (n := extra.get(key))
-        }
-        fleet = dataclasses.replace(fleet, deployments={**fleet.deployments, **bumped})
+    fleet = surged_fleet(fleet, previous)
     run = Placement(fleet)
     removed = removed_deployments(fleet, previous)
     run.retain(previous, reserved_items(removed, run.pools, fleet.classes))

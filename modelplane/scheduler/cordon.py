@@ -75,4 +75,21 @@ def surge(
     return {k: v for k, v in out.items() if v > 0}
 
 
-__all__ = ["CORDON_TAINT", "batch", "cordoned", "cordoned_fleet", "surge"]
+def surged_fleet(fleet: FleetSpec, previous: PlacementLock | None) -> FleetSpec:
+    """The fleet (autoscaled counts already applied) with each deployment's `replicas`
+    raised by its `surge`: what a scheduling run places."""
+    desired = {key: dep.spec.replicas for key, dep in fleet.deployments.items()}
+    extra = surge(fleet, previous, desired)
+    if not extra:
+        return fleet
+    bumped = {
+        key: dep.model_copy(
+            update={"spec": dep.spec.model_copy(update={"replicas": desired[key] + n})}
+        )
+        for key, dep in fleet.deployments.items()
+        if (n := extra.get(key))
+    }
+    return dataclasses.replace(fleet, deployments={**fleet.deployments, **bumped})
+
+
+__all__ = ["CORDON_TAINT", "batch", "cordoned", "cordoned_fleet", "surge", "surged_fleet"]
