@@ -160,7 +160,7 @@ def _rounds(
             for name in current.retired:
                 out.print(f"replica {name} leaves {cluster}: its replacement serves")
         here = _left(fleet, lock, cluster)
-        left = here["serving"] + here["draining"]
+        left: list[str] = [*here["serving"], *here["draining"]]
         if not left or time.monotonic() >= deadline:
             return left
         stop.wait(max(0.0, min(every - current.duration, deadline - time.monotonic())))

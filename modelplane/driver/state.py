@@ -26,9 +26,10 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from modelplane.autoscale import AutoscaleState
+if TYPE_CHECKING:  # imported when used: `plan` reads the cordons and nothing else here
+    from modelplane.autoscale import AutoscaleState
 
 HEALTH = "health"
 AUTOSCALE = "autoscale"
@@ -176,6 +177,8 @@ class RuntimeState:
 
     def autoscale(self) -> AutoscaleState:
         """What `reconcile` remembers for autoscaling (a missing or bad file: nothing)."""
+        from modelplane.autoscale import AutoscaleState
+
         data = self.store.load(AUTOSCALE)
         return AutoscaleState() if data is None else AutoscaleState.from_json(data)
 
