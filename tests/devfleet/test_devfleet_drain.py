@@ -110,11 +110,11 @@ def test_drain_moves_both_replicas_without_a_failed_request_and_uncordon_reopens
             "--interval",
             "3s",
             "--timeout",
-            "4m",
+            "8m",
             "-o",
             "json",
             env=env,
-            timeout=300,
+            timeout=540,
         )
         took = time.monotonic() - started
         time.sleep(3)  # traffic on the new replicas alone
