@@ -159,11 +159,28 @@ def _rounds(
             _say_round(current, out, err)
             for name in current.retired:
                 out.print(f"replica {name} leaves {cluster}: its replacement serves")
+            for key, why in stuck(current.plan, cluster).items():
+                out.print(
+                    f"{key}: no room elsewhere for a replacement; its replicas on {cluster} "
+                    f"keep serving ({'; '.join(why)})",
+                    highlight=False,
+                )
         here = _left(fleet, lock, cluster)
         left: list[str] = [*here["serving"], *here["draining"]]
         if not left or time.monotonic() >= deadline:
             return left
         stop.wait(max(0.0, min(every - current.duration, deadline - time.monotonic())))
+
+
+def stuck(plan: Any, cluster: str) -> dict[str, list[str]]:
+    """The deployments with serving replicas on `cluster` that got no replacement (no
+    surge placed: no room elsewhere), with the scheduler's reasons."""
+    out: dict[str, list[str]] = {}
+    for key, report in plan.report.items() if plan is not None else []:
+        serving = [r for r in report.replicas if not r.draining]
+        if any(r.cluster == cluster for r in serving) and len(serving) <= report.desired:
+            out[key] = list(report.reasons)
+    return out
 
 
 def uncordon(

@@ -72,3 +72,25 @@ def test_plan_honours_the_cordon_until_uncordon(tmp_path: Path) -> None:
     assert placed()[:2] == ([], ["c1"])
     again = run("uncordon", str(fleet), "c1", "--yes")
     assert again.returncode == 0 and "not cordoned" in again.stdout
+
+
+def test_drain_says_which_deployments_have_no_room_elsewhere() -> None:
+    from modelplane.cli.maintenance import stuck
+    from modelplane.scheduler import schedule
+    from modelplane.scheduler.cordon import cordoned_fleet
+    from tests.factories import cluster, deployment, fleet, inference_class, pool
+
+    def spec(nodes_b: int) -> object:
+        return fleet(
+            [inference_class("h100", 8)],
+            [cluster("a", [pool("p", "h100", 2)]), cluster("b", [pool("p", "h100", nodes_b)])],
+            [deployment("m", 2, tensor=8)],
+        )
+
+    previous = schedule(spec(0), None).lock  # both on a
+    full = schedule(cordoned_fleet(spec(0), ["a"]), previous)
+    assert list(stuck(full, "a")) == ["ml/m"]
+    assert any("b:" in why for why in stuck(full, "a")["ml/m"])
+    roomy = schedule(cordoned_fleet(spec(2), ["a"]), previous)
+    assert stuck(roomy, "a") == {}
+    assert stuck(None, "a") == {}
