@@ -328,3 +328,25 @@ def test_serving_needs_every_pod_and_group_ready() -> None:
     assert serving(r, seen, set(), set())
     seen.clusters[r.cluster].replicas[r.name] = ReplicaObservation(2, 2, groups=1, ready_groups=0)
     assert not serving(r, seen, set(), set())
+
+
+@pytest.mark.parametrize("stop_after", [1, 2, 3])
+def test_an_interrupted_drain_continues_from_the_lock(stop_after: int) -> None:
+    """A drain stopped after any round (the process gone: its remembered drain clocks lost,
+    the replicas it held out of the routes forgotten, as `reconcile` does on exit) finishes
+    in later rounds from the lock and the cordon alone, never short of serving replicas."""
+    dep = deployment("m", 2, tensor=8)
+    start = schedule(_spec(dep, clusters=("a",)), None).lock
+    sim = Sim(
+        _spec(dep), start, frozenset({"a"}), born={r.name: -1 for r in start.replicas_of("ml/m")}
+    )
+    for _ in range(stop_after):
+        sim.round()
+    sim.autoscale, sim.unready = AutoscaleState(), frozenset()  # a new process
+    for _ in range(10):
+        sim.round()
+        if not sim.on("a"):
+            break
+    assert sim.on("a") == []
+    assert sim.serving_min["ml/m"] >= 2
+    assert len(sim.lock.replicas_of("ml/m")) == 2
