@@ -350,3 +350,25 @@ def test_an_interrupted_drain_continues_from_the_lock(stop_after: int) -> None:
     assert sim.on("a") == []
     assert sim.serving_min["ml/m"] >= 2
     assert len(sim.lock.replicas_of("ml/m")) == 2
+
+
+def test_up_and_preview_plan_with_the_cordons(tmp_path: Path) -> None:
+    """`Fleet.plan` (what `up` and `preview` apply) reads the cordons from the runtime
+    state: replacements for the cordoned cluster's replicas, nothing new there."""
+    from modelplane.driver.fleet import Fleet
+    from modelplane.lock import write_lock
+    from tests.spec_docs import base_fleet, existing_cluster, write_fleet
+
+    docs = base_fleet()
+    docs.insert(2, existing_cluster("c2"))
+    root = write_fleet(tmp_path / "fleet", docs)
+    fleet = Fleet.load(root)
+    write_lock(root / "modelplane.lock.yaml", fleet.plan().lock)
+    fleet = Fleet.load(root)
+    assert [r.cluster for r in fleet.previous.replicas_of("team/m")] == ["c1"]
+    fleet.runtime.cordon("c1", 0.0)
+    planned = fleet.plan().lock.replicas_of("team/m")
+    # the old replica stays (it serves until its replacement does), the new one on c2
+    assert sorted(r.cluster for r in planned) == ["c1", "c2"]
+    fleet.runtime.uncordon("c1")
+    assert [r.cluster for r in fleet.plan().lock.replicas_of("team/m")] == ["c1"]
