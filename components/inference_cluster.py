@@ -41,8 +41,10 @@ from components.cloud.gke import (
     GKECluster,
     GKEClusterArgs,
     GKEGpu,
+    GKEMaintenanceWindow,
     GKENetworking,
     GKENodePool,
+    GKEUpgrade,
 )
 from components.providers import cluster_provider
 from components.serving_stack import (
@@ -57,6 +59,7 @@ from components.serving_stack import (
 from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster, InferenceClusterSpec, NodePool
+from modelplane.api.maintenance import EKS_DEFAULT_UNAVAILABLE, PoolUpgrade
 
 GKE_STORAGE_CLASS = "modelplane-rwx"
 EKS_STORAGE_CLASS = "modelplane-rwx-efs"
@@ -119,9 +122,12 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
                 zones=tuple(pool.zones),
                 disk_type=recipe.disk_type,
                 reservation=recipe.reservation,
+                upgrade=_gke_upgrade(pool.upgrade),
             )
         )
     net = source.networking
+    maintenance = cluster.spec.maintenance
+    window = maintenance.window if maintenance is not None else None
     return GKEClusterArgs(
         project=source.project,
         region=source.region,
@@ -130,8 +136,21 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         networking=GKENetworking(
             node_cidr=net.node_cidr, pod_cidr=net.pod_cidr, service_cidr=net.service_cidr
         ),
+        maintenance_window=(
+            GKEMaintenanceWindow(window.start, window.end, window.recurrence) if window else None
+        ),
         protect=source.protect,
     )
+
+
+def _gke_upgrade(upgrade: PoolUpgrade | None) -> GKEUpgrade:
+    """A pool's upgrade settings (api.maintenance: surge 1, unavailable 0 by default)."""
+    if upgrade is None:
+        return GKEUpgrade()
+    if upgrade.strategy == "BlueGreen":
+        return GKEUpgrade(strategy="BLUE_GREEN")
+    surge, unavailable = upgrade.gke()
+    return GKEUpgrade(max_surge=surge, max_unavailable=unavailable)
 
 
 def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -> EKSClusterArgs:
@@ -160,6 +179,11 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
                     else None
                 ),
                 fabric=pool.fabric,
+                max_unavailable=(
+                    pool.upgrade.max_unavailable
+                    if pool.upgrade is not None and pool.upgrade.max_unavailable is not None
+                    else EKS_DEFAULT_UNAVAILABLE
+                ),
             )
         )
     return EKSClusterArgs(

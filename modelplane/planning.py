@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from modelplane.api.loader import load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
+from modelplane.scheduler.cordon import cordoned_fleet
 
 if TYPE_CHECKING:
     from modelplane.scheduler.survive import SurviveReport
@@ -107,11 +109,13 @@ def plan_fleet(
     time_limit: float = DEFAULT_TIME_LIMIT,
     strict: bool = False,
     require_specs: bool = False,
+    cordons: Collection[str] = (),
 ) -> PlanOutcome:
     """Validate and schedule (with `optimize`, by the MILP within `time_limit` seconds);
     errors (specs or lock) are collected, never raised. With `strict`, warnings are
     errors (and nothing is scheduled). With `require_specs` (`plan --write`), a fleet
-    folder without a spec is an error."""
+    folder without a spec is an error. `cordons`: the clusters kept out of new placements
+    (scheduling.md, "Cordons")."""
     fleet_dir = Path(fleet_dir)
     lock_file = Path(lock_path) if lock_path else default_lock_path(fleet_dir)
     loaded = load_fleet(fleet_dir)
@@ -127,8 +131,12 @@ def plan_fleet(
     except FleetInvalid as exc:
         errors.extend(exc.errors)
     outcome = PlanOutcome(
-        loaded.fleet, previous, lock_file, errors=sorted(errors), warnings=warnings
+        cordoned_fleet(loaded.fleet, cordons),
+        previous,
+        lock_file,
+        errors=sorted(errors),
+        warnings=warnings,
     )
     if not outcome.errors:
-        outcome.result = schedule(loaded.fleet, previous, optimize=optimize, time_limit=time_limit)
+        outcome.result = schedule(outcome.fleet, previous, optimize=optimize, time_limit=time_limit)
     return outcome

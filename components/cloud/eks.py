@@ -66,6 +66,7 @@ from components.cloud.eks_node_groups import (
     ignore_desired_size,
     ignore_scheduled_sizes,
     schedule_time,
+    update_config,
 )
 from components.cloud.pools import with_system_pool
 
@@ -100,6 +101,7 @@ __all__ = [
     "ignore_scheduled_sizes",
     "schedule_time",
     "drain_time",
+    "update_config",
 ]
 
 
@@ -559,11 +561,16 @@ class EKSCluster(pulumi.ComponentResource):
             labels=labels,
             taints=[GPU_TAINT] if gpu else None,
             tags=tags,
+            # a PodDisruptionBudget that refuses an eviction fails the update, never forced
+            force_update_version=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 providers={"aws": provider},
                 depends_on=list(depends_on),
-                transforms=[ignore_scheduled_sizes if pool.capacity_block else ignore_desired_size],
+                transforms=[
+                    ignore_scheduled_sizes if pool.capacity_block else ignore_desired_size,
+                    update_config(pool.max_unavailable),
+                ],
             ),
         )
         if pool.capacity_block is not None:

@@ -44,6 +44,9 @@ class EKSNodePool:
     zones: tuple[str, ...] = ()
     capacity_block: EKSCapacityBlock | None = None
     fabric: Literal["None", "EFA"] = "None"
+    max_unavailable: int = 1
+    """Nodes a version update takes down at once (EKS' minimum, 1); EKS launches the new
+    nodes first and never forces an eviction a PodDisruptionBudget refuses."""
 
     def __post_init__(self) -> None:
         if self.role == "GPU" and (self.gpu is None or not self.zones):

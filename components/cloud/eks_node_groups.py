@@ -48,6 +48,23 @@ def ignore_scheduled_sizes(
     )
 
 
+def update_config(max_unavailable: int) -> pulumi.ResourceTransform:
+    """A version update of the node group takes at most `max_unavailable` nodes down at
+    once (pulumi-eks' ManagedNodeGroup has no `updateConfig`, so it is set on the
+    `aws.eks.NodeGroup` inside it). EKS has no maintenance window: it changes a group's
+    version only when `up` does, launching the new nodes first, and it fails the update
+    rather than evict a pod a PodDisruptionBudget protects (after 15 minutes) unless
+    forced, which modelplane never is (`forceUpdateVersion: false`)."""
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != NODE_GROUP_TYPE:
+            return None
+        props = {**args.props, "updateConfig": {"maxUnavailable": max_unavailable}}
+        return pulumi.ResourceTransformResult(props, args.opts)
+
+    return transform
+
+
 def _utc(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
 

@@ -56,6 +56,44 @@ class GKEGpu:
 
 
 @dataclass(frozen=True)
+class GKEUpgrade:
+    """A node pool's upgrade strategy. The default never takes a node down before its
+    replacement is up (surge 1, unavailable 0): a GPU pool keeps serving through upgrades,
+    its pods' PodDisruptionBudgets holding each eviction (GKE respects them for up to an
+    hour). BLUE_GREEN creates the whole new set first, then drains one node at a time."""
+
+    strategy: Literal["SURGE", "BLUE_GREEN"] = "SURGE"
+    max_surge: int = 1
+    max_unavailable: int = 0
+
+    def args(self) -> gcp.container.NodePoolUpgradeSettingsArgs:
+        if self.strategy == "BLUE_GREEN":
+            return gcp.container.NodePoolUpgradeSettingsArgs(
+                strategy="BLUE_GREEN",
+                blue_green_settings=gcp.container.NodePoolUpgradeSettingsBlueGreenSettingsArgs(
+                    standard_rollout_policy=(
+                        gcp.container.NodePoolUpgradeSettingsBlueGreenSettingsStandardRolloutPolicyArgs(
+                            batch_node_count=1
+                        )
+                    ),
+                ),
+            )
+        return gcp.container.NodePoolUpgradeSettingsArgs(
+            strategy="SURGE", max_surge=self.max_surge, max_unavailable=self.max_unavailable
+        )
+
+
+@dataclass(frozen=True)
+class GKEMaintenanceWindow:
+    """A recurring window (UTC, RFC 3339 times, RFC 5545 RRULE) outside which GKE does not
+    upgrade the control plane or the nodes."""
+
+    start: str
+    end: str
+    recurrence: str
+
+
+@dataclass(frozen=True)
 class GKENodePool:
     name: str
     role: Literal["System", "GPU"]
@@ -70,6 +108,8 @@ class GKENodePool:
     """Boot disk type (None: GKE's default)."""
     reservation: str | None = None
     """A specific reservation the nodes consume (name or projects/<p>/reservations/<name>)."""
+    upgrade: GKEUpgrade = GKEUpgrade()
+    """How GKE replaces the pool's nodes in an upgrade (default: surge 1, unavailable 0)."""
 
     def __post_init__(self) -> None:
         if self.role == "GPU" and (self.gpu is None or not self.zones):
@@ -96,6 +136,8 @@ class GKEClusterArgs:
     kubernetes_version: str = "1.35"
     networking: GKENetworking = field(default_factory=GKENetworking)
     release_channel: str = "REGULAR"
+    maintenance_window: GKEMaintenanceWindow | None = None
+    """None: GKE may upgrade any time (still surge-first, see GKEUpgrade)."""
     protect: bool = True
     """GKE deletion protection plus Pulumi ``protect`` on the cluster and its network."""
 
@@ -225,6 +267,7 @@ class GKECluster(pulumi.ComponentResource):
             deletion_protection=args.protect,
             min_master_version=args.kubernetes_version,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
+            maintenance_policy=_maintenance_policy(args.maintenance_window),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                 workload_pool=f"{args.project}.svc.id.goog"
             ),
@@ -321,7 +364,11 @@ class GKECluster(pulumi.ComponentResource):
                 total_max_node_count=pool.max_node_count,
                 location_policy="ANY" if pool.role == "GPU" else "BALANCED",
             ),
+            # A release channel (the cluster has one) keeps node auto-upgrade on: GKE rejects
+            # turning it off. What keeps a serving pool safe is how (upgrade_settings) and
+            # when (the cluster's maintenance window) it upgrades.
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            upgrade_settings=pool.upgrade.args(),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.machine_type,
                 disk_size_gb=pool.disk_size_gb,
@@ -353,6 +400,18 @@ class GKECluster(pulumi.ComponentResource):
                 ),
             ),
         )
+
+
+def _maintenance_policy(
+    window: GKEMaintenanceWindow | None,
+) -> gcp.container.ClusterMaintenancePolicyArgs | None:
+    if window is None:
+        return None
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        recurring_window=gcp.container.ClusterMaintenancePolicyRecurringWindowArgs(
+            start_time=window.start, end_time=window.end, recurrence=window.recurrence
+        )
+    )
 
 
 def _ca_certificate(master_auth: object) -> str:

@@ -17,6 +17,7 @@ from modelplane.api.base import (
     Strict,
 )
 from modelplane.api.limits import MAX_CLUSTER_NODES, PoolNodes, Port
+from modelplane.api.maintenance import Maintenance, PoolUpgrade, cloud_problems
 from modelplane.api.problems import raise_if
 
 Effect = Literal["NoSchedule", "NoExecute"]
@@ -257,6 +258,9 @@ class NodePool(Strict):
     """An EC2 capacity reservation for the pool (EKS only)."""
     fabric: Literal["None", "EFA"] = "None"
     """None (default) or EFA (EKS only): the node-to-node network fabric."""
+    upgrade: PoolUpgrade | None = None
+    """GKE and EKS: how the cloud replaces this pool's nodes in an upgrade (default: one new
+    node before an old one goes)."""
 
     @model_validator(mode="after")
     def _counts_ordered(self) -> NodePool:
@@ -403,6 +407,8 @@ class InferenceClusterSpec(Strict):
     """
     serving_stack: ServingStackOptions = Field(default_factory=ServingStackOptions)
     """Overrides of the per-cluster serving stack."""
+    maintenance: Maintenance | None = None
+    """GKE and EKS: when the cloud may upgrade the cluster (a GKE maintenance window)."""
 
     @field_validator("node_pools")
     @classmethod
@@ -429,6 +435,8 @@ class InferenceClusterSpec(Strict):
         eks = self.cluster.eks
         if source == "EKS" and eks is not None:
             problems.extend(_eks_pool_problems(eks, self.node_pools))
+        upgrades = [p.upgrade for p in self.node_pools]
+        problems.extend(cloud_problems(source, self.maintenance, upgrades))
         raise_if(problems)
         return self
 

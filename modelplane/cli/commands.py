@@ -175,8 +175,15 @@ def plan(
             highlight=False,
         )
         raise typer.Exit(EXIT_INVALID)
+    cordons = _cordons(fleet)
     outcome = plan_fleet(
-        fleet, lock, optimize=optimize, time_limit=time_limit, strict=strict, require_specs=write
+        fleet,
+        lock,
+        optimize=optimize,
+        time_limit=time_limit,
+        strict=strict,
+        require_specs=write,
+        cordons=cordons,
     )
     if not outcome.errors:
         if explain is not None and output is Output.json:
@@ -190,7 +197,13 @@ def plan(
     if observe and not outcome.errors:
         health = _observe(fleet, outcome, grace)
     if output is Output.json:
-        print_json({**outcome.as_json(), **({"unhealthy": health} if observe else {})})
+        print_json(
+            {
+                **outcome.as_json(),
+                "cordoned": cordons,
+                **({"unhealthy": health} if observe else {}),
+            }
+        )
     elif output is Output.github:
         sys.stdout.write(github_annotations(outcome.errors))
         sys.stdout.write(github_annotations(outcome.warnings, "warning"))
@@ -208,6 +221,12 @@ def plan(
         for name, problem in health.items():
             get_console().print(
                 f"[yellow]unhealthy[/] {escape(name)}: {escape(problem)}", highlight=False
+            )
+        for name in cordons:
+            get_console().print(
+                f"[yellow]cordoned[/] {escape(name)}: no new replicas; its replicas move "
+                "elsewhere (`modelplane drain`), until `modelplane uncordon`",
+                highlight=False,
             )
         if outcome.result is not None and outcome.result.optimize is not None:
             get_console().print(_optimize_line(outcome.result.optimize), highlight=False)
@@ -293,6 +312,14 @@ def _explain_table(key: str, evidence: dict) -> Table:
     for r in evidence["replicas"]:
         table.add_row(escape(r["cluster"]), "placed", escape(f"{r['name']}: {r['why']}"))
     return table
+
+
+def _cordons(fleet: Path) -> list[str]:
+    """The clusters `modelplane drain` cordoned (`.modelplane/cordons.json`)."""
+    from modelplane.driver.settings import state_root
+    from modelplane.driver.state import RuntimeState
+
+    return sorted(RuntimeState.at(state_root(fleet)).cordons())
 
 
 def _observe(fleet: Path, outcome: PlanOutcome, grace: str) -> dict[str, str]:
@@ -385,9 +412,18 @@ def schema(
 
 def _mount() -> None:
     """Attach the engine verbs and the sub-apps (their modules import Pulumi lazily)."""
-    from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, project, render
+    from modelplane.cli import (
+        call,
+        dev_cluster,
+        dev_fleet,
+        engine_verbs,
+        maintenance,
+        project,
+        render,
+    )
 
     engine_verbs.register(app)
+    maintenance.register(app)
     from modelplane.cli import health
 
     app.command("reconcile", help=engine_verbs._help(health.reconcile.__doc__))(health.reconcile)

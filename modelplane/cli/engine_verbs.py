@@ -519,8 +519,14 @@ def status(
         st = f.status(parallel=parallel)
         services = st.gateway.get("services")
         view = fleet_readiness(f, services if isinstance(services, dict) else None)
+    from modelplane.driver.drain import describe, progress
+    from modelplane.scheduler.cordon import cordoned_fleet
+
+    cordons = f.runtime.cordons()
     if output is Output.json:
-        print_json({**st.as_json(), "readiness": view.as_json()})
+        left = progress(cordoned_fleet(f.spec, cordons), f.previous)
+        cordoned = {n: {"since": since, **left.get(n, {})} for n, since in cordons.items()}
+        print_json({**st.as_json(), "readiness": view.as_json(), "cordoned": cordoned})
         return
     from modelplane.driver.progress import status_tables
 
@@ -530,6 +536,8 @@ def status(
         *status_tables(st, wide=wide, headers=headers),
     ]:
         out.print(table)
+    for line in describe(f.spec, f.previous, cordons):
+        out.print(f"[yellow]{escape(line)}[/]", highlight=False)
 
 
 def stacks(

@@ -18,6 +18,7 @@ from typing import Any
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.autoscale import AutoscaleState, Decision, autoscale_fleet
+from modelplane.driver.drain import finish, retire
 from modelplane.driver.plan import Plan
 from modelplane.health.observation import Observation
 from modelplane.health.rules import (
@@ -27,6 +28,7 @@ from modelplane.health.rules import (
     unready_replicas,
     unroutable_clusters,
 )
+from modelplane.scheduler.cordon import cordoned_fleet
 from modelplane.stacks import GATEWAY_STACK, deploy_stack
 
 RESYNC_ROUNDS = 10
@@ -53,6 +55,8 @@ class RoundInputs:
     applied: Applied
     round_number: int
     grace: float
+    cordons: frozenset[str] = frozenset()  # .modelplane/cordons.json (driver.drain)
+    were_unready: frozenset[str] = frozenset()  # .modelplane/routing.json, before this round
 
 
 @dataclass
@@ -71,6 +75,7 @@ class RoundPlan:
     unroutable: dict[str, str]  # cluster -> why out of routes
     unready: dict[str, str]  # replica -> why out of routes
     applied: Applied  # what a successful `up` of this plan applies
+    retired: list[str] = field(default_factory=list)  # draining off cordoned clusters
     skip_up: bool = False  # nothing changed since the last successful up
     routes_first: bool = False  # the gateway stack alone first
     forget: list[str] = field(default_factory=list)  # stacks whose dead objects are dropped
@@ -131,8 +136,16 @@ def decide(inputs: RoundInputs) -> RoundPlan:
     # Autoscaling (scheduling.md, "Autoscaling"): new counts and finished drains go into
     # the lock the scheduler starts from.
     scaled = autoscale_fleet(spec, previous, observation, inputs.autoscale, observation.at)
+    # Cordons (driver.drain): finished drains leave the lock, replicas whose replacements
+    # serve start draining, and the scheduler places replacements off cordoned clusters.
+    closed = cordoned_fleet(spec, inputs.cordons)
+    ended = finish(closed, scaled.lock, observation, inputs.autoscale.routes_gone, observation.at)
+    scaled.state.routes_gone.update(ended.routes_gone)
+    start, retired = retire(
+        closed, ended.lock, observation, inputs.were_unready, inputs.were_unroutable
+    )
     result, view = observed_schedule(
-        spec, scaled.lock, observation, inputs.unhealthy_since, observation.at, inputs.grace
+        closed, start, observation, inputs.unhealthy_since, observation.at, inputs.grace
     )
     plan = Plan(previous, result)
     before = {r.name: r.cluster for d in previous.deployments.values() for r in d.replicas}
@@ -144,12 +157,13 @@ def decide(inputs: RoundInputs) -> RoundPlan:
         plan=plan,
         view=view,
         autoscale=scaled.decisions,
-        drained=scaled.drained,
+        drained={**scaled.drained, **ended.drained},
         autoscale_state=scaled.state,
         unhealthy_since=dict(view.since),
         moved=moved,
         added=sorted(set(after) - set(before)),
         draining=sorted(plan.lock.draining() - previous.draining()),
+        retired=retired,
         unroutable=unroutable,
         # A replica joins the routes once its pods are seen Ready (a new one: next round).
         unready=unready_replicas(plan.lock, observation, unroutable),

@@ -47,6 +47,7 @@ from modelplane.driver.state import RuntimeState
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
+from modelplane.scheduler.cordon import cordoned_fleet
 from modelplane.stacks import StackUnit, Tier, cluster_stack, deploy_stack, stack_units
 
 # ``on_event(event)`` or ``on_event(stack_name, event)`` (:data:`OnEvent`): a
@@ -186,9 +187,10 @@ class Fleet:
     def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,
         new replicas are placed by the MILP solver within `time_limit` seconds."""
+        spec = cordoned_fleet(self.spec, self.runtime.cordons())  # scheduler.cordon
         return Plan(
             self.previous,
-            schedule(self.spec, self.previous, optimize=optimize, time_limit=time_limit),
+            schedule(spec, self.previous, optimize=optimize, time_limit=time_limit),
         )
 
     def stacks(self, plan: Plan | None = None) -> list[StackUnit]:

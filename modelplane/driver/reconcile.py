@@ -72,6 +72,7 @@ class Round:
     added: list[str] = field(default_factory=list)
     autoscale: dict[str, Decision] = field(default_factory=dict)  # autoscaled deployments
     draining: list[str] = field(default_factory=list)  # replicas that started draining
+    retired: list[str] = field(default_factory=list)  # draining off cordoned clusters
     drained: dict[str, str] = field(default_factory=dict)  # drains that ended, and why
     unroutable: dict[str, str] = field(default_factory=dict)  # cluster -> why out of routes
     unready: dict[str, str] = field(default_factory=dict)  # replica -> why out of routes
@@ -97,6 +98,7 @@ class Round:
         self.plan, self.view = decided.plan, decided.view
         self.autoscale, self.drained = decided.autoscale, decided.drained
         self.moved, self.added, self.draining = decided.moved, decided.added, decided.draining
+        self.retired = decided.retired
         self.unroutable, self.unready = decided.unroutable, decided.unready
 
     def as_json(self) -> dict[str, Any]:
@@ -129,6 +131,7 @@ class Round:
             "locked": self.locked,
             "autoscale": {k: d.as_json() for k, d in self.autoscale.items()},
             "draining": self.draining,
+            "retired": self.retired,
             "drained": self.drained,
         }
 
@@ -277,6 +280,8 @@ class Reconciler:
                 unhealthy_since=state.unhealthy_since(),
                 autoscale=state.autoscale(),
                 were_unroutable=frozenset(state.routing().unroutable),
+                were_unready=frozenset(state.routing().unready),
+                cordons=frozenset(state.cordons()),
                 applied=self._applied,
                 round_number=self.rounds,
                 grace=self.grace,

@@ -7,6 +7,8 @@ back, as named JSON documents in a :class:`StateStore`:
 - ``autoscale``: the autoscaler's memory (:class:`~modelplane.autoscale.AutoscaleState`);
 - ``routing``: the clusters whose endpoints the gateway leaves out of the routes
   (``unroutable``) and the replicas not Ready yet (``unready``);
+- ``cordons``: the clusters `modelplane drain` keeps out of new placements, each with
+  since when (``modelplane uncordon`` forgets it; :mod:`modelplane.driver.drain`);
 - ``orphans``: objects dropped from a stack's state while their cluster was unreachable,
   deleted when it answers again (:mod:`modelplane.driver.orphans`).
 
@@ -24,14 +26,16 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from modelplane.autoscale import AutoscaleState
+if TYPE_CHECKING:  # imported when used: `plan` reads the cordons and nothing else here
+    from modelplane.autoscale import AutoscaleState
 
 HEALTH = "health"
 AUTOSCALE = "autoscale"
 ROUTING = "routing"
 ORPHANS = "orphans"
+CORDONS = "cordons"
 REPLICA_PREFIX = "replica:"
 
 
@@ -173,6 +177,8 @@ class RuntimeState:
 
     def autoscale(self) -> AutoscaleState:
         """What `reconcile` remembers for autoscaling (a missing or bad file: nothing)."""
+        from modelplane.autoscale import AutoscaleState
+
         data = self.store.load(AUTOSCALE)
         return AutoscaleState() if data is None else AutoscaleState.from_json(data)
 
@@ -233,3 +239,33 @@ class RuntimeState:
     def record_orphans(self, orphans: Iterable[Orphan]) -> None:
         """Add to the recorded orphans."""
         self.set_orphans([*self.orphans(), *orphans])
+
+    # -- cordons.json ---------------------------------------------------------------------
+
+    def cordons(self) -> dict[str, float]:
+        """The cordoned clusters, each with since when (`modelplane drain`)."""
+        data = _document(self.store.load(CORDONS))
+        try:
+            return {str(k): float(v) for k, v in (data.get("cordons") or {}).items()}
+        except (ValueError, AttributeError, TypeError):
+            return {}
+
+    def cordon(self, cluster: str, at: float) -> bool:
+        """Keep `cluster` out of new placements; False when it already was."""
+        cordons = self.cordons()
+        if cluster in cordons:
+            return False
+        cordons[cluster] = at
+        self.store.save(CORDONS, {"cordons": dict(sorted(cordons.items()))})
+        return True
+
+    def uncordon(self, cluster: str) -> bool:
+        """Let `cluster` take new replicas again; False when it was not cordoned."""
+        cordons = self.cordons()
+        if cordons.pop(cluster, None) is None:
+            return False
+        if cordons:
+            self.store.save(CORDONS, {"cordons": dict(sorted(cordons.items()))})
+        else:
+            self.store.delete(CORDONS)
+        return True

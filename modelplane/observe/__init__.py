@@ -88,9 +88,10 @@ def observe_fleet(
     """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
     4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
     deployment's namespace). ``metrics``: also read the serving pods' `/metrics` of the
-    autoscaled deployments' replicas in ``lock``: from the cluster's Prometheus through
-    its API server's service proxy (samples older than ``stale_after`` seconds count as
-    missing), else each serving pod's `/metrics` through the pod proxy."""
+    autoscaled deployments' replicas and of every draining replica in ``lock``: from the
+    cluster's Prometheus through its API server's service proxy (samples older than
+    ``stale_after`` seconds count as missing), else each serving pod's `/metrics` through
+    the pod proxy."""
     env = os.environ if env is None else env
     fleet_dir = Path(fleet_dir)
     limit = deadline if deadline is not None else 4 * timeout
@@ -101,10 +102,13 @@ def observe_fleet(
     if metrics and lock is not None:
         for key, dep in lock.deployments.items():
             spec = fleet.deployments.get(key)
-            if spec is None or spec.spec.autoscaling is None:
+            if spec is None:
                 continue
+            # Draining replicas of any deployment (a drain moving them, driver.drain): is
+            # anything still in flight?
             for r in dep.replicas:
-                wanted.setdefault(r.cluster, []).append(r.name)
+                if spec.spec.autoscaling is not None or r.draining:
+                    wanted.setdefault(r.cluster, []).append(r.name)
     routes: list[RoutesObservation] = []
     gateway_ref = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None
     service_namespaces = sorted(

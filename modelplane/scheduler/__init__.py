@@ -15,6 +15,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
+from modelplane.scheduler.cordon import surged_fleet
 from modelplane.scheduler.placement import Placement
 from modelplane.scheduler.reserved import (
     RemovedReport,
@@ -116,6 +117,11 @@ def _schedule(
     fleet: FleetSpec, previous: PlacementLock | None, optimize: bool, time_limit: float
 ) -> ScheduleResult:
     fleet = autoscaled_fleet(fleet, previous)
+    # Replicas on cordoned clusters are replaced make-before-break: placed for more
+    # replicas than desired while they leave (scheduler.cordon); the lock and the report
+    # keep the desired count.
+    desired = {key: dep.spec.replicas for key, dep in fleet.deployments.items()}
+    fleet = surged_fleet(fleet, previous)
     run = Placement(fleet)
     removed = removed_deployments(fleet, previous)
     run.retain(previous, reserved_items(removed, run.pools, fleet.classes))
@@ -172,12 +178,12 @@ def _schedule(
         ]
         auto = dep.spec.autoscaling is not None
         deployments[key] = LockedDeployment.model_construct(
-            autoscaled_replicas=dep.spec.replicas if auto else None, replicas=replicas
+            autoscaled_replicas=desired[key] if auto else None, replicas=replicas
         )
         report[key] = DeploymentReport(
-            desired=dep.spec.replicas,
+            desired=desired[key],
             replicas=replicas,
-            unplaced=max(0, dep.spec.replicas - len(run.placed[key])),
+            unplaced=max(0, desired[key] - len(run.placed[key])),
             reasons=run.reasons[key],
             autoscaling=(
                 (dep.spec.autoscaling.min_replicas, dep.spec.autoscaling.max_replicas)

@@ -12,7 +12,7 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.scheduler import reasons, reserved
 from modelplane.scheduler.capacity import Pool
 from modelplane.scheduler.eligibility import Eligibility, RolePools
-from modelplane.scheduler.taints import BLOCKS_NEW, UNHEALTHY_KEY
+from modelplane.scheduler.taints import BLOCKS_NEW, CORDON_KEY, UNHEALTHY_KEY
 
 
 class Explainer:
@@ -82,7 +82,16 @@ class Explainer:
 
 # -- evidence (`plan --explain`): the first rule that rejects each cluster, with numbers --
 
-RULES = ("clusterSelector", "cache", "health", "taints", "devices", "resources", "capacity")
+RULES = (
+    "clusterSelector",
+    "cache",
+    "cordoned",
+    "health",
+    "taints",
+    "devices",
+    "resources",
+    "capacity",
+)
 
 
 def _selectors(dep: ModelDeployment, why: str) -> list[str]:
@@ -113,6 +122,8 @@ def cluster_evidence(
         rule = "cache" if why.startswith("not covered") else "taints"
         if UNHEALTHY_KEY in why:
             rule = "health"
+        if CORDON_KEY in why:
+            rule = "cordoned"
         return {**out, "rule": rule, "message": why}
     pools = eligibility.role_pools(dep_key, dep, cluster)
     if isinstance(pools, str):

@@ -17,6 +17,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler.capacity import Item, Layout, Pool
+from modelplane.scheduler.cordon import cordoned
 from modelplane.scheduler.eligibility import Eligibility, RolePools
 from modelplane.scheduler.explain import Explainer
 from modelplane.scheduler.interning import Interner
@@ -75,6 +76,7 @@ class Placement:
             key: {} for key in self.deployments
         }
         self.reasons: dict[str, list[str]] = {key: [] for key in self.deployments}
+        self.cordoned = cordoned(fleet)  # scheduler.cordon
         self.trials = Trials()  # second thoughts and the second fill (scheduler.second)
         # Clusters gone in a what-if (`survive`): a fill neither visits nor counts them.
         self.lost: frozenset[str] = frozenset()
@@ -198,12 +200,18 @@ class Placement:
         for dep_key, dep in self.deployments.items():
             placed = self.placed[dep_key]
             draining = self.draining[dep_key]
-            while len(placed) < dep.spec.replicas and draining:
-                slot = min(draining)
+            # A replica draining off a cordoned cluster is never taken back.
+            back = [slot for slot in draining if slot[0] not in self.cordoned]
+            while len(placed) < dep.spec.replicas and back:
+                slot = min(back)
+                back.remove(slot)
                 placed[slot] = draining.pop(slot)
             while len(placed) > dep.spec.replicas:
                 per_cluster = Counter(cluster for cluster, _ in placed)
-                cluster, index = max(placed, key=lambda k: (per_cluster[k[0]], k[0], k[1]))
+                closed = self.cordoned
+                cluster, index = max(
+                    placed, key=lambda k: (k[0] in closed, per_cluster[k[0]], k[0], k[1])
+                )
                 if dep.spec.autoscaling is not None:
                     draining[(cluster, index)] = placed.pop((cluster, index))
                 else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from modelplane.api.inference_cluster import Taint
+from modelplane.scheduler.taints import CORDON_KEY
 
 NO_CLUSTERS = "the fleet has no InferenceCluster"
 NO_SELECTOR_MATCH = "no InferenceCluster matches clusterSelector"
@@ -22,6 +23,8 @@ def not_covered(cache: str) -> str:
 
 
 def taints_not_tolerated(taints: Sequence[Taint]) -> str:
+    if any(t.key == CORDON_KEY for t in taints):
+        return f"cordoned (taint {CORDON_KEY}:NoSchedule): no new replicas until uncordoned"
     if len(taints) == 1:
         return f"taint {taints[0].describe()} not tolerated"
     return f"taints {', '.join(t.describe() for t in taints)} not tolerated"

@@ -26,6 +26,7 @@ from modelplane.api.inference_cluster import Taint
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler import ScheduleResult, autoscaled_fleet, schedule
 from modelplane.scheduler.capacity import Pool
+from modelplane.scheduler.cordon import surged_fleet
 from modelplane.scheduler.placement import Placement, replica_gpus
 from modelplane.scheduler.reserved import removed_deployments, reserved_items
 from modelplane.scheduler.taints import EVICTS, UNHEALTHY_KEY, untolerated
@@ -207,6 +208,7 @@ def _any(n: int) -> str:
 
 def charged(fleet: FleetSpec, lock: PlacementLock) -> Placement:
     """A run holding the plan: what `schedule(fleet, lock)` starts from and ends at."""
+    fleet = surged_fleet(fleet, lock)  # replacements for replicas on cordoned clusters
     run = Placement(fleet)
     removed = removed_deployments(fleet, lock)
     run.retain(lock, reserved_items(removed, run.pools, fleet.classes))

@@ -12,14 +12,19 @@ BLOCKS_NEW = ("NoSchedule", "NoExecute")
 EVICTS = ("NoExecute",)
 # The taint health-aware scheduling puts on an unhealthy cluster (health.rules).
 UNHEALTHY_KEY = "modelplane.ai/unhealthy"
+# The taint a cordon puts on a cluster (`modelplane drain`, scheduler.cordon): NoSchedule,
+# and no toleration tolerates it (a drain must move even a tolerate-everything deployment).
+CORDON_KEY = "modelplane.ai/cordoned"
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """Kubernetes `Toleration.ToleratesTaint`.
+    """Kubernetes `Toleration.ToleratesTaint`; a cordon's taint is never tolerated.
 
     An empty effect matches every effect; an empty key (only valid with
     `Exists`) matches every key; `Exists` ignores the value; `Equal` needs it equal.
     """
+    if taint.key == CORDON_KEY:
+        return False
     if toleration.effect and toleration.effect != taint.effect:
         return False
     if toleration.key and toleration.key != taint.key:

@@ -19,7 +19,12 @@ HEAVY = [
     "modelplane.devfleet",
     "modelplane.cli.health",
     "modelplane.cli.engine_verbs",
-    "modelplane.driver",
+    # the driver, but for the runtime state's owner: `plan` reads the cordons
+    "modelplane.driver.fleet",
+    "modelplane.driver.operations",
+    "modelplane.driver.reconcile",
+    "modelplane.driver.decide",
+    "modelplane.autoscale",
 ]
 
 PROBE = """
