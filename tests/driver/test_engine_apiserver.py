@@ -22,6 +22,7 @@ from modelplane.driver.fleet import Fleet
 from modelplane.driver.results import Outcome, RunResult
 from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
 from tests.fixtures.engine import bootstrapped_engine, engine_env
+from tests.spec_docs import as_yaml, gpu_class
 
 pytestmark = [pytest.mark.engine, pytest.mark.apiserver]
 
@@ -41,21 +42,7 @@ KINDS: dict[str, tuple[str, str, str, bool]] = {
 }
 MANAGED = "app.kubernetes.io/managed-by=modelplane"
 
-CLASS = """apiVersion: modelplane.ai/v1alpha1
-kind: InferenceClass
-metadata:
-  name: gpu8
-spec:
-  devices:
-  - name: gpu
-    driver: gpu.nvidia.com
-    deviceClassName: gpu.nvidia.com
-    count: 8
-    attributes:
-      productName: {string: NVIDIA H100}
-    capacity:
-      memory: {value: 80Gi}
-"""
+CLASS = as_yaml(gpu_class("gpu8", 8, product="NVIDIA H100", memory="80Gi"))
 
 
 def cluster_yaml(name: str, region: str, nodes: int = 8, taint: str = "") -> str:
