@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -126,34 +125,22 @@ def stream_once(url: str) -> StreamResult | None:
     return StreamResult(requested, started, time.monotonic(), cluster, complete, chunks, error)
 
 
-class Streams:
+class Streams(fx.Clients):
     """Clients that each keep one stream open after another."""
 
     def __init__(self, url: str, clients: int) -> None:
+        super().__init__(clients, join=30)
         self.url = url
         self.results: list[StreamResult] = []
         self.refused = 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            result = stream_once(self.url)
-            if result is None:
-                self.refused += 1
-                time.sleep(0.05)
-            else:
-                self.results.append(result)
-
-    def __enter__(self) -> Streams:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(30)
+    def once(self) -> None:
+        result = stream_once(self.url)
+        if result is None:
+            self.refused += 1
+            time.sleep(0.05)
+        else:
+            self.results.append(result)
 
 
 @pytest.fixture

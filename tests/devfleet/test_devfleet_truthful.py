@@ -5,8 +5,6 @@ deployment's image today fails requests (the number is recorded in docs/benchmar
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -58,16 +56,9 @@ def served(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any
 
 def chat(url: str, timeout: float = 10.0) -> tuple[int, str, float]:
     """(status, revision that answered, seconds) of one chat completion through the service."""
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
-    req = urllib.request.Request(
-        url + "v1/chat/completions",
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(fx.chat_request(url), timeout=timeout) as resp:
             resp.read()
             revision = resp.headers.get("x-modelplane-revision", "")
             return resp.status, revision, time.monotonic() - started
@@ -198,29 +189,17 @@ def test_answers_carry_the_revision(served: dict[str, Any]) -> None:
     assert seen == {IMAGE: 20}
 
 
-class Clients:
+class Clients(fx.Clients):
     """``n`` clients sending chat completions back to back through the service."""
 
     def __init__(self, url: str, n: int = 4) -> None:
+        super().__init__(n)
         self.url = url
         self.results: list[tuple[float, int, str, float]] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            status, revision, seconds = chat(self.url)
-            self.results.append((time.monotonic(), status, revision, seconds))
-
-    def __enter__(self) -> Clients:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(15)
+    def once(self) -> None:
+        status, revision, seconds = chat(self.url)
+        self.results.append((time.monotonic(), status, revision, seconds))
 
     def recent(self, n: int) -> list[tuple[float, int, str, float]]:
         return self.results[-n:]
