@@ -101,3 +101,11 @@ def write_fleet(root: Path, docs: list[dict[str, Any]], name: str = "fleet.yaml"
 def as_yaml(*docs: dict[str, Any]) -> str:
     """The documents as one YAML stream (ending in a newline)."""
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def error_paths(root: Path, docs: list[dict[str, Any]]) -> set[str]:
+    """The field paths of every error loading ``docs`` (written to ``root``) reports."""
+    from modelplane.api.loader import load_fleet
+
+    write_fleet(root, docs)
+    return {e.path for e in load_fleet(root).errors}

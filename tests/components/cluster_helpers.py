@@ -132,6 +132,13 @@ EKS_CLASSES = {
 }
 
 
+def eks_run(name: str, cluster: InferenceCluster) -> MockRun:
+    """A mocked run of ``cluster`` as the InferenceClusterComponent ``name`` (EKS_CLASSES)."""
+    run = MockRun()
+    run.run(lambda: InferenceClusterComponent(name, cluster, EKS_CLASSES))
+    return run
+
+
 def existing_cluster(existing: dict[str, Any], **spec: Any) -> InferenceCluster:
     return inference_cluster(
         "on-prem",

@@ -27,6 +27,7 @@ from tests.components.cluster_helpers import (
     STORAGE_CLASS,
     assert_children_parented,
     eks_cluster,
+    eks_run,
     inference_cluster,
     release,
 )
@@ -112,8 +113,7 @@ def test_eks_network_roles_cluster_and_addons() -> None:
 
 
 def test_eks_node_groups() -> None:
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     private = {
         s.inputs["availabilityZone"]: s.id
         for s in run.of_type("aws:ec2/subnet:Subnet")
@@ -147,8 +147,7 @@ def test_eks_node_groups() -> None:
 
 
 def test_eks_capacity_block_and_efa_launch_template() -> None:
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     cluster = run.one("eks:index:Cluster")
     h100 = run.one(MNG, name="eks-west-gpu-h100")
     template = run.one(LAUNCH_TEMPLATE, name="eks-west-gpu-h100")
@@ -305,8 +304,7 @@ def test_eks_subnet_plan_blocks_by_position() -> None:
 def test_eks_cluster_autoscaler_with_pod_identity() -> None:
     """Node groups may grow to maxNodeCount (the scheduler counts it): cluster-autoscaler
     runs on the system pool with its AWS permissions through EKS Pod Identity."""
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
 
     role = run.one("aws:iam/role:Role", name="eks-west-cluster-autoscaler")
     trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
@@ -343,8 +341,7 @@ def test_eks_cluster_autoscaler_with_pod_identity() -> None:
 
 
 def test_eks_efa_pools_get_the_efa_device_plugin() -> None:
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     plugin = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
     assert plugin.inputs["chart"] == "aws-efa-k8s-device-plugin"
     assert plugin.get("repositoryOpts.repo") == "https://aws.github.io/eks-charts"
@@ -358,6 +355,5 @@ def test_eks_efa_pools_get_the_efa_device_plugin() -> None:
         {"source": "EKS", "eks": {"region": "us-west-2"}},
         [{"name": "gpu-a10g", "className": "a10g", "nodeCount": 1, "zones": ["us-west-2b"]}],
     )
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-plain", plain, EKS_CLASSES))
+    run = eks_run("eks-plain", plain)
     assert not [r for r in run.of_type(RELEASE) if "efa" in r.name]

@@ -19,7 +19,12 @@ import pytest
 
 from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
 from modelplane import authz
-from tests.components.traefik_helpers import QuietHandler, running_traefik, serve_http
+from tests.components.traefik_helpers import (
+    QuietHandler,
+    routes_to,
+    running_traefik,
+    serve_http,
+)
 
 KEYS = {"team-a": "sk-team-a-0c1d", "batch": "sk-batch-77e2"}
 
@@ -47,14 +52,7 @@ def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     strip = traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"]
     dynamic = {
         "http": {
-            "routers": {
-                "chat": {
-                    "rule": "PathPrefix(`/`)",
-                    "entryPoints": ["web"],
-                    "middlewares": ["auth", "strip"],
-                    "service": "echo",
-                }
-            },
+            "routers": routes_to("echo", "auth", "strip"),
             "middlewares": {"auth": auth, "strip": strip},
             "services": {
                 "echo": {

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 
 from components.workload.routes import traefik_retry_middleware
-from tests.components.traefik_helpers import QuietHandler, free_port, running_traefik, serve_http
+from tests.components.traefik_helpers import (
+    QuietHandler,
+    free_port,
+    routes_to,
+    running_traefik,
+    serve_http,
+)
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
 
@@ -72,14 +78,7 @@ def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[in
     servers = {"live": live.port, "flaky": flaky.port, "third": third}
     dynamic = {
         "http": {
-            "routers": {
-                "chat": {
-                    "rule": "PathPrefix(`/`)",
-                    "entryPoints": ["web"],
-                    "middlewares": ["retry"],
-                    "service": "chat",
-                }
-            },
+            "routers": routes_to("chat", "retry"),
             "middlewares": {"retry": {"retry": retry}},
             "services": {
                 "chat": {"weighted": {"services": [{"name": n, "weight": 1} for n in servers]}},

@@ -56,6 +56,13 @@ def serve_http(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
     return server
 
 
+def routes_to(service: str, *middlewares: str) -> dict[str, Any]:
+    """Traefik's routers: every path on the entry point `web` through ``middlewares`` to
+    ``service``."""
+    router = {"rule": "PathPrefix(`/`)", "entryPoints": ["web"], "service": service}
+    return {"chat": {**router, "middlewares": list(middlewares)}}
+
+
 @contextlib.contextmanager
 def running_traefik(
     workdir: Path, dynamic: dict[str, Any], started: Callable[[int], bool], *flags: str

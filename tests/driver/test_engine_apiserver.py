@@ -11,6 +11,7 @@ runs beside it, so Pulumi's foreground deletions are completed by the real garba
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from kubernetes.client import ApiClient, ApiException, CoreV1Api, CustomObjectsA
 
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.results import Outcome, RunResult
-from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
+from tests.fixtures.apiserver import api_client, running_dev_cluster
 from tests.fixtures.engine import bootstrapped_engine, engine_env
 from tests.spec_docs import as_yaml, gpu_class
 
@@ -147,26 +148,14 @@ def engine_ready() -> Path:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Any]:
     """A dev cluster of this test's own (so objects of one test never meet another's)."""
-    from modelplane.devcluster import DevClusterError, start_dev_cluster
-
-    binaries = kube_binaries_or_skip()
-    try:
-        dev = start_dev_cluster(tmp_path / "dev-cluster", binaries=binaries)
-    except DevClusterError as exc:
-        pytest.fail(f"starting the dev cluster failed: {exc}", pytrace=False)
-    try:
+    with running_dev_cluster(tmp_path / "dev-cluster") as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 @pytest.fixture
 def api(cluster: Any) -> Iterator[ApiClient]:
-    client = api_client(cluster)
-    try:
+    with contextlib.closing(api_client(cluster)) as client:
         yield client
-    finally:
-        client.close()
 
 
 def make_env(tmp_path: Path, kubeconfig: str) -> dict[str, str]:
