@@ -32,26 +32,19 @@ EXTERNAL_IP = "10.254.0.10"
 EXTERNAL_NAME = "external.modelplane.test"
 EXTERNAL_NAME_IP = "10.254.0.11"
 
-# after the deployment split (write_split): the partners and the services over them
+
+def partner(name: str, host: str) -> dict[str, Any]:
+    """An external ModelEndpoint at http://HOST:9000/, labelled provider=NAME."""
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelEndpoint",
+        "metadata": {"name": name, "namespace": "web", "labels": {"provider": name}},
+        "spec": {"url": f"http://{host}:9000/"},
+    }
+
+
+# after the deployment split (write_split): the services over it and the partners
 SERVICES = """---
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelEndpoint
-metadata:
-  name: partner-ip
-  namespace: web
-  labels: {provider: partner-ip}
-spec:
-  url: http://EXTERNAL_IP:9000/
----
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelEndpoint
-metadata:
-  name: partner-name
-  namespace: web
-  labels: {provider: partner-name}
-spec:
-  url: http://EXTERNAL_NAME:9000/
----
 apiVersion: modelplane.ai/v1alpha1
 kind: ModelService
 metadata: {name: split, namespace: web}
@@ -113,9 +106,8 @@ def write_split(fleet_dir: Path, replicas: int) -> None:
         cpu="2",
         memory="8Gi",
     )
-    text = fx.specs_yaml(split) + SERVICES.replace("EXTERNAL_IP", EXTERNAL_IP).replace(
-        "EXTERNAL_NAME", EXTERNAL_NAME
-    )
+    partners = (partner("partner-ip", EXTERNAL_IP), partner("partner-name", EXTERNAL_NAME))
+    text = fx.specs_yaml(split, *partners) + SERVICES
     (fleet_dir / "split.yaml").write_text(text)
 
 
