@@ -40,14 +40,14 @@ RESULTS = Path(os.environ.get("MODELPLANE_AUTOSCALE_RESULTS", "/tmp/modelplane-a
 MODELS = fx.specs_yaml(
     fx.model_deployment(
         "qwen",
-        autoscaling={
-            "minReplicas": 1,
-            "maxReplicas": 4,
-            "metrics": [{"type": "runningRequests", "target": 1}],
-            "scaleUp": {"stabilizationWindow": "0s", "maxStep": 3},
-            "scaleDown": {"stabilizationWindow": "20s", "maxStep": 3},
-            "drainTimeout": "15s",
-        },
+        autoscaling=fx.autoscaling(
+            1,
+            4,
+            1,
+            scaleUp={"stabilizationWindow": "0s", "maxStep": 3},
+            scaleDown={"stabilizationWindow": "20s", "maxStep": 3},
+            drainTimeout="15s",
+        ),
         service_time="0.2",
         concurrency="4",
     ),
@@ -197,13 +197,13 @@ def pair(name: str, priority: int) -> str:
             name,
             model=name,
             priority=priority,
-            autoscaling={
-                "minReplicas": 1,
-                "maxReplicas": 7,
-                "metrics": [{"type": "runningRequests", "target": 0.5}],
-                "scaleUp": {"stabilizationWindow": "0s", "maxStep": 6},
-                "scaleDown": {"stabilizationWindow": "5m"},
-            },
+            autoscaling=fx.autoscaling(
+                1,
+                7,
+                0.5,
+                scaleUp={"stabilizationWindow": "0s", "maxStep": 6},
+                scaleDown={"stabilizationWindow": "5m"},
+            ),
             service_time="0.5",
             concurrency="8",
         ),

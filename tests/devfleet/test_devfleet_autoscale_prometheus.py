@@ -33,12 +33,7 @@ UP_SLACK = 900.0
 MODELS = fx.specs_yaml(
     fx.model_deployment(
         "qwen",
-        autoscaling={
-            "minReplicas": 1,
-            "maxReplicas": 2,
-            "metrics": [{"type": "runningRequests", "target": 50}],
-            "scaleDown": {"stabilizationWindow": "10m"},
-        },
+        autoscaling=fx.autoscaling(1, 2, 50, scaleDown={"stabilizationWindow": "10m"}),
         service_time="0.5",
         concurrency="8",
     ),
