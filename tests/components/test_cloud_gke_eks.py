@@ -59,8 +59,7 @@ GPU_TAINT_GKE = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSched
 
 
 def _gke_run() -> MockRun:
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})
     )
     return run
@@ -144,8 +143,7 @@ def test_gke_system_node_zone_does_not_follow_the_pool_order():
             {"source": "GKE", "gke": {"project": "acme-ml", "region": "us-central1"}},
             pools,
         )
-        run = MockRun()
-        run.run(
+        run = MockRun.of(
             lambda: InferenceClusterComponent("gke-central", cluster, {"h100-gke": gke_class()})
         )
         return run.one(NODE_POOL, name="gke-central-system").inputs["nodeLocations"]
@@ -325,8 +323,7 @@ def test_eks_endpoint_cidrs_upgrade_policy_and_pinned_addons():
 def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
     gke_spec = gke_cluster().model_dump(by_alias=True, exclude_none=True)
     gke_spec["spec"]["cluster"]["gke"]["protect"] = protect
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent(
             "gke-central", InferenceCluster.model_validate(gke_spec), {"h100-gke": gke_class()}
         )
@@ -343,8 +340,7 @@ def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
 
     eks_spec = copy.deepcopy(eks_cluster().model_dump(by_alias=True, exclude_none=True))
     eks_spec["spec"]["cluster"]["eks"]["protect"] = protect
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent(
             "eks-west", InferenceCluster.model_validate(eks_spec), EKS_CLASSES
         )
@@ -522,8 +518,9 @@ def test_gke_boot_disk_type_and_specific_reservation_reach_the_node_pool():
         },
     }
     cls = gpu_class("h100-gke", recipe)
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": cls}))
+    run = MockRun.of(
+        lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": cls})
+    )
     gpu = run.one(NODE_POOL, name="gke-central-gpu-h100")
     assert gpu.get("nodeConfig.diskType") == "hyperdisk-balanced"
     assert gpu.get("nodeConfig.reservationAffinity") == {
