@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,20 @@ from tests.components.cluster_helpers import (
     release,
 )
 from tests.pulumi_mocks import MockRun
+
+
+def gpu_pool(
+    name: str, instance_type: str, accelerator: str, zone: str, **more: Any
+) -> EKSNodePool:
+    """A GPU node pool of ``instance_type`` in ``zone``."""
+    return EKSNodePool(
+        name=name,
+        role="GPU",
+        instance_type=instance_type,
+        gpu=EKSGpu(accelerator),
+        zones=(zone,),
+        **more,
+    )
 
 
 def test_eks_network_roles_cluster_and_addons() -> None:
@@ -222,16 +237,7 @@ def test_eks_efs_and_storage_class() -> None:
 def test_eks_cluster_standalone_access_entries() -> None:
     args = EKSClusterArgs(
         region="eu-west-1",
-        node_pools=[
-            EKSNodePool(
-                name="l4",
-                role="GPU",
-                instance_type="g6.12xlarge",
-                gpu=EKSGpu("nvidia-l4"),
-                zones=("eu-west-1a",),
-                fabric="EFA",
-            )
-        ],
+        node_pools=[gpu_pool("l4", "g6.12xlarge", "nvidia-l4", "eu-west-1a", fabric="EFA")],
         admin_principal_arns=("arn:aws:iam::123456789012:role/platform-admin",),
     )
     run = MockRun()
@@ -258,13 +264,7 @@ def test_eks_cluster_standalone_access_entries() -> None:
 
 
 def test_eks_subnet_plan_blocks_by_position() -> None:
-    pool = EKSNodePool(
-        name="g",
-        role="GPU",
-        instance_type="p5.48xlarge",
-        gpu=EKSGpu("nvidia-h100"),
-        zones=("us-east-1d",),
-    )
+    pool = gpu_pool("g", "p5.48xlarge", "nvidia-h100", "us-east-1d")
     # Explicit zones (us-east-1b is not an EKS zone in some accounts): block i in zones[i].
     plans = plan_subnets(
         "us-east-1",
@@ -285,13 +285,8 @@ def test_eks_subnet_plan_blocks_by_position() -> None:
             "us-east-1", [pool], EKSNetworking(subnet_cidrs=("10.0.0.0/20", "10.0.16.0/20"))
         )
     assert (
-        EKSNodePool(
-            name="x",
-            role="GPU",
-            instance_type="p5en.48xlarge",
-            gpu=EKSGpu("h200"),
-            zones=("a",),
-            capacity_block=EKSCapacityBlock("cr-1"),
+        gpu_pool(
+            "x", "p5en.48xlarge", "h200", "a", capacity_block=EKSCapacityBlock("cr-1")
         ).efa_interfaces
         == 16
     )
