@@ -16,7 +16,6 @@ JSON output (`as_json` and its text).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -30,7 +29,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_scale import build_fleet  # noqa: E402
+from plan_scale import build_fleet, fleet_arguments  # noqa: E402
 
 from modelplane.api.loader import load_fleet  # noqa: E402
 
@@ -125,13 +124,26 @@ def phases(root: Path, lock: Path, runs: int) -> dict[str, float]:
     return best
 
 
+def time_processes(
+    argv: list[str], runs: int, exits: tuple[int, ...] = (0,)
+) -> tuple[list[float], list[float], str]:
+    """Wall and CPU (user+sys) seconds of ``runs`` fresh processes of ``argv`` (each must exit
+    with one of ``exits``), and the last one's output."""
+    walls, cpus, out = [], [], ""
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=CHILD_ENV)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        assert proc.returncode in exits, proc.stderr[-2000:]
+        out = proc.stdout
+    return walls, cpus, out
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clusters", type=int, default=1000)
-    parser.add_argument("--deployments", type=int, default=500)
-    parser.add_argument("--replicas", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = fleet_arguments(__doc__).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "fleet"
         root.mkdir()
@@ -140,37 +152,15 @@ def main() -> None:
         loaded = load_fleet(root)
         load = time.perf_counter() - t0
         assert loaded.ok, loaded.errors[:5]
-        walls, cpus = [], []
         subprocess.run(  # warm-up: writes the bytecode cache
             [sys.executable, "-m", "modelplane", "validate", str(root), "--output", "json"],
             capture_output=True,
             env=CHILD_ENV,
             check=False,
         )
-        for _ in range(args.runs):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "modelplane",
-                    "plan",
-                    str(root),
-                    "--output",
-                    "json",
-                    "--lock",
-                    str(Path(tmp) / "lock.yaml"),
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-                env=CHILD_ENV,
-            )
-            walls.append(time.perf_counter() - t0)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-            assert proc.returncode == 0, proc.stderr[-2000:]
+        lock = str(Path(tmp) / "lock.yaml")
+        argv = [sys.executable, "-m", "modelplane", "plan", str(root), "-o", "json", "--lock", lock]
+        walls, cpus, _ = time_processes(argv, args.runs)
         print(
             f"fleet: {args.clusters} clusters, {args.deployments} deployments, "
             f"{size / 2**20:.1f} MiB of YAML"

@@ -98,13 +98,18 @@ def build_fleet(clusters: int, deployments: int, replicas: int) -> FleetSpec:
     return fleet
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def fleet_arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options of the benchmarks on the plan_scale fleet: its size and best of --runs."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--deployments", type=int, default=500)
     parser.add_argument("--replicas", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=3, help="best of N (default 3)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = fleet_arguments(__doc__).parse_args()
 
     t0 = time.perf_counter()
     fleet = build_fleet(args.clusters, args.deployments, args.replicas)

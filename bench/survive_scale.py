@@ -8,26 +8,19 @@ re-planned by failover's rules, headroom, JSON): wall and CPU (user+sys), best o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load_scale import CHILD_ENV, write_fleet  # noqa: E402
+from load_scale import time_processes, write_fleet  # noqa: E402
+from plan_scale import fleet_arguments  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clusters", type=int, default=1000)
-    parser.add_argument("--deployments", type=int, default=500)
-    parser.add_argument("--replicas", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser = fleet_arguments(__doc__)
     parser.add_argument("--losses", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -36,17 +29,8 @@ def main() -> None:
         write_fleet(root, args.clusters, args.deployments, args.replicas)
         argv = [sys.executable, "-m", "modelplane", "plan", str(root), "--output", "json",
                 "--lock", str(Path(tmp) / "lock.yaml"), "--survive", str(args.losses)]  # fmt: skip
-        walls, cpus = [], []
-        out = None
-        for _ in range(args.runs):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, env=CHILD_ENV)
-            walls.append(time.perf_counter() - t0)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-            assert proc.returncode in (0, 1), proc.stderr[-2000:]
-            out = json.loads(proc.stdout)["survive"]
+        walls, cpus, stdout = time_processes(argv, args.runs, exits=(0, 1))
+        out = json.loads(stdout)["survive"]
         assert out is not None
         print(
             f"fleet: {args.clusters} clusters, {args.deployments} deployments, "

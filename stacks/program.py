@@ -45,7 +45,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import yaml
@@ -59,6 +59,9 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import read_lock
 from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_stack, stack_units
+
+if TYPE_CHECKING:
+    from components.workload.targets import ClusterTarget
 
 PROJECT = "modelplane"
 DEFAULT_SPECS = "specs/local"
@@ -299,6 +302,19 @@ def provider_for(name: str, conn: ClusterConnection) -> pulumi.ProviderResource:
 # --- the four kinds of stack ------------------------------------------------------------
 
 
+def cluster_target(ctx: Context, name: str, conn: ClusterConnection) -> ClusterTarget:
+    """Where a cache or deployment stack puts its objects on cluster ``name``."""
+    from components.workload.targets import ClusterTarget
+
+    return ClusterTarget.from_spec(
+        ctx.fleet.clusters[name],
+        ctx.fleet.classes,
+        provider_for(f"{name}-k8s", conn),
+        gateway_address=conn.gateway_address or "",
+        storage_class_name=conn.storage_class_name,
+    )
+
+
 def run_cluster(ctx: Context) -> None:
     from components.inference_cluster import InferenceClusterComponent
 
@@ -322,20 +338,13 @@ def run_cluster(ctx: Context) -> None:
 
 async def run_cache(ctx: Context) -> None:
     from components.model_cache import ModelCacheComponent
-    from components.workload.targets import ClusterTarget
 
     cache = ctx.fleet.caches[ctx.unit.key]
     up = Upstream(ctx.organization)
     targets: dict[str, ClusterTarget] = {}
     for name in cache_clusters(ctx.fleet, ctx.unit.key):
         conn = await cluster_connection(up, name)
-        targets[name] = ClusterTarget.from_spec(
-            ctx.fleet.clusters[name],
-            ctx.fleet.classes,
-            provider_for(f"{name}-k8s", conn),
-            gateway_address=conn.gateway_address or "",
-            storage_class_name=conn.storage_class_name,
-        )
+        targets[name] = cluster_target(ctx, name, conn)
     token = None
     hf = cache.spec.hugging_face
     if hf is not None and hf.auth_secret is not None:
@@ -365,7 +374,6 @@ def no_gateway_address_warning(
 
 async def run_deployment(ctx: Context) -> None:
     from components.model_deployment import ModelDeploymentComponent
-    from components.workload.targets import ClusterTarget
 
     deployment = ctx.fleet.deployments[ctx.unit.key]
     replicas = ctx.lock.replicas_of(ctx.unit.key)
@@ -378,13 +386,7 @@ async def run_deployment(ctx: Context) -> None:
                 "longer has: run `modelplane plan --write`"
             )
         conn = await cluster_connection(up, name)
-        targets[name] = ClusterTarget.from_spec(
-            ctx.fleet.clusters[name],
-            ctx.fleet.classes,
-            provider_for(f"{name}-k8s", conn),
-            gateway_address=conn.gateway_address or "",
-            storage_class_name=conn.storage_class_name,
-        )
+        targets[name] = cluster_target(ctx, name, conn)
         warning = no_gateway_address_warning(name, conn.gateway_address, ctx.fleet.gateway)
         if warning:
             pulumi.log.warn(warning)

@@ -15,6 +15,16 @@ from modelplane.api.placement_lock import PlacementLock
 GPU_DRIVER = "gpu.nvidia.com"
 
 
+def document(kind: str, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """A modelplane.ai/v1alpha1 object of ``kind``."""
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": kind,
+        "metadata": metadata,
+        "spec": spec,
+    }
+
+
 def gpu_device(
     count: int = 8,
     *,
@@ -72,14 +82,7 @@ def inference_class(
         spec["allocatable"] = {"cpu": allocatable[0], "memory": allocatable[1]}
     if provisioning is not None:
         spec["provisioning"] = provisioning
-    return InferenceClass.model_validate(
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "InferenceClass",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-    )
+    return InferenceClass.model_validate(document("InferenceClass", {"name": name}, spec))
 
 
 def pool(
@@ -201,12 +204,7 @@ def deployment(
     if cache is not None:
         spec["modelCacheRef"] = {"name": cache}
     return ModelDeployment.model_validate(
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "ModelDeployment",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": spec,
-        }
+        document("ModelDeployment", {"name": name, "namespace": namespace}, spec)
     )
 
 
@@ -221,12 +219,7 @@ def model_cache(
     if selector is not None:
         spec["clusterSelector"] = dict(selector)
     return ModelCache.model_validate(
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "ModelCache",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": spec,
-        }
+        document("ModelCache", {"name": name, "namespace": namespace}, spec)
     )
 
 

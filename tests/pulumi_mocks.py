@@ -367,6 +367,13 @@ class MockRun:
         self.monitor = RecordingMonitor(self.mocks)
         set_mocks(self.mocks, project=project, stack=stack, preview=preview, monitor=self.monitor)
 
+    @classmethod
+    def of(cls, program: Callable[[], object], **options: Any) -> MockRun:
+        """A new run (``options``: as ``MockRun``'s) of ``program``, done."""
+        run = cls(**options)
+        run.run(program)
+        return run
+
     def run(self, program: Callable[[], T]) -> T:
         """Run ``program`` in the Pulumi runtime, wait for every registration, return its value."""
         SETTINGS.rpc_manager.clear()

@@ -11,23 +11,30 @@ import yaml
 API = "modelplane.ai/v1alpha1"
 
 
-def gpu_class(name: str = "l4", count: int = 1, provider: str | None = None) -> dict[str, Any]:
+def gpu_class(
+    name: str = "l4",
+    count: int = 1,
+    provider: str | None = None,
+    *,
+    product: str | None = "NVIDIA L4",
+    memory: str = "24Gi",
+) -> dict[str, Any]:
+    """An InferenceClass of ``count`` NVIDIA GPUs (``product``: their productName attribute,
+    None for none; ``memory`` each); ``provider="GKE"``: provisioned as g2-standard-8."""
+    gpu: dict[str, Any] = {
+        "name": "gpu",
+        "driver": "gpu.nvidia.com",
+        "deviceClassName": "gpu.nvidia.com",
+        "count": count,
+    }
+    if product is not None:
+        gpu["attributes"] = {"productName": {"string": product}}
+    gpu["capacity"] = {"memory": {"value": memory}}
     doc: dict[str, Any] = {
         "apiVersion": API,
         "kind": "InferenceClass",
         "metadata": {"name": name},
-        "spec": {
-            "devices": [
-                {
-                    "name": "gpu",
-                    "driver": "gpu.nvidia.com",
-                    "deviceClassName": "gpu.nvidia.com",
-                    "count": count,
-                    "attributes": {"productName": {"string": "NVIDIA L4"}},
-                    "capacity": {"memory": {"value": "24Gi"}},
-                }
-            ]
-        },
+        "spec": {"devices": [gpu]},
     }
     if provider == "GKE":
         doc["spec"]["provisioning"] = {
@@ -89,3 +96,16 @@ def write_fleet(root: Path, docs: list[dict[str, Any]], name: str = "fleet.yaml"
     root.mkdir(parents=True, exist_ok=True)
     (root / name).write_text(yaml.safe_dump_all(copy.deepcopy(docs), sort_keys=False))
     return root
+
+
+def as_yaml(*docs: dict[str, Any]) -> str:
+    """The documents as one YAML stream (ending in a newline)."""
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def error_paths(root: Path, docs: list[dict[str, Any]]) -> set[str]:
+    """The field paths of every error loading ``docs`` (written to ``root``) reports."""
+    from modelplane.api.loader import load_fleet
+
+    write_fleet(root, docs)
+    return {e.path for e in load_fleet(root).errors}

@@ -339,6 +339,10 @@ def _render_dirs(
     return dirs
 
 
+def _name_error(doc: Document, obj: str, message: str) -> SpecError:
+    return SpecError(doc.file, doc.index, obj, "metadata.name", message)
+
+
 def load_fleet(root: str | Path) -> LoadResult:
     """Read, validate and cross-check a fleet directory (or a single file)."""
     root = Path(root)
@@ -374,11 +378,9 @@ def load_fleet(root: str | Path) -> LoadResult:
         if (kind, key) in seen:
             first = seen[(kind, key)]
             errors.append(
-                SpecError(
-                    doc.file,
-                    doc.index,
+                _name_error(
+                    doc,
                     obj,
-                    "metadata.name",
                     f"duplicate {kind} {key}: also defined in {first.file} "
                     f"(document {first.index})",
                 )
@@ -390,12 +392,8 @@ def load_fleet(root: str | Path) -> LoadResult:
             if fleet.gateway is not None:
                 other = fleet.sources[("InferenceGateway", fleet.gateway.metadata.name)]
                 errors.append(
-                    SpecError(
-                        doc.file,
-                        doc.index,
-                        obj,
-                        "metadata.name",
-                        f"a fleet has at most one InferenceGateway; also {other[0]}",
+                    _name_error(
+                        doc, obj, f"a fleet has at most one InferenceGateway; also {other[0]}"
                     )
                 )
                 continue

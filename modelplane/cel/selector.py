@@ -111,18 +111,7 @@ _PASS_THROUGH: Final = frozenset(
 _VARIABLES: Final = frozenset({"device"})
 _DEVICE_FIELDS: Final = frozenset({"driver", "attributes", "capacity"})
 # Precedence levels whose one-child form celpy evaluates as "the child's value".
-_COLLAPSIBLE: Final = frozenset(
-    {
-        "expr",
-        "conditionalor",
-        "conditionaland",
-        "relation",
-        "addition",
-        "multiplication",
-        "unary",
-        "member",
-    }
-)
+_COLLAPSIBLE: Final = _PASS_THROUGH - {"primary", "paren_expr"}
 
 
 class CelCompileError(UserError, ValueError):

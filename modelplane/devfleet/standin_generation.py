@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from modelplane.devfleet.standin_types import StandinConfig, StandinIdentity
+from modelplane.devfleet.standin_types import StandinCounters
 from modelplane.errors import UserError
 
 _FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
@@ -53,19 +53,11 @@ def _sse(data: Any, event: str | None = None) -> bytes:
     return f"{head}data: {payload}\n\n".encode()
 
 
-class StandinGeneration:
+class StandinGeneration(StandinCounters):
     """The generation endpoints of ``StandinListener`` (a mixin)."""
 
-    identity: StandinIdentity
-    config: StandinConfig
-    running: int
-    waiting: int
-    success: int
-    prompt_tokens: int
-    generation_tokens: int
     _ids: itertools.count[int]
     _slots: asyncio.Semaphore | None
-    _headers: dict[str, str]
 
     if TYPE_CHECKING:
 

@@ -7,7 +7,7 @@ import time
 
 from aiohttp import web
 
-from modelplane.devfleet.standin_types import StandinConfig, StandinIdentity
+from modelplane.devfleet.standin_types import StandinCounters
 
 
 def _label(value: str) -> str:
@@ -28,21 +28,13 @@ TTFT_BUCKETS += (0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 6
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
 
 
-class StandinMetrics:
+class StandinMetrics(StandinCounters):
     """The listener's counters as /metrics reports them (a mixin of ``StandinListener``)."""
 
-    identity: StandinIdentity
-    config: StandinConfig
-    running: int
-    waiting: int
-    success: int
-    prompt_tokens: int
-    generation_tokens: int
     ttft_buckets: list[int]
     ttft_count: int
     ttft_sum: float
     http: dict[tuple[str, str, str], int]
-    _headers: dict[str, str]
 
     def _count(self, request: web.BaseRequest, response: web.StreamResponse | None) -> None:
         """``http_requests_total`` as vLLM's API server counts it (generation paths only)."""

@@ -84,3 +84,16 @@ class StandinStats:
     prompt_tokens: int
     generation_tokens: int
     ready: bool
+
+
+class StandinCounters:
+    """The state of a ``StandinListener`` its mixins (generation, metrics) read and count."""
+
+    identity: StandinIdentity
+    config: StandinConfig
+    running: int
+    waiting: int
+    success: int
+    prompt_tokens: int
+    generation_tokens: int
+    _headers: dict[str, str]

@@ -162,24 +162,17 @@ def _failure(
     error = classify(exc, unit.name, progress, backend)
     changes = progress.change_counts() if progress else {}
     duration = time.monotonic() - started
-    if isinstance(error, Retryable):
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.LOCKED,
-            changes=changes,
-            duration=duration,
-            error=str(error),
-        )
+    locked = isinstance(error, Retryable)
+    shown = None if locked else progress  # locked: its resources are not reported
     return StackResult(
         unit.name,
         unit.tier,
-        Outcome.FAILED,
+        Outcome.LOCKED if locked else Outcome.FAILED,
         changes=changes,
         duration=duration,
         error=str(error),
-        resources=progress.changes() if progress else [],
-        warnings=list(progress.warnings) if progress else [],
+        resources=shown.changes() if shown else [],
+        warnings=list(shown.warnings) if shown else [],
     )
 
 

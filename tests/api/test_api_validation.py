@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from modelplane.api.loader import load_fleet
-from tests.spec_docs import base_fleet, deployment, existing_cluster, gpu_class, write_fleet
+from tests.spec_docs import (
+    base_fleet,
+    deployment,
+    error_paths,
+    existing_cluster,
+    gpu_class,
+    write_fleet,
+)
 
 Docs = list[dict[str, Any]]
 
@@ -445,8 +452,7 @@ def test_all_errors_are_collected_not_only_the_first(tmp_path):
     docs[0]["spec"]["devices"][0]["count"] = 0
     docs[1]["spec"]["colour"] = "x"
     docs[2]["spec"]["replicas"] = -1
-    write_fleet(tmp_path, docs)
-    paths = {e.path for e in load_fleet(tmp_path).errors}
+    paths = error_paths(tmp_path, docs)
     assert {"spec.devices[0].count", "spec.colour", "spec.replicas"} <= paths
 
 

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.cli.helpers import ROOT, run
 from tests.spec_docs import base_fleet, write_fleet
 
-ROOT = Path(__file__).resolve().parents[2]
 FLEETS = sorted(p.name for p in (ROOT / "specs").iterdir() if p.is_dir())
-
-
-def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "modelplane", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize("fleet", FLEETS)

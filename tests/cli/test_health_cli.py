@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import typer
 
 from modelplane.cli.health import parse_duration
+from tests.cli.helpers import run
+from tests.spec_docs import as_yaml, gpu_class
 
-ROOT = Path(__file__).resolve().parents[2]
-
-FLEET = """\
-apiVersion: modelplane.ai/v1alpha1
-kind: InferenceClass
-metadata: {name: l4}
-spec:
-  devices:
-  - name: gpu
-    driver: gpu.nvidia.com
-    deviceClassName: gpu.nvidia.com
-    count: 1
-    capacity:
-      memory: {value: 24Gi}
----
+FLEET = (
+    as_yaml(gpu_class(product=None))
+    + """---
 apiVersion: modelplane.ai/v1alpha1
 kind: InferenceCluster
 metadata: {name: down}
@@ -62,16 +50,7 @@ spec:
         containers:
         - {name: engine, image: vllm/vllm-openai:v0.11.0}
 """
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "modelplane", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+)
 
 
 def closed_port() -> int:

@@ -132,6 +132,12 @@ EKS_CLASSES = {
 }
 
 
+def eks_run(name: str, cluster: InferenceCluster) -> MockRun:
+    """A mocked run of ``cluster`` as the InferenceClusterComponent ``name`` (EKS_CLASSES)."""
+    run = MockRun.of(lambda: InferenceClusterComponent(name, cluster, EKS_CLASSES))
+    return run
+
+
 def existing_cluster(existing: dict[str, Any], **spec: Any) -> InferenceCluster:
     return inference_cluster(
         "on-prem",
@@ -190,8 +196,7 @@ def _serving(run: MockRun) -> str:
 
 def existing_run(**serving: Any) -> MockRun:
     cluster = existing_cluster({"secretRef": {"name": "x"}}, servingStack=serving)
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent(
             "on-prem", cluster, {"h100-gke": gke_class()}, kubeconfig="k"
         )

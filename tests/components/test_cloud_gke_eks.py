@@ -34,6 +34,7 @@ from tests.components.cluster_helpers import (
     NODE_POOL,
     RELEASE,
     eks_cluster,
+    eks_run,
     gke_class,
     gke_cluster,
     gpu_class,
@@ -58,8 +59,7 @@ GPU_TAINT_GKE = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSched
 
 
 def _gke_run() -> MockRun:
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})
     )
     return run
@@ -120,8 +120,7 @@ def test_gke_dra_pools_get_no_gke_driver_and_the_cos_installer_runs_before_the_d
 
 
 def test_cloud_eks_and_existing_clusters_get_no_cos_driver_installer():
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     assert not run.of_type(DAEMONSET)
     assert release(run, "nvidiaDraDriver").get("values.nvidiaDriverRoot") == "/"
 
@@ -144,8 +143,7 @@ def test_gke_system_node_zone_does_not_follow_the_pool_order():
             {"source": "GKE", "gke": {"project": "acme-ml", "region": "us-central1"}},
             pools,
         )
-        run = MockRun()
-        run.run(
+        run = MockRun.of(
             lambda: InferenceClusterComponent("gke-central", cluster, {"h100-gke": gke_class()})
         )
         return run.one(NODE_POOL, name="gke-central-system").inputs["nodeLocations"]
@@ -167,15 +165,13 @@ def test_eks_dra_node_groups_never_go_below_one_node():
         {"source": "EKS", "eks": {"region": "us-west-2"}},
         [{"name": "gpu-a10g", "className": "a10g", "maxNodeCount": 4, "zones": ["us-west-2b"]}],
     )
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", unset, EKS_CLASSES))
+    run = eks_run("eks-west", unset)
     group = run.one(MNG, name="eks-west-gpu-a10g")
     assert group.inputs["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 4}
 
 
 def test_eks_capacity_block_group_starts_at_zero_and_is_scheduled_to_the_block():
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     group = run.one(MNG, name="eks-west-gpu-h100")
     assert group.get("scalingConfig.desiredSize") == 0
     assert group.get("scalingConfig.minSize") == 0
@@ -219,8 +215,7 @@ def _subnets(pools: list[dict[str, Any]], blocks: list[str] | None = None) -> di
     if blocks is not None:
         eks["networking"] = {"vpcCidr": "10.0.0.0/16", "subnetCidrs": blocks}
     cluster = inference_cluster("eks-west", {"source": "EKS", "eks": eks}, pools)
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", cluster, EKS_CLASSES))
+    run = eks_run("eks-west", cluster)
     return {
         s.name: (s.inputs["availabilityZone"], s.inputs["cidrBlock"]) for s in run.of_type(SUBNET)
     }
@@ -262,8 +257,7 @@ def test_eks_explicit_block_zones_are_used_instead_of_letters():
         },
         [{"name": "gpu", "className": "a10g", "maxNodeCount": 2, "zones": ["ap-northeast-1c"]}],
     )
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-tokyo", cluster, EKS_CLASSES))
+    run = eks_run("eks-tokyo", cluster)
     zones = sorted({s.inputs["availabilityZone"] for s in run.of_type(SUBNET)})
     assert zones == ["ap-northeast-1a", "ap-northeast-1c"]
 
@@ -277,8 +271,7 @@ def _eks_with(**eks: Any) -> MockRun:
         {"source": "EKS", "eks": {"region": "us-west-2", **eks}},
         [{"name": "gpu-a10g", "className": "a10g", "maxNodeCount": 2, "zones": ["us-west-2b"]}],
     )
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", cluster, EKS_CLASSES))
+    run = eks_run("eks-west", cluster)
     return run
 
 
@@ -330,8 +323,7 @@ def test_eks_endpoint_cidrs_upgrade_policy_and_pinned_addons():
 def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
     gke_spec = gke_cluster().model_dump(by_alias=True, exclude_none=True)
     gke_spec["spec"]["cluster"]["gke"]["protect"] = protect
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent(
             "gke-central", InferenceCluster.model_validate(gke_spec), {"h100-gke": gke_class()}
         )
@@ -348,8 +340,7 @@ def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
 
     eks_spec = copy.deepcopy(eks_cluster().model_dump(by_alias=True, exclude_none=True))
     eks_spec["spec"]["cluster"]["eks"]["protect"] = protect
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent(
             "eks-west", InferenceCluster.model_validate(eks_spec), EKS_CLASSES
         )
@@ -527,8 +518,9 @@ def test_gke_boot_disk_type_and_specific_reservation_reach_the_node_pool():
         },
     }
     cls = gpu_class("h100-gke", recipe)
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": cls}))
+    run = MockRun.of(
+        lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": cls})
+    )
     gpu = run.one(NODE_POOL, name="gke-central-gpu-h100")
     assert gpu.get("nodeConfig.diskType") == "hyperdisk-balanced"
     assert gpu.get("nodeConfig.reservationAffinity") == {
@@ -700,8 +692,7 @@ def test_cloud_efa_plugin_and_traefik_pins_and_their_values_keys():
     from components.gateway import TRAEFIK, InferenceGatewayComponent
     from modelplane.api.inference_gateway import InferenceGateway
 
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     efa = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
 
     gateway = InferenceGateway.model_validate(

@@ -132,8 +132,7 @@ def test_gke_cluster_network_cluster_and_node_pools() -> None:
 
 
 def test_gke_clusters_get_no_cluster_autoscaler_release() -> None:
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})
     )
     assert not [r for r in run.of_type(RELEASE) if "cluster-autoscaler" in r.name]

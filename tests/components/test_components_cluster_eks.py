@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -27,10 +28,25 @@ from tests.components.cluster_helpers import (
     STORAGE_CLASS,
     assert_children_parented,
     eks_cluster,
+    eks_run,
     inference_cluster,
     release,
 )
 from tests.pulumi_mocks import MockRun
+
+
+def gpu_pool(
+    name: str, instance_type: str, accelerator: str, zone: str, **more: Any
+) -> EKSNodePool:
+    """A GPU node pool of ``instance_type`` in ``zone``."""
+    return EKSNodePool(
+        name=name,
+        role="GPU",
+        instance_type=instance_type,
+        gpu=EKSGpu(accelerator),
+        zones=(zone,),
+        **more,
+    )
 
 
 def test_eks_network_roles_cluster_and_addons() -> None:
@@ -112,8 +128,7 @@ def test_eks_network_roles_cluster_and_addons() -> None:
 
 
 def test_eks_node_groups() -> None:
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     private = {
         s.inputs["availabilityZone"]: s.id
         for s in run.of_type("aws:ec2/subnet:Subnet")
@@ -147,8 +162,7 @@ def test_eks_node_groups() -> None:
 
 
 def test_eks_capacity_block_and_efa_launch_template() -> None:
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     cluster = run.one("eks:index:Cluster")
     h100 = run.one(MNG, name="eks-west-gpu-h100")
     template = run.one(LAUNCH_TEMPLATE, name="eks-west-gpu-h100")
@@ -223,16 +237,7 @@ def test_eks_efs_and_storage_class() -> None:
 def test_eks_cluster_standalone_access_entries() -> None:
     args = EKSClusterArgs(
         region="eu-west-1",
-        node_pools=[
-            EKSNodePool(
-                name="l4",
-                role="GPU",
-                instance_type="g6.12xlarge",
-                gpu=EKSGpu("nvidia-l4"),
-                zones=("eu-west-1a",),
-                fabric="EFA",
-            )
-        ],
+        node_pools=[gpu_pool("l4", "g6.12xlarge", "nvidia-l4", "eu-west-1a", fabric="EFA")],
         admin_principal_arns=("arn:aws:iam::123456789012:role/platform-admin",),
     )
     run = MockRun()
@@ -259,13 +264,7 @@ def test_eks_cluster_standalone_access_entries() -> None:
 
 
 def test_eks_subnet_plan_blocks_by_position() -> None:
-    pool = EKSNodePool(
-        name="g",
-        role="GPU",
-        instance_type="p5.48xlarge",
-        gpu=EKSGpu("nvidia-h100"),
-        zones=("us-east-1d",),
-    )
+    pool = gpu_pool("g", "p5.48xlarge", "nvidia-h100", "us-east-1d")
     # Explicit zones (us-east-1b is not an EKS zone in some accounts): block i in zones[i].
     plans = plan_subnets(
         "us-east-1",
@@ -286,13 +285,8 @@ def test_eks_subnet_plan_blocks_by_position() -> None:
             "us-east-1", [pool], EKSNetworking(subnet_cidrs=("10.0.0.0/20", "10.0.16.0/20"))
         )
     assert (
-        EKSNodePool(
-            name="x",
-            role="GPU",
-            instance_type="p5en.48xlarge",
-            gpu=EKSGpu("h200"),
-            zones=("a",),
-            capacity_block=EKSCapacityBlock("cr-1"),
+        gpu_pool(
+            "x", "p5en.48xlarge", "h200", "a", capacity_block=EKSCapacityBlock("cr-1")
         ).efa_interfaces
         == 16
     )
@@ -305,8 +299,7 @@ def test_eks_subnet_plan_blocks_by_position() -> None:
 def test_eks_cluster_autoscaler_with_pod_identity() -> None:
     """Node groups may grow to maxNodeCount (the scheduler counts it): cluster-autoscaler
     runs on the system pool with its AWS permissions through EKS Pod Identity."""
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
 
     role = run.one("aws:iam/role:Role", name="eks-west-cluster-autoscaler")
     trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
@@ -343,8 +336,7 @@ def test_eks_cluster_autoscaler_with_pod_identity() -> None:
 
 
 def test_eks_efa_pools_get_the_efa_device_plugin() -> None:
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
+    run = eks_run("eks-west", eks_cluster())
     plugin = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
     assert plugin.inputs["chart"] == "aws-efa-k8s-device-plugin"
     assert plugin.get("repositoryOpts.repo") == "https://aws.github.io/eks-charts"
@@ -358,6 +350,5 @@ def test_eks_efa_pools_get_the_efa_device_plugin() -> None:
         {"source": "EKS", "eks": {"region": "us-west-2"}},
         [{"name": "gpu-a10g", "className": "a10g", "nodeCount": 1, "zones": ["us-west-2b"]}],
     )
-    run = MockRun()
-    run.run(lambda: InferenceClusterComponent("eks-plain", plain, EKS_CLASSES))
+    run = eks_run("eks-plain", plain)
     assert not [r for r in run.of_type(RELEASE) if "efa" in r.name]

@@ -360,33 +360,29 @@ def test_no_secret_in_plaintext_in_the_render(
     assert yaml.safe_load(slice_.read_text())["addressType"] == "IPv6"
 
 
-def test_unknown_stack_lists_valid_names(tmp_path: Path) -> None:
+def render_error(stack: str, lock_path: Path) -> str:
+    """The RenderError of rendering ``stack`` of specs/local alone (no upstream outputs)."""
     from modelplane.render import RenderError, render_stack
 
     with pytest.raises(RenderError) as exc:
         render_stack(
-            "cluster-nope",
-            fleet_dir=ROOT / "specs" / "local",
-            lock_path=tmp_path / "none.lock.yaml",
-            upstream=lambda _: None,
+            stack, fleet_dir=ROOT / "specs" / "local", lock_path=lock_path, upstream=lambda _: None
         )
-    message = str(exc.value)
+    return str(exc.value)
+
+
+def test_unknown_stack_lists_valid_names(tmp_path: Path) -> None:
+    message = render_error("cluster-nope", tmp_path / "none.lock.yaml")
     assert "matches nothing" in message
     assert "cluster-local" in message and "deploy-demo-qwen" in message and "gateway" in message
 
 
 def test_missing_upstream_output_names_the_stack_to_run_first(tmp_path: Path) -> None:
-    from modelplane.render import RenderError, render_fleet, render_stack
+    from modelplane.render import render_fleet
 
     render_fleet(ROOT / "specs" / "local", tmp_path, stacks=["cluster-local"])
-    with pytest.raises(RenderError) as exc:
-        render_stack(
-            "deploy-demo-qwen",
-            fleet_dir=ROOT / "specs" / "local",
-            lock_path=tmp_path / "modelplane.lock.yaml",
-            upstream=lambda _: None,
-        )
-    assert "cluster-local" in str(exc.value) and "first" in str(exc.value)
+    message = render_error("deploy-demo-qwen", tmp_path / "modelplane.lock.yaml")
+    assert "cluster-local" in message and "first" in message
 
 
 def test_render_layout(tmp_path: Path) -> None:

@@ -274,8 +274,7 @@ def test_inference_gateway(backend: str, release: str, controller: str, port: in
         "metadata: {name: default}\n"
         f"spec: {{backend: {backend}, cluster: {{inferenceClusterRef: west}}}}",
     )
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceGatewayComponent(
             "default", gw, k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
         )
@@ -301,8 +300,7 @@ def test_render_only_gateway_skips_the_helm_release() -> None:
         InferenceGateway,
         "metadata: {name: default}\nspec: {backend: Traefik, cluster: {inferenceClusterRef: west}}",
     )
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceGatewayComponent(
             "default",
             gw,

@@ -9,108 +9,66 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
 from modelplane import authz
-from tests.components.traefik_helpers import free_port, traefik_binary
+from tests.components.traefik_helpers import (
+    QuietHandler,
+    routes_to,
+    running_traefik,
+    serve_http,
+)
 
 KEYS = {"team-a": "sk-team-a-0c1d", "batch": "sk-batch-77e2"}
 
 
-class Echo:
+class Echo(QuietHandler):
     """A backend answering 200 with the caller header and key headers it received."""
 
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                got = {
-                    h: self.headers.get(h)
-                    for h in ("x-modelplane-caller", "authorization", "x-api-key")
-                }
-                body = json.dumps(got).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        got = {
+            h: self.headers.get(h) for h in ("x-modelplane-caller", "authorization", "x-api-key")
+        }
+        self.answer(200, json.dumps(got).encode())
 
 
 @pytest.fixture
 def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    binary = traefik_binary()
     keys = tmp_path / "callers.json"
     keys.write_text(json.dumps({authz.key_hash(k): c for c, k in KEYS.items()}))
     service = authz.serve(keys, "127.0.0.1", 0)
     threading.Thread(target=service.serve_forever, daemon=True).start()
-    echo = Echo()
+    echo = serve_http(Echo)
     address = f"http://127.0.0.1:{service.server_address[1]}/"
     auth = traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"]
     strip = traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"]
     dynamic = {
         "http": {
-            "routers": {
-                "chat": {
-                    "rule": "PathPrefix(`/`)",
-                    "entryPoints": ["web"],
-                    "middlewares": ["auth", "strip"],
-                    "service": "echo",
-                }
-            },
+            "routers": routes_to("echo", "auth", "strip"),
             "middlewares": {"auth": auth, "strip": strip},
             "services": {
-                "echo": {"loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{echo.port}"}]}}
+                "echo": {
+                    "loadBalancer": {
+                        "servers": [{"url": f"http://127.0.0.1:{echo.server_address[1]}"}]
+                    }
+                }
             },
         }
     }
-    (tmp_path / "dynamic.yaml").write_text(yaml.safe_dump(dynamic))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(binary),
-            "--global.checkNewVersion=false",
-            "--global.sendAnonymousUsage=false",
-            f"--entryPoints.web.address=127.0.0.1:{port}",
-            f"--providers.file.filename={tmp_path / 'dynamic.yaml'}",
-            "--log.level=ERROR",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if post(port, {})[0] == 401:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "Traefik did not start"
-            time.sleep(0.1)
-        yield port, keys
+        with running_traefik(tmp_path, dynamic, lambda port: post(port, {})[0] == 401) as port:
+            yield port, keys
     finally:
-        process.terminate()
-        process.wait(10)
         service.shutdown()
-        echo.server.shutdown()
+        echo.shutdown()
 
 
 def post(port: int, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:

@@ -12,19 +12,20 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from components.workload.routes import traefik_retry_middleware
-from tests.components.traefik_helpers import free_port, traefik_binary
+from tests.components.traefik_helpers import (
+    QuietHandler,
+    free_port,
+    routes_to,
+    running_traefik,
+    serve_http,
+)
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
 
@@ -36,18 +37,12 @@ class Backend:
         self.name, self.mode, self.calls = name, mode, 0
         backend = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 backend.calls += 1
                 if backend.mode in ("429", "503"):
-                    body = b'{"error": "busy"}'
-                    self.send_response(int(backend.mode))
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    self.answer(int(backend.mode), b'{"error": "busy"}')
                     return
                 if backend.mode == "cut":  # a stream that dies after its first chunk
                     self.send_response(200)
@@ -63,18 +58,10 @@ class Backend:
                     self.close_connection = True
                     return
                 body = json.dumps({"backend": backend.name}).encode()
-                self.send_response(200)
-                self.send_header("x-backend", backend.name)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.answer(200, body, x_backend=backend.name)
 
-            def log_message(self, *_: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve_http(Handler)
         self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -85,21 +72,13 @@ class Backend:
 def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[int, list[Backend]]]:
     """Three endpoints: `live`, `flaky` and a third that is `dead` (nothing listens:
     connection refused, as a dead cluster gateway) or `live` too (a second healthy one)."""
-    binary = traefik_binary()
     live, flaky, other = Backend("live"), Backend("flaky"), Backend("live")
     retry = traefik_retry_middleware("r", "ns", {})["spec"]["retry"]
     third = free_port() if request.param == "dead" else other.port
     servers = {"live": live.port, "flaky": flaky.port, "third": third}
     dynamic = {
         "http": {
-            "routers": {
-                "chat": {
-                    "rule": "PathPrefix(`/`)",
-                    "entryPoints": ["web"],
-                    "middlewares": ["retry"],
-                    "service": "chat",
-                }
-            },
+            "routers": routes_to("chat", "retry"),
             "middlewares": {"retry": {"retry": retry}},
             "services": {
                 "chat": {"weighted": {"services": [{"name": n, "weight": 1} for n in servers]}},
@@ -110,36 +89,14 @@ def gateway(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[in
             },
         }
     }
-    (tmp_path / "dynamic.yaml").write_text(yaml.safe_dump(dynamic))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(binary),
-            "--global.checkNewVersion=false",
-            "--global.sendAnonymousUsage=false",
-            f"--entryPoints.web.address=127.0.0.1:{port}",
-            f"--providers.file.filename={tmp_path / 'dynamic.yaml'}",
-            "--serversTransport.forwardingTimeouts.dialTimeout=2s",
-            "--log.level=ERROR",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    dial = "--serversTransport.forwardingTimeouts.dialTimeout=2s"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if post(port)[0] in (200, 429, 503):
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "Traefik did not start"
-            time.sleep(0.1)
-        live.calls = flaky.calls = 0
-        yield port, [live, flaky]
+        with running_traefik(
+            tmp_path, dynamic, lambda port: post(port)[0] in (200, 429, 503), dial
+        ) as port:
+            live.calls = flaky.calls = 0
+            yield port, [live, flaky]
     finally:
-        process.terminate()
-        process.wait(10)
         live.close()
         flaky.close()
         other.close()

@@ -107,8 +107,7 @@ def test_inference_gateway_waits_for_its_address(
             "spec": {"backend": backend, "cluster": {"inferenceClusterRef": "w"}},
         }
     )
-    run = MockRun()
-    run.run(
+    run = MockRun.of(
         lambda: InferenceGatewayComponent(
             "default",
             gw,

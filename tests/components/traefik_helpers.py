@@ -1,12 +1,20 @@
-"""The real Traefik (the dev fleet's cached build) for the gateway tests: its binary and a free
-loopback port."""
+"""The real Traefik (the dev fleet's cached build) for the gateway tests: its binary, a free
+loopback port, loopback HTTP backends and Traefik itself on its file provider."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 
 def traefik_binary() -> Path:
@@ -22,3 +30,71 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 and no access log: the base of the backends' handlers."""
+
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, status: int, body: bytes, **headers: str) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """``handler`` on a free loopback port, served by a daemon thread; the caller shuts it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def routes_to(service: str, *middlewares: str) -> dict[str, Any]:
+    """Traefik's routers: every path on the entry point `web` through ``middlewares`` to
+    ``service``."""
+    router = {"rule": "PathPrefix(`/`)", "entryPoints": ["web"], "service": service}
+    return {"chat": {**router, "middlewares": list(middlewares)}}
+
+
+@contextlib.contextmanager
+def running_traefik(
+    workdir: Path, dynamic: dict[str, Any], started: Callable[[int], bool], *flags: str
+) -> Iterator[int]:
+    """Traefik with the routers, middlewares and services ``dynamic`` (its file provider) on
+    the entry point `web` (a free loopback port, yielded) once ``started(port)`` says so (30 s
+    at most; an OSError counts as not yet); stopped when the block ends."""
+    binary = traefik_binary()
+    (workdir / "dynamic.yaml").write_text(yaml.safe_dump(dynamic))
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(binary),
+            "--global.checkNewVersion=false",
+            "--global.sendAnonymousUsage=false",
+            f"--entryPoints.web.address=127.0.0.1:{port}",
+            f"--providers.file.filename={workdir / 'dynamic.yaml'}",
+            *flags,
+            "--log.level=ERROR",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError):
+                if started(port):
+                    break
+            assert time.monotonic() < deadline, "Traefik did not start"
+            time.sleep(0.1)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)

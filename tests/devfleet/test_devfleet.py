@@ -16,8 +16,7 @@ import yaml
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from modelplane.devfleet import fleet as devfleet
-from modelplane.driver.fleet import Fleet
-from tests.fixtures.devfleet import REPO, Deployer, api_client, check, wait_for
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -37,7 +36,7 @@ def engine_ready() -> None:
 
 @pytest.fixture(scope="module")
 def apis(dev_fleet: devfleet.DevFleet) -> Iterator[dict[str, ApiClient]]:
-    clients = {c.name: api_client(c) for c in dev_fleet.clusters}
+    clients = {c.name: fx.api_client(c) for c in dev_fleet.clusters}
     try:
         yield clients
     finally:
@@ -46,8 +45,8 @@ def apis(dev_fleet: devfleet.DevFleet) -> Iterator[dict[str, ApiClient]]:
 
 
 @pytest.fixture(scope="module")
-def fleet_dir(deployer: Deployer) -> Path:
-    return deployer.copy_specs(REPO / "specs" / "dev", "dev")
+def fleet_dir(deployer: fx.Deployer) -> Path:
+    return deployer.dev_specs("dev")
 
 
 def lock_of(fleet_dir: Path) -> dict[str, Any]:
@@ -98,12 +97,12 @@ def test_dev_fleet_runs_real_control_planes(
 
 @pytest.fixture(scope="module")
 def deployed(
-    engine_ready: None, deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+    engine_ready: None, deployer: fx.Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
 ) -> dict[str, Any]:
-    run = check(Fleet.load(fleet_dir, env=deployer.env()).up())
+    run = fx.check(deployer.fleet(fleet_dir).up())
     lock = lock_of(fleet_dir)
     # qwen 3 pods, llama one LWS group of 2, mistral-pd one prefill + one decode pod
-    pods = wait_for("every serving pod bound and Running", lambda: all_running(apis, 7), 180)
+    pods = fx.wait_for("every serving pod bound and Running", lambda: all_running(apis, 7), 180)
     return {"run": run, "lock": lock, "pods": pods}
 
 
@@ -223,21 +222,21 @@ def claims(apis: dict[str, ApiClient]) -> int:
 
 
 def test_scale_up_and_down_pods_and_claims_follow(
-    deployed: dict[str, Any], deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+    deployed: dict[str, Any], deployer: fx.Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
 ) -> None:
     set_qwen_replicas(fleet_dir, 5)
-    check(Fleet.load(fleet_dir, env=deployer.env()).up())
-    wait_for("5 qwen pods", lambda: sum(map(len, qwen_pods(apis).values())) == 5, 120)
-    wait_for("claims for 9 pods", lambda: claims(apis) == 9, 60)
+    fx.check(deployer.fleet(fleet_dir).up())
+    fx.wait_for("5 qwen pods", lambda: sum(map(len, qwen_pods(apis).values())) == 5, 120)
+    fx.wait_for("claims for 9 pods", lambda: claims(apis) == 9, 60)
     set_qwen_replicas(fleet_dir, 3)
-    check(Fleet.load(fleet_dir, env=deployer.env()).up())
-    wait_for("3 qwen pods", lambda: sum(map(len, qwen_pods(apis).values())) == 3, 120)
+    fx.check(deployer.fleet(fleet_dir).up())
+    fx.wait_for("3 qwen pods", lambda: sum(map(len, qwen_pods(apis).values())) == 3, 120)
     # the garbage collector removes the claims of the deleted pods
-    wait_for("claims back to 7", lambda: claims(apis) == 7, 60)
+    fx.wait_for("claims back to 7", lambda: claims(apis) == 7, 60)
 
 
 def test_a_noexecute_taint_moves_the_replica(
-    deployed: dict[str, Any], deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+    deployed: dict[str, Any], deployer: fx.Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
 ) -> None:
     assert "dev-3" in qwen_pods(apis)
     path = fleet_dir / "fleet.yaml"
@@ -249,8 +248,8 @@ def test_a_noexecute_taint_moves_the_replica(
     )
     assert tainted != text
     path.write_text(tainted)
-    check(Fleet.load(fleet_dir, env=deployer.env()).up())
-    moved = wait_for(
+    fx.check(deployer.fleet(fleet_dir).up())
+    moved = fx.wait_for(
         "qwen off dev-3",
         lambda: (lambda p: p if "dev-3" not in p and sum(map(len, p.values())) == 3 else None)(
             qwen_pods(apis)
@@ -261,9 +260,9 @@ def test_a_noexecute_taint_moves_the_replica(
 
 
 def test_destroy_leaves_nothing_behind(
-    deployed: dict[str, Any], deployer: Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
+    deployed: dict[str, Any], deployer: fx.Deployer, fleet_dir: Path, apis: dict[str, ApiClient]
 ) -> None:
-    run = Fleet.load(fleet_dir, env=deployer.env()).destroy()
+    run = deployer.fleet(fleet_dir).destroy()
     assert all(r.ok for r in run.results), [(r.stack, r.error) for r in run.results]
 
     def leftovers() -> list[str] | None:
@@ -285,7 +284,7 @@ def test_destroy_leaves_nothing_behind(
                 left += [f"{cluster}/{plural}/{i['metadata']['name']}" for i in items]
         return None if left else ["clean"]
 
-    wait_for("nothing left in the demo namespace", leftovers, 120)
+    fx.wait_for("nothing left in the demo namespace", leftovers, 120)
 
 
 def test_rwx_volumes_bind_for_model_caches(apis: dict[str, ApiClient]) -> None:
@@ -303,7 +302,7 @@ def test_rwx_volumes_bind_for_model_caches(apis: dict[str, ApiClient]) -> None:
     }
     core.create_namespaced_persistent_volume_claim("default", claim)
     try:
-        wait_for(
+        fx.wait_for(
             "the RWX claim bound",
             lambda: (
                 core.read_namespaced_persistent_volume_claim("cache-probe", "default").status.phase

@@ -24,17 +24,7 @@ import pytest
 from modelplane.devcluster.certs import generate_ca, generate_serving_cert
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.fleet import ensure_caller_keys
-from modelplane.driver.fleet import Fleet
-from tests.fixtures.devfleet import (
-    GPU_16GI,
-    REPO,
-    Deployer,
-    model_deployment,
-    model_service,
-    modelplane,
-    specs_yaml,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -52,14 +42,14 @@ GATEWAY_SPEC = (
 
 @pytest.fixture(scope="module")
 def deployed(
-    deployer: Deployer, dev_fleet: devfleet.DevFleet
+    deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
 ) -> tuple[Path, str, ssl.SSLContext, dict[str, str]]:
     """(fleet dir, demo/chat's URL, a TLS context trusting the front door, caller -> key)."""
-    target = deployer.copy_specs(
-        REPO / "specs" / "dev",
+    target = deployer.dev_specs(
         "auth",
-        models=specs_yaml(
-            model_deployment("qwen", replicas=3, gpu=GPU_16GI), model_service("chat", "qwen")
+        models=fx.specs_yaml(
+            fx.model_deployment("qwen", replicas=3, gpu=fx.GPU_16GI),
+            fx.model_service("chat", "qwen"),
         ),
     )
     fleet = target / "fleet.yaml"
@@ -78,13 +68,11 @@ def deployed(
     keys = {
         name: (dev_fleet.root / "callers" / name).read_text().strip() for name in ("dev", "batch")
     }
-    up = modelplane(
-        "up", str(target), "--yes", "--wait", "--timeout", "5m", env=deployer.env(), timeout=900
-    )
+    up = deployer.run("up", str(target), "--yes", "--wait", "--timeout", "5m", timeout=900)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     for value in [*keys.values(), cert.key_pem.decode().splitlines()[1]]:
         assert value not in up.stdout + up.stderr
-    url = Fleet.load(target, env=deployer.env()).status().gateway["services"][CHAT]
+    url = deployer.fleet(target).status().gateway["services"][CHAT]
     assert url == f"https://{front}/demo/chat/", url
     context = ssl.create_default_context(cadata=ca.cert_pem.decode())
     return target, url, context, keys
@@ -124,7 +112,7 @@ def test_auth_callers_need_a_key_and_reach_engines_by_name(deployed: Any) -> Non
     _, url, tls, keys = deployed
 
     def ok(headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        return wait_for(
+        return fx.wait_for(
             "the front door answering",
             lambda: (r := post(url, tls, headers))[0] in (200, 401) and r,
             timeout=60,
@@ -162,7 +150,7 @@ def test_tls_front_door_certificate_and_plain_http_redirect(deployed: Any) -> No
 
 
 def test_auth_rotating_one_key_fails_no_request_of_another_caller(
-    deployed: Any, deployer: Deployer, dev_fleet: devfleet.DevFleet
+    deployed: Any, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
 ) -> None:
     target, url, tls, keys = deployed
     results: list[tuple[float, int]] = []
@@ -182,10 +170,10 @@ def test_auth_rotating_one_key_fails_no_request_of_another_caller(
         time.sleep(2)
         new = "sk-mp-rotated-" + "7" * 40
         (dev_fleet.root / "callers" / "dev").write_text(new + "\n")
-        up = modelplane("up", str(target), "--yes", env=deployer.env(), timeout=900)
+        up = deployer.run("up", str(target), "--yes", timeout=900)
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         assert new not in up.stdout + up.stderr
-        wait_for(
+        fx.wait_for(
             "the rotated key let in",
             lambda: post(url, tls, {"x-api-key": new})[0] == 200,
             timeout=60,

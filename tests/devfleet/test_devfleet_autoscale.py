@@ -23,22 +23,7 @@ import pytest
 import yaml
 
 from modelplane.devfleet import fleet as devfleet
-from modelplane.driver.fleet import Fleet
-from tests.fixtures.devfleet import (
-    REPO,
-    Deployer,
-    Load,
-    ReconcileLoop,
-    model_deployment,
-    model_service,
-    modelplane,
-    readiness,
-    reconcile_once_until_ready,
-    rounds,
-    specs_yaml,
-    start_reconcile,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -52,27 +37,27 @@ STEP_SECONDS = 60.0
 UP_SLACK = 1200.0
 RESULTS = Path(os.environ.get("MODELPLANE_AUTOSCALE_RESULTS", "/tmp/modelplane-autoscale.json"))
 
-MODELS = specs_yaml(
-    model_deployment(
+MODELS = fx.specs_yaml(
+    fx.model_deployment(
         "qwen",
-        autoscaling={
-            "minReplicas": 1,
-            "maxReplicas": 4,
-            "metrics": [{"type": "runningRequests", "target": 1}],
-            "scaleUp": {"stabilizationWindow": "0s", "maxStep": 3},
-            "scaleDown": {"stabilizationWindow": "20s", "maxStep": 3},
-            "drainTimeout": "15s",
-        },
+        autoscaling=fx.autoscaling(
+            1,
+            4,
+            1,
+            scaleUp={"stabilizationWindow": "0s", "maxStep": 3},
+            scaleDown={"stabilizationWindow": "20s", "maxStep": 3},
+            drainTimeout="15s",
+        ),
         service_time="0.2",
         concurrency="4",
     ),
-    model_service("chat", "qwen"),
+    fx.model_service("chat", "qwen"),
 )
 
 
 @pytest.fixture(scope="module")
-def fleet_dir(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> Path:
-    return deployer.copy_specs(REPO / "specs" / "dev", "autoscale", models=MODELS)
+def fleet_dir(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> Path:
+    return deployer.dev_specs("autoscale", models=MODELS)
 
 
 def locked(fleet_dir: Path) -> dict[str, Any]:
@@ -88,11 +73,11 @@ def serving_clusters(fleet_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def reconciler(
-    fleet_dir: Path, deployer: Deployer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ReconcileLoop]:
-    reconcile_once_until_ready(fleet_dir, deployer, QWEN)
+    fleet_dir: Path, deployer: fx.Deployer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[fx.ReconcileLoop]:
+    fx.reconcile_once_until_ready(fleet_dir, deployer, QWEN)
     work = tmp_path_factory.mktemp("autoscale-reconcile")
-    loop = start_reconcile(fleet_dir, deployer.env(), work, interval=INTERVAL)
+    loop = fx.start_reconcile(fleet_dir, deployer.env(), work, interval=INTERVAL)
     try:
         yield loop
     finally:
@@ -100,37 +85,37 @@ def reconciler(
 
 
 def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
-    fleet_dir: Path, deployer: Deployer, reconciler: ReconcileLoop
+    fleet_dir: Path, deployer: fx.Deployer, reconciler: fx.ReconcileLoop
 ) -> None:
-    url = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"][CHAT]
+    url = deployer.fleet(fleet_dir).status().gateway["services"][CHAT]
     assert locked(fleet_dir)["autoscaledReplicas"] == 1
-    wait_for("a first round", lambda: len(rounds(reconciler)) >= 1, timeout=UP_SLACK)
-    base = Load(url).__enter__()
-    step: list[Load] = []
+    fx.wait_for("a first round", lambda: len(fx.rounds(reconciler)) >= 1, timeout=UP_SLACK)
+    base = fx.Load(url).__enter__()
+    step: list[fx.Load] = []
     try:
         time.sleep(INTERVAL + 2)
-        quiet = rounds(reconciler)[-1]
+        quiet = fx.rounds(reconciler)[-1]
         assert quiet["ok"], quiet
         assert quiet["autoscale"][QWEN]["to"] == 1, quiet["autoscale"]
         started = time.monotonic()
-        step = [Load(url).__enter__() for _ in range(10)]
+        step = [fx.Load(url).__enter__() for _ in range(10)]
 
         def scaled_out() -> bool:
             return locked(fleet_dir).get("autoscaledReplicas") == 4
 
-        wait_for("the lock at 4 replicas", scaled_out, timeout=UP_SLACK, interval=0.5)
+        fx.wait_for("the lock at 4 replicas", scaled_out, timeout=UP_SLACK, interval=0.5)
         decided = time.monotonic()
-        wait_for(
+        fx.wait_for(
             "qwen 4/4 ready",
-            lambda: readiness(fleet_dir, deployer).deployment(QWEN).ready == 4,
+            lambda: fx.readiness(fleet_dir, deployer).deployment(QWEN).ready == 4,
             timeout=UP_SLACK,
             interval=1.0,
         )
         ready = time.monotonic()
         # the new replicas join the route only once seen Ready (the round after)
-        wait_for(
+        fx.wait_for(
             "4 endpoints routable",
-            lambda: readiness(fleet_dir, deployer).service(CHAT).routable == 4,
+            lambda: fx.readiness(fleet_dir, deployer).service(CHAT).routable == 4,
             timeout=UP_SLACK,
             interval=1.0,
         )
@@ -146,7 +131,7 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
             d = locked(fleet_dir)
             return d.get("autoscaledReplicas") == 1 and len(d.get("replicas", [])) == 1
 
-        wait_for(
+        fx.wait_for(
             "back to 1 replica",
             back_to_min,
             timeout=DOWN_WINDOW + 6 * INTERVAL + 2 * UP_SLACK,
@@ -159,16 +144,16 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
         def drain_applied() -> bool:
             # a round's JSON comes after its `up`, which deleted its drained workloads; the
             # scale-in may take more than one step
-            done = {n for r in rounds(reconciler) if r["up"] for n in r["drained"]}
+            done = {n for r in fx.rounds(reconciler) if r["up"] for n in r["drained"]}
             return done >= leavers
 
-        wait_for("the drained workloads deleted", drain_applied, timeout=UP_SLACK, interval=1.0)
+        fx.wait_for("the drained workloads deleted", drain_applied, timeout=UP_SLACK, interval=1.0)
         time.sleep(5)  # requests keep flowing after the deletion
     finally:
         for load in step:
             load.__exit__()
         base.__exit__()
-    seen = rounds(reconciler)
+    seen = fx.rounds(reconciler)
     drained = {name: why for r in seen for name, why in r["drained"].items()}
     draining_rounds = [r for r in seen if r["draining"]]
     failures = base.failures() + [f for load in step for f in load.failures()]
@@ -207,27 +192,27 @@ def test_autoscaling_load_step_scales_out_then_in_without_failed_requests(
 
 def pair(name: str, priority: int) -> str:
     """A deployment (and its ModelService) that scales out fast on the L4 pools."""
-    return specs_yaml(
-        model_deployment(
+    return fx.specs_yaml(
+        fx.model_deployment(
             name,
             model=name,
             priority=priority,
-            autoscaling={
-                "minReplicas": 1,
-                "maxReplicas": 7,
-                "metrics": [{"type": "runningRequests", "target": 0.5}],
-                "scaleUp": {"stabilizationWindow": "0s", "maxStep": 6},
-                "scaleDown": {"stabilizationWindow": "5m"},
-            },
+            autoscaling=fx.autoscaling(
+                1,
+                7,
+                0.5,
+                scaleUp={"stabilizationWindow": "0s", "maxStep": 6},
+                scaleDown={"stabilizationWindow": "5m"},
+            ),
             service_time="0.5",
             concurrency="8",
         ),
-        model_service(name, name),
+        fx.model_service(name, name),
     )
 
 
 def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
-    fleet_dir: Path, deployer: Deployer, reconciler: ReconcileLoop
+    fleet_dir: Path, deployer: fx.Deployer, reconciler: fx.ReconcileLoop
 ) -> None:
     """hi (priority 10) and lo (priority 0) both under load on the 7 L4 nodes (qwen holds
     one): hi's scale-out takes the free nodes, lo is capped with the shortfall reason."""
@@ -235,40 +220,42 @@ def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
         (fleet_dir / f"{name}.yaml").write_text(pair(name, priority))
 
     def both_ready() -> bool:
-        view = readiness(fleet_dir, deployer)
+        view = fx.readiness(fleet_dir, deployer)
         return all(view.deployment(f"demo/{n}").ready == 1 for n in ("hi", "lo"))
 
-    wait_for("hi and lo 1/1 ready", both_ready, timeout=2 * UP_SLACK, interval=2.0)
+    fx.wait_for("hi and lo 1/1 ready", both_ready, timeout=2 * UP_SLACK, interval=2.0)
 
     def urls() -> dict[str, Any] | None:
-        services = Fleet.load(fleet_dir, env=deployer.env()).status().gateway.get("services", {})
+        services = deployer.fleet(fleet_dir).status().gateway.get("services", {})
         return services if services.get("demo/hi") and services.get("demo/lo") else None
 
-    services = wait_for("hi and lo routed", urls, timeout=UP_SLACK, interval=5.0)
-    seen_before = len(rounds(reconciler))
+    services = fx.wait_for("hi and lo routed", urls, timeout=UP_SLACK, interval=5.0)
+    seen_before = len(fx.rounds(reconciler))
     # Both loads must be in full flow before a round reads them: a round during the ramp
     # would scale hi by less than the free room and lawfully give lo the rest. So the
     # reconcile process is paused (SIGSTOP) while the clients start; a round it was in
     # the middle of read no load, and changes nothing.
     process = reconciler.process
-    loads: list[Load] = []
+    loads: list[fx.Load] = []
     try:
         process.send_signal(signal.SIGSTOP)
         try:
             for name in ("hi", "lo"):
-                loads += [Load(services[f"demo/{name}"]).__enter__() for _ in range(6)]
-            wait_for("both loads flowing", lambda: all(x.count() >= 3 for x in loads), 120)
+                loads += [fx.Load(services[f"demo/{name}"]).__enter__() for _ in range(6)]
+            fx.wait_for("both loads flowing", lambda: all(x.count() >= 3 for x in loads), 120)
         finally:
             process.send_signal(signal.SIGCONT)
 
         def decided() -> dict[str, Any] | None:
-            for r in rounds(reconciler)[seen_before:]:
+            for r in fx.rounds(reconciler)[seen_before:]:
                 auto = r["autoscale"]
                 if auto.get("demo/hi", {}).get("to", 1) > 1 and r["up"] is not None:
                     return r
             return None
 
-        scaled = wait_for("hi scaled out", decided, timeout=6 * INTERVAL + UP_SLACK, interval=1.0)
+        scaled = fx.wait_for(
+            "hi scaled out", decided, timeout=6 * INTERVAL + UP_SLACK, interval=1.0
+        )
     finally:
         for load in loads:
             load.__exit__()
@@ -278,7 +265,7 @@ def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
     qwen = lock[QWEN]["replicas"]
     assert len(qwen) + len(hi) + len(lo) == 7, (qwen, hi, lo)  # every L4 node taken
     assert len(hi) == 7 - len(qwen) - 1 and len(lo) == 1, (hi, lo)
-    plan = modelplane("plan", str(fleet_dir), "-o", "json", env=deployer.env())
+    plan = deployer.run("plan", str(fleet_dir), "-o", "json")
     out = json.loads(plan.stdout)["deployments"]
     assert out["demo/lo"]["autoscaling"]["replicas"] > 1 and out["demo/lo"]["unplaced"] >= 1
     assert any("pool l4 has 0 free nodes" in why for why in out["demo/lo"]["reasons"]), out

@@ -20,21 +20,8 @@ import pytest
 import yaml
 
 from modelplane.devfleet import fleet as devfleet
-from modelplane.driver.fleet import Fleet
 from modelplane.observe.prometheus import PROMETHEUS_NAMESPACE, PROMETHEUS_SERVICE
-from tests.fixtures.devfleet import (
-    REPO,
-    Deployer,
-    Load,
-    model_deployment,
-    model_service,
-    reconcile_once_until_ready,
-    rounds,
-    running_dev_fleet,
-    specs_yaml,
-    start_reconcile,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine, pytest.mark.prometheus]
 
@@ -43,19 +30,14 @@ CHAT = "demo/chat"
 INTERVAL = 10.0
 UP_SLACK = 900.0
 
-MODELS = specs_yaml(
-    model_deployment(
+MODELS = fx.specs_yaml(
+    fx.model_deployment(
         "qwen",
-        autoscaling={
-            "minReplicas": 1,
-            "maxReplicas": 2,
-            "metrics": [{"type": "runningRequests", "target": 50}],
-            "scaleDown": {"stabilizationWindow": "10m"},
-        },
+        autoscaling=fx.autoscaling(1, 2, 50, scaleDown={"stabilizationWindow": "10m"}),
         service_time="0.5",
         concurrency="8",
     ),
-    model_service("chat", "qwen"),
+    fx.model_service("chat", "qwen"),
 )
 
 
@@ -64,9 +46,9 @@ def one_cluster_specs(target: Path) -> Path:
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
-    (target / "Pulumi.yaml").write_text((REPO / "specs" / "dev" / "Pulumi.yaml").read_text())
+    (target / "Pulumi.yaml").write_text((fx.REPO / "specs" / "dev" / "Pulumi.yaml").read_text())
     kept = []
-    for doc in yaml.safe_load_all((REPO / "specs" / "dev" / "fleet.yaml").read_text()):
+    for doc in yaml.safe_load_all((fx.REPO / "specs" / "dev" / "fleet.yaml").read_text()):
         if doc["kind"] == "InferenceCluster":
             if doc["metadata"]["name"] != "dev-1":
                 continue
@@ -81,12 +63,12 @@ def one_cluster_specs(target: Path) -> Path:
 def dev_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devfleet.DevFleet]:
     """dev-1 alone, with its Prometheus; stopped after the module."""
     specs = one_cluster_specs(tmp_path_factory.mktemp("prometheus-specs") / "fleet")
-    with running_dev_fleet(tmp_path_factory, clusters=1, specs=specs, prometheus=True) as fleet:
+    with fx.running_dev_fleet(tmp_path_factory, clusters=1, specs=specs, prometheus=True) as fleet:
         yield fleet
 
 
 def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
-    dev_fleet: devfleet.DevFleet, deployer: Deployer, tmp_path: Path
+    dev_fleet: devfleet.DevFleet, deployer: fx.Deployer, tmp_path: Path
 ) -> None:
     cluster = dev_fleet.cluster("dev-1")
     prometheus = cluster.process("prometheus")
@@ -97,19 +79,21 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
     assert service["spec"]["ports"][0]["name"] == "http-web"
 
     fleet_dir = deployer.copy_specs(one_cluster_specs(tmp_path / "specs"), "prometheus")
-    reconcile_once_until_ready(fleet_dir, deployer, QWEN)
-    loop = start_reconcile(fleet_dir, deployer.env(), tmp_path, interval=INTERVAL)
-    load: Load | None = None
-    clients: list[Load] = []
+    fx.reconcile_once_until_ready(fleet_dir, deployer, QWEN)
+    loop = fx.start_reconcile(fleet_dir, deployer.env(), tmp_path, interval=INTERVAL)
+    load: fx.Load | None = None
+    clients: list[fx.Load] = []
     try:
         # the loop's first round runs an `up` (a new process); it routes the Ready replica
-        wait_for("a first round", lambda: len(rounds(loop)) >= 1, timeout=UP_SLACK, interval=1.0)
-        url = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"][CHAT]
-        load = Load(url).__enter__()
-        clients = [Load(url).__enter__() for _ in range(3)]
+        fx.wait_for(
+            "a first round", lambda: len(fx.rounds(loop)) >= 1, timeout=UP_SLACK, interval=1.0
+        )
+        url = deployer.fleet(fleet_dir).status().gateway["services"][CHAT]
+        load = fx.Load(url).__enter__()
+        clients = [fx.Load(url).__enter__() for _ in range(3)]
 
         def from_prometheus(since: int) -> dict[str, Any] | None:
-            for r in rounds(loop)[since:]:
+            for r in fx.rounds(loop)[since:]:
                 auto = r["autoscale"].get(QWEN) or {}
                 sources = set((auto.get("metricsSource") or {}).values())
                 observed = (auto.get("metrics") or [{}])[0].get("observed")
@@ -117,7 +101,7 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
                     return r
             return None
 
-        seen = wait_for(
+        seen = fx.wait_for(
             "a round reading qwen's load from Prometheus",
             lambda: from_prometheus(0),
             timeout=6 * INTERVAL,
@@ -128,16 +112,16 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
         assert seen["autoscale"][QWEN]["to"] == 1
 
         prometheus.stop(timeout=10)
-        stopped_at = len(rounds(loop))
+        stopped_at = len(fx.rounds(loop))
 
         def from_pod_proxy() -> dict[str, Any] | None:
-            for r in rounds(loop)[stopped_at:]:
+            for r in fx.rounds(loop)[stopped_at:]:
                 auto = r["autoscale"].get(QWEN) or {}
                 if set((auto.get("metricsSource") or {}).values()) == {"pod-proxy"}:
                     return r
             return None
 
-        fell_back = wait_for(
+        fell_back = fx.wait_for(
             "a round reading the pod proxy", from_pod_proxy, timeout=4 * INTERVAL, interval=1.0
         )
         auto = fell_back["autoscale"][QWEN]
@@ -153,6 +137,6 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
         loop.stop()
     failures = [f for c in [*clients, *([load] if load else [])] for f in c.failures()]
     assert not failures, failures[:5]
-    seen_rounds = rounds(loop)
+    seen_rounds = fx.rounds(loop)
     assert all(r["ok"] for r in seen_rounds), [r for r in seen_rounds if not r["ok"]][:2]
     assert "Traceback" not in loop.err.read_text()

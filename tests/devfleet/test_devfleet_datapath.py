@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,7 @@ from modelplane.cli.call import chat_completion
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.agent import EXTERNALS_FILE
 from modelplane.driver.fleet import Fleet
-from tests.fixtures.devfleet import (
-    GPU_16GI,
-    REPO,
-    Deployer,
-    check,
-    model_deployment,
-    specs_yaml,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -39,26 +32,19 @@ EXTERNAL_IP = "10.254.0.10"
 EXTERNAL_NAME = "external.modelplane.test"
 EXTERNAL_NAME_IP = "10.254.0.11"
 
-# after the deployment split (write_split): the partners and the services over them
+
+def partner(name: str, host: str) -> dict[str, Any]:
+    """An external ModelEndpoint at http://HOST:9000/, labelled provider=NAME."""
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelEndpoint",
+        "metadata": {"name": name, "namespace": "web", "labels": {"provider": name}},
+        "spec": {"url": f"http://{host}:9000/"},
+    }
+
+
+# after the deployment split (write_split): the services over it and the partners
 SERVICES = """---
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelEndpoint
-metadata:
-  name: partner-ip
-  namespace: web
-  labels: {provider: partner-ip}
-spec:
-  url: http://EXTERNAL_IP:9000/
----
-apiVersion: modelplane.ai/v1alpha1
-kind: ModelEndpoint
-metadata:
-  name: partner-name
-  namespace: web
-  labels: {provider: partner-name}
-spec:
-  url: http://EXTERNAL_NAME:9000/
----
 apiVersion: modelplane.ai/v1alpha1
 kind: ModelService
 metadata: {name: split, namespace: web}
@@ -79,9 +65,11 @@ spec:
 
 
 @pytest.fixture(scope="module")
-def served(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
-    """specs/dev plus the split services, deployed, with external stand-ins running."""
-    (dev_fleet.root / EXTERNALS_FILE).write_text(
+def served(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> Iterator[dict[str, Any]]:
+    """specs/dev plus the split services, deployed, with external stand-ins running (until
+    the module ends: the dev fleet is shared)."""
+    externals = dev_fleet.root / EXTERNALS_FILE
+    externals.write_text(
         json.dumps(
             [
                 {"ip": EXTERNAL_IP, "port": 9000, "replica": "partner-ip", "cluster": "outside"},
@@ -95,29 +83,31 @@ def served(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
             ]
         )
     )
-    fleet_dir = deployer.copy_specs(REPO / "specs" / "dev", "datapath")
+    fleet_dir = deployer.dev_specs("datapath")
     write_split(fleet_dir, replicas=3)
-    fleet = Fleet.load(fleet_dir, env=deployer.env())
-    check(fleet.up())
-    services = wait_for(
+    fleet = deployer.fleet(fleet_dir)
+    fx.check(fleet.up())
+    services = fx.wait_for(
         "service URLs", lambda: fleet.status().gateway.get("services") or {}, timeout=60
     )
-    return {"dir": fleet_dir, "services": services, "env": deployer.env()}
+    try:
+        yield {"dir": fleet_dir, "services": services, "env": deployer.env()}
+    finally:
+        externals.unlink(missing_ok=True)
 
 
 def write_split(fleet_dir: Path, replicas: int) -> None:
-    split = model_deployment(
+    split = fx.model_deployment(
         "split",
         namespace="web",
         replicas=replicas,
-        gpu=GPU_16GI,
+        gpu=fx.GPU_16GI,
         model="split-model",
         cpu="2",
         memory="8Gi",
     )
-    text = specs_yaml(split) + SERVICES.replace("EXTERNAL_IP", EXTERNAL_IP).replace(
-        "EXTERNAL_NAME", EXTERNAL_NAME
-    )
+    partners = (partner("partner-ip", EXTERNAL_IP), partner("partner-name", EXTERNAL_NAME))
+    text = fx.specs_yaml(split, *partners) + SERVICES
     (fleet_dir / "split.yaml").write_text(text)
 
 
@@ -151,7 +141,7 @@ def answered(url: str, path: str = "v1/chat/completions") -> int:
 def test_chat_and_messages_through_the_front_door(served: dict[str, Any], service: str) -> None:
     url = served["services"][service]
     assert url.startswith("http://127.77.") and url.endswith(f"/{service}/")
-    wait_for(f"{service} answering", lambda: answered(url) == 200, timeout=60)
+    fx.wait_for(f"{service} answering", lambda: answered(url) == 200, timeout=60)
     status, body, headers = post(
         url, "v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     )
@@ -208,7 +198,7 @@ def _shares(url: str, n: int) -> Counter[str]:
 
 def test_weights_hold_over_2000_requests(served: dict[str, Any]) -> None:
     url = served["services"]["web/split"]
-    wait_for("web/split answering", lambda: answered(url) == 200, timeout=60)
+    fx.wait_for("web/split answering", lambda: answered(url) == 200, timeout=60)
     seen = _shares(url, 2000)
     assert len(seen) == 4, seen
     shares = {k: 100 * v / 2000 for k, v in seen.items()}
@@ -245,8 +235,8 @@ def test_adding_a_replica_shifts_the_split_without_failed_requests(
     thread.start()
     try:
         write_split(served["dir"], replicas=4)
-        check(Fleet.load(served["dir"], env=served["env"]).up())
-        wait_for("4 replicas answering", lambda: len(_shares(url, 200)) == 5, timeout=120)
+        fx.check(Fleet.load(served["dir"], env=served["env"]).up())
+        fx.wait_for("4 replicas answering", lambda: len(_shares(url, 200)) == 5, timeout=120)
         time.sleep(2)
     finally:
         stop.set()

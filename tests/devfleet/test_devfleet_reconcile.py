@@ -20,27 +20,9 @@ import yaml
 
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.cluster import FleetCluster
-from modelplane.driver.fleet import Fleet
 from modelplane.observe.cluster import observe_routes
 from modelplane.observe.kube import KubeReader, parse_kubeconfig
-from tests.fixtures.devfleet import (
-    GPU_16GI,
-    REPO,
-    Deployer,
-    Load,
-    Outage,
-    ReconcileLoop,
-    events,
-    json_stream,
-    model_deployment,
-    model_service,
-    modelplane,
-    readiness,
-    rounds,
-    specs_yaml,
-    start_reconcile,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -57,8 +39,9 @@ RESULTS = Path(os.environ.get("MODELPLANE_FAILOVER_RESULTS", "/tmp/modelplane-fa
 
 def models(replicas: int) -> str:
     """qwen (``replicas``, a GPU of 16 GiB or more each) behind the ModelService demo/chat."""
-    return specs_yaml(
-        model_deployment("qwen", replicas=replicas, gpu=GPU_16GI), model_service("chat", "qwen")
+    return fx.specs_yaml(
+        fx.model_deployment("qwen", replicas=replicas, gpu=fx.GPU_16GI),
+        fx.model_service("chat", "qwen"),
     )
 
 
@@ -67,8 +50,8 @@ def write_models(fleet_dir: Path, replicas: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet_dir(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> Path:
-    return deployer.copy_specs(REPO / "specs" / "dev", "reconcile", models=models(3))
+def fleet_dir(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> Path:
+    return deployer.dev_specs("reconcile", models=models(3))
 
 
 def lock_clusters(fleet_dir: Path) -> list[str]:
@@ -80,43 +63,43 @@ def lock_clusters(fleet_dir: Path) -> list[str]:
 
 
 def test_reconcile_once_and_status_readiness_goes_from_0_to_m(
-    fleet_dir: Path, deployer: Deployer
+    fleet_dir: Path, deployer: fx.Deployer
 ) -> None:
-    before = readiness(fleet_dir, deployer).deployment(QWEN)
+    before = fx.readiness(fleet_dir, deployer).deployment(QWEN)
     assert (before.ready, before.desired, before.placed) == (0, 3, 0)
     assert before.conditions[1].reason == "NothingPlaced"
 
-    result = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
+    result = deployer.run("reconcile", str(fleet_dir), "--once", "-o", "json")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (round_,) = json_stream(result.stdout)
+    (round_,) = fx.json_stream(result.stdout)
     assert round_["ok"] and round_["lockWritten"] and not round_["upSkipped"]
     assert len(round_["added"]) == 3
 
     seen: list[str] = []
 
     def all_ready() -> bool:
-        d = readiness(fleet_dir, deployer).deployment(QWEN)
+        d = fx.readiness(fleet_dir, deployer).deployment(QWEN)
         seen.append(f"{d.ready}/{d.desired}")
         return d.ready == 3
 
-    wait_for("qwen 3/3 ready", all_ready, timeout=180, interval=0.5)
+    fx.wait_for("qwen 3/3 ready", all_ready, timeout=180, interval=0.5)
     assert seen[-1] == "3/3"
-    view = readiness(fleet_dir, deployer)
+    view = fx.readiness(fleet_dir, deployer)
     assert [c.health for c in view.clusters] == ["Healthy"] * 3
     assert view.deployment(QWEN).clusters == ["dev-1", "dev-2", "dev-3"]
     assert view.deployment(QWEN).conditions[1].reason == "AllReady"
 
-    wide = modelplane("status", str(fleet_dir), "-o", "wide", env=deployer.env())
+    wide = deployer.run("status", str(fleet_dir), "-o", "wide")
     assert wide.returncode == 0, wide.stderr[-3000:]
     assert "3/3" in wide.stdout and "ReplicasReady=True" in wide.stdout
     assert wide.stdout.count("Ready") >= 3 and "replicas" in wide.stdout
-    data = json.loads(modelplane("status", str(fleet_dir), "-o", "json", env=deployer.env()).stdout)
+    data = json.loads(deployer.run("status", str(fleet_dir), "-o", "json").stdout)
     assert data["readiness"]["deployments"][QWEN]["ready"] == "3/3"
     chat = data["readiness"]["services"][CHAT]
     assert (chat["endpoints"], chat["routable"]) == (3, 3) and chat["url"]
 
-    again = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=deployer.env())
-    (second,) = json_stream(again.stdout)
+    again = deployer.run("reconcile", str(fleet_dir), "--once", "-o", "json")
+    (second,) = fx.json_stream(again.stdout)
     assert second["ok"] and not second["lockWritten"] and second["added"] == []
     # a deployment's only replicas are never kept out of its routes, and reconcile
     # forgets its readiness view when it stops
@@ -143,16 +126,16 @@ def _set_pod_ready(cluster: FleetCluster, pod: str, ready: bool) -> None:
 
 
 def test_reconcile_a_pod_forced_unready_shows_with_its_reason(
-    fleet_dir: Path, deployer: Deployer, dev_fleet: devfleet.DevFleet
+    fleet_dir: Path, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
 ) -> None:
     cluster = dev_fleet.cluster("dev-2")
     pod = _qwen_pod(cluster)
     _set_pod_ready(cluster, pod, False)
     try:
-        view = wait_for(
+        view = fx.wait_for(
             "qwen 2/3",
             lambda: (lambda v: v if v.deployment(QWEN).ready == 2 else None)(
-                readiness(fleet_dir, deployer)
+                fx.readiness(fleet_dir, deployer)
             ),
             timeout=30,
         )
@@ -163,10 +146,12 @@ def test_reconcile_a_pod_forced_unready_shows_with_its_reason(
         assert d.conditions[1].reason == "ReplicasNotReady"
         assert view.service(CHAT).routable == 2
         time.sleep(3)  # kwok does not make a pod it already started Ready again
-        assert readiness(fleet_dir, deployer).deployment(QWEN).ready == 2
+        assert fx.readiness(fleet_dir, deployer).deployment(QWEN).ready == 2
     finally:
         _set_pod_ready(cluster, pod, True)
-    wait_for("qwen 3/3 again", lambda: readiness(fleet_dir, deployer).deployment(QWEN).ready == 3)
+    fx.wait_for(
+        "qwen 3/3 again", lambda: fx.readiness(fleet_dir, deployer).deployment(QWEN).ready == 3
+    )
 
 
 GATEWAY = (
@@ -175,7 +160,7 @@ GATEWAY = (
 
 
 def test_reconcile_a_cluster_without_gateway_address_gets_no_new_replicas(
-    fleet_dir: Path, deployer: Deployer, dev_fleet: devfleet.DevFleet
+    fleet_dir: Path, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
 ) -> None:
     """dev-2's Gateway loses its address (its controller, Traefik, is frozen meanwhile)."""
     cluster = dev_fleet.cluster("dev-2")
@@ -198,13 +183,11 @@ def test_reconcile_a_cluster_without_gateway_address_gets_no_new_replicas(
         set_addresses([])
         # A plan-only deployment asking for more than the fleet has: reasons for every cluster.
         (fleet_dir / "probe.yaml").write_text(
-            specs_yaml(model_deployment("probe", replicas=100, gpu=GPU_16GI))
+            fx.specs_yaml(fx.model_deployment("probe", replicas=100, gpu=fx.GPU_16GI))
         )
-        plain = json.loads(
-            modelplane("plan", str(fleet_dir), "-o", "json", env=deployer.env()).stdout
-        )
+        plain = json.loads(deployer.run("plan", str(fleet_dir), "-o", "json").stdout)
         assert "dev-2" in {r["cluster"] for r in plain["deployments"]["demo/probe"]["replicas"]}
-        result = modelplane("plan", str(fleet_dir), "--observe", "-o", "json", env=deployer.env())
+        result = deployer.run("plan", str(fleet_dir), "--observe", "-o", "json")
         assert result.returncode == 0, result.stderr[-2000:]
         out = json.loads(result.stdout)
         probe = out["deployments"]["demo/probe"]
@@ -216,34 +199,32 @@ def test_reconcile_a_cluster_without_gateway_address_gets_no_new_replicas(
         # the replica already there stays (grace period)
         assert "dev-2" in {r["cluster"] for r in out["deployments"][QWEN]["replicas"]}
         assert list(out["unhealthy"]) == ["dev-2"]
-        view = readiness(fleet_dir, deployer)
+        view = fx.readiness(fleet_dir, deployer)
         assert [c.health for c in view.clusters if c.name == "dev-2"] == ["NoGatewayAddress"]
     finally:
         (fleet_dir / "probe.yaml").unlink(missing_ok=True)
         set_addresses(addresses)
         os.killpg(traefik.pid, signal.SIGCONT)
-    wait_for(
+    fx.wait_for(
         "dev-2 healthy again",
-        lambda: [c.health for c in readiness(fleet_dir, deployer).clusters] == ["Healthy"] * 3,
+        lambda: [c.health for c in fx.readiness(fleet_dir, deployer).clusters] == ["Healthy"] * 3,
         timeout=60,
     )
 
 
 def test_reconcile_up_wait_returns_once_the_new_replica_is_ready(
-    fleet_dir: Path, deployer: Deployer
+    fleet_dir: Path, deployer: fx.Deployer
 ) -> None:
     write_models(fleet_dir, 4)
     try:
-        result = modelplane(
-            "up", str(fleet_dir), "--yes", "--wait", "--timeout", "3m", env=deployer.env()
-        )
+        result = deployer.run("up", str(fleet_dir), "--yes", "--wait", "--timeout", "3m")
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         assert "ready: 1 deployment(s)" in result.stderr
-        d = readiness(fleet_dir, deployer).deployment(QWEN)
+        d = fx.readiness(fleet_dir, deployer).deployment(QWEN)
         assert (d.ready, d.desired) == (4, 4)
     finally:
         write_models(fleet_dir, 3)
-        back = modelplane("up", str(fleet_dir), "--yes", env=deployer.env())
+        back = deployer.run("up", str(fleet_dir), "--yes")
     assert back.returncode == 0, back.stderr[-2000:]
     assert lock_clusters(fleet_dir) == ["dev-1", "dev-2", "dev-3"]
 
@@ -252,8 +233,10 @@ def test_reconcile_up_wait_returns_once_the_new_replica_is_ready(
 
 
 @pytest.fixture
-def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[ReconcileLoop]:
-    loop = start_reconcile(
+def reconciler(
+    fleet_dir: Path, deployer: fx.Deployer, tmp_path: Path
+) -> Iterator[fx.ReconcileLoop]:
+    loop = fx.start_reconcile(
         fleet_dir, deployer.env(), tmp_path, interval=INTERVAL, grace=GRACE, probe=PROBE
     )
     try:
@@ -292,26 +275,26 @@ def replica_objects(cluster: FleetCluster, replica: str) -> list[str]:
 
 def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
     fleet_dir: Path,
-    deployer: Deployer,
+    deployer: fx.Deployer,
     dev_fleet: devfleet.DevFleet,
-    reconciler: ReconcileLoop,
+    reconciler: fx.ReconcileLoop,
 ) -> None:
     assert lock_clusters(fleet_dir) == ["dev-1", "dev-2", "dev-3"]
     lock = yaml.safe_load((fleet_dir / "modelplane.lock.yaml").read_text())
     (dead,) = [r["name"] for r in lock["deployments"][QWEN]["replicas"] if r["cluster"] == "dev-3"]
-    url = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"][CHAT]
+    url = deployer.fleet(fleet_dir).status().gateway["services"][CHAT]
     gateway_cluster = dev_fleet.cluster("dev-1")
     assert dead in live_routes(gateway_cluster)
-    wait_for("a first quiet round", lambda: len(rounds(reconciler)) >= 1, timeout=180)
-    assert rounds(reconciler)[0]["ok"], rounds(reconciler)[0]
-    outage = Outage(dev_fleet, dev_fleet.cluster("dev-3"))
-    with Load(url) as load:
+    fx.wait_for("a first quiet round", lambda: len(fx.rounds(reconciler)) >= 1, timeout=180)
+    assert fx.rounds(reconciler)[0]["ok"], fx.rounds(reconciler)[0]
+    outage = fx.Outage(dev_fleet, dev_fleet.cluster("dev-3"))
+    with fx.Load(url) as load:
         time.sleep(3)
         assert load.count() > 5 and not load.failures(), load.results[-5:]
         down = time.monotonic()
         outage.start()
 
-        wait_for(
+        fx.wait_for(
             "dev-3's endpoint out of the live route",
             lambda: dead not in live_routes(gateway_cluster),
             timeout=300,
@@ -322,27 +305,27 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
         def moved() -> bool:
             return "dev-3" not in lock_clusters(fleet_dir)
 
-        wait_for("qwen re-placed off dev-3", moved, timeout=300, interval=0.2)
+        fx.wait_for("qwen re-placed off dev-3", moved, timeout=300, interval=0.2)
         replaced = time.monotonic()
 
         def routes_updated() -> dict[str, Any] | None:
-            for r in rounds(reconciler):
+            for r in fx.rounds(reconciler):
                 if r["removed"] and r["up"] is not None:
                     return r
             return None
 
-        applied = wait_for("the round that moved qwen to finish its up", routes_updated, 300)
+        applied = fx.wait_for("the round that moved qwen to finish its up", routes_updated, 300)
         recovered = time.monotonic()
         assert applied["ok"], applied
         assert "dev-3" in applied["evicting"]
         assert applied["forgotten"].get("deploy-demo-qwen"), applied["forgotten"]
         ran = {s["stack"]: s["result"] for s in applied["up"]["stacks"]}
         assert ran["deploy-demo-qwen"] == "succeeded" and ran["gateway"] == "succeeded"
-        first = next(r for r in rounds(reconciler) if r["routesFirst"] is not None)
+        first = next(r for r in fx.rounds(reconciler) if r["routesFirst"] is not None)
         assert first["unroutable"] == {"dev-3": first["unroutable"]["dev-3"]}, first
         assert [s["stack"] for s in first["routesFirst"]["stacks"]] == ["gateway"]
         # the new replica joins the route once a round has seen it Ready
-        wait_for(
+        fx.wait_for(
             "3 endpoints in the live route",
             lambda: len(live_routes(gateway_cluster)) == 3,
             timeout=300,
@@ -362,31 +345,33 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
         # Bring dev-3 back: nothing moves back, nothing flaps, its orphans are deleted.
         outage.end()
         back = time.monotonic()
-        wait_for(
+        fx.wait_for(
             "dev-3 healthy",
-            lambda: [c.health for c in readiness(fleet_dir, deployer).clusters] == ["Healthy"] * 3,
+            lambda: (
+                [c.health for c in fx.readiness(fleet_dir, deployer).clusters] == ["Healthy"] * 3
+            ),
             timeout=120,
         )
-        wait_for(
+        fx.wait_for(
             "dev-3's orphans deleted",
             lambda: not replica_objects(dev_fleet.cluster("dev-3"), dead),
             timeout=120,
         )
         cleaned = time.monotonic()
         lock_after = (fleet_dir / "modelplane.lock.yaml").read_text()
-        seen = len(rounds(reconciler))
-        wait_for("two more rounds", lambda: len(rounds(reconciler)) >= seen + 2, timeout=300)
+        seen = len(fx.rounds(reconciler))
+        fx.wait_for("two more rounds", lambda: len(fx.rounds(reconciler)) >= seen + 2, timeout=300)
         final_failures = load.failures(since=settled)
         routes_after_return = live_routes(gateway_cluster)
-    later = rounds(reconciler)[seen:]
+    later = fx.rounds(reconciler)[seen:]
     assert (fleet_dir / "modelplane.lock.yaml").read_text() == lock_after
     assert all(r["ok"] and not r["removed"] and not r["added"] for r in later), later
     assert "dev-3" not in lock_clusters(fleet_dir)
     assert routes_after_return == routes_before_return and dead not in routes_after_return
-    deleted = [line for r in rounds(reconciler) for line in r["orphansDeleted"]]
+    deleted = [line for r in fx.rounds(reconciler) for line in r["orphansDeleted"]]
     assert any(line.startswith("dev-3: Service demo/") for line in deleted), deleted
     assert not os.path.exists(fleet_dir / ".modelplane" / "orphans.json")
-    service = readiness(fleet_dir, deployer).service(CHAT)
+    service = fx.readiness(fleet_dir, deployer).service(CHAT)
     assert (service.endpoints, service.routable, service.unroutable) == (3, 3, [])
     # SIGTERM stops the loop cleanly.
     process = reconciler.process
@@ -399,7 +384,7 @@ def test_failover_replicas_replaced_and_routes_drop_dead_endpoints(
         "interval": INTERVAL,
         "grace": GRACE,
         "probe": PROBE,
-        "probeNoticed": [e for e in events(reconciler) if "probe" in e],
+        "probeNoticed": [e for e in fx.events(reconciler) if "probe" in e],
         "routeDroppedAfter": round(dropped - down, 1),
         "routeDropGoalMet": dropped - down <= 2 * INTERVAL,
         "replacedAfter": round(replaced - down, 1),

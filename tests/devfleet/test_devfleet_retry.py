@@ -6,7 +6,8 @@ chat completions back to back and three more keep streams open while every proce
 dev-3 is killed: the front door's retry middleware (api.md "Retries and ejection") sends
 each request that dev-3's dead gateway refuses to another endpoint, so no request fails
 until reconcile drops dev-3 from the routes; a stream dev-3 had started is cut (truncated,
-not replayed). Select with `pytest -k retry`.
+not replayed). Select with `pytest -k retry`. dev-3 stays dead: the module has a dev fleet of
+its own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,23 +32,11 @@ import yaml
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.agent import TOKEN_TIME_ENV
 from modelplane.devfleet.cluster import FleetCluster
-from modelplane.driver.fleet import Fleet
 from modelplane.observe.cluster import observe_routes
 from modelplane.observe.kube import KubeReader, parse_kubeconfig
-from tests.fixtures.devfleet import (
-    GPU_16GI,
-    REPO,
-    Deployer,
-    Load,
-    json_stream,
-    model_deployment,
-    model_service,
-    modelplane,
-    specs_yaml,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
-pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine, pytest.mark.own_dev_fleet]
 
 CHAT, STREAM = "demo/chat", "demo/stream"
 CLIENTS, STREAMERS = 4, 3
@@ -58,23 +46,21 @@ RESULTS = Path(os.environ.get("MODELPLANE_RETRY_RESULTS", "/tmp/modelplane-retry
 
 
 def models() -> str:
-    slow = model_deployment("slow", replicas=3, gpu=GPU_16GI)
+    slow = fx.model_deployment("slow", replicas=3, gpu=fx.GPU_16GI)
     engine = slow["spec"]["workers"]["template"]["spec"]["containers"][0]
     engine["env"] = [{"name": TOKEN_TIME_ENV, "value": str(TOKEN_TIME)}]
-    return specs_yaml(
-        model_deployment("qwen", replicas=3, gpu=GPU_16GI),
+    return fx.specs_yaml(
+        fx.model_deployment("qwen", replicas=3, gpu=fx.GPU_16GI),
         slow,
-        model_service("chat", "qwen"),
-        model_service("stream", "slow"),
+        fx.model_service("chat", "qwen"),
+        fx.model_service("stream", "slow"),
     )
 
 
 @pytest.fixture(scope="module")
-def fleet_dir(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> Path:
-    target = deployer.copy_specs(REPO / "specs" / "dev", "retry", models=models())
-    up = modelplane(
-        "up", str(target), "--yes", "--wait", "--timeout", "5m", env=deployer.env(), timeout=900
-    )
+def fleet_dir(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> Path:
+    target = deployer.dev_specs("retry", models=models())
+    up = deployer.run("up", str(target), "--yes", "--wait", "--timeout", "5m", timeout=900)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     return target
 
@@ -139,44 +125,32 @@ def stream_once(url: str) -> StreamResult | None:
     return StreamResult(requested, started, time.monotonic(), cluster, complete, chunks, error)
 
 
-class Streams:
+class Streams(fx.Clients):
     """Clients that each keep one stream open after another."""
 
     def __init__(self, url: str, clients: int) -> None:
+        super().__init__(clients, join=30)
         self.url = url
         self.results: list[StreamResult] = []
         self.refused = 0
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            result = stream_once(self.url)
-            if result is None:
-                self.refused += 1
-                time.sleep(0.05)
-            else:
-                self.results.append(result)
-
-    def __enter__(self) -> Streams:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(30)
+    def once(self) -> None:
+        result = stream_once(self.url)
+        if result is None:
+            self.refused += 1
+            time.sleep(0.05)
+        else:
+            self.results.append(result)
 
 
 @pytest.fixture
-def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[Path]:
+def reconciler(fleet_dir: Path, deployer: fx.Deployer, tmp_path: Path) -> Iterator[Path]:
     """`modelplane reconcile -o json` with every option at its default."""
     out = tmp_path / "reconcile.out"
     with open(out, "w") as stdout, open(tmp_path / "reconcile.err", "w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "modelplane", "reconcile", str(fleet_dir), "-o", "json"],
-            cwd=REPO,
+            cwd=fx.REPO,
             env=deployer.env(),
             stdout=stdout,
             stderr=stderr,
@@ -195,25 +169,25 @@ def reconciler(fleet_dir: Path, deployer: Deployer, tmp_path: Path) -> Iterator[
 def rounds(out: Path) -> list[dict[str, Any]]:
     text = out.read_text()
     try:
-        found = json_stream(text)
+        found = fx.json_stream(text)
     except ValueError:  # a round being written
-        found = json_stream(text[: text.rfind("\n}\n") + 3])
+        found = fx.json_stream(text[: text.rfind("\n}\n") + 3])
     return [e for e in found if "probe" not in e]
 
 
 def test_retry_a_dead_cluster_costs_no_failed_request(
-    fleet_dir: Path, deployer: Deployer, dev_fleet: devfleet.DevFleet, reconciler: Path
+    fleet_dir: Path, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet, reconciler: Path
 ) -> None:
     qwen, slow = replicas_on(fleet_dir, "demo/qwen"), replicas_on(fleet_dir, "demo/slow")
     assert sorted(qwen.values()) == ["dev-1", "dev-2", "dev-3"], qwen
     assert "dev-3" in slow.values(), slow
     (dead,) = [name for name, cluster in qwen.items() if cluster == "dev-3"]
-    services = Fleet.load(fleet_dir, env=deployer.env()).status().gateway["services"]
+    services = deployer.fleet(fleet_dir).status().gateway["services"]
     gateway = dev_fleet.cluster("dev-1")
     assert dead in live_routes(gateway, CHAT)
-    wait_for("a first reconcile round", lambda: rounds(reconciler), timeout=300)
+    fx.wait_for("a first reconcile round", lambda: rounds(reconciler), timeout=300)
     victim = dev_fleet.cluster("dev-3")
-    loads = [Load(services[CHAT]) for _ in range(CLIENTS)]
+    loads = [fx.Load(services[CHAT]) for _ in range(CLIENTS)]
     with Streams(services[STREAM], STREAMERS) as streams:
         for load in loads:
             load.__enter__()
@@ -228,7 +202,7 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
                 with contextlib.suppress(ProcessLookupError):  # no graceful drain)
                     os.killpg(process.pid, signal.SIGKILL)
             killed = time.monotonic()
-            wait_for(
+            fx.wait_for(
                 "dev-3's endpoint out of demo/chat's live route",
                 lambda: dead not in live_routes(gateway, CHAT),
                 timeout=300,

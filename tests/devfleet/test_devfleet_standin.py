@@ -11,20 +11,12 @@ from modelplane.devfleet.standin import (
     StandinConfig,
     StandinIdentity,
 )
-from tests.devfleet.standin_helpers import (
-    CHAT,
-    COMPLETION,
-    MESSAGES,
-    call,
-    serve,
-    sse,
-    standin_host,
-)
+from tests.devfleet import standin_helpers as sh
 
 
 @pytest.fixture
 def host():
-    yield from standin_host()
+    yield from sh.standin_host()
 
 
 # --- endpoints and shapes -------------------------------------------------------------------
@@ -90,8 +82,8 @@ def anthropic_error(kind):
 ENDPOINTS = [
     ("health", "GET", "/health", None, 200, check_health),
     ("models", "GET", "/v1/models", None, 200, check_models),
-    ("chat", "POST", "/v1/chat/completions", CHAT, 200, check_chat),
-    ("completions", "POST", "/v1/completions", COMPLETION, 200, check_completion),
+    ("chat", "POST", "/v1/chat/completions", sh.CHAT, 200, check_chat),
+    ("completions", "POST", "/v1/completions", sh.COMPLETION, 200, check_completion),
     (
         "completions-prompt-list",
         "POST",
@@ -100,7 +92,7 @@ ENDPOINTS = [
         200,
         check_completion,
     ),
-    ("messages", "POST", "/v1/messages", MESSAGES, 200, check_messages),
+    ("messages", "POST", "/v1/messages", sh.MESSAGES, 200, check_messages),
     ("unknown-path", "GET", "/v2/nothing", None, 404, openai_error(404)),
     ("chat-wrong-method", "GET", "/v1/chat/completions", None, 405, openai_error(405)),
     ("health-wrong-method", "POST", "/health", {}, 405, openai_error(405)),
@@ -133,8 +125,8 @@ ENDPOINTS = [
     ids=[c[0] for c in ENDPOINTS],
 )
 def test_endpoint_shapes(host, method, path, body, status, check):
-    port = serve(host)
-    got, headers, raw = call(port, method, path, body)
+    port = sh.serve(host)
+    got, headers, raw = sh.call(port, method, path, body)
     assert got == status, raw
     check(raw)
     # Every answer, errors included, says who answered.
@@ -151,13 +143,13 @@ def test_identity_in_json_body(host, path):
     ident = StandinIdentity(
         replica="rep-9", role="prefill", cluster="west", model="m1", pod="pod-a", namespace="team"
     )
-    port = serve(host, identity=ident)
+    port = sh.serve(host, identity=ident)
     body = {
-        "/v1/chat/completions": CHAT,
-        "/v1/completions": COMPLETION,
-        "/v1/messages": MESSAGES,
+        "/v1/chat/completions": sh.CHAT,
+        "/v1/completions": sh.COMPLETION,
+        "/v1/messages": sh.MESSAGES,
     }.get(path)
-    status, headers, raw = call(port, "POST" if body else "GET", path, body)
+    status, headers, raw = sh.call(port, "POST" if body else "GET", path, body)
     assert status == 200
     assert json.loads(raw)["modelplane"] == {
         "replica": "rep-9",
@@ -176,8 +168,8 @@ def test_identity_in_json_body(host, path):
 
 
 def test_pod_header_absent_without_pod(host):
-    port = serve(host, identity=StandinIdentity(replica="r", role="worker", cluster="c"))
-    _, headers, raw = call(port, "POST", "/v1/chat/completions", CHAT)
+    port = sh.serve(host, identity=StandinIdentity(replica="r", role="worker", cluster="c"))
+    _, headers, raw = sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)
     assert "x-modelplane-pod" not in headers
     assert (
         "replica r role worker cluster c answered."
@@ -202,14 +194,16 @@ LENGTHS = [
     ids=[c[0] for c in LENGTHS],
 )
 def test_output_length(host, output_tokens, max_tokens, expected, reason):
-    port = serve(host, StandinConfig(output_tokens=output_tokens))
-    body = dict(CHAT) | ({"max_tokens": max_tokens} if max_tokens is not None else {})
-    _, _, raw = call(port, "POST", "/v1/chat/completions", body)
+    port = sh.serve(host, StandinConfig(output_tokens=output_tokens))
+    body = dict(sh.CHAT) | ({"max_tokens": max_tokens} if max_tokens is not None else {})
+    _, _, raw = sh.call(port, "POST", "/v1/chat/completions", body)
     data = json.loads(raw)
     assert data["usage"]["completion_tokens"] == expected
     assert len(data["choices"][0]["message"]["content"].split()) == expected
     assert data["choices"][0]["finish_reason"] == reason
-    _, _, raw = call(port, "POST", "/v1/messages", MESSAGES | {"max_tokens": max_tokens or 1000})
+    _, _, raw = sh.call(
+        port, "POST", "/v1/messages", sh.MESSAGES | {"max_tokens": max_tokens or 1000}
+    )
     assert json.loads(raw)["stop_reason"] == {"stop": "end_turn", "length": "max_tokens"}[reason]
 
 
@@ -219,18 +213,18 @@ def test_output_length(host, output_tokens, max_tokens, expected, reason):
 @pytest.mark.parametrize(
     ("path", "body", "text_of"),
     [
-        ("/v1/chat/completions", CHAT, lambda c: c["choices"][0]["delta"].get("content", "")),
-        ("/v1/completions", COMPLETION, lambda c: c["choices"][0]["text"]),
+        ("/v1/chat/completions", sh.CHAT, lambda c: c["choices"][0]["delta"].get("content", "")),
+        ("/v1/completions", sh.COMPLETION, lambda c: c["choices"][0]["text"]),
     ],
     ids=["chat", "completions"],
 )
 def test_openai_stream(host, path, body, text_of):
-    port = serve(host)
-    status, headers, raw = call(port, "POST", path, body | {"stream": True})
+    port = sh.serve(host)
+    status, headers, raw = sh.call(port, "POST", path, body | {"stream": True})
     assert status == 200
     assert headers["content-type"].startswith("text/event-stream")
     assert headers["x-modelplane-replica"] == "r-east-0"
-    events = sse(raw)
+    events = sh.sse(raw)
     assert all(event is None for event, _ in events)
     assert events[-1][1] == "[DONE]"
     chunks = [json.loads(data) for _, data in events[:-1]]
@@ -246,9 +240,9 @@ def test_openai_stream(host, path, body, text_of):
 
 
 def test_chat_stream_usage_chunk(host):
-    port = serve(host)
-    body = CHAT | {"stream": True, "stream_options": {"include_usage": True}}
-    events = sse(call(port, "POST", "/v1/chat/completions", body)[2])
+    port = sh.serve(host)
+    body = sh.CHAT | {"stream": True, "stream_options": {"include_usage": True}}
+    events = sh.sse(sh.call(port, "POST", "/v1/chat/completions", body)[2])
     assert events[-1][1] == "[DONE]"
     last = json.loads(events[-2][1])
     assert last["choices"] == []
@@ -256,10 +250,10 @@ def test_chat_stream_usage_chunk(host):
 
 
 def test_messages_stream(host):
-    port = serve(host)
-    status, headers, raw = call(port, "POST", "/v1/messages", MESSAGES | {"stream": True})
+    port = sh.serve(host)
+    status, headers, raw = sh.call(port, "POST", "/v1/messages", sh.MESSAGES | {"stream": True})
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
-    events = sse(raw)
+    events = sh.sse(raw)
     names = [e for e, _ in events]
     assert names[:2] == ["message_start", "content_block_start"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
@@ -278,8 +272,8 @@ def test_messages_stream(host):
 NOT_READY = [
     ("health", "GET", "/health", None, 503),
     ("models", "GET", "/v1/models", None, 503),
-    ("chat", "POST", "/v1/chat/completions", CHAT, 503),
-    ("messages", "POST", "/v1/messages", MESSAGES, 503),
+    ("chat", "POST", "/v1/chat/completions", sh.CHAT, 503),
+    ("messages", "POST", "/v1/messages", sh.MESSAGES, 503),
     ("metrics-still-scrapable", "GET", "/metrics", None, 200),
 ]
 
@@ -288,13 +282,13 @@ NOT_READY = [
     ("method", "path", "body", "status"), [c[1:] for c in NOT_READY], ids=[c[0] for c in NOT_READY]
 )
 def test_not_ready(host, method, path, body, status):
-    port = serve(host, StandinConfig(ready=False))
-    assert call(port, method, path, body)[0] == status
+    port = sh.serve(host, StandinConfig(ready=False))
+    assert sh.call(port, method, path, body)[0] == status
     assert host.stats("s").ready is False
     host.set_ready("s", True)
-    assert call(port, method, path, body)[0] == 200
+    assert sh.call(port, method, path, body)[0] == 200
     host.set_ready("s", False)
-    assert call(port, "GET", "/health")[0] == 503
+    assert sh.call(port, "GET", "/health")[0] == 503
 
 
 PREFIXES = [
@@ -312,9 +306,9 @@ PREFIXES = [
     ("tolerant", "path", "status"), [c[1:] for c in PREFIXES], ids=[c[0] for c in PREFIXES]
 )
 def test_prefix_tolerance(host, tolerant, path, status):
-    port = serve(host, StandinConfig(prefix_tolerant=tolerant))
-    method, body = ("GET", None) if path.endswith("/health") else ("POST", CHAT)
-    got, _, raw = call(port, method, path, body)
+    port = sh.serve(host, StandinConfig(prefix_tolerant=tolerant))
+    method, body = ("GET", None) if path.endswith("/health") else ("POST", sh.CHAT)
+    got, _, raw = sh.call(port, method, path, body)
     assert got == status
     if got == 200 and body:
         assert json.loads(raw)["modelplane"]["path"] == path
@@ -332,14 +326,16 @@ MODELS = [
     ("strict", "model", "status"), [c[1:] for c in MODELS], ids=[c[0] for c in MODELS]
 )
 def test_model_names(host, strict, model, status):
-    port = serve(host, StandinConfig(strict_model=strict))
-    body = {k: v for k, v in CHAT.items() if k != "model"} | ({"model": model} if model else {})
-    got, _, raw = call(port, "POST", "/v1/chat/completions", body)
+    port = sh.serve(host, StandinConfig(strict_model=strict))
+    body = {k: v for k, v in sh.CHAT.items() if k != "model"} | ({"model": model} if model else {})
+    got, _, raw = sh.call(port, "POST", "/v1/chat/completions", body)
     assert got == status
     if got == 200:
         assert json.loads(raw)["model"] == "m1"
-    msg = {k: v for k, v in MESSAGES.items() if k != "model"} | ({"model": model} if model else {})
-    got, _, raw = call(port, "POST", "/v1/messages", msg)
+    msg = {k: v for k, v in sh.MESSAGES.items() if k != "model"} | (
+        {"model": model} if model else {}
+    )
+    got, _, raw = sh.call(port, "POST", "/v1/messages", msg)
     assert got == status
     if got == 404:
         assert json.loads(raw)["error"]["type"] == "not_found_error"

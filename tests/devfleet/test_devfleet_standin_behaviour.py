@@ -14,21 +14,12 @@ import pytest
 from modelplane.devfleet.standin import (
     StandinConfig,
 )
-from tests.devfleet.standin_helpers import (
-    CHAT,
-    COMPLETION,
-    LOOPBACK,
-    call,
-    metrics,
-    serve,
-    standin_host,
-    wait_for,
-)
+from tests.devfleet import standin_helpers as sh
 
 
 @pytest.fixture
 def host():
-    yield from standin_host()
+    yield from sh.standin_host()
 
 
 # --- service time, queues, metrics -------------------------------------------------------------
@@ -46,13 +37,15 @@ QUEUES = [
 )
 def test_metrics_while_in_flight(host, concurrency, n, running, waiting):
     service = 1.5
-    port = serve(host, StandinConfig(service_time=service, concurrency=concurrency))
+    port = sh.serve(host, StandinConfig(service_time=service, concurrency=concurrency))
     label = '{model_name="m1"}'
     with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(call, port, "POST", "/v1/chat/completions", CHAT) for _ in range(n)]
-        values, types = wait_for(
+        futures = [
+            pool.submit(sh.call, port, "POST", "/v1/chat/completions", sh.CHAT) for _ in range(n)
+        ]
+        values, types = sh.wait_for(
             lambda: (
-                (m := metrics(port))[0][f"vllm:num_requests_running{label}"]
+                (m := sh.metrics(port))[0][f"vllm:num_requests_running{label}"]
                 + m[0][f"vllm:num_requests_waiting{label}"]
                 == n
                 and m
@@ -67,7 +60,7 @@ def test_metrics_while_in_flight(host, concurrency, n, running, waiting):
         stats = host.stats("s")
         assert (stats.running, stats.waiting) == (running, waiting)
         assert [f.result()[0] for f in futures] == [200] * n
-    values, types = metrics(port)
+    values, types = sh.metrics(port)
     ttft = "vllm:time_to_first_token_seconds"
     assert {k: v for k, v in values.items() if not k.startswith(ttft)} == {
         f"vllm:num_requests_running{label}": 0,
@@ -96,11 +89,11 @@ def test_metrics_while_in_flight(host, concurrency, n, running, waiting):
 
 def test_queue_serialises_requests(host):
     service, n = 0.3, 4
-    port = serve(host, StandinConfig(service_time=service, concurrency=1))
+    port = sh.serve(host, StandinConfig(service_time=service, concurrency=1))
 
     def timed():
         start = time.monotonic()
-        status = call(port, "POST", "/v1/completions", COMPLETION)[0]
+        status = sh.call(port, "POST", "/v1/completions", sh.COMPLETION)[0]
         return status, time.monotonic() - start
 
     with ThreadPoolExecutor(n) as pool:
@@ -126,9 +119,9 @@ TIMINGS = [
 )
 def test_service_time(host, service, token, tokens, stream, minimum):
     config = StandinConfig(service_time=service, token_time=token, output_tokens=tokens)
-    port = serve(host, config)
+    port = sh.serve(host, config)
     start = time.monotonic()
-    status, _, _ = call(port, "POST", "/v1/chat/completions", CHAT | {"stream": stream})
+    status, _, _ = sh.call(port, "POST", "/v1/chat/completions", sh.CHAT | {"stream": stream})
     assert status == 200
     assert time.monotonic() - start >= minimum * 0.95
 
@@ -153,26 +146,26 @@ def test_config_rejects_negative(field, value):
 def test_load_time_keeps_it_unready_until_loaded(host):
     """A model loading its weights: health 503 and requests refused for load_time, then 200."""
     started = time.monotonic()
-    port = serve(host, StandinConfig(load_time=1.0))
-    assert call(port, "GET", "/health")[0] == 503
-    assert call(port, "POST", "/v1/chat/completions", CHAT)[0] == 503
+    port = sh.serve(host, StandinConfig(load_time=1.0))
+    assert sh.call(port, "GET", "/health")[0] == 503
+    assert sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)[0] == 503
     assert host.stats("s").ready is False
-    wait_for(lambda: call(port, "GET", "/health")[0] == 200, what="loaded")
+    sh.wait_for(lambda: sh.call(port, "GET", "/health")[0] == 200, what="loaded")
     assert time.monotonic() - started >= 1.0
     assert host.stats("s").ready is True
-    assert call(port, "POST", "/v1/chat/completions", CHAT)[0] == 200
+    assert sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)[0] == 200
     host.set_ready("s", False)  # holding it unready still works after the load
-    assert call(port, "GET", "/health")[0] == 503
+    assert sh.call(port, "GET", "/health")[0] == 503
 
 
 @pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/chat/completions"])
 def test_revision_header(host, path):
-    port = serve(host, StandinConfig(revision="abc123"))
-    status, headers, raw = call(
+    port = sh.serve(host, StandinConfig(revision="abc123"))
+    status, headers, raw = sh.call(
         port,
         "GET" if path != "/v1/chat/completions" else "POST",
         path,
-        CHAT if path == "/v1/chat/completions" else None,
+        sh.CHAT if path == "/v1/chat/completions" else None,
     )
     assert status == 200
     assert headers["x-modelplane-revision"] == "abc123"
@@ -181,8 +174,8 @@ def test_revision_header(host, path):
 
 
 def test_no_revision_header_by_default(host):
-    port = serve(host)
-    assert "x-modelplane-revision" not in call(port, "GET", "/health")[1]
+    port = sh.serve(host)
+    assert "x-modelplane-revision" not in sh.call(port, "GET", "/health")[1]
 
 
 ERROR_RATIOS = [
@@ -198,11 +191,11 @@ ERROR_RATIOS = [
     ("ratio", "n", "expected"), [c[1:] for c in ERROR_RATIOS], ids=[c[0] for c in ERROR_RATIOS]
 )
 def test_error_ratio(host, ratio, n, expected):
-    port = serve(host, StandinConfig(error_ratio=ratio))
-    got = [call(port, "POST", "/v1/chat/completions", CHAT)[0] for _ in range(n)]
+    port = sh.serve(host, StandinConfig(error_ratio=ratio))
+    got = [sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)[0] for _ in range(n)]
     assert got == expected
-    assert call(port, "GET", "/health")[0] == 200  # readiness does not see it
-    values, _ = metrics(port)
+    assert sh.call(port, "GET", "/health")[0] == 200  # readiness does not see it
+    values, _ = sh.metrics(port)
     series = 'http_requests_total{handler="/v1/chat/completions",method="POST",status="%s"}'
     assert values.get(series % "5xx", 0) == expected.count(500)
     assert values.get(series % "2xx", 0) == expected.count(200)
@@ -211,12 +204,12 @@ def test_error_ratio(host, ratio, n, expected):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_first_token_delay(host, stream):
-    port = serve(host, StandinConfig(first_token_delay=0.6))
+    port = sh.serve(host, StandinConfig(first_token_delay=0.6))
     started = time.monotonic()
-    status, _, _ = call(port, "POST", "/v1/chat/completions", CHAT | {"stream": stream})
+    status, _, _ = sh.call(port, "POST", "/v1/chat/completions", sh.CHAT | {"stream": stream})
     assert status == 200
     assert time.monotonic() - started >= 0.6
-    values, _ = metrics(port)
+    values, _ = sh.metrics(port)
     ttft = "vllm:time_to_first_token_seconds"
     assert values[f'{ttft}_bucket{{model_name="m1",le="0.5"}}'] == 0
     assert values[f'{ttft}_bucket{{model_name="m1",le="0.75"}}'] == 1
@@ -246,13 +239,13 @@ def test_day2_config_rejects_bad_values(field, value, message):
     ],
 )
 def test_auth_standin_reports_the_caller_header_it_got(host, sent, caller, keys):
-    port = serve(host)
-    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=15)
+    port = sh.serve(host)
+    conn = http.client.HTTPConnection(sh.LOOPBACK, port, timeout=15)
     try:
         conn.request(
             "POST",
             "/v1/chat/completions",
-            body=json.dumps(CHAT).encode(),
+            body=json.dumps(sh.CHAT).encode(),
             headers={"Content-Type": "application/json", **sent},
         )
         resp = conn.getresponse()

@@ -22,35 +22,24 @@ from modelplane.devfleet.standin import (
     StandinHost,
     StandinHostThread,
 )
-from tests.devfleet.standin_helpers import (
-    CHAT,
-    COMPLETION,
-    LOOPBACK,
-    MESSAGES,
-    call,
-    ident,
-    refuses,
-    serve,
-    standin_host,
-    wait_for,
-)
+from tests.devfleet import standin_helpers as sh
 
 
 @pytest.fixture
 def host():
-    yield from standin_host()
+    yield from sh.standin_host()
 
 
 # --- many listeners, added and removed at runtime -----------------------------------------------
 
 
 def test_add_remove_at_runtime(host):
-    a = host.add("a", LOOPBACK, 0, ident("ra"))
-    b = host.add("b", LOOPBACK, 0, ident("rb", cluster="west"))
+    a = host.add("a", sh.LOOPBACK, 0, sh.ident("ra"))
+    b = host.add("b", sh.LOOPBACK, 0, sh.ident("rb", cluster="west"))
     assert host.keys() == ["a", "b"]
-    assert host.address("a") == (LOOPBACK, a)
+    assert host.address("a") == (sh.LOOPBACK, a)
     for port, replica, cluster in ((a, "ra", "east"), (b, "rb", "west")):
-        _, headers, _ = call(port, "POST", "/v1/chat/completions", CHAT)
+        _, headers, _ = sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)
         assert (headers["x-modelplane-replica"], headers["x-modelplane-cluster"]) == (
             replica,
             cluster,
@@ -58,30 +47,30 @@ def test_add_remove_at_runtime(host):
 
     assert host.remove("a", grace=1.0) is True
     assert host.keys() == ["b"]
-    assert refuses(a)
-    assert call(b, "GET", "/health")[0] == 200
+    assert sh.refuses(a)
+    assert sh.call(b, "GET", "/health")[0] == 200
     assert host.remove("a") is False
 
     # The same key and port can be used again (a pod restarted on the same IP and port).
-    assert host.add("a", LOOPBACK, a, ident("ra2")) == a
-    assert call(a, "GET", "/health")[1]["x-modelplane-replica"] == "ra2"
+    assert host.add("a", sh.LOOPBACK, a, sh.ident("ra2")) == a
+    assert sh.call(a, "GET", "/health")[1]["x-modelplane-replica"] == "ra2"
     assert host.keys() == ["a", "b"]
 
 
 def test_add_rejects_taken_key_and_address(host):
-    port = host.add("a", LOOPBACK, 0, ident("ra"))
+    port = host.add("a", sh.LOOPBACK, 0, sh.ident("ra"))
     with pytest.raises(ValueError, match="'a' already exists"):
-        host.add("a", LOOPBACK, 0, ident("other"))
+        host.add("a", sh.LOOPBACK, 0, sh.ident("other"))
     with pytest.raises(OSError):
-        host.add("b", LOOPBACK, port, ident("rb"))
+        host.add("b", sh.LOOPBACK, port, sh.ident("rb"))
     assert host.keys() == ["a"]
-    assert call(port, "GET", "/health")[1]["x-modelplane-replica"] == "ra"
+    assert sh.call(port, "GET", "/health")[1]["x-modelplane-replica"] == "ra"
 
 
 def test_sync_wrapper_from_many_threads(host):
     def add_and_call(i):
-        port = host.add(f"k{i}", LOOPBACK, 0, ident(f"r{i}"))
-        return port, call(port, "GET", "/health")[1]["x-modelplane-replica"]
+        port = host.add(f"k{i}", sh.LOOPBACK, 0, sh.ident(f"r{i}"))
+        return port, sh.call(port, "GET", "/health")[1]["x-modelplane-replica"]
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(add_and_call, range(8)))
@@ -91,17 +80,19 @@ def test_sync_wrapper_from_many_threads(host):
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(lambda i: host.remove(f"k{i}", grace=1.0), range(8))) == [True] * 8
     assert host.keys() == []
-    assert all(refuses(p) for p, _ in results)
+    assert all(sh.refuses(p) for p, _ in results)
 
 
 # --- graceful stop ---------------------------------------------------------------------------
 
 
 def test_remove_lets_in_flight_requests_finish(host):
-    port = serve(host, StandinConfig(service_time=1.0, concurrency=1))
+    port = sh.serve(host, StandinConfig(service_time=1.0, concurrency=1))
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(call, port, "POST", "/v1/chat/completions", CHAT) for _ in range(2)]
-        wait_for(lambda: host.stats("s").waiting == 1, what="one running, one waiting")
+        futures = [
+            pool.submit(sh.call, port, "POST", "/v1/chat/completions", sh.CHAT) for _ in range(2)
+        ]
+        sh.wait_for(lambda: host.stats("s").waiting == 1, what="one running, one waiting")
         start = time.monotonic()
         assert host.remove("s", grace=10.0) is True
         took = time.monotonic() - start
@@ -110,48 +101,51 @@ def test_remove_lets_in_flight_requests_finish(host):
     assert [r[0] for r in results] == [200, 200]
     assert all(r[1]["x-modelplane-replica"] == "r-east-0" for r in results)
     assert 1.0 <= took < 6.0
-    assert refuses(port)
+    assert sh.refuses(port)
 
 
 def test_draining_health_is_503_on_open_connections(host):
-    port = serve(host, StandinConfig(service_time=5.0))  # draining outlasts a loaded machine
-    idle = http.client.HTTPConnection(LOOPBACK, port, timeout=10)
-    assert call(port, "GET", "/health", conn=idle)[0] == 200
+    port = sh.serve(host, StandinConfig(service_time=5.0))  # draining outlasts a loaded machine
+    idle = http.client.HTTPConnection(sh.LOOPBACK, port, timeout=10)
+    assert sh.call(port, "GET", "/health", conn=idle)[0] == 200
     with ThreadPoolExecutor(2) as pool:
-        slow = pool.submit(call, port, "POST", "/v1/completions", COMPLETION)
-        wait_for(lambda: host.stats("s").running == 1, what="a running request")
+        slow = pool.submit(sh.call, port, "POST", "/v1/completions", sh.COMPLETION)
+        sh.wait_for(lambda: host.stats("s").running == 1, what="a running request")
         removing = pool.submit(host.remove, "s", 10.0)
-        wait_for(lambda: refuses(port), what="the port to refuse")
-        assert call(port, "GET", "/health", conn=idle)[0] == 503
+        sh.wait_for(lambda: sh.refuses(port), what="the port to refuse")
+        assert sh.call(port, "GET", "/health", conn=idle)[0] == 503
         assert slow.result()[0] == 200
         assert removing.result() is True
     idle.close()
 
 
 def test_grace_bounds_the_wait(host):
-    port = serve(host, StandinConfig(service_time=30.0))
+    port = sh.serve(host, StandinConfig(service_time=30.0))
     with ThreadPoolExecutor(1) as pool:
-        stuck = pool.submit(call, port, "POST", "/v1/chat/completions", CHAT)
-        wait_for(lambda: host.stats("s").running == 1, what="a running request")
+        stuck = pool.submit(sh.call, port, "POST", "/v1/chat/completions", sh.CHAT)
+        sh.wait_for(lambda: host.stats("s").running == 1, what="a running request")
         start = time.monotonic()
         host.remove("s", grace=0.3)
         assert time.monotonic() - start < 5.0
         with pytest.raises((http.client.HTTPException, ConnectionError)):
             stuck.result()
-    assert refuses(port)
+    assert sh.refuses(port)
 
 
 def test_thread_stop_drains_every_listener():
     host = StandinHostThread(grace=10.0).start()
     ports = [
-        host.add(k, LOOPBACK, 0, ident(k), StandinConfig(service_time=1.0)) for k in ("a", "b")
+        host.add(k, sh.LOOPBACK, 0, sh.ident(k), StandinConfig(service_time=1.0))
+        for k in ("a", "b")
     ]
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(call, p, "POST", "/v1/messages", MESSAGES) for p in ports]
-        wait_for(lambda: all(host.stats(k).running == 1 for k in ("a", "b")), what="both running")
+        futures = [pool.submit(sh.call, p, "POST", "/v1/messages", sh.MESSAGES) for p in ports]
+        sh.wait_for(
+            lambda: all(host.stats(k).running == 1 for k in ("a", "b")), what="both running"
+        )
         host.stop()
         assert [f.result()[0] for f in futures] == [200, 200]
-    assert all(refuses(p) for p in ports)
+    assert all(sh.refuses(p) for p in ports)
     with pytest.raises(RuntimeError, match="not running"):
         host.keys()
 
@@ -159,8 +153,8 @@ def test_thread_stop_drains_every_listener():
 def test_async_host_context():
     async def scenario():
         async with StandinHost(grace=1.0) as host:
-            port = await host.add("x", LOOPBACK, 0, ident("rx"))
-            reader, writer = await asyncio.open_connection(LOOPBACK, port)
+            port = await host.add("x", sh.LOOPBACK, 0, sh.ident("rx"))
+            reader, writer = await asyncio.open_connection(sh.LOOPBACK, port)
             writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             head = (await reader.read()).decode()
             writer.close()
@@ -170,7 +164,7 @@ def test_async_host_context():
         return port
 
     port = asyncio.run(scenario())
-    assert refuses(port)
+    assert sh.refuses(port)
 
 
 # --- CLI -------------------------------------------------------------------------------------
@@ -185,7 +179,7 @@ def run_cli(*args):
 def test_cli_serves_and_stops_on_sigterm():
     proc = run_cli(
         "--host",
-        LOOPBACK,
+        sh.LOOPBACK,
         "--port",
         "0",
         "--replica",
@@ -203,12 +197,12 @@ def test_cli_serves_and_stops_on_sigterm():
         line = proc.stdout.readline()
         assert line.startswith("stand-in r listening on http://127.0.0.1:"), line
         port = int(line.rsplit(":", 1)[1])
-        status, headers, raw = call(port, "POST", "/v1/chat/completions", CHAT)
+        status, headers, raw = sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)
         assert status == 200 and headers["x-modelplane-role"] == "decode"
         assert json.loads(raw)["model"] == "m"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
-        assert refuses(port)
+        assert sh.refuses(port)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -234,7 +228,7 @@ def test_cli_bad_input_exits_2(args, message):
 
 def test_cli_port_taken_exits_1():
     with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
+        sock.bind((sh.LOOPBACK, 0))
         sock.listen()
         proc = run_cli("--port", str(sock.getsockname()[1]))
         out, err = proc.communicate(timeout=30)
@@ -245,6 +239,6 @@ def test_cli_port_taken_exits_1():
 def test_no_listener_threads_leak():
     before = {t.name for t in threading.enumerate()}
     with StandinHostThread(grace=0.5) as h:
-        h.add("a", LOOPBACK, 0, ident("ra"))
+        h.add("a", sh.LOOPBACK, 0, sh.ident("ra"))
         assert "standin-host" in {t.name for t in threading.enumerate()}
     assert {t.name for t in threading.enumerate()} <= before

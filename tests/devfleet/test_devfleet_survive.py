@@ -14,16 +14,7 @@ import pytest
 import yaml
 
 from modelplane.devfleet import fleet as devfleet
-from tests.fixtures.devfleet import (
-    L4,
-    REPO,
-    Deployer,
-    Outage,
-    json_stream,
-    model_deployment,
-    modelplane,
-    specs_yaml,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -41,17 +32,18 @@ def placed(fleet_dir: Path) -> dict[str, int]:
 
 
 def test_survive_worst_loss_on_the_dev_fleet_leaves_the_predicted_shortfall(
-    deployer: Deployer, dev_fleet: devfleet.DevFleet
+    deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
 ) -> None:
-    models = specs_yaml(model_deployment("qwen", replicas=REPLICAS, gpu=L4, cpu="1", memory="4Gi"))
-    fleet_dir = deployer.copy_specs(REPO / "specs" / "dev", "survive", models=models)
-    env = deployer.env()
-    first = modelplane("reconcile", str(fleet_dir), "--once", "-o", "json", env=env)
+    models = fx.specs_yaml(
+        fx.model_deployment("qwen", replicas=REPLICAS, gpu=fx.L4, cpu="1", memory="4Gi")
+    )
+    fleet_dir = deployer.dev_specs("survive", models=models)
+    first = deployer.run("reconcile", str(fleet_dir), "--once", "-o", "json")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     before = placed(fleet_dir)
     assert sum(before.values()) == REPLICAS, before
 
-    what_if = modelplane("plan", str(fleet_dir), "--survive", "1", "-o", "json", env=env)
+    what_if = deployer.run("plan", str(fleet_dir), "--survive", "1", "-o", "json")
     assert what_if.returncode == 1, what_if.stderr[-3000:]  # some loss leaves qwen short
     report = json.loads(what_if.stdout)["survive"]
     assert not report["survives"] and report["scenarios"] == 3
@@ -60,20 +52,15 @@ def test_survive_worst_loss_on_the_dev_fleet_leaves_the_predicted_shortfall(
     predicted = worst["short"][QWEN]["replicas"]
     assert predicted > 0 and worst["short"][QWEN]["devices"] == {"l4": predicted}, worst
 
-    Outage(dev_fleet, dev_fleet.cluster(lost)).start()
-    after = modelplane(
-        "reconcile",
-        str(fleet_dir),
-        "--once",
-        "--grace",
-        "0s",
-        "--timeout",
-        "2s",
-        "-o",
-        "json",
-        env=env,
-    )
-    (round_,) = json_stream(after.stdout)
+    outage = fx.Outage(dev_fleet, dev_fleet.cluster(lost))
+    outage.start()
+    try:
+        after = deployer.run(
+            "reconcile", str(fleet_dir), "--once", "--grace", "0s", "--timeout", "2s", "-o", "json"
+        )
+    finally:
+        outage.end()  # the dev fleet is shared with the next modules
+    (round_,) = fx.json_stream(after.stdout)
     assert round_["evicting"] == [lost], round_
     assert after.returncode == 0 and round_["ok"], after.stdout[-3000:] + after.stderr[-3000:]
     now = placed(fleet_dir)

@@ -5,8 +5,6 @@ deployment's image today fails requests (the number is recorded in docs/benchmar
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,17 +18,7 @@ from kubernetes.client import CoreV1Api
 from modelplane.devfleet import fleet as devfleet
 from modelplane.driver.fleet import Fleet
 from modelplane.lock import read_lock
-from tests.fixtures.devfleet import (
-    GPU_16GI,
-    REPO,
-    Deployer,
-    api_client,
-    check,
-    model_deployment,
-    model_service,
-    specs_yaml,
-    wait_for,
-)
+from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -40,7 +28,7 @@ NEVER = 100_000  # a model that never loads
 
 
 def qwen(image: str, load_time: float = LOAD_TIME) -> dict[str, Any]:
-    dep = model_deployment("qwen", replicas=3, gpu=GPU_16GI, cpu="2", memory="8Gi")
+    dep = fx.model_deployment("qwen", replicas=3, gpu=fx.GPU_16GI, cpu="2", memory="8Gi")
     engine = dep["spec"]["workers"]["template"]["spec"]["containers"][0]
     engine["image"] = image
     engine["env"] = [{"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": str(load_time)}]
@@ -48,19 +36,19 @@ def qwen(image: str, load_time: float = LOAD_TIME) -> dict[str, Any]:
 
 
 def models(image: str) -> str:
-    stuck = model_deployment("stuck", gpu=GPU_16GI, cpu="2", memory="8Gi")
+    stuck = fx.model_deployment("stuck", gpu=fx.GPU_16GI, cpu="2", memory="8Gi")
     stuck["spec"]["workers"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": str(NEVER)}
     ]
-    return specs_yaml(qwen(image), stuck, model_service("chat", "qwen"))
+    return fx.specs_yaml(qwen(image), stuck, fx.model_service("chat", "qwen"))
 
 
 @pytest.fixture(scope="module")
-def served(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
-    fleet_dir = deployer.copy_specs(REPO / "specs" / "dev", "truthful", models=models(IMAGE))
-    fleet = Fleet.load(fleet_dir, env=deployer.env())
-    check(fleet.up())
-    services = wait_for(
+def served(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
+    fleet_dir = deployer.dev_specs("truthful", models=models(IMAGE))
+    fleet = deployer.fleet(fleet_dir)
+    fx.check(fleet.up())
+    services = fx.wait_for(
         "service URLs", lambda: fleet.status().gateway.get("services") or {}, timeout=60
     )
     return {"dir": fleet_dir, "url": services["demo/chat"], "env": deployer.env()}
@@ -68,16 +56,9 @@ def served(deployer: Deployer, dev_fleet: devfleet.DevFleet) -> dict[str, Any]:
 
 def chat(url: str, timeout: float = 10.0) -> tuple[int, str, float]:
     """(status, revision that answered, seconds) of one chat completion through the service."""
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
-    req = urllib.request.Request(
-        url + "v1/chat/completions",
-        data=body,
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(fx.chat_request(url), timeout=timeout) as resp:
             resp.read()
             revision = resp.headers.get("x-modelplane-revision", "")
             return resp.status, revision, time.monotonic() - started
@@ -90,7 +71,7 @@ def chat(url: str, timeout: float = 10.0) -> tuple[int, str, float]:
 def pods(dev_fleet: devfleet.DevFleet, deployment: str) -> list[Any]:
     out = []
     for cluster in dev_fleet.clusters:
-        core = CoreV1Api(api_client(cluster))
+        core = CoreV1Api(fx.api_client(cluster))
         selector = f"modelplane.ai/deployment={deployment}"
         out += core.list_namespaced_pod("demo", label_selector=selector).items
     return out
@@ -121,7 +102,7 @@ def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.
     Ready once its stand-in answers its probe; without a probe at once; a pod without a
     serving port is Ready at once (kwok's own stage)."""
     cluster = dev_fleet.cluster("dev-1")
-    core = CoreV1Api(api_client(cluster))
+    core = CoreV1Api(fx.api_client(cluster))
     http = [{"name": "http", "containerPort": 8000}]
     probe = {"httpGet": {"path": "/health", "port": "http"}, "initialDelaySeconds": 30}
     load = [{"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": "4"}]
@@ -144,7 +125,7 @@ def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.
         ready = condition(pod, "Ready")
         return pod.status.phase, ready.status if ready else ""
 
-    wait_for(
+    fx.wait_for(
         "the pods Running",
         lambda: all(status(p["metadata"]["name"])[0] == "Running" for p in pods),
         timeout=60,
@@ -152,9 +133,9 @@ def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.
     started = time.monotonic()
     assert status("loads") == ("Running", "False")  # loading: its probe answers 503
     assert status("never") == ("Running", "False")
-    wait_for("no-probe Ready", lambda: status("no-probe") == ("Running", "True"), timeout=10)
+    fx.wait_for("no-probe Ready", lambda: status("no-probe") == ("Running", "True"), timeout=10)
     assert status("no-serving-port") == ("Running", "True")
-    wait_for("loads Ready", lambda: status("loads") == ("Running", "True"), timeout=30)
+    fx.wait_for("loads Ready", lambda: status("loads") == ("Running", "True"), timeout=30)
     assert time.monotonic() - started >= 2  # about the 4 s load, not the 30 s initial delay
     loaded = core.read_namespaced_pod("loads", "default")
     assert condition(loaded, "ContainersReady").status == "True"
@@ -172,7 +153,7 @@ def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.
 def test_pods_are_ready_only_once_their_model_loaded(
     served: dict[str, Any], dev_fleet: devfleet.DevFleet
 ) -> None:
-    wait_for(
+    fx.wait_for(
         "3 Ready qwen pods",
         lambda: (
             sum(1 for p in pods(dev_fleet, "qwen") if condition(p, "Ready").status == "True") == 3
@@ -187,7 +168,7 @@ def test_pods_are_ready_only_once_their_model_loaded(
         assert loaded >= LOAD_TIME - 1, (pod.metadata.name, loaded)
         assert all(c.ready for c in pod.status.container_statuses)
     # a model that never loads: Running with an IP, never Ready, with the kubelet's reason
-    stuck = wait_for(
+    stuck = fx.wait_for(
         "the stuck pod Running",
         lambda: [p for p in pods(dev_fleet, "stuck") if p.status.phase == "Running"],
         timeout=120,
@@ -203,34 +184,22 @@ def test_pods_are_ready_only_once_their_model_loaded(
 
 def test_answers_carry_the_revision(served: dict[str, Any]) -> None:
     url = served["url"]
-    wait_for("demo/chat answering", lambda: chat(url)[0] == 200, timeout=120)
+    fx.wait_for("demo/chat answering", lambda: chat(url)[0] == 200, timeout=120)
     seen = Counter(chat(url)[1] for _ in range(20))
     assert seen == {IMAGE: 20}
 
 
-class Clients:
+class Clients(fx.Clients):
     """``n`` clients sending chat completions back to back through the service."""
 
     def __init__(self, url: str, n: int = 4) -> None:
+        super().__init__(n)
         self.url = url
         self.results: list[tuple[float, int, str, float]] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(n)]
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            status, revision, seconds = chat(self.url)
-            self.results.append((time.monotonic(), status, revision, seconds))
-
-    def __enter__(self) -> Clients:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(15)
+    def once(self) -> None:
+        status, revision, seconds = chat(self.url)
+        self.results.append((time.monotonic(), status, revision, seconds))
 
     def recent(self, n: int) -> list[tuple[float, int, str, float]]:
         return self.results[-n:]
@@ -238,7 +207,7 @@ class Clients:
 
 def change_image(served: dict[str, Any], image: str) -> None:
     (served["dir"] / "models.yaml").write_text(models(image))
-    check(Fleet.load(served["dir"], env=served["env"]).up())
+    fx.check(Fleet.load(served["dir"], env=served["env"]).up())
 
 
 def test_all_at_once_image_change_fails_requests(
@@ -247,7 +216,7 @@ def test_all_at_once_image_change_fails_requests(
     """The baseline a rollout must beat: `up` replaces every replica at once (Recreate), so
     while the new pods load nothing serves the model."""
     url = served["url"]
-    wait_for("demo/chat answering", lambda: chat(url)[0] == 200, timeout=120)
+    fx.wait_for("demo/chat answering", lambda: chat(url)[0] == 200, timeout=120)
     lock = read_lock(served["dir"] / "modelplane.lock.yaml")
     clusters = sorted(r.cluster for r in lock.replicas_of("demo/qwen"))
     new = "vllm/vllm-openai:v0.11.1"
@@ -255,7 +224,7 @@ def test_all_at_once_image_change_fails_requests(
         time.sleep(2)
         started = time.monotonic()
         change_image(served, new)
-        wait_for(
+        fx.wait_for(
             "every answer from the new revision",
             lambda: (
                 (r := clients.recent(40))
@@ -282,7 +251,7 @@ def test_misbehaving_revisions(served: dict[str, Any]) -> None:
     url = served["url"]
     failing = "vllm/vllm-openai:v0.11.2-standin-errors"
     change_image(served, failing)
-    wait_for(
+    fx.wait_for(
         "the failing revision answering",
         lambda: chat(url)[1] == failing and all(chat(url)[1] == failing for _ in range(10)),
         timeout=180,
@@ -291,7 +260,7 @@ def test_misbehaving_revisions(served: dict[str, Any]) -> None:
     assert {(s, rev) for s, rev, _ in answers} == {(500, failing)}
     slow = "vllm/vllm-openai:v0.11.3-standin-slow"
     change_image(served, slow)
-    wait_for(
+    fx.wait_for(
         "the slow revision answering",
         lambda: all(chat(url, 15)[1] == slow for _ in range(3)),
         timeout=180,

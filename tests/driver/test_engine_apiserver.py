@@ -11,6 +11,7 @@ runs beside it, so Pulumi's foreground deletions are completed by the real garba
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from kubernetes.client import ApiClient, ApiException, CoreV1Api, CustomObjectsA
 
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.results import Outcome, RunResult
-from tests.fixtures.apiserver import api_client, kube_binaries_or_skip
+from tests.fixtures.apiserver import api_client, running_dev_cluster
 from tests.fixtures.engine import bootstrapped_engine, engine_env
+from tests.spec_docs import as_yaml, gpu_class
 
 pytestmark = [pytest.mark.engine, pytest.mark.apiserver]
 
@@ -41,21 +43,7 @@ KINDS: dict[str, tuple[str, str, str, bool]] = {
 }
 MANAGED = "app.kubernetes.io/managed-by=modelplane"
 
-CLASS = """apiVersion: modelplane.ai/v1alpha1
-kind: InferenceClass
-metadata:
-  name: gpu8
-spec:
-  devices:
-  - name: gpu
-    driver: gpu.nvidia.com
-    deviceClassName: gpu.nvidia.com
-    count: 8
-    attributes:
-      productName: {string: NVIDIA H100}
-    capacity:
-      memory: {value: 80Gi}
-"""
+CLASS = as_yaml(gpu_class("gpu8", 8, product="NVIDIA H100", memory="80Gi"))
 
 
 def cluster_yaml(name: str, region: str, nodes: int = 8, taint: str = "") -> str:
@@ -160,26 +148,14 @@ def engine_ready() -> Path:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Any]:
     """A dev cluster of this test's own (so objects of one test never meet another's)."""
-    from modelplane.devcluster import DevClusterError, start_dev_cluster
-
-    binaries = kube_binaries_or_skip()
-    try:
-        dev = start_dev_cluster(tmp_path / "dev-cluster", binaries=binaries)
-    except DevClusterError as exc:
-        pytest.fail(f"starting the dev cluster failed: {exc}", pytrace=False)
-    try:
+    with running_dev_cluster(tmp_path / "dev-cluster") as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 @pytest.fixture
 def api(cluster: Any) -> Iterator[ApiClient]:
-    client = api_client(cluster)
-    try:
+    with contextlib.closing(api_client(cluster)) as client:
         yield client
-    finally:
-        client.close()
 
 
 def make_env(tmp_path: Path, kubeconfig: str) -> dict[str, str]:

@@ -234,8 +234,7 @@ def _provider_inputs(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], **kwa
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    run = MockRun()
-    run.run(lambda: cluster_provider("c-k8s", opts=None, **kwargs))
+    run = MockRun.of(lambda: cluster_provider("c-k8s", opts=None, **kwargs))
     return dict(run.one("pulumi:providers:kubernetes").inputs)
 
 

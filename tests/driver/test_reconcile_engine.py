@@ -15,6 +15,7 @@ import pytest
 
 from modelplane.driver.reconcile import Reconciler
 from tests.fixtures.engine import CANARY, LOCAL, REPO, copy_fleet
+from tests.spec_docs import as_yaml, gpu_class
 
 pytestmark = pytest.mark.engine
 
@@ -97,22 +98,9 @@ def test_reconcile_cli_stops_cleanly_on_sigterm(
     assert "Traceback" not in err.read_text()
 
 
-GKE = """\
-apiVersion: modelplane.ai/v1alpha1
-kind: InferenceClass
-metadata: {name: l4-gke}
-spec:
-  devices:
-  - name: gpu
-    driver: gpu.nvidia.com
-    deviceClassName: gpu.nvidia.com
-    count: 1
-    capacity:
-      memory: {value: 24Gi}
-  provisioning:
-    provider: GKE
-    gke: {machineType: g2-standard-8, accelerator: {type: nvidia-l4, count: 1}}
----
+GKE = (
+    as_yaml(gpu_class("l4-gke", provider="GKE", product=None))
+    + """---
 apiVersion: modelplane.ai/v1alpha1
 kind: InferenceCluster
 metadata: {name: g1}
@@ -121,6 +109,7 @@ spec:
   nodePools:
   - {name: gpu, className: l4-gke, nodeCount: 1, zones: [europe-west4-a]}
 """
+)
 
 
 def test_reconcile_reads_a_cloud_clusters_kubeconfig_from_its_stack_output(

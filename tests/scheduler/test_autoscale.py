@@ -14,7 +14,7 @@ from modelplane.autoscale import counter_rate, decide, parse_metrics, replica_va
 from modelplane.lock import dump_lock, read_lock
 from modelplane.scheduler import schedule
 from tests.factories import cluster, deployment, fleet, inference_class, pool
-from tests.spec_docs import base_fleet, write_fleet
+from tests.spec_docs import base_fleet, error_paths, write_fleet
 
 H100 = inference_class("h100", 8)
 
@@ -124,8 +124,7 @@ def test_autoscaling_errors_come_all_at_once(tmp_path) -> None:
         "maxReplicas": 3,
         "metrics": [{"type": "kvCacheUsage", "target": 2}],
     }
-    write_fleet(tmp_path, docs)
-    paths = {e.path for e in load_fleet(tmp_path).errors}
+    paths = error_paths(tmp_path, docs)
     assert {
         "spec.autoscaling.minReplicas",
         "spec.replicas",

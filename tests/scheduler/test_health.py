@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from modelplane.api.model_service import ModelService
+from modelplane.api.placement_lock import PlacementLock
 from modelplane.health.observation import (
     CacheObservation,
     ClusterObservation,
@@ -267,18 +268,15 @@ def rep(
     )
 
 
+def one_replica_each() -> PlacementLock:
+    """ml/m placed once on each of the clusters a, b and c."""
+    return lock({"ml/m": [(f"m-{c}0", c, 0, {"unified": "gpu"}) for c in ("a", "b", "c")]})
+
+
 def test_readiness_counts_ready_replicas_and_says_why_the_others_are_not() -> None:
     f = three_clusters()
     f.deployments["ml/m"] = deployment("m", 4, tensor=8)
-    placement = lock(
-        {
-            "ml/m": [
-                ("m-a0", "a", 0, {"unified": "gpu"}),
-                ("m-b0", "b", 0, {"unified": "gpu"}),
-                ("m-c0", "c", 0, {"unified": "gpu"}),
-            ]
-        }
-    )
+    placement = one_replica_each()
     observation = obs(
         healthy("a", replicas={"m-a0": rep(1, 1, created=NOW - 120)}),
         down("b"),
@@ -343,15 +341,7 @@ def test_service_counts_routable_endpoints() -> None:
             },
         }
     )
-    placement = lock(
-        {
-            "ml/m": [
-                ("m-a0", "a", 0, {"unified": "gpu"}),
-                ("m-b0", "b", 0, {"unified": "gpu"}),
-                ("m-c0", "c", 0, {"unified": "gpu"}),
-            ]
-        }
-    )
+    placement = one_replica_each()
     observation = obs(
         healthy("a", replicas={"m-a0": rep(1, 1)}),
         down("b"),

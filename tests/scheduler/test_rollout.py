@@ -27,7 +27,7 @@ from modelplane.rollout import (
     revision,
     wave_of,
 )
-from tests.spec_docs import base_fleet, deployment, write_fleet
+from tests.spec_docs import base_fleet, deployment, error_paths, write_fleet
 
 OLD, NEW, BAD = "aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"
 
@@ -119,8 +119,7 @@ def test_all_rollout_errors_at_once(tmp_path: Any) -> None:
     docs = base_fleet()
     bad = {"maxUnavailable": "x", "maxSurge": -2, "analysis": {"maxTtftRatio": 0}}
     next(d for d in docs if d["kind"] == "ModelDeployment")["spec"]["rollout"] = bad
-    write_fleet(tmp_path, docs)
-    paths = {e.path for e in load_fleet(tmp_path).errors}
+    paths = error_paths(tmp_path, docs)
     assert {
         "spec.rollout.maxUnavailable",
         "spec.rollout.maxSurge",
