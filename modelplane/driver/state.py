@@ -8,7 +8,10 @@ back, as named JSON documents in a :class:`StateStore`:
 - ``routing``: the clusters whose endpoints the gateway leaves out of the routes
   (``unroutable``) and the replicas not Ready yet (``unready``);
 - ``orphans``: objects dropped from a stack's state while their cluster was unreachable,
-  deleted when it answers again (:mod:`modelplane.driver.orphans`).
+  deleted when it answers again (:mod:`modelplane.driver.orphans`);
+- ``rollout``: per deployment, the rollout in progress (target and stable revision, phase,
+  reason, pause, when each replica being updated started) and the pod templates of the
+  revisions replicas still run (:mod:`modelplane.driver.rollouts`).
 
 :class:`FileStore` keeps each document as ``<dir>/<name>.json``, written atomically
 (temporary file, then rename) in one place; a store shared between machines implements
@@ -22,7 +25,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +35,7 @@ HEALTH = "health"
 AUTOSCALE = "autoscale"
 ROUTING = "routing"
 ORPHANS = "orphans"
+ROLLOUT = "rollout"
 REPLICA_PREFIX = "replica:"
 
 
@@ -233,3 +237,74 @@ class RuntimeState:
     def record_orphans(self, orphans: Iterable[Orphan]) -> None:
         """Add to the recorded orphans."""
         self.set_orphans([*self.orphans(), *orphans])
+
+    # -- rollout.json ---------------------------------------------------------------------
+
+    def rollouts(self) -> dict[str, RolloutRecord]:
+        """Every deployment's remembered rollout (missing or unreadable: none)."""
+        return _rollouts(self.store.load(ROLLOUT))
+
+    def set_rollouts(self, records: Mapping[str, RolloutRecord]) -> None:
+        """Record exactly these rollouts (none: the document goes)."""
+        if not records:
+            self.store.delete(ROLLOUT)
+            return
+        document = {"deployments": {k: records[k].as_json() for k in sorted(records)}}
+        self.store.save(ROLLOUT, document)
+
+
+@dataclass
+class RolloutRecord:
+    """One deployment's rollout, as remembered between steps and runs."""
+
+    target: str
+    stable: str | None = None
+    phase: str = "Progressing"
+    reason: str = ""
+    failed: str | None = None
+    paused: bool = False
+    updating: dict[str, float] = field(default_factory=dict)
+    """Replica -> when its update to the target was applied (its pods must be newer)."""
+    templates: dict[str, Any] = field(default_factory=dict)
+    """Revision -> what its pods are made of (`modelplane.rollout.template`)."""
+    started: float | None = None
+    updated: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "stable": self.stable,
+            "phase": self.phase,
+            "reason": self.reason,
+            "failed": self.failed,
+            "paused": self.paused,
+            "updating": dict(sorted(self.updating.items())),
+            "templates": dict(sorted(self.templates.items())),
+            "started": self.started,
+            "updated": self.updated,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RolloutRecord:
+        return RolloutRecord(
+            target=str(data["target"]),
+            stable=data.get("stable") or None,
+            phase=str(data.get("phase") or "Progressing"),
+            reason=str(data.get("reason") or ""),
+            failed=data.get("failed") or None,
+            paused=bool(data.get("paused")),
+            updating={str(k): float(v) for k, v in (data.get("updating") or {}).items()},
+            templates={str(k): v for k, v in (data.get("templates") or {}).items()},
+            started=data.get("started"),
+            updated=data.get("updated"),
+        )
+
+
+def _rollouts(data: Any) -> dict[str, RolloutRecord]:
+    out = {}
+    for key, value in (_document(data).get("deployments") or {}).items():
+        try:
+            out[str(key)] = RolloutRecord.from_json(value)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue  # a damaged record: that deployment's rollout starts afresh
+    return out

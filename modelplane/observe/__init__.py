@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from modelplane.api.fleet import FleetSpec
@@ -84,13 +84,15 @@ def observe_fleet(
     now: float | None = None,
     metrics: bool = False,
     stale_after: float = DEFAULT_STALE_AFTER,
+    metrics_of: Iterable[str] = (),
 ) -> Observation:
     """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
     4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
     deployment's namespace). ``metrics``: also read the serving pods' `/metrics` of the
     autoscaled deployments' replicas in ``lock``: from the cluster's Prometheus through
     its API server's service proxy (samples older than ``stale_after`` seconds count as
-    missing), else each serving pod's `/metrics` through the pod proxy."""
+    missing), else each serving pod's `/metrics` through the pod proxy. ``metrics_of``:
+    deployments whose replicas' metrics are read too (a rollout draining them)."""
     env = os.environ if env is None else env
     fleet_dir = Path(fleet_dir)
     limit = deadline if deadline is not None else 4 * timeout
@@ -98,10 +100,11 @@ def observe_fleet(
     results: dict[str, ClusterObservation] = {}
     threads: dict[str, threading.Thread] = {}
     wanted: dict[str, list[str]] = {}
-    if metrics and lock is not None:
+    also = set(metrics_of)
+    if (metrics or also) and lock is not None:
         for key, dep in lock.deployments.items():
             spec = fleet.deployments.get(key)
-            if spec is None or spec.spec.autoscaling is None:
+            if spec is None or (key not in also and (spec.spec.autoscaling is None or not metrics)):
                 continue
             for r in dep.replicas:
                 wanted.setdefault(r.cluster, []).append(r.name)

@@ -1,0 +1,317 @@
+"""Fleet rollouts executed by the driver (issue 21, part 1): `prepare` (which revision each
+replica renders before the stacks run) and `Rollouts` stepping a simulated fleet to the end --
+routes before updates, drained before updated, Ready before routed back, never fewer routable
+replicas than `replicas - maxUnavailable`, resumable, halting on a replica that never loads.
+The simulated fleet stands for the stacks and the clusters (`World`); the dev-fleet test
+(tests/devfleet/test_devfleet_rollout.py) runs the real thing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane.api.loader import load_fleet
+from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
+from modelplane.driver.rollouts import (
+    Prepared,
+    Rollouts,
+    World,
+    prepare,
+    progress,
+    templates_env,
+)
+from modelplane.driver.state import RolloutRecord, RuntimeState
+from modelplane.health.observation import ClusterObservation, Observation, ReplicaObservation
+from modelplane.rollout import at_revision, revision, template
+from modelplane.stacks import deploy_stack
+from tests.spec_docs import deployment, gpu_class, write_fleet
+
+KEY = "team/m"
+CLUSTERS = ("c1", "c2", "c3", "c4")
+
+
+def cluster(name: str, live: bool = True) -> dict[str, Any]:
+    source = {"secretRef": {"name": "kubeconfigs", "key": name}} if live else {"renderTo": "out"}
+    return {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": {"name": name},
+        "spec": {
+            "cluster": {"source": "Existing", "existing": source},
+            "nodePools": [{"name": "gpu", "className": "l4", "nodeCount": 4}],
+        },
+    }
+
+
+def fleet(tmp_path: Path, image: str, replicas: int = 3, live: bool = True, **rollout: Any):
+    dep = (
+        deployment(replicas=replicas, rollout=rollout) if rollout else deployment(replicas=replicas)
+    )
+    dep["spec"]["workers"]["template"]["spec"]["containers"][0]["image"] = image
+    docs = [gpu_class(), *(cluster(c, live) for c in CLUSTERS[:replicas]), dep]
+    loaded = load_fleet(write_fleet(tmp_path / image.replace(":", "-"), copy.deepcopy(docs)))
+    assert not loaded.errors, loaded.errors
+    return loaded.fleet
+
+
+def locked(revisions: list[str | None]) -> PlacementLock:
+    replicas = [
+        LockedReplica(
+            name=f"m-r{i}", cluster=CLUSTERS[i], index=0, pools={"unified": "gpu"}, revision=rev
+        )
+        for i, rev in enumerate(revisions)
+    ]
+    return PlacementLock(deployments={KEY: LockedDeployment(replicas=replicas)})
+
+
+# --------------------------------------------------------------------------- prepare
+
+
+def test_prepare_keeps_old_replicas_on_their_revision(tmp_path: Path) -> None:
+    old, new = fleet(tmp_path, "vllm:a"), fleet(tmp_path, "vllm:b")
+    first = prepare(old, locked([None, None, None]), {})
+    a = revision(old.deployments[KEY])
+    # Placed before rollouts existed: adopted at the current revision, nothing to roll.
+    assert [r.revision for r in first.lock.replicas_of(KEY)] == [a, a, a]
+    assert first.rolling == [] and first.records[KEY].templates == {
+        a: template(old.deployments[KEY])
+    }
+    second = prepare(new, first.lock, first.records, now=5.0)
+    b = revision(new.deployments[KEY])
+    assert [r.revision for r in second.lock.replicas_of(KEY)] == [a, a, a]
+    assert second.rolling == [KEY]
+    record = second.records[KEY]
+    assert (record.target, record.stable, record.phase) == (b, a, "Progressing")
+    assert set(record.templates) == {a, b}
+    # The program renders the old replicas from the old template: the old image.
+    rendered = at_revision(new.deployments[KEY], record.templates[a])
+    assert revision(rendered) == a
+    engine = rendered.spec.workers.template.spec.engine  # type: ignore[union-attr]
+    assert engine.image == "vllm:a"
+    assert json.loads(templates_env(second.lock, second.records)) == {KEY: {a: record.templates[a]}}
+    assert progress(second.lock, KEY, record) == f"rollout: 0/3 replicas at revision {b}"
+
+
+PREPARE = [
+    # (name, strategy, live clusters, expected: every replica at the new revision at once)
+    ("rolling", None, True, False),
+    ("all-at-once-flag", "AllAtOnce", True, True),
+    ("render-to-clusters-change-at-once", None, False, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "live", "at_once"), [p[1:] for p in PREPARE], ids=[p[0] for p in PREPARE]
+)
+def test_prepare_strategies(
+    tmp_path: Path, strategy: str | None, live: bool, at_once: bool
+) -> None:
+    old = fleet(tmp_path, "vllm:a", live=live)
+    new = fleet(tmp_path, "vllm:b", live=live)
+    first = prepare(old, locked([None, None, None]), {})
+    second = prepare(new, first.lock, first.records, strategy=strategy)
+    b = revision(new.deployments[KEY])
+    assert all(r.revision == b for r in second.lock.replicas_of(KEY)) is at_once
+    assert (second.rolling == []) is at_once
+
+
+def test_spec_strategy_all_at_once(tmp_path: Path) -> None:
+    old = fleet(tmp_path, "vllm:a", strategy="AllAtOnce")
+    new = fleet(tmp_path, "vllm:b", strategy="AllAtOnce")
+    second = prepare(
+        new, prepare(old, locked([None] * 3), {}).lock, prepare(old, locked([None] * 3), {}).records
+    )
+    assert second.rolling == []
+
+
+# --------------------------------------------------------------------------- a simulated fleet
+
+
+class Sim:
+    """Replicas' pods (revision, created, ready at), the routes the gateway applied, and every
+    violation a client would see (a replica updated while routed)."""
+
+    def __init__(self, state: RuntimeState, lock: PlacementLock, load: float, never: str = ""):
+        self.now = 1000.0
+        self.state, self.load, self.never = state, load, never
+        self.pods = {r.name: [r.revision, 0.0, 0.0] for r in lock.replicas_of(KEY)}
+        self.routed = set(self.pods)
+        self.min_routable = len(self.pods)
+        self.violations: list[str] = []
+        self.applies: list[list[str]] = []
+        self.fail_after: int | None = None
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def ready(self, name: str) -> bool:
+        rev, _, ready_at = self.pods[name]
+        return rev != self.never and self.now >= ready_at
+
+    def apply(self, lock: PlacementLock, stacks: list[str]) -> bool:
+        self.applies.append(stacks)
+        if self.fail_after is not None and len(self.applies) > self.fail_after:
+            raise KeyboardInterrupt  # the process dies mid-way
+        self.now += 1.0
+        if "gateway" in stacks:
+            out = {n for n in self.state.routing().unready}
+            self.routed = set(self.pods) - out
+        if deploy_stack(KEY) in stacks:
+            for r in lock.replicas_of(KEY):
+                pod = self.pods[r.name]
+                if pod[0] != r.revision:
+                    if r.name in self.routed:
+                        self.violations.append(f"{r.name} updated while routed")
+                    self.pods[r.name] = [r.revision, self.now, self.now + self.load]
+        routable = sum(1 for n in self.routed if self.ready(n))
+        self.min_routable = min(self.min_routable, routable)
+        return True
+
+    def observe(self, lock: PlacementLock, _keys: list[str]) -> Observation:
+        self.now += 0.2
+        clusters: dict[str, ClusterObservation] = {}
+        for r in lock.replicas_of(KEY):
+            _, created, _ = self.pods[r.name]
+            seen = ReplicaObservation(pods=1, ready_pods=int(self.ready(r.name)), created=created)
+            clusters[r.cluster] = ClusterObservation(
+                r.cluster, reachable=True, replicas={r.name: seen}
+            )
+        routable = sum(1 for n in self.routed if self.ready(n))
+        self.min_routable = min(self.min_routable, routable)
+        return Observation(self.now, clusters)
+
+    def world(self) -> World:
+        return World(
+            self.apply, self.observe, clock=self.clock, sleep=self.sleep, gateway="gateway"
+        )
+
+
+def rolling(
+    tmp_path: Path, replicas: int, image: str = "vllm:b", **rollout: Any
+) -> tuple[Any, Prepared, RuntimeState]:
+    old = fleet(tmp_path, "vllm:a", replicas, **rollout)
+    new = fleet(tmp_path, image, replicas, **rollout)
+    first = prepare(
+        old, PlacementLock(deployments={KEY: locked([None] * replicas).deployments[KEY]}), {}
+    )
+    second = prepare(new, first.lock, first.records)
+    state = RuntimeState.at(tmp_path / "state")
+    state.set_rollouts(second.records)
+    return new, second, state
+
+
+ROLLS = [
+    # (name, replicas, rollout, least routable at any time)
+    ("one-at-a-time", 3, {}, 2),
+    ("two-at-a-time", 4, {"maxUnavailable": 2}, 2),
+    ("percent", 4, {"maxUnavailable": "50%"}, 2),
+    ("surge-only-rolls-one-at-a-time", 3, {"maxUnavailable": 0, "maxSurge": 1}, 2),
+]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "rollout", "least"), [r[1:] for r in ROLLS], ids=[r[0] for r in ROLLS]
+)
+def test_rollout_steps_within_the_budget(
+    tmp_path: Path, replicas: int, rollout: dict[str, Any], least: int
+) -> None:
+    spec, prepared, state = rolling(tmp_path, replicas, **rollout)
+    sim = Sim(state, prepared.lock, load=3.0)
+    stepper = Rollouts(spec, state, sim.world())
+    lock = stepper.run(prepared.lock, prepared.rolling)
+    b = revision(spec.deployments[KEY])
+    assert [r.revision for r in lock.replicas_of(KEY)] == [b] * replicas
+    assert all(sim.pods[n][0] == b for n in sim.pods)
+    assert sim.violations == []
+    assert sim.min_routable == least
+    assert sim.routed == set(sim.pods) and state.routing().unready == {}
+    outcome = stepper.outcomes[KEY]
+    assert outcome.phase == "Complete", outcome
+    assert outcome.progress == f"rollout: {replicas}/{replicas} replicas at revision {b}"
+    record = state.rollouts()[KEY]
+    assert (record.phase, record.stable, record.updating) == ("Complete", b, {})
+
+
+def test_an_interrupted_rollout_resumes(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3)
+    sim = Sim(state, prepared.lock, load=3.0)
+    sim.fail_after = 3  # gateway, deploy, gateway: killed before the second update
+    with pytest.raises(KeyboardInterrupt):
+        Rollouts(spec, state, sim.world()).run(prepared.lock, prepared.rolling)
+    b = revision(spec.deployments[KEY])
+    # What the next `up` sees: the lock as written so far, the state as remembered.
+    lock_now = PlacementLock(
+        deployments={
+            KEY: prepared.lock.deployments[KEY].model_copy(
+                update={
+                    "replicas": [
+                        r.model_copy(update={"revision": sim.pods[r.name][0]})
+                        for r in prepared.lock.replicas_of(KEY)
+                    ]
+                }
+            )
+        }
+    )
+    again = prepare(spec, lock_now, state.rollouts())
+    assert again.rolling == [KEY]
+    sim.fail_after = None
+    lock = Rollouts(spec, state, sim.world()).run(again.lock, again.rolling)
+    assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
+    assert sim.violations == [] and sim.min_routable >= 2
+    assert state.rollouts()[KEY].phase == "Complete"
+
+
+def test_a_replica_that_never_loads_halts_the_rollout(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3)
+    b = revision(spec.deployments[KEY])
+    sim = Sim(state, prepared.lock, load=3.0, never=b)
+    stepper = Rollouts(spec, state, sim.world(), ready_timeout=60)
+    lock = stepper.run(prepared.lock, prepared.rolling)
+    assert sum(1 for r in lock.replicas_of(KEY) if r.revision == b) == 1
+    outcome = stepper.outcomes[KEY]
+    assert outcome.phase == "Paused" and "not Ready at revision" in outcome.reason
+    assert state.rollouts()[KEY].phase == "Paused"
+    assert sim.min_routable == 2  # the two stable replicas kept serving
+    # The next run stays halted (`rollout resume` clears it).
+    assert Rollouts(spec, state, sim.world()).run(lock, [KEY]) == lock
+
+
+def test_a_paused_rollout_holds(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3)
+    records = state.rollouts()
+    records[KEY].paused = True
+    state.set_rollouts(records)
+    sim = Sim(state, prepared.lock, load=3.0)
+    stepper = Rollouts(spec, state, sim.world())
+    lock = stepper.run(prepared.lock, prepared.rolling)
+    assert lock == prepared.lock and sim.applies == []
+    assert stepper.outcomes[KEY].phase == "Paused"
+
+
+def test_rollout_record_round_trips(tmp_path: Path) -> None:
+    state = RuntimeState.at(tmp_path)
+    record = RolloutRecord(
+        "bbbbbbbbbb",
+        "aaaaaaaaaa",
+        "Paused",
+        "why",
+        None,
+        True,
+        {"m-r0": 3.0},
+        {"aaaaaaaaaa": {"roles": {}}},
+        1.0,
+        2.0,
+    )
+    state.set_rollouts({KEY: record})
+    assert state.rollouts() == {KEY: record}
+    (tmp_path / "rollout.json").write_text("{not json")
+    assert state.rollouts() == {}
+    state.set_rollouts({})
+    assert not (tmp_path / "rollout.json").exists()
