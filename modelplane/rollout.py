@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.placement_lock import LockedReplica
 from modelplane.api.rollout import Rollout, RolloutAnalysis, RolloutWave
 
 REVISION_CHARS = 10
@@ -372,7 +373,51 @@ def _finish(step: Step, replicas: Sequence[ReplicaState], target: str, state: Ro
     return step
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Where a deployment's rollout stands by the lock (plan, preview): how many replicas
+    run the spec's revision and which change next."""
+
+    target: str
+    at: int
+    total: int
+    next: tuple[str, ...]
+
+    @property
+    def line(self) -> str:
+        text = f"rollout: {self.at}/{self.total} replicas at revision {self.target}"
+        return text + (f"; next: {', '.join(self.next)}" if self.next else "")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"target": self.target, "at": self.at, "total": self.total, "next": list(self.next)}
+
+
+def lock_progress(
+    deployment: ModelDeployment,
+    replicas: Sequence[LockedReplica],
+    labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> Progress | None:
+    """The rollout the lock shows for ``deployment`` (None: every replica at the spec's
+    revision, or none recorded yet). Next: the first outdated replicas in rollout order
+    (wave, cluster, name), as many as maxUnavailable allows."""
+    target = revision(deployment)
+    recorded = [r for r in replicas if r.revision is not None]
+    if not recorded or all(r.revision == target for r in replicas):
+        return None
+    rollout = deployment.spec.rollout
+    waves, labels = rollout.waves, labels or {}
+    order = sorted(
+        (r for r in replicas if r.revision != target),
+        key=lambda r: (wave_of(r.cluster, labels.get(r.cluster, {}), waves), r.cluster, r.name),
+    )
+    unavailable, _ = rollout.budget(len(replicas))
+    at = sum(1 for r in replicas if r.revision == target)
+    return Progress(target, at, len(replicas), tuple(r.name for r in order[: max(1, unavailable)]))
+
+
 __all__ = [
+    "Progress",
+    "lock_progress",
     "ReplicaState",
     "RolloutState",
     "ServingHealth",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
@@ -34,7 +34,10 @@ from modelplane.health.readiness import expected_pods
 from modelplane.rollout import (
     ReplicaState,
     RolloutState,
+    ServingHealth,
     Step,
+    Verdict,
+    analyse,
     at_revision,
     plan_step,
     revision,
@@ -55,6 +58,8 @@ DEFAULT_DRAIN = 30.0
 DEFAULT_READY_TIMEOUT = 900.0
 """A replica not Ready at the target this long after its update halts the rollout."""
 POLL = 0.5
+QUIET_WINDOWS = 3
+"""With fewer requests than the analysis needs after this many windows, a step passes."""
 ROLLOUT_REASON = "rollout: updating to revision "
 
 
@@ -249,6 +254,11 @@ class Rollouts:
                 for name in step.route:
                     unready.pop(name, None)
                     record.updating.pop(name, None)
+                if step.route:
+                    record.watching = now
+                if step.state.phase == "RolledBack" and outcome.phase != "RolledBack":
+                    self.world.message(f"rollout {key}: {step.state.reason}")
+                    outcome.phase = "RolledBack"
                 for name in step.unroute:
                     unready[name] = ROLLOUT_REASON + step.state.target
                 fresh = [n for n in step.update if self._revision(lock, key, n) != record.target]
@@ -257,7 +267,7 @@ class Rollouts:
                     for name in fresh:
                         record.updating[name] = now
                 timed_out = self._timed_out(record, now)
-                if step.done:
+                if step.done and not step.waiting and not step.hold:
                     outcome.phase, outcome.reason = record.phase, record.reason
                     record.updating = {}
                     pending.remove(key)
@@ -265,13 +275,21 @@ class Rollouts:
                     record.phase = outcome.phase = "Paused"
                     record.reason = outcome.reason = timed_out
                     pending.remove(key)
-                elif not (step.route or step.unroute or fresh or step.waiting or step.update):
+                elif not (
+                    step.route
+                    or step.unroute
+                    or fresh
+                    or step.waiting
+                    or step.update
+                    or step.state.reason.startswith("analysis:")
+                ):
                     # held: paused, or the budget allows nothing now and nothing is moving
                     outcome.phase = "Paused" if record.paused else record.phase
                     outcome.reason = record.reason or "held: " + ", ".join(step.hold)
                     pending.remove(key)
                 else:
-                    waiting = waiting or bool(step.waiting)
+                    analysing = step.state.reason.startswith("analysis:")
+                    waiting = waiting or bool(step.waiting) or analysing
                     if step.route or step.unroute or fresh:
                         outcome.steps += 1
                 outcome.seconds = now - started
@@ -344,6 +362,7 @@ class Rollouts:
                     wave=wave_of(r.cluster, labels.get(r.cluster, {}), dep.spec.rollout.waves),
                 )
             )
+        verdict = self._verdict(dep, record, states, observation, now)
         count = locked.autoscaled_replicas or dep.spec.replicas
         state = RolloutState(
             target=record.target,
@@ -352,14 +371,53 @@ class Rollouts:
             reason=record.reason,
             failed=record.failed,
         )
-        return plan_step(
+        step = plan_step(
             desired,
             states,
             executable(dep.spec.rollout),
             count,
             state=state,
+            verdict=verdict,
             paused=record.paused,
         )
+        gate = dep.spec.rollout.analysis
+        if gate is not None and step.route and step.state.phase == "Progressing":
+            # Replicas joining the routes now are watched for a window before any other
+            # replica leaves them.
+            leaving = set(step.unroute)
+            step = replace(
+                step,
+                unroute=[],
+                update=[n for n in step.update if n not in leaving],
+                hold=[*step.hold, *sorted(leaving)],
+            )
+        return step
+
+    def _verdict(
+        self,
+        dep: ModelDeployment,
+        record: RolloutRecord,
+        states: list[ReplicaState],
+        observation: Observation,
+        now: float,
+    ) -> Verdict | None:
+        """The analysis gate: the routed replicas at the target against the routed outdated
+        ones, from their engines' counters, once the step's window is over (None: no gate,
+        or nothing to compare)."""
+        gate = dep.spec.rollout.analysis
+        if gate is None or record.phase != "Progressing":
+            return None
+        new = [s for s in states if s.revision == record.target and s.routed and s.ready]
+        old = [s for s in states if s.revision != record.target and s.routed]
+        if not new or not old:
+            return None
+        since = record.watching if record.watching is not None else now
+        if now - since < gate.window:
+            return Verdict("wait", f"watching revision {record.target} for {gate.window:g}s")
+        verdict = analyse(_health(observation, new), _health(observation, old), gate)
+        if verdict.outcome == "wait" and now - since >= QUIET_WINDOWS * gate.window:
+            return None  # too little traffic to judge: no evidence against the revision
+        return verdict
 
     def _timed_out(self, record: RolloutRecord, now: float) -> str:
         late = sorted(n for n, t in record.updating.items() if now - t > self.ready_timeout)
@@ -417,6 +475,21 @@ def _ready(
         return False
     since = updating.get(name)
     return since is None or (got.created is not None and got.created >= since - 1.0)
+
+
+def _health(observation: Observation, replicas: Iterable[ReplicaState]) -> ServingHealth:
+    total = ServingHealth()
+    for r in replicas:
+        seen = observation.cluster(r.cluster)
+        got = seen.replicas.get(r.name) if seen is not None else None
+        m = (got.metrics or {}) if got is not None else {}
+        total += ServingHealth(
+            int(m.get("requests", 0)),
+            int(m.get("errors", 0)),
+            float(m.get("ttftSum", 0.0)),
+            int(m.get("ttftCount", 0)),
+        )
+    return total
 
 
 def _running(observation: Observation, lock: PlacementLock, name: str) -> float:

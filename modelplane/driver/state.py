@@ -269,6 +269,8 @@ class RolloutRecord:
     """Revision -> what its pods are made of (`modelplane.rollout.template`)."""
     started: float | None = None
     updated: float | None = None
+    watching: float | None = None
+    """When the last step's replicas joined the routes (the analysis window starts)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -282,6 +284,7 @@ class RolloutRecord:
             "templates": dict(sorted(self.templates.items())),
             "started": self.started,
             "updated": self.updated,
+            "watching": self.watching,
         }
 
     @staticmethod
@@ -297,6 +300,7 @@ class RolloutRecord:
             templates={str(k): v for k, v in (data.get("templates") or {}).items()},
             started=data.get("started"),
             updated=data.get("updated"),
+            watching=data.get("watching"),
         )
 
 

@@ -144,6 +144,9 @@ class Sim:
         self.violations: list[str] = []
         self.applies: list[list[str]] = []
         self.fail_after: int | None = None
+        self.bad = ""  # a revision whose engines answer 5xx
+        self.served: dict[str, list[int]] = {}
+        self.born: dict[str, float] = {}
 
     def clock(self) -> float:
         return self.now
@@ -178,8 +181,19 @@ class Sim:
         self.now += 0.2
         clusters: dict[str, ClusterObservation] = {}
         for r in lock.replicas_of(KEY):
-            _, created, _ = self.pods[r.name]
-            seen = ReplicaObservation(pods=1, ready_pods=int(self.ready(r.name)), created=created)
+            rev, created, _ = self.pods[r.name]
+            if r.name in self.routed and self.ready(r.name):
+                served = self.served.setdefault(r.name, [0, 0])
+                served[0] += 10
+                served[1] += 10 if rev == self.bad else 0
+            if self.pods[r.name][1] != self.born.get(r.name):  # a new pod: counters restart
+                self.born[r.name] = self.pods[r.name][1]
+                self.served[r.name] = [0, 0]
+            requests, errors = self.served.get(r.name, [0, 0])
+            metrics = {"requests": float(requests), "errors": float(errors)}
+            seen = ReplicaObservation(
+                pods=1, ready_pods=int(self.ready(r.name)), created=created, metrics=metrics
+            )
             clusters[r.cluster] = ClusterObservation(
                 r.cluster, reachable=True, replicas={r.name: seen}
             )
@@ -315,3 +329,36 @@ def test_rollout_record_round_trips(tmp_path: Path) -> None:
     assert state.rollouts() == {}
     state.set_rollouts({})
     assert not (tmp_path / "rollout.json").exists()
+
+
+def test_the_analysis_gate_rolls_a_failing_revision_back(tmp_path: Path) -> None:
+    gate = {"analysis": {"window": "10s", "minRequests": 20}}
+    spec, prepared, state = rolling(tmp_path, 3, **gate)
+    a = prepared.records[KEY].stable
+    b = revision(spec.deployments[KEY])
+    sim = Sim(state, prepared.lock, load=3.0)
+    sim.bad = b
+    stepper = Rollouts(spec, state, sim.world())
+    lock = stepper.run(prepared.lock, prepared.rolling)
+    # One step, judged, rolled back: every replica on the last good revision again.
+    assert [r.revision for r in lock.replicas_of(KEY)] == [a] * 3
+    assert all(sim.pods[n][0] == a for n in sim.pods)
+    assert sim.violations == [] and sim.min_routable >= 2
+    record = state.rollouts()[KEY]
+    assert (record.phase, record.failed, record.target) == ("RolledBack", b, a)
+    assert record.reason.startswith(f"revision {b} rolled back: error ratio 100.0%")
+    assert stepper.outcomes[KEY].phase == "RolledBack"
+    # The next up leaves it there until the spec changes.
+    again = prepare(spec, lock, state.rollouts())
+    assert again.rolling == [] and again.lock == lock
+
+
+def test_the_analysis_gate_passes_a_healthy_revision(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3, analysis={"window": "10s"})
+    sim = Sim(state, prepared.lock, load=3.0)
+    started = sim.now
+    lock = Rollouts(spec, state, sim.world()).run(prepared.lock, prepared.rolling)
+    b = revision(spec.deployments[KEY])
+    assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
+    assert sim.now - started >= 20  # two windows watched (the last step has no old to compare)
+    assert state.rollouts()[KEY].phase == "Complete"
