@@ -362,3 +362,88 @@ def test_the_analysis_gate_passes_a_healthy_revision(tmp_path: Path) -> None:
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
     assert sim.now - started >= 20  # two windows watched (the last step has no old to compare)
     assert state.rollouts()[KEY].phase == "Complete"
+
+
+class PDSim(Sim):
+    """Prefill/decode replicas: the decode pod follows the prefill pod ``lag`` seconds after an
+    update (the two workloads are separate objects); a replica routed while its roles run
+    different revisions is a violation."""
+
+    lag = 4.0
+
+    def __init__(self, state: RuntimeState, lock: PlacementLock, load: float) -> None:
+        super().__init__(state, lock, load)
+        self.decode = {n: list(p) for n, p in self.pods.items()}
+
+    def mixed_routed(self) -> None:
+        for n in self.routed:
+            if self.pods[n][0] != self.decode[n][0]:
+                self.violations.append(
+                    f"{n} routed with prefill {self.pods[n][0]} and decode {self.decode[n][0]}"
+                )
+
+    def apply(self, lock: PlacementLock, stacks: list[str]) -> bool:
+        ok = super().apply(lock, stacks)
+        for r in lock.replicas_of(KEY):
+            if self.decode[r.name][0] != r.revision:
+                at = self.now + self.lag
+                self.decode[r.name] = [r.revision, at, at + self.load]
+        self.mixed_routed()
+        return ok
+
+    def observe(self, lock: PlacementLock, keys: list[str]) -> Observation:
+        self.now += 0.2
+        clusters: dict[str, ClusterObservation] = {}
+        for r in lock.replicas_of(KEY):
+            pods = [self.pods[r.name], self.decode[r.name]]
+            started = [p for p in pods if p[1] <= self.now]
+            ready = sum(1 for p in started if self.now >= p[2])
+            seen = ReplicaObservation(
+                pods=len(started), ready_pods=ready, created=min(p[1] for p in started)
+            )
+            clusters[r.cluster] = ClusterObservation(
+                r.cluster, reachable=True, replicas={r.name: seen}
+            )
+        self.mixed_routed()
+        return Observation(self.now, clusters)
+
+
+def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> None:
+    from tests.factories import role
+
+    def pd(image: str) -> Any:
+        dep = deployment(replicas=3)
+        del dep["spec"]["workers"]
+        for name in ("prefill", "decode"):
+            dep["spec"][name] = role()
+            dep["spec"][name]["workers"]["template"]["spec"]["containers"][0]["image"] = image
+        docs = [gpu_class(), *(cluster(c) for c in CLUSTERS[:3]), dep]
+        loaded = load_fleet(write_fleet(tmp_path / image.replace(":", "-"), copy.deepcopy(docs)))
+        assert not loaded.errors, loaded.errors
+        return loaded.fleet
+
+    old, new = pd("vllm:a"), pd("vllm:b")
+    base = locked([None] * 3)
+    pools = {"prefill": "gpu", "decode": "gpu"}
+    base = PlacementLock(
+        deployments={
+            KEY: LockedDeployment(
+                replicas=[r.model_copy(update={"pools": pools}) for r in base.replicas_of(KEY)]
+            )
+        }
+    )
+    first = prepare(old, base, {})
+    second = prepare(new, first.lock, first.records)
+    # The old template renders both roles at the old image.
+    a = first.records[KEY].stable
+    rendered = at_revision(new.deployments[KEY], second.records[KEY].templates[a])
+    assert {r.workers.template.spec.engine.image for r in rendered.spec.roles.values()} == {
+        "vllm:a"
+    }
+    state = RuntimeState.at(tmp_path / "state")
+    state.set_rollouts(second.records)
+    sim = PDSim(state, second.lock, load=3.0)
+    lock = Rollouts(new, state, sim.world()).run(second.lock, second.rolling)
+    b = revision(new.deployments[KEY])
+    assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
+    assert sim.violations == [] and sim.min_routable >= 2
