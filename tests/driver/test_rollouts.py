@@ -144,6 +144,8 @@ class Sim:
         self.violations: list[str] = []
         self.applies: list[list[str]] = []
         self.fail_after: int | None = None
+        self.linger = 1.5
+        self.pending: dict[str, tuple[list[Any], float]] = {}
         self.bad = ""  # a revision whose engines answer 5xx
         self.served: dict[str, list[int]] = {}
         self.born: dict[str, float] = {}
@@ -154,7 +156,16 @@ class Sim:
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
+    def tick(self) -> None:
+        """Old pods go once their replacement's time came (Recreate: the old pod is seen
+        Ready for a moment after the update was applied)."""
+        for name, (pod, at) in list(self.pending.items()):
+            if self.now >= at:
+                self.pods[name] = pod
+                del self.pending[name]
+
     def ready(self, name: str) -> bool:
+        self.tick()
         rev, _, ready_at = self.pods[name]
         return rev != self.never and self.now >= ready_at
 
@@ -168,11 +179,12 @@ class Sim:
             self.routed = set(self.pods) - out
         if deploy_stack(KEY) in stacks:
             for r in lock.replicas_of(KEY):
-                pod = self.pods[r.name]
+                pod = self.pending[r.name][0] if r.name in self.pending else self.pods[r.name]
                 if pod[0] != r.revision:
                     if r.name in self.routed:
                         self.violations.append(f"{r.name} updated while routed")
-                    self.pods[r.name] = [r.revision, self.now, self.now + self.load]
+                    at = self.now + self.linger
+                    self.pending[r.name] = ([r.revision, at, at + self.load], at)
         routable = sum(1 for n in self.routed if self.ready(n))
         self.min_routable = min(self.min_routable, routable)
         return True
@@ -180,6 +192,7 @@ class Sim:
     def observe(self, lock: PlacementLock, _keys: list[str]) -> Observation:
         self.now += 0.2
         clusters: dict[str, ClusterObservation] = {}
+        self.tick()
         for r in lock.replicas_of(KEY):
             rev, created, _ = self.pods[r.name]
             if r.name in self.routed and self.ready(r.name):
@@ -238,7 +251,7 @@ def test_rollout_steps_within_the_budget(
 ) -> None:
     spec, prepared, state = rolling(tmp_path, replicas, **rollout)
     sim = Sim(state, prepared.lock, load=3.0)
-    stepper = Rollouts(spec, state, sim.world())
+    stepper = Rollouts(spec, state, sim.world(), deadline=900)
     lock = stepper.run(prepared.lock, prepared.rolling)
     b = revision(spec.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * replicas
@@ -258,7 +271,7 @@ def test_an_interrupted_rollout_resumes(tmp_path: Path) -> None:
     sim = Sim(state, prepared.lock, load=3.0)
     sim.fail_after = 3  # gateway, deploy, gateway: killed before the second update
     with pytest.raises(KeyboardInterrupt):
-        Rollouts(spec, state, sim.world()).run(prepared.lock, prepared.rolling)
+        Rollouts(spec, state, sim.world(), deadline=900).run(prepared.lock, prepared.rolling)
     b = revision(spec.deployments[KEY])
     # What the next `up` sees: the lock as written so far, the state as remembered.
     lock_now = PlacementLock(
@@ -276,7 +289,7 @@ def test_an_interrupted_rollout_resumes(tmp_path: Path) -> None:
     again = prepare(spec, lock_now, state.rollouts())
     assert again.rolling == [KEY]
     sim.fail_after = None
-    lock = Rollouts(spec, state, sim.world()).run(again.lock, again.rolling)
+    lock = Rollouts(spec, state, sim.world(), deadline=900).run(again.lock, again.rolling)
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
     assert sim.violations == [] and sim.min_routable >= 2
     assert state.rollouts()[KEY].phase == "Complete"
@@ -286,7 +299,7 @@ def test_a_replica_that_never_loads_halts_the_rollout(tmp_path: Path) -> None:
     spec, prepared, state = rolling(tmp_path, 3)
     b = revision(spec.deployments[KEY])
     sim = Sim(state, prepared.lock, load=3.0, never=b)
-    stepper = Rollouts(spec, state, sim.world(), ready_timeout=60)
+    stepper = Rollouts(spec, state, sim.world(), ready_timeout=60, deadline=900)
     lock = stepper.run(prepared.lock, prepared.rolling)
     assert sum(1 for r in lock.replicas_of(KEY) if r.revision == b) == 1
     outcome = stepper.outcomes[KEY]
@@ -294,7 +307,7 @@ def test_a_replica_that_never_loads_halts_the_rollout(tmp_path: Path) -> None:
     assert state.rollouts()[KEY].phase == "Paused"
     assert sim.min_routable == 2  # the two stable replicas kept serving
     # The next run stays halted (`rollout resume` clears it).
-    assert Rollouts(spec, state, sim.world()).run(lock, [KEY]) == lock
+    assert Rollouts(spec, state, sim.world(), deadline=900).run(lock, [KEY]) == lock
 
 
 def test_a_paused_rollout_holds(tmp_path: Path) -> None:
@@ -303,7 +316,7 @@ def test_a_paused_rollout_holds(tmp_path: Path) -> None:
     records[KEY].paused = True
     state.set_rollouts(records)
     sim = Sim(state, prepared.lock, load=3.0)
-    stepper = Rollouts(spec, state, sim.world())
+    stepper = Rollouts(spec, state, sim.world(), deadline=900)
     lock = stepper.run(prepared.lock, prepared.rolling)
     assert lock == prepared.lock and sim.applies == []
     assert stepper.outcomes[KEY].phase == "Paused"
@@ -338,7 +351,7 @@ def test_the_analysis_gate_rolls_a_failing_revision_back(tmp_path: Path) -> None
     b = revision(spec.deployments[KEY])
     sim = Sim(state, prepared.lock, load=3.0)
     sim.bad = b
-    stepper = Rollouts(spec, state, sim.world())
+    stepper = Rollouts(spec, state, sim.world(), deadline=900)
     lock = stepper.run(prepared.lock, prepared.rolling)
     # One step, judged, rolled back: every replica on the last good revision again.
     assert [r.revision for r in lock.replicas_of(KEY)] == [a] * 3
@@ -357,7 +370,7 @@ def test_the_analysis_gate_passes_a_healthy_revision(tmp_path: Path) -> None:
     spec, prepared, state = rolling(tmp_path, 3, analysis={"window": "10s"})
     sim = Sim(state, prepared.lock, load=3.0)
     started = sim.now
-    lock = Rollouts(spec, state, sim.world()).run(prepared.lock, prepared.rolling)
+    lock = Rollouts(spec, state, sim.world(), deadline=900).run(prepared.lock, prepared.rolling)
     b = revision(spec.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
     assert sim.now - started >= 20  # two windows watched (the last step has no old to compare)
@@ -374,6 +387,7 @@ class PDSim(Sim):
     def __init__(self, state: RuntimeState, lock: PlacementLock, load: float) -> None:
         super().__init__(state, lock, load)
         self.decode = {n: list(p) for n, p in self.pods.items()}
+        self.decode_next: dict[str, tuple[list[Any], float]] = {}
 
     def mixed_routed(self) -> None:
         for n in self.routed:
@@ -385,14 +399,23 @@ class PDSim(Sim):
     def apply(self, lock: PlacementLock, stacks: list[str]) -> bool:
         ok = super().apply(lock, stacks)
         for r in lock.replicas_of(KEY):
-            if self.decode[r.name][0] != r.revision:
+            target = self.decode_next.get(r.name, (self.decode[r.name], 0.0))[0]
+            if target[0] != r.revision:
                 at = self.now + self.lag
-                self.decode[r.name] = [r.revision, at, at + self.load]
+                self.decode_next[r.name] = ([r.revision, at, at + self.load], at)
         self.mixed_routed()
         return ok
 
+    def tick(self) -> None:
+        super().tick()
+        for name, (pod, at) in list(self.decode_next.items()):
+            if self.now >= at:
+                self.decode[name] = pod
+                del self.decode_next[name]
+
     def observe(self, lock: PlacementLock, keys: list[str]) -> Observation:
         self.now += 0.2
+        self.tick()
         clusters: dict[str, ClusterObservation] = {}
         for r in lock.replicas_of(KEY):
             pods = [self.pods[r.name], self.decode[r.name]]
@@ -443,7 +466,7 @@ def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> 
     state = RuntimeState.at(tmp_path / "state")
     state.set_rollouts(second.records)
     sim = PDSim(state, second.lock, load=3.0)
-    lock = Rollouts(new, state, sim.world()).run(second.lock, second.rolling)
+    lock = Rollouts(new, state, sim.world(), deadline=900).run(second.lock, second.rolling)
     b = revision(new.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
     assert sim.violations == [] and sim.min_routable >= 2
