@@ -28,7 +28,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedDeployment, PlacementLock
 from modelplane.api.rollout import Rollout
-from modelplane.driver.state import RolloutRecord, RuntimeState
+from modelplane.driver.state import ROLLOUT_UNREADY, RolloutRecord, RuntimeState
 from modelplane.health.observation import Observation
 from modelplane.health.readiness import expected_pods
 from modelplane.rollout import (
@@ -60,7 +60,7 @@ DEFAULT_READY_TIMEOUT = 900.0
 POLL = 0.5
 QUIET_WINDOWS = 3
 """With fewer requests than the analysis needs after this many windows, a step passes."""
-ROLLOUT_REASON = "rollout: updating to revision "
+ROLLOUT_REASON = ROLLOUT_UNREADY + "updating to revision "
 
 
 def live(spec: FleetSpec, cluster: str) -> bool:
@@ -167,6 +167,18 @@ def templates_env(lock: PlacementLock, records: Mapping[str, RolloutRecord]) -> 
         if wanted:
             out[key] = {rev: record.templates[rev] for rev in sorted(wanted)}
     return json.dumps(out, sort_keys=True, separators=(",", ":")) if out else ""
+
+
+def unfinished(spec: FleetSpec, lock: PlacementLock, records: Mapping[str, RolloutRecord]) -> bool:
+    """Whether a rollout has steps left that an `up` would take (not paused or halted):
+    `reconcile` runs `up` for it even when nothing else changed."""
+    for key, record in records.items():
+        if key not in spec.deployments or record.paused or record.phase == "Paused":
+            continue
+        target = target_of(spec.deployments[key], record)
+        if any(r.revision != target for r in lock.replicas_of(key)):
+            return True
+    return False
 
 
 def progress(lock: PlacementLock, key: str, record: RolloutRecord | None) -> str:

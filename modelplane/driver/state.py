@@ -37,6 +37,8 @@ ROUTING = "routing"
 ORPHANS = "orphans"
 ROLLOUT = "rollout"
 REPLICA_PREFIX = "replica:"
+ROLLOUT_UNREADY = "rollout: "
+"""The reason of a replica a rollout took out of the routes (modelplane.driver.rollouts)."""
 
 
 class StateStore(Protocol):
@@ -210,11 +212,13 @@ class RuntimeState:
 
     def clear_unready(self) -> bool:
         """Forget the replicas not Ready (reconcile stopping), keeping the unroutable
-        clusters; True when there were some."""
+        clusters and the replicas a rollout took out (the next `up` resumes it); True when
+        some were forgotten."""
         routing = self.routing()
-        if not routing.unready:
+        keep = {k: v for k, v in routing.unready.items() if v.startswith(ROLLOUT_UNREADY)}
+        if len(keep) == len(routing.unready):
             return False
-        self.set_routing(routing.unroutable)
+        self.set_routing(routing.unroutable, keep)
         return True
 
     # -- orphans.json ---------------------------------------------------------------------

@@ -23,10 +23,11 @@ from modelplane.driver.rollouts import (
     prepare,
     progress,
     templates_env,
+    unfinished,
 )
 from modelplane.driver.state import RolloutRecord, RuntimeState
 from modelplane.health.observation import ClusterObservation, Observation, ReplicaObservation
-from modelplane.rollout import at_revision, revision, template
+from modelplane.rollout import at_revision, lock_progress, revision, template
 from modelplane.stacks import deploy_stack
 from tests.spec_docs import deployment, gpu_class, write_fleet
 
@@ -470,3 +471,88 @@ def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> 
     b = revision(new.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
     assert sim.violations == [] and sim.min_routable >= 2
+
+
+# --------------------------------------------------------------------------- state, plan, people
+
+
+def test_stopping_reconcile_keeps_the_rollout_exclusions(tmp_path: Path) -> None:
+    state = RuntimeState.at(tmp_path)
+    state.set_routing({}, {"m-r0": "rollout: updating to revision b", "m-r9": "1 of 2 pods Ready"})
+    assert state.clear_unready()
+    assert state.routing().unready == {"m-r0": "rollout: updating to revision b"}
+    assert not state.clear_unready()
+
+
+def test_reconcile_resumes_only_rollouts_with_steps_left(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3)
+    records = state.rollouts()
+    assert unfinished(spec, prepared.lock, records)
+    records[KEY].paused = True
+    assert not unfinished(spec, prepared.lock, records)
+    records[KEY].paused, records[KEY].phase = False, "Paused"  # halted
+    assert not unfinished(spec, prepared.lock, records)
+    b = revision(spec.deployments[KEY])
+    done = locked([b, b, b])
+    records[KEY].phase = "Progressing"
+    assert not unfinished(spec, done, records)
+
+
+def test_plan_shows_the_rollout_and_the_next_replicas(tmp_path: Path) -> None:
+    spec = fleet(tmp_path, "vllm:b", replicas=4, maxUnavailable=2)
+    dep = spec.deployments[KEY]
+    b = revision(dep)
+    a = "aaaaaaaaaa"
+    replicas = locked([a, b, a, a]).replicas_of(KEY)
+    got = lock_progress(dep, replicas)
+    assert got is not None
+    assert got.line == f"rollout: 1/4 replicas at revision {b}; next: m-r0, m-r2"
+    assert lock_progress(dep, locked([b] * 4).replicas_of(KEY)) is None
+    assert lock_progress(dep, locked([None] * 4).replicas_of(KEY)) is None  # nothing recorded
+
+
+def test_rollout_verbs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec, prepared, state = rolling(tmp_path, 3)
+    fleet_dir = tmp_path / "vllm-b"
+    state = RuntimeState.at(fleet_dir / ".modelplane")
+    state.set_rollouts(prepared.records)
+    a, b = prepared.records[KEY].stable, revision(spec.deployments[KEY])
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "modelplane", "rollout", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
+    shown = cli("status", str(fleet_dir), "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    (row,) = json.loads(shown.stdout)
+    assert (row["deployment"], row["phase"], row["target"], row["stable"]) == (
+        KEY,
+        "Progressing",
+        b,
+        a,
+    )
+    asked = cli("pause", str(fleet_dir), KEY)  # no terminal, no --yes: refused
+    assert asked.returncode == 1 and "--yes" in asked.stderr
+    assert not state.rollouts()[KEY].paused
+    assert cli("pause", str(fleet_dir), KEY, "--yes").returncode == 0
+    assert state.rollouts()[KEY].paused
+    assert cli("resume", str(fleet_dir), KEY, "--yes").returncode == 0
+    assert not state.rollouts()[KEY].paused
+    assert cli("undo", str(fleet_dir), KEY, "--yes").returncode == 0
+    record = state.rollouts()[KEY]
+    assert (record.phase, record.target, record.failed) == ("RolledBack", a, b)
+    # The next up goes back to the last good revision and stays there.
+    again = prepare(spec, prepared.lock, state.rollouts())
+    assert again.rolling == [] and {r.revision for r in again.lock.replicas_of(KEY)} == {a}
+    unknown = cli("pause", str(fleet_dir), "team/nope", "--yes")
+    assert unknown.returncode == 2 and "no ModelDeployment team/nope" in unknown.stderr
