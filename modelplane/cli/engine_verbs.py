@@ -305,6 +305,7 @@ def preview(
                     run,
                     title=f"modelplane preview: `{fleet}`",
                     survive=survive(f.spec, plan.result, losses=1),
+                    rollouts=_rollouts_ahead(f, plan),
                 ),
                 encoding="utf-8",
             )
@@ -561,6 +562,21 @@ def status(
         if r["phase"] != "Complete" or r["reason"]:
             why = f": {r['reason']}" if r["reason"] else ""
             out.print(escape(f"rollout {r['deployment']}: {r['phase']}, {r['progress']}{why}"))
+
+
+def _rollouts_ahead(f: Fleet, plan: Plan) -> dict[str, str]:
+    """The rollouts `up` would run, by the committed lock's revisions (plan, preview)."""
+    from modelplane.rollout import lock_progress
+
+    labels = {n: c.metadata.labels for n, c in f.spec.clusters.items()}
+    out = {}
+    for key, dep in f.spec.deployments.items():
+        kept = {r.name for r in plan.lock.replicas_of(key)}
+        replicas = [r for r in plan.previous.replicas_of(key) if r.name in kept]
+        progress = lock_progress(dep, replicas, labels)
+        if progress is not None:
+            out[key] = progress.line
+    return out
 
 
 def _rollout_lines(f: Fleet) -> list[dict[str, Any]]:
