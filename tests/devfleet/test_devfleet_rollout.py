@@ -44,8 +44,10 @@ LOAD_TIME = 3  # seconds each qwen stand-in takes to load its model
 REPLICAS = 3
 
 
-def models(image: str) -> str:
+def models(image: str, analysis: dict[str, Any] | None = None) -> str:
     dep = model_deployment("qwen", replicas=REPLICAS, gpu=GPU_16GI, cpu="2", memory="8Gi")
+    if analysis is not None:
+        dep["spec"]["rollout"] = {"analysis": analysis}
     engine = dep["spec"]["workers"]["template"]["spec"]["containers"][0]
     engine["image"] = image
     engine["env"] = [{"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": str(LOAD_TIME)}]
@@ -139,8 +141,8 @@ class Traffic:
         return [r for r in self.results if r[1] != 200]
 
 
-def change(served: dict[str, Any], image: str) -> None:
-    (Path(served["dir"]) / "models.yaml").write_text(models(image))
+def change(served: dict[str, Any], image: str, analysis: dict[str, Any] | None = None) -> None:
+    (Path(served["dir"]) / "models.yaml").write_text(models(image, analysis))
 
 
 def revisions(served: dict[str, Any]) -> list[str | None]:
@@ -197,6 +199,38 @@ def test_all_at_once_fails_requests(served: dict[str, Any], dev_fleet: devfleet.
     assert failed
 
 
+def test_a_failing_revision_is_rolled_back_after_the_first_step(
+    served: dict[str, Any], dev_fleet: devfleet.DevFleet
+) -> None:
+    from modelplane.cli.engine_verbs import _rollout_lines
+
+    stable = "vllm/vllm-openai:v3"
+    wait_for("answers from v3", lambda: chat(served["url"])[1] == stable, timeout=30)
+    before = set(revisions(served))
+    bad = "vllm/vllm-openai:v3.1-standin-errors"
+    change(served, bad, analysis={"window": "5s", "minRequests": 10})
+    with Traffic(served, dev_fleet) as traffic:
+        run = check(Fleet.load(served["dir"], env=served["env"]).up())
+        time.sleep(1)
+    outcome = run.rollouts[0]
+    assert outcome["phase"] == "RolledBack", outcome
+    assert "error ratio" in outcome["reason"], outcome
+    assert set(revisions(served)) == before  # every replica back on the last good revision
+    answers = Counter((s, rev) for _, s, rev in traffic.results)
+    failed = {k: n for k, n in answers.items() if k[0] != 200}
+    print(f"\nrolled back: {outcome['reason']}; answers {dict(answers)}")
+    # Only the one updated replica ever failed; the stable ones answered every request.
+    assert all(rev == bad for _, rev in failed), failed
+    assert all(rev in (stable, bad) for _, rev in answers)
+    assert {rev for s, rev in answers if s == 200} == {stable}
+    # The reason is in `status` (and `rollout status`).
+    (line,) = _rollout_lines(Fleet.load(served["dir"], env=served["env"]))
+    assert line["phase"] == "RolledBack" and "error ratio" in line["reason"], line
+    # The next up does not try the failed revision again.
+    again = check(Fleet.load(served["dir"], env=served["env"]).up())
+    assert again.rollouts == [] and set(revisions(served)) == before
+
+
 def test_an_interrupted_rollout_resumes(served: dict[str, Any]) -> None:
     new = "vllm/vllm-openai:v4"
     change(served, new)
@@ -209,12 +243,16 @@ def test_an_interrupted_rollout_resumes(served: dict[str, Any]) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    locks = Path(served["dir"]) / ".modelplane" / "state" / ".pulumi" / "locks"
+
+    def between_updates() -> bool:
+        # one replica updated and no stack update running (a SIGKILL inside a Pulumi update
+        # leaves its lock behind, which needs a person): the rollout waits for Readiness
+        updated = sum(1 for r in revisions(served) if r not in before)
+        return updated >= 1 and not any(p.is_file() for p in locks.rglob("*"))
+
     try:
-        wait_for(
-            "the first replica updated",
-            lambda: sum(1 for r in revisions(served) if r not in before) >= 1,
-            timeout=240,
-        )
+        wait_for("the first replica updated", between_updates, timeout=240, interval=0.1)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(30)
