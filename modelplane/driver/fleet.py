@@ -320,7 +320,8 @@ class Fleet:
                 for k in prepared.rolling
                 if all(r.ok for r in run.results if r.stack == deploy_stack(k))
             ]
-            if ready and (only is None or any(deploy_stack(k) in only for k in ready)):
+            selected = only is None or any(deploy_stack(k) in only for k in ready)
+            if ready and selected and not expect_no_changes:
                 self._roll(session, lock, ready, observer, run, rollout_timeout)
             if only is None:
                 names = {u.name for u in units}
