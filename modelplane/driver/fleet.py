@@ -300,6 +300,7 @@ class Fleet:
             lock = prepared.lock
             if prepared.records != before:
                 runtime.set_rollouts(prepared.records)
+            rollouts.release(runtime, lock, prepared.rolling)
             written = write_lock(self.lock_path, lock)
             self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")

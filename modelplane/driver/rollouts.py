@@ -149,10 +149,27 @@ def prepare(
                 record.phase, record.started = "Progressing", now
         if record is None:
             record = RolloutRecord(target=target, stable=target, phase="Complete")
+        elif not outdated and record.phase == "Progressing":
+            # finished another way (all at once, or every replica replaced)
+            record.phase, record.stable, record.reason, record.updating = "Complete", target, "", {}
         record.templates = kept
         out[key] = record
     new_lock = lock.model_copy(update={"deployments": deployments})
     return Prepared(new_lock, out, rolling)
+
+
+def release(state: RuntimeState, lock: PlacementLock, rolling: Iterable[str]) -> None:
+    """Route again the replicas a rollout took out of the routes whose deployment has no
+    rollout left (changed all at once, or its rollout interrupted and replaced)."""
+    keep = {r.name for k in rolling for r in lock.replicas_of(k)}
+    routing = state.routing()
+    unready = {
+        n: why
+        for n, why in routing.unready.items()
+        if n in keep or not why.startswith(ROLLOUT_UNREADY)
+    }
+    if unready != routing.unready:
+        state.set_routing(routing.unroutable, unready)
 
 
 def templates_env(lock: PlacementLock, records: Mapping[str, RolloutRecord]) -> str:

@@ -22,6 +22,7 @@ from modelplane.driver.rollouts import (
     World,
     prepare,
     progress,
+    release,
     templates_env,
     unfinished,
 )
@@ -556,3 +557,17 @@ def test_rollout_verbs(tmp_path: Path) -> None:
     assert again.rolling == [] and {r.revision for r in again.lock.replicas_of(KEY)} == {a}
     unknown = cli("pause", str(fleet_dir), "team/nope", "--yes")
     assert unknown.returncode == 2 and "no ModelDeployment team/nope" in unknown.stderr
+
+
+def test_all_at_once_mid_rollout_finishes_it_and_routes_every_replica(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3)
+    state.set_routing(
+        {"c9": "unreachable"},
+        {"m-r0": "rollout: updating to revision x", "m-r1": "1 of 2 pods Ready"},
+    )
+    done = prepare(spec, prepared.lock, state.rollouts(), strategy="AllAtOnce")
+    assert done.rolling == [] and done.records[KEY].phase == "Complete"
+    release(state, done.lock, done.rolling)
+    routing = state.routing()
+    assert routing.unready == {"m-r1": "1 of 2 pods Ready"}
+    assert routing.unroutable == {"c9": "unreachable"}
