@@ -301,6 +301,12 @@ class Fleet:
             if prepared.records != before:
                 runtime.set_rollouts(prepared.records)
             rollouts.release(runtime, lock, prepared.rolling)
+            if prepared.unknown:
+                observer.message(
+                    "no pod template remembered for the revision of "
+                    + ", ".join(prepared.unknown)
+                    + " (runtime state lost): changed at once, not rolled"
+                )
             written = write_lock(self.lock_path, lock)
             self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")

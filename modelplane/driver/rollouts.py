@@ -19,6 +19,7 @@ callables: the unit tests drive it against a simulated fleet.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -87,6 +88,8 @@ class Prepared:
     lock: PlacementLock
     records: dict[str, RolloutRecord]
     rolling: list[str]  # deployments with replicas to roll
+    unknown: list[str] = field(default_factory=list)
+    """Replicas whose revision's template the runtime state lost: they change at once."""
 
 
 def target_of(dep: ModelDeployment, record: RolloutRecord | None) -> str:
@@ -110,12 +113,13 @@ def prepare(
     out: dict[str, RolloutRecord] = {}
     deployments: dict[str, LockedDeployment] = {}
     rolling: list[str] = []
+    unknown: list[str] = []
     for key, locked in lock.deployments.items():
         dep = spec.deployments.get(key)
         if dep is None:
             deployments[key] = locked
             continue
-        record = records.get(key)
+        record = copy.deepcopy(records.get(key))  # the caller's records stay as they were
         desired = revision(dep)
         target = target_of(dep, record)
         templates = dict(record.templates) if record is not None else {}
@@ -124,6 +128,9 @@ def prepare(
         replicas = []
         for r in locked.replicas:
             rev = r.revision
+            if rev is not None and rev != target and how != ALL_AT_ONCE and live(spec, r.cluster):
+                if rev not in templates:
+                    unknown.append(f"{r.name} ({key}, revision {rev})")
             if rev is None or (
                 rev != target
                 and (how == ALL_AT_ONCE or not live(spec, r.cluster) or rev not in templates)
@@ -155,7 +162,7 @@ def prepare(
         record.templates = kept
         out[key] = record
     new_lock = lock.model_copy(update={"deployments": deployments})
-    return Prepared(new_lock, out, rolling)
+    return Prepared(new_lock, out, rolling, unknown)
 
 
 def release(state: RuntimeState, lock: PlacementLock, rolling: Iterable[str]) -> None:

@@ -571,3 +571,21 @@ def test_all_at_once_mid_rollout_finishes_it_and_routes_every_replica(tmp_path: 
     routing = state.routing()
     assert routing.unready == {"m-r1": "1 of 2 pods Ready"}
     assert routing.unroutable == {"c9": "unreachable"}
+
+
+def test_prepare_leaves_the_remembered_records_alone(tmp_path: Path) -> None:
+    """`up` saves the records when they changed: prepare must not change the caller's."""
+    old, new = fleet(tmp_path, "vllm:a"), fleet(tmp_path, "vllm:b")
+    first = prepare(old, locked([None] * 3), {})
+    remembered = copy.deepcopy(first.records)
+    second = prepare(new, first.lock, first.records, strategy="AllAtOnce")
+    assert first.records == remembered
+    b = revision(new.deployments[KEY])
+    assert b in second.records[KEY].templates and second.records != first.records
+
+
+def test_a_lost_template_is_reported(tmp_path: Path) -> None:
+    old, new = fleet(tmp_path, "vllm:a"), fleet(tmp_path, "vllm:b")
+    first = prepare(old, locked([None] * 3), {})
+    second = prepare(new, first.lock, {})  # the runtime state is gone
+    assert second.rolling == [] and len(second.unknown) == 3
