@@ -304,9 +304,12 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
         targets: Mapping[str, ClusterTarget],
         *,
         cache: ModelCache | None = None,
+        at_revision: Mapping[str, ModelDeployment] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("modelplane:deployment:ModelDeployment", name, None, opts)
+        # Replicas a rollout has not reached yet render from their own revision's spec.
+        at_revision = at_revision or {}
         ns = deployment.metadata.namespace or "default"
         missing = sorted({r.cluster for r in replicas} - set(targets))
         if missing:
@@ -332,7 +335,7 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
             children.append(
                 ModelReplica(
                     replica.name,
-                    deployment,
+                    at_revision.get(replica.name, deployment),
                     replica,
                     target,
                     cache=cache,

@@ -199,6 +199,10 @@ def decide(
     )
 
 
+HTTP_REQUESTS = "http_requests_total"
+HTTP_ERRORS = "http_requests_total:5xx"  # the 5xx answers among them (parse_metrics)
+
+
 def replica_values(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """A replica's metric values from its serving pods' vLLM samples (`parse_metrics`):
     sums, except `kvCacheUsage` (the highest); `requestSuccess` is the counter (summed)."""
@@ -209,6 +213,17 @@ def replica_values(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
         "requestSuccess": "vllm:request_success_total",
     }
     for kind, name in sums.items():
+        found = [s[name] for s in samples if name in s]
+        if found:
+            out[kind] = float(sum(found))
+    # The serving health a rollout's analysis compares (modelplane.rollout.ServingHealth).
+    serving = {
+        "requests": HTTP_REQUESTS,
+        "errors": HTTP_ERRORS,
+        "ttftSum": "vllm:time_to_first_token_seconds_sum",
+        "ttftCount": "vllm:time_to_first_token_seconds_count",
+    }
+    for kind, name in serving.items():
         found = [s[name] for s in samples if name in s]
         if found:
             out[kind] = float(sum(found))
@@ -228,9 +243,10 @@ def parse_metrics(text: str) -> dict[str, float]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        labels = ""
         if "{" in line:
             name, _, rest = line.partition("{")
-            _, _, rest = rest.rpartition("}")
+            labels, _, rest = rest.rpartition("}")
         else:
             name, _, rest = line.partition(" ")
         parts = rest.split()
@@ -243,6 +259,8 @@ def parse_metrics(text: str) -> dict[str, float]:
         if math.isnan(value):
             continue
         out[name.strip()] = out.get(name.strip(), 0.0) + value
+        if name.strip() == HTTP_REQUESTS and 'status="5' in labels:
+            out[HTTP_ERRORS] = out.get(HTTP_ERRORS, 0.0) + value
     return out
 
 

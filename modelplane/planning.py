@@ -12,6 +12,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
+from modelplane.rollout import Progress, lock_progress
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
 
@@ -50,6 +51,9 @@ class PlanOutcome:
                 "warnings": warnings,
             }
         deployments = {key: rep.as_dict() for key, rep in self.result.report.items()}
+        for key, progress in self.rollouts().items():
+            if key in deployments:
+                deployments[key]["rollout"] = {**progress.as_json(), "line": progress.line}
         out: dict[str, Any] = {"deployments": deployments, "errors": [], "warnings": warnings}
         if self.removed:
             out["removed"] = {key: r.as_dict() for key, r in self.removed.items()}
@@ -59,6 +63,19 @@ class PlanOutcome:
             out["survive"] = self.survive.as_dict()
         if self.explain:
             out["explain"] = self.explain
+        return out
+
+    def rollouts(self) -> dict[str, Progress]:
+        """Deployments whose replicas the lock records at another revision than the spec's:
+        where each rollout stands and which replicas change next (docs/api.md, rollout)."""
+        if self.result is None:
+            return {}
+        labels = {n: c.metadata.labels for n, c in self.fleet.clusters.items()}
+        out = {}
+        for key, dep in self.fleet.deployments.items():
+            progress = lock_progress(dep, self.result.lock.replicas_of(key), labels)
+            if progress is not None:
+                out[key] = progress
         return out
 
     def what_if(

@@ -20,9 +20,10 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.placement_lock import LockedReplica
 from modelplane.api.rollout import Rollout, RolloutAnalysis, RolloutWave
 
 REVISION_CHARS = 10
@@ -33,22 +34,54 @@ healthy engines differ by milliseconds)."""
 Phase = Literal["Complete", "Progressing", "Paused", "RolledBack"]
 
 
-def revision(deployment: ModelDeployment) -> str:
-    """The deployment's revision: 10 hex characters of a hash of what its pods are made of.
-
-    Replicas, cluster selection, tolerations, priority, autoscaling and the rollout settings
-    are not in it: changing them moves or counts replicas, it does not change a pod.
-    """
+def template(deployment: ModelDeployment) -> dict[str, Any]:
+    """What the deployment's pods are made of, as JSON data: every role (pod template,
+    resources, topology, workers, node selector) and the model cache. A replica at an older
+    revision is rendered from that revision's template (`at_revision`), kept in the
+    driver's runtime state while replicas run it."""
     spec = deployment.spec
-    made_of = {
+    return {
         "roles": {
             name: role.model_dump(mode="json", by_alias=True, exclude_none=True)
             for name, role in spec.roles.items()
         },
         "modelCacheRef": spec.model_cache_ref.name if spec.model_cache_ref else None,
     }
+
+
+def revision_of(made_of: Mapping[str, Any]) -> str:
     text = json.dumps(made_of, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:REVISION_CHARS]
+
+
+def revision(deployment: ModelDeployment) -> str:
+    """The deployment's revision: 10 hex characters of a hash of what its pods are made of.
+
+    Replicas, cluster selection, tolerations, priority, autoscaling and the rollout settings
+    are not in it: changing them moves or counts replicas, it does not change a pod.
+    """
+    return revision_of(template(deployment))
+
+
+def at_revision(deployment: ModelDeployment, made_of: Mapping[str, Any]) -> ModelDeployment:
+    """``deployment`` with its pods made of ``made_of`` (a `template` of an older spec):
+    what a replica still at that revision renders. Everything else is the current spec."""
+    spec = deployment.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for field_name in ("nodeSelector", "workers", "prefill", "decode"):
+        spec.pop(field_name, None)
+    roles = dict(made_of.get("roles") or {})
+    if set(roles) == {"unified"}:
+        spec.update(roles["unified"])  # nodeSelector + workers
+    else:
+        spec.update(roles)
+    cache = made_of.get("modelCacheRef")
+    if cache:
+        spec["modelCacheRef"] = {"name": cache}
+    else:
+        spec.pop("modelCacheRef", None)
+    data = deployment.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["spec"] = spec
+    return type(deployment).model_validate(data)
 
 
 def wave_of(cluster: str, labels: Mapping[str, str], waves: Sequence[RolloutWave]) -> int:
@@ -340,14 +373,61 @@ def _finish(step: Step, replicas: Sequence[ReplicaState], target: str, state: Ro
     return step
 
 
+@dataclass(frozen=True)
+class Progress:
+    """Where a deployment's rollout stands by the lock (plan, preview): how many replicas
+    run the spec's revision and which change next."""
+
+    target: str
+    at: int
+    total: int
+    next: tuple[str, ...]
+
+    @property
+    def line(self) -> str:
+        text = f"rollout: {self.at}/{self.total} replicas at revision {self.target}"
+        return text + (f"; next: {', '.join(self.next)}" if self.next else "")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"target": self.target, "at": self.at, "total": self.total, "next": list(self.next)}
+
+
+def lock_progress(
+    deployment: ModelDeployment,
+    replicas: Sequence[LockedReplica],
+    labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> Progress | None:
+    """The rollout the lock shows for ``deployment`` (None: every replica at the spec's
+    revision, or none recorded yet). Next: the first outdated replicas in rollout order
+    (wave, cluster, name), as many as maxUnavailable allows."""
+    target = revision(deployment)
+    recorded = [r for r in replicas if r.revision is not None]
+    if not recorded or all(r.revision == target for r in replicas):
+        return None
+    rollout = deployment.spec.rollout
+    waves, labels = rollout.waves, labels or {}
+    order = sorted(
+        (r for r in replicas if r.revision != target),
+        key=lambda r: (wave_of(r.cluster, labels.get(r.cluster, {}), waves), r.cluster, r.name),
+    )
+    unavailable, _ = rollout.budget(len(replicas))
+    at = sum(1 for r in replicas if r.revision == target)
+    return Progress(target, at, len(replicas), tuple(r.name for r in order[: max(1, unavailable)]))
+
+
 __all__ = [
+    "Progress",
+    "lock_progress",
     "ReplicaState",
     "RolloutState",
     "ServingHealth",
     "Step",
     "Verdict",
     "analyse",
+    "at_revision",
     "plan_step",
     "revision",
+    "revision_of",
+    "template",
     "wave_of",
 ]

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +55,8 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.loader import LOCK_FILE, load_fleet
-from modelplane.api.placement_lock import PlacementLock
+from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.lock import read_lock
 from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_stack, stack_units
@@ -70,6 +71,7 @@ FLEET_ENV = "MODELPLANE_FLEET_DIR"
 LOCK_ENV = "MODELPLANE_LOCK"
 UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
 UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"  # modelplane.driver.workspace
+TEMPLATES_ENV = "MODELPLANE_REVISION_TEMPLATES"  # modelplane.driver.workspace
 PLACEHOLDER_SECRET = "modelplane-render-placeholder"
 
 
@@ -395,7 +397,12 @@ async def run_deployment(ctx: Context) -> None:
     if ref is not None:
         cache = ctx.fleet.caches.get(f"{deployment.metadata.namespace}/{ref.name}")
     comp = ModelDeploymentComponent(
-        deployment.metadata.name, deployment, replicas, targets, cache=cache
+        deployment.metadata.name,
+        deployment,
+        replicas,
+        targets,
+        cache=cache,
+        at_revision=replicas_at_revision(deployment, replicas),
     )
     pulumi.export("endpoints", comp.endpoints)
     pulumi.export(
@@ -552,6 +559,31 @@ async def run_gateway(ctx: Context) -> None:
     pulumi.export(
         "endpoints", [_endpoint_export(e) for e in sorted(endpoints, key=lambda e: e.key)]
     )
+
+
+def replicas_at_revision(
+    deployment: ModelDeployment, replicas: Sequence[LockedReplica]
+) -> dict[str, ModelDeployment]:
+    """Replica name -> the deployment as that replica renders it, for replicas the lock keeps
+    at an older revision whose template the driver passed (`MODELPLANE_REVISION_TEMPLATES`):
+    a rollout updates replicas one step at a time, the others keep their pods."""
+    from modelplane.rollout import at_revision, revision
+
+    try:
+        known = json.loads(os.environ.get(TEMPLATES_ENV) or "{}").get(deployment.key) or {}
+    except (ValueError, AttributeError):
+        known = {}
+    current = revision(deployment)
+    out: dict[str, ModelDeployment] = {}
+    built: dict[str, ModelDeployment] = {}
+    for r in replicas:
+        rev = r.revision
+        if rev is None or rev == current or rev not in known:
+            continue
+        if rev not in built:
+            built[rev] = at_revision(deployment, known[rev])
+        out[r.name] = built[rev]
+    return out
 
 
 def unroutable_clusters() -> frozenset[str]:

@@ -213,6 +213,8 @@ def plan(
             get_console().print(warning_table(outcome.warnings))
     else:
         get_console().print(_plan_table(outcome.as_json()["deployments"]))
+        for key, progress in outcome.rollouts().items():
+            get_console().print(f"[cyan]{escape(key)}[/] {escape(progress.line)}", highlight=False)
         for key, removed in outcome.removed.items():
             get_console().print(
                 f"[yellow]removed[/] {escape(key)}: {escape(removed.note)}",
@@ -430,6 +432,9 @@ def _mount() -> None:
     app.registered_commands.extend(render.app.registered_commands)
     app.add_typer(dev_cluster.app, name="dev-cluster")
     app.add_typer(dev_fleet.app, name="dev-fleet")
+    from modelplane.cli import rollout_verbs
+
+    app.add_typer(rollout_verbs.app, name="rollout")
     app.command("call")(call.call)
     app.command("project")(project.project)
 

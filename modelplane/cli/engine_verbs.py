@@ -34,6 +34,13 @@ class Output(StrEnum):
     json = "json"
 
 
+class Strategy(StrEnum):
+    rolling = "rolling"
+    all_at_once = "all-at-once"
+
+
+_STRATEGIES = {Strategy.rolling: "Rolling", Strategy.all_at_once: "AllAtOnce"}
+
 FleetDir = Annotated[Path, typer.Argument(help="The fleet directory.", show_default=False)]
 OutputOpt = Annotated[
     Output,
@@ -298,6 +305,7 @@ def preview(
                     run,
                     title=f"modelplane preview: `{fleet}`",
                     survive=survive(f.spec, plan.result, losses=1),
+                    rollouts=_rollouts_ahead(f, plan),
                 ),
                 encoding="utf-8",
             )
@@ -343,8 +351,23 @@ def up(
         str, typer.Option("--timeout", help="How long --wait waits (e.g. 10m).")
     ] = "10m",
     no_headers: NoHeadersOpt = False,
+    strategy: Annotated[
+        Strategy | None,
+        typer.Option(
+            "--strategy",
+            help="rolling: a changed deployment rolls replica by replica (spec.rollout); "
+            "all-at-once: every replica in this run (requests fail while pods restart). "
+            "Default: each deployment's spec.rollout.strategy.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Plan, preview and confirm, write the lock, then deploy every stack in order.
+
+    A deployment whose pods change (image, args, env, resources, ...) then rolls out replica
+    by replica: out of the routes, drained, updated, Ready, back in the routes, the next
+    (spec.rollout; `modelplane rollout status` shows where it stands; an interrupted rollout
+    resumes with the next `up`).
 
     In a terminal, `up` first previews every stack and asks before changing anything; --yes
     skips that (a run without a terminal, e.g. CI, needs --yes).
@@ -393,8 +416,12 @@ def up(
                 refresh=refresh,
                 expect_no_changes=expect_no_changes,
                 policy_packs=policy_pack or (),
+                strategy=_STRATEGIES[strategy] if strategy is not None else None,
             ),
         )
+        for r in run.rollouts:
+            why = f": {r['reason']}" if r.get("reason") else ""
+            err.print(escape(f"{r['deployment']}: {r['progress']} ({r['phase']}{why})"))
         if prune and stack is None and run.orphans:
             run.absorb(
                 _run(output, lambda obs: f.prune(parallel=parallel, force=force, observer=obs))
@@ -523,10 +550,18 @@ def status(
     from modelplane.scheduler.cordon import cordoned_fleet
 
     cordons = f.runtime.cordons()
+    rollouts = _rollout_lines(f)
     if output is Output.json:
         left = progress(cordoned_fleet(f.spec, cordons), f.previous)
         cordoned = {n: {"since": since, **left.get(n, {})} for n, since in cordons.items()}
-        print_json({**st.as_json(), "readiness": view.as_json(), "cordoned": cordoned})
+        print_json(
+            {
+                **st.as_json(),
+                "readiness": view.as_json(),
+                "cordoned": cordoned,
+                "rollouts": rollouts,
+            }
+        )
         return
     from modelplane.driver.progress import status_tables
 
@@ -538,6 +573,46 @@ def status(
         out.print(table)
     for line in describe(f.spec, f.previous, cordons):
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)
+    for r in rollouts:
+        if r["phase"] != "Complete" or r["reason"]:
+            why = f": {r['reason']}" if r["reason"] else ""
+            out.print(escape(f"rollout {r['deployment']}: {r['phase']}, {r['progress']}{why}"))
+
+
+def _rollouts_ahead(f: Fleet, plan: Plan) -> dict[str, str]:
+    """The rollouts `up` would run, by the committed lock's revisions (plan, preview)."""
+    from modelplane.rollout import lock_progress
+
+    labels = {n: c.metadata.labels for n, c in f.spec.clusters.items()}
+    out = {}
+    for key, dep in f.spec.deployments.items():
+        kept = {r.name for r in plan.lock.replicas_of(key)}
+        replicas = [r for r in plan.previous.replicas_of(key) if r.name in kept]
+        progress = lock_progress(dep, replicas, labels)
+        if progress is not None:
+            out[key] = progress.line
+    return out
+
+
+def _rollout_lines(f: Fleet) -> list[dict[str, Any]]:
+    """Each deployment's remembered rollout (runtime state) for `status`."""
+    from modelplane.driver.rollouts import progress
+
+    out = []
+    for key, record in sorted(f.runtime.rollouts().items()):
+        if key not in f.spec.deployments:
+            continue
+        out.append(
+            {
+                "deployment": key,
+                "phase": "Paused" if record.paused else record.phase,
+                "target": record.target,
+                "stable": record.stable,
+                "reason": record.reason,
+                "progress": progress(f.previous, key, record),
+            }
+        )
+    return out
 
 
 def stacks(

@@ -158,13 +158,15 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
             "services": {k: _dump(v) for k, v in fleet.services.items()},
             "endpoints": {k: _dump(v) for k, v in fleet.endpoints.items()},
             "deployments": {k: _dump(v.metadata) for k, v in fleet.deployments.items()},
-            # Footprints and removed deployments are the scheduler's, not the routes'.
+            # Footprints, revisions and removed deployments are not the routes' business.
             "lock": lock.model_dump(
                 mode="json",
                 by_alias=True,
                 exclude={
                     "removed": True,
-                    "deployments": {"__all__": {"replicas": {"__all__": {"footprint"}}}},
+                    "deployments": {
+                        "__all__": {"replicas": {"__all__": {"footprint", "revision"}}}
+                    },
                 },
             ),
         }

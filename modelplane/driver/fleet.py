@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from modelplane.api.errors import FleetInvalid
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import LOCK_FILE, load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
-from modelplane.driver import hosting
+from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
 from modelplane.driver.observer import Observer, OnEvent, channel
@@ -45,10 +45,18 @@ from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
 from modelplane.driver.state import RuntimeState
 from modelplane.driver.workspace import EngineSession
+from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
-from modelplane.stacks import StackUnit, Tier, cluster_stack, deploy_stack, stack_units
+from modelplane.stacks import (
+    GATEWAY_STACK,
+    StackUnit,
+    Tier,
+    cluster_stack,
+    deploy_stack,
+    stack_units,
+)
 
 # ``on_event(event)`` or ``on_event(stack_name, event)`` (:data:`OnEvent`): a
 # :class:`~modelplane.driver.events.StackEvent` for each stack-level step (queued, started,
@@ -188,10 +196,10 @@ class Fleet:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,
         new replicas are placed by the MILP solver within `time_limit` seconds."""
         spec = cordoned_fleet(self.spec, self.runtime.cordons())  # scheduler.cordon
-        return Plan(
-            self.previous,
-            schedule(spec, self.previous, optimize=optimize, time_limit=time_limit),
-        )
+        result = schedule(spec, self.previous, optimize=optimize, time_limit=time_limit)
+        # Replicas a rollout has not reached keep their revision (what preview and plan show).
+        prepared = rollouts.prepare(self.spec, result.lock, self.runtime.rollouts())
+        return Plan(self.previous, replace(result, lock=prepared.lock))
 
     def stacks(self, plan: Plan | None = None) -> list[StackUnit]:
         """The derived stacks, in tier order (placement from ``plan``, else the lock)."""
@@ -259,8 +267,15 @@ class Fleet:
         refresh: bool = False,
         expect_no_changes: bool = False,
         policy_packs: Iterable[str] = (),
+        strategy: str | None = None,
+        rollout_timeout: float | None = None,
     ) -> RunResult:
         """Plan (unless given), write the lock, then ``pulumi up`` stack by stack in tiers.
+
+        A deployment whose revision changed rolls out replica by replica after that
+        (:mod:`modelplane.driver.rollouts`; ``strategy`` ``AllAtOnce`` overrides every
+        deployment's ``spec.rollout.strategy``; ``rollout_timeout``: seconds the rollouts may
+        take in this run, then they halt and resume on the next ``up``).
 
         Stacks whose inputs did not change since their last successful update are skipped
         unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
@@ -280,6 +295,20 @@ class Fleet:
             existing = session.list_stacks()
             # A removed deployment holds its capacity while its stack exists (scheduling.md).
             lock = _prune_removed(plan.lock, keep=set(existing))
+            # Replicas that must roll keep their revision until their step (docs/architecture.md).
+            runtime = self.runtime
+            before = runtime.rollouts()
+            prepared = rollouts.prepare(self.spec, lock, before, strategy=strategy, now=time.time())
+            lock = prepared.lock
+            if prepared.records != before:
+                runtime.set_rollouts(prepared.records)
+            rollouts.release(runtime, lock, prepared.rolling)
+            if prepared.unknown:
+                observer.message(
+                    "no pod template remembered for the revision of "
+                    + ", ".join(prepared.unknown)
+                    + " (runtime state lost): changed at once, not rolled"
+                )
             written = write_lock(self.lock_path, lock)
             self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
@@ -295,6 +324,14 @@ class Fleet:
                 "up", units, lambda u: ops.up_stack(ctx, u, force=all_stacks), parallel, observer
             )
             run.lock_path, run.lock_written = str(self.lock_path), written
+            ready = [
+                k
+                for k in prepared.rolling
+                if all(r.ok for r in run.results if r.stack == deploy_stack(k))
+            ]
+            selected = only is None or any(deploy_stack(k) in only for k in ready)
+            if ready and selected and not expect_no_changes:
+                self._roll(session, lock, ready, observer, run, rollout_timeout)
             if only is None:
                 names = {u.name for u in units}
                 run.orphans = [n for n in existing if n not in names]
@@ -471,6 +508,60 @@ class Fleet:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _roll(
+        self,
+        session: EngineSession,
+        lock: PlacementLock,
+        keys: list[str],
+        observer: Observer,
+        run: RunResult,
+        deadline: float | None,
+    ) -> None:
+        """Step the rollouts of ``keys`` (:class:`rollouts.Rollouts`); each step's stack
+        results join ``run`` (a failed step fails the run)."""
+        from modelplane.observe import observe_fleet
+
+        kubeconfigs = self.cluster_kubeconfigs()
+        units = {u.name: u for u in self.stacks()}
+
+        def apply(new: PlacementLock, stacks: list[str]) -> bool:
+            if write_lock(self.lock_path, new):
+                run.lock_written = True
+            self.previous = new
+            ctx = self._context(session, new, self.lock_path, observer)
+            ok = True
+            for name in stacks:
+                result = ops.up_stack(ctx, units[name])
+                observer.stack_finished(result)
+                if not result.ok:
+                    ok = False
+                    run.results = [r for r in run.results if r.stack != name] + [result]
+            return ok
+
+        def observe(new: PlacementLock, deployments: list[str]) -> Observation:
+            return observe_fleet(
+                self.spec,
+                self.path,
+                lock=new,
+                env=self.env,
+                kubeconfigs=kubeconfigs,
+                timeout=5.0,
+                metrics_of=deployments,
+            )
+
+        world = rollouts.World(
+            apply,
+            observe,
+            observer.message,
+            gateway=GATEWAY_STACK if self.spec.gateway is not None else None,
+        )
+        stepper = rollouts.Rollouts(self.spec, self.runtime, world, deadline=deadline)
+        self.previous = stepper.run(lock, keys)
+        run.rollouts = [o.as_json() for o in stepper.outcomes.values()]
+        for o in stepper.outcomes.values():
+            why = f": {o.reason}" if o.reason else ""
+            observer.message(f"{o.key}: {o.progress} ({o.phase}{why})")
+
     @contextmanager
     def session(self, observer: Observer | None = None) -> Iterator[EngineSession]:
         """An engine session for this fleet: checks secrets and the engine (before any stack
@@ -498,8 +589,10 @@ class Fleet:
         lock_path: Path,
         observer: Observer,
     ) -> ops.RunContext:
-        unroutable = self.runtime.routing().exclusions()
-        session.set_program_inputs(self.path, lock_path, unroutable)
+        runtime = self.runtime
+        unroutable = runtime.routing().exclusions()
+        templates = rollouts.templates_env(lock, runtime.rollouts())
+        session.set_program_inputs(self.path, lock_path, unroutable, templates)
         spec = self.spec
         return ops.RunContext(
             session,

@@ -8,6 +8,7 @@ changed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from modelplane.api.placement_lock import LockedReplica
@@ -201,8 +202,10 @@ def preview_markdown(
     *,
     title: str = "modelplane preview",
     survive: SurviveReport | None = None,
+    rollouts: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole comment, with a marker so a bot can update it in place."""
+    """The whole comment, with a marker so a bot can update it in place. ``rollouts``:
+    deployment -> its rollout line (`rollout: 1/3 replicas at revision ...; next: ...`)."""
     total = {
         k: sum(r.count(k) for r in run.results if r.ok)
         for k in ("create", "update", "replace", "delete")
@@ -224,7 +227,9 @@ def preview_markdown(
         "cluster's kubeconfig) appear once `up` has run those stacks first.</sub>",
     ]
     survives = ["", survive_line(survive)] if survive is not None else []
-    body = head + placement_section(plan) + survives + [""] + stacks_section(run) + note
+    rolling = [""] + [f"- `{k}` {_cell(line)}" for k, line in sorted((rollouts or {}).items())]
+    rolling = rolling if rollouts else []
+    body = head + placement_section(plan) + rolling + survives + [""] + stacks_section(run) + note
     text = "\n".join(body).rstrip() + "\n"
     if len(text) > GITHUB_LIMIT:
         cut = text[: GITHUB_LIMIT - 200]

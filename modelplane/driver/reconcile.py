@@ -45,6 +45,7 @@ from modelplane.driver.observer import Observer
 from modelplane.driver.orphans import delete_orphans, orphan_of
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
+from modelplane.driver.rollouts import unfinished
 from modelplane.driver.settings import state_root
 from modelplane.driver.state import RuntimeState
 from modelplane.health.observation import Observation
@@ -272,6 +273,8 @@ class Reconciler:
         t = time.monotonic()
         self._clean_orphans(f, observation, kubeconfigs, current)
         current.phase("orphans", t)
+        if unfinished(f.spec, f.previous, state.rollouts()):
+            self._applied = Applied()  # a rollout has steps left: this round's `up` takes them
         decided = decide(
             RoundInputs(
                 spec=f.spec,

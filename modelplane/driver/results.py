@@ -108,6 +108,7 @@ class RunResult:
     lock_written: bool = False
     duration: float = 0.0
     orphans: list[str] = field(default_factory=list)  # in the backend, no longer derived
+    rollouts: list[dict[str, Any]] = field(default_factory=list)  # `up`: rollouts it stepped
 
     @property
     def ok(self) -> bool:
@@ -140,4 +141,5 @@ class RunResult:
             "duration": round(self.duration, 2),
             "stacks": [r.as_json() for r in self.results],
             "orphans": self.orphans,
+            "rollouts": self.rollouts,
         }

@@ -10,7 +10,10 @@ back, as named JSON documents in a :class:`StateStore`:
 - ``cordons``: the clusters `modelplane drain` keeps out of new placements, each with
   since when (``modelplane uncordon`` forgets it; :mod:`modelplane.driver.drain`);
 - ``orphans``: objects dropped from a stack's state while their cluster was unreachable,
-  deleted when it answers again (:mod:`modelplane.driver.orphans`).
+  deleted when it answers again (:mod:`modelplane.driver.orphans`);
+- ``rollout``: per deployment, the rollout in progress (target and stable revision, phase,
+  reason, pause, when each replica being updated started) and the pod templates of the
+  revisions replicas still run (:mod:`modelplane.driver.rollouts`).
 
 :class:`FileStore` keeps each document as ``<dir>/<name>.json``, written atomically
 (temporary file, then rename) in one place; a store shared between machines implements
@@ -24,7 +27,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,7 +39,10 @@ AUTOSCALE = "autoscale"
 ROUTING = "routing"
 ORPHANS = "orphans"
 CORDONS = "cordons"
+ROLLOUT = "rollout"
 REPLICA_PREFIX = "replica:"
+ROLLOUT_UNREADY = "rollout: "
+"""The reason of a replica a rollout took out of the routes (modelplane.driver.rollouts)."""
 
 
 class StateStore(Protocol):
@@ -212,11 +218,13 @@ class RuntimeState:
 
     def clear_unready(self) -> bool:
         """Forget the replicas not Ready (reconcile stopping), keeping the unroutable
-        clusters; True when there were some."""
+        clusters and the replicas a rollout took out (the next `up` resumes it); True when
+        some were forgotten."""
         routing = self.routing()
-        if not routing.unready:
+        keep = {k: v for k, v in routing.unready.items() if v.startswith(ROLLOUT_UNREADY)}
+        if len(keep) == len(routing.unready):
             return False
-        self.set_routing(routing.unroutable)
+        self.set_routing(routing.unroutable, keep)
         return True
 
     # -- orphans.json ---------------------------------------------------------------------
@@ -269,3 +277,78 @@ class RuntimeState:
         else:
             self.store.delete(CORDONS)
         return True
+
+    # -- rollout.json ---------------------------------------------------------------------
+
+    def rollouts(self) -> dict[str, RolloutRecord]:
+        """Every deployment's remembered rollout (missing or unreadable: none)."""
+        return _rollouts(self.store.load(ROLLOUT))
+
+    def set_rollouts(self, records: Mapping[str, RolloutRecord]) -> None:
+        """Record exactly these rollouts (none: the document goes)."""
+        if not records:
+            self.store.delete(ROLLOUT)
+            return
+        document = {"deployments": {k: records[k].as_json() for k in sorted(records)}}
+        self.store.save(ROLLOUT, document)
+
+
+@dataclass
+class RolloutRecord:
+    """One deployment's rollout, as remembered between steps and runs."""
+
+    target: str
+    stable: str | None = None
+    phase: str = "Progressing"
+    reason: str = ""
+    failed: str | None = None
+    paused: bool = False
+    updating: dict[str, float] = field(default_factory=dict)
+    """Replica -> when its update to the target was applied (its pods must be newer)."""
+    templates: dict[str, Any] = field(default_factory=dict)
+    """Revision -> what its pods are made of (`modelplane.rollout.template`)."""
+    started: float | None = None
+    updated: float | None = None
+    watching: float | None = None
+    """When the last step's replicas joined the routes (the analysis window starts)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "stable": self.stable,
+            "phase": self.phase,
+            "reason": self.reason,
+            "failed": self.failed,
+            "paused": self.paused,
+            "updating": dict(sorted(self.updating.items())),
+            "templates": dict(sorted(self.templates.items())),
+            "started": self.started,
+            "updated": self.updated,
+            "watching": self.watching,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RolloutRecord:
+        return RolloutRecord(
+            target=str(data["target"]),
+            stable=data.get("stable") or None,
+            phase=str(data.get("phase") or "Progressing"),
+            reason=str(data.get("reason") or ""),
+            failed=data.get("failed") or None,
+            paused=bool(data.get("paused")),
+            updating={str(k): float(v) for k, v in (data.get("updating") or {}).items()},
+            templates={str(k): v for k, v in (data.get("templates") or {}).items()},
+            started=data.get("started"),
+            updated=data.get("updated"),
+            watching=data.get("watching"),
+        )
+
+
+def _rollouts(data: Any) -> dict[str, RolloutRecord]:
+    out = {}
+    for key, value in (_document(data).get("deployments") or {}).items():
+        try:
+            out[str(key)] = RolloutRecord.from_json(value)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue  # a damaged record: that deployment's rollout starts afresh
+    return out

@@ -44,6 +44,9 @@ LOCK_ENV = "MODELPLANE_LOCK"
 # The clusters and `replica:<name>` entries the gateway leaves out of routes
 # (`modelplane.driver.state.Routing.exclusions`).
 UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"
+# The pod templates of older revisions replicas still run during a rollout (JSON
+# {deployment: {revision: template}}; stacks/program.py renders those replicas from them).
+TEMPLATES_ENV = "MODELPLANE_REVISION_TEMPLATES"
 
 
 def program_dir() -> Path:
@@ -240,15 +243,17 @@ class EngineSession:
         return sorted(s.name.rsplit("/", 1)[-1] for s in ws.list_stacks())
 
     def set_program_inputs(
-        self, fleet_dir: Path, lock: Path, unroutable: Sequence[str] = ()
+        self, fleet_dir: Path, lock: Path, unroutable: Sequence[str] = (), templates: str = ""
     ) -> None:
         """The fleet and lock the program reads (and the clusters the gateway leaves out of
-        routes), for every workspace made after this."""
+        routes, and the templates of older revisions), for every workspace made after this."""
         self.program_env = {
             FLEET_ENV: str(fleet_dir),
             LOCK_ENV: str(lock),
             UNROUTABLE_ENV: ",".join(sorted(unroutable)),
         }
+        if templates:
+            self.program_env[TEMPLATES_ENV] = templates
 
     def config_file(self, stack: str) -> Path:
         """The stack's config file (committed with the fleet)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from modelplane.api.fleet import FleetSpec
@@ -84,6 +84,7 @@ def observe_fleet(
     now: float | None = None,
     metrics: bool = False,
     stale_after: float = DEFAULT_STALE_AFTER,
+    metrics_of: Iterable[str] = (),
 ) -> Observation:
     """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
     4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
@@ -91,7 +92,8 @@ def observe_fleet(
     autoscaled deployments' replicas and of every draining replica in ``lock``: from the
     cluster's Prometheus through its API server's service proxy (samples older than
     ``stale_after`` seconds count as missing), else each serving pod's `/metrics` through
-    the pod proxy."""
+    the pod proxy. ``metrics_of``: deployments whose replicas' metrics are read too (a
+    rollout watching them)."""
     env = os.environ if env is None else env
     fleet_dir = Path(fleet_dir)
     limit = deadline if deadline is not None else 4 * timeout
@@ -99,7 +101,8 @@ def observe_fleet(
     results: dict[str, ClusterObservation] = {}
     threads: dict[str, threading.Thread] = {}
     wanted: dict[str, list[str]] = {}
-    if metrics and lock is not None:
+    also = set(metrics_of)
+    if (metrics or also) and lock is not None:
         for key, dep in lock.deployments.items():
             spec = fleet.deployments.get(key)
             if spec is None:
@@ -107,7 +110,7 @@ def observe_fleet(
             # Draining replicas of any deployment (a drain moving them, driver.drain): is
             # anything still in flight?
             for r in dep.replicas:
-                if spec.spec.autoscaling is not None or r.draining:
+                if key in also or (metrics and (spec.spec.autoscaling is not None or r.draining)):
                     wanted.setdefault(r.cluster, []).append(r.name)
     routes: list[RoutesObservation] = []
     gateway_ref = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None

@@ -206,8 +206,10 @@ class Clients(fx.Clients):
 
 
 def change_image(served: dict[str, Any], image: str) -> None:
+    """All at once, the rollout turned off (the baseline; tests/devfleet/test_devfleet_rollout.py
+    rolls the same change without a failed request)."""
     (served["dir"] / "models.yaml").write_text(models(image))
-    fx.check(Fleet.load(served["dir"], env=served["env"]).up())
+    fx.check(Fleet.load(served["dir"], env=served["env"]).up(strategy="AllAtOnce"))
 
 
 def test_all_at_once_image_change_fails_requests(

@@ -280,11 +280,12 @@ def test_apply_update_destroy_on_a_real_api_server(
     ]
     assert generations(objects(api)) == before
 
-    # scale single to 2 and change the image: exactly the affected objects change
+    # scale single to 2 and change the image: exactly the affected objects change (all at
+    # once: this API server has no kubelet, no pod ever becomes Ready for a rollout to wait on)
     (fleet_dir / "models.yaml").write_text(
         deployments_yaml(single_replicas=2, image="vllm/vllm-openai:v0.12.0")
     )
-    run = check(Fleet.load(fleet_dir, env=env).up())
+    run = check(Fleet.load(fleet_dir, env=env).up(strategy="AllAtOnce"))
     after_objs = objects(api)
     after = generations(after_objs)
     added = set(after) - set(before)
