@@ -363,6 +363,14 @@ def no_gateway_address_warning(
     )
 
 
+def front_door_key(ctx: Context) -> pulumi.Output[str]:
+    """The fleet's front-door key (components/workload/front_door.py): the driver generates it
+    and keeps it as a config secret of every deployment and gateway stack."""
+    from components.workload.front_door import KEY_SECRET
+
+    return secret_value(ctx, *KEY_SECRET, what="the fleet's front-door key")
+
+
 async def run_deployment(ctx: Context) -> None:
     from components.model_deployment import ModelDeploymentComponent
     from components.workload.targets import ClusterTarget
@@ -371,6 +379,7 @@ async def run_deployment(ctx: Context) -> None:
     replicas = ctx.lock.replicas_of(ctx.unit.key)
     up = Upstream(ctx.organization)
     targets: dict[str, ClusterTarget] = {}
+    hop_key = front_door_key(ctx) if replicas else None
     for name in sorted({r.cluster for r in replicas}):
         if name not in ctx.fleet.clusters:
             _fail(
@@ -384,6 +393,7 @@ async def run_deployment(ctx: Context) -> None:
             provider_for(f"{name}-k8s", conn),
             gateway_address=conn.gateway_address or "",
             storage_class_name=conn.storage_class_name,
+            front_door_key=hop_key,
         )
         warning = no_gateway_address_warning(name, conn.gateway_address, ctx.fleet.gateway)
         if warning:
@@ -418,6 +428,7 @@ async def run_gateway(ctx: Context) -> None:
         ModelEndpointComponent,
         ModelServiceComponent,
     )
+    from components.workload.front_door import basic_credentials
     from components.workload.objects import SYSTEM_NAMESPACE, ensure_namespace
 
     gateway = ctx.fleet.gateway
@@ -473,6 +484,7 @@ async def run_gateway(ctx: Context) -> None:
             secret_value(ctx, tls.certificate.name, tls.certificate.key, what=what),
             secret_value(ctx, tls.private_key.name, tls.private_key.key, what=what),
         )
+    hop_key = front_door_key(ctx)
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
         gateway,
@@ -480,12 +492,16 @@ async def run_gateway(ctx: Context) -> None:
         install_controller=install,
         await_address=await_address,
         caller_keys=caller_keys,
+        front_door_key=hop_key,
         tls_material=tls_material,
     )
+    traefik = gateway.spec.backend == "Traefik"
     front_door = FrontDoor(
         listener=service_listener(gateway),
         scheme="https" if gateway.spec.tls is not None else "http",
-        authz_address=AUTHZ_ADDRESS if gateway.spec.auth is not None else None,
+        # Traefik always asks authz: it adds the front door's credentials (and checks keys).
+        authz_address=AUTHZ_ADDRESS if traefik else None,
+        credential=None if traefik else pulumi.Output.secret(hop_key.apply(basic_credentials)),
     )
     backend = gateway.spec.backend
     endpoints = [EndpointInfo.from_spec(e) for e in ctx.fleet.endpoints.values()]

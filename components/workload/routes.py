@@ -87,9 +87,12 @@ def replica_route(
     object_labels: Mapping[str, str],
     prefix: str,
     backend: dict[str, Any],
+    checks: Sequence[dict[str, Any]] = (),
 ) -> Manifest:
     """The replica's route on its cluster's `inference-gateway`: prefix -> `/`; and, for a
-    request already rewritten to `/` that names the replica in `x-modelplane-endpoint`, as is."""
+    request already rewritten to `/` that names the replica in `x-modelplane-endpoint`, as is.
+    ``checks``: filters each rule runs first (the front door's credentials, front_door.py)."""
+    first = list(checks)
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "HTTPRoute",
@@ -99,7 +102,7 @@ def replica_route(
             "rules": [
                 {
                     "matches": [path_match(prefix)],
-                    "filters": [prefix_rewrite("/")],
+                    "filters": [*first, prefix_rewrite("/")],
                     "backendRefs": [backend],
                     # LLM responses stream for minutes: no request timeout.
                     "timeouts": {"request": "0s"},
@@ -117,6 +120,7 @@ def replica_route(
                             ],
                         }
                     ],
+                    **({"filters": first} if first else {}),
                     "backendRefs": [backend],
                     "timeouts": {"request": "0s"},
                 },
@@ -309,7 +313,8 @@ def traefik_auth_middleware(
                 "address": address,
                 "trustForwardHeader": False,
                 "authRequestHeaders": ["Authorization", "X-Api-Key"],
-                "authResponseHeaders": [CALLER_HEADER],
+                # The caller's name, and the front door's credentials in place of the key.
+                "authResponseHeaders": [CALLER_HEADER, "Authorization"],
             }
         },
     }
@@ -318,12 +323,14 @@ def traefik_auth_middleware(
 def traefik_strip_key_middleware(
     name: str, namespace: str, object_labels: Mapping[str, str]
 ) -> Manifest:
-    """The caller's key stops at the front door (an empty value removes the header)."""
+    """The caller's key stops at the front door (an empty value removes the header). Its
+    `Authorization` is already replaced by the forwardAuth answer (the front door's own
+    credentials for the workload gateways, or nothing)."""
     return {
         "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
         "kind": "Middleware",
         "metadata": metadata(name, namespace, object_labels),
-        "spec": {"headers": {"customRequestHeaders": {"Authorization": "", "X-Api-Key": ""}}},
+        "spec": {"headers": {"customRequestHeaders": {"X-Api-Key": ""}}},
     }
 
 
@@ -372,10 +379,18 @@ def service_route(
     else:
         path = envoy_path(name, namespace, endpoints)
         refs = [_envoy_backend_ref(ep) for ep in endpoints]
+        # `middlewares` here: HTTPRouteFilters (the front door's credentials, front_door.py).
+        extra = [
+            {
+                "type": "ExtensionRef",
+                "extensionRef": {"group": ENVOY_GROUP, "kind": "HTTPRouteFilter", "name": m},
+            }
+            for m in middlewares
+        ]
         rules = [
             {
                 "matches": match,
-                "filters": [prefix_rewrite(path)],
+                "filters": [prefix_rewrite(path), *extra],
                 "backendRefs": refs,
                 "timeouts": {"request": "0s"},
             }

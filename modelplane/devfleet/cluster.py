@@ -416,16 +416,19 @@ def traefik_argv(
     selector: str,
     front_door: bool = False,
 ) -> list[str]:
-    """``front_door``: also Traefik's Kubernetes CRD provider (the retry Middleware a
-    ModelService route names, api.md "Retries and ejection") and a short dial timeout."""
-    extra = []
+    """Both with Traefik's Kubernetes CRD provider: the Middlewares routes name (the retry and
+    key check of a ModelService route, api.md "Retries and ejection"; the front-door check of
+    a replica route, "Private workload gateways"). ``front_door``: also a short dial timeout
+    and the TLS entrypoint."""
+    extra = [
+        "--providers.kubernetescrd=true",
+        f"--providers.kubernetescrd.endpoint={server}",
+        f"--providers.kubernetescrd.token={token_file}",
+        f"--providers.kubernetescrd.certAuthFilePath={ca}",
+        "--providers.kubernetescrd.throttleDuration=0s",
+    ]
     if front_door:
-        extra = [
-            "--providers.kubernetescrd=true",
-            f"--providers.kubernetescrd.endpoint={server}",
-            f"--providers.kubernetescrd.token={token_file}",
-            f"--providers.kubernetescrd.certAuthFilePath={ca}",
-            "--providers.kubernetescrd.throttleDuration=0s",
+        extra += [
             f"--serversTransport.forwardingTimeouts.dialTimeout={FRONT_DOOR_DIAL_TIMEOUT}",
             f"--entryPoints.websecure.address={address}:{FRONT_DOOR_TLS_PORT}",
         ]

@@ -35,6 +35,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
+from modelplane.driver.front_door import ensure_front_door_key
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
@@ -224,6 +225,7 @@ class Fleet:
             # Listing the stacks also initialises a fresh backend before stacks run in parallel.
             existing = set(session.list_stacks())
             ctx = self._context(session, plan.lock, plan_lock, observer)
+            ensure_front_door_key(session, sorted(existing), session.env, write=False)
             if refresh:
                 ctx.preview_options["refresh"] = True
             packs = [str(p) for p in policy_packs]
@@ -282,6 +284,7 @@ class Fleet:
             self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
+            ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
             if refresh:
                 ctx.up_options["refresh"] = True
             if expect_no_changes:

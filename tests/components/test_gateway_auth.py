@@ -4,6 +4,7 @@ objects, and the authorization service behind Traefik's forwardAuth. Select with
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -277,10 +278,11 @@ def test_tls_listener_redirect_and_auth_middlewares_in_order(rendered: Path) -> 
     assert order == ["qwen-auth", "qwen-strip-key", "qwen-retry"]
     auth = found[("Middleware", "qwen-auth")]["spec"]["forwardAuth"]
     assert auth["address"].startswith("http://modelplane-authz.modelplane-system.svc")
-    assert auth["authResponseHeaders"] == ["x-modelplane-caller"]
+    # The caller's name, and the front door's credentials in place of the caller's key.
+    assert auth["authResponseHeaders"] == ["x-modelplane-caller", "Authorization"]
     assert auth["trustForwardHeader"] is False
     strip = found[("Middleware", "qwen-strip-key")]["spec"]["headers"]
-    assert strip["customRequestHeaders"] == {"Authorization": "", "X-Api-Key": ""}
+    assert strip["customRequestHeaders"] == {"X-Api-Key": ""}
     service = found[("Deployment", "modelplane-authz")]["spec"]["template"]["spec"]
     assert service["volumes"][1] == {"name": "keys", "secret": {"secretName": "modelplane-callers"}}
     for key in [
@@ -365,9 +367,15 @@ def test_auth_dev_fleet_writes_missing_caller_keys_into_its_state(tmp_path: Path
 def test_auth_keys_table_hashes_keys_without_surrounding_whitespace() -> None:
     from components.gateway import callers_table
 
-    table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}))
-    assert table == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
+    table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}, "hop-key\n"))
+    assert table["callers"] == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
+    assert table["open"] is False
+    # The front door's credentials for the workload gateways (api.md "Private workload
+    # gateways"): Basic, user modelplane, the key without its whitespace.
+    assert table["frontDoor"] == "Basic " + base64.b64encode(b"modelplane:hop-key").decode()
     assert "sk-dev" not in callers_table({"dev": "sk-dev"})
+    # Without spec.auth every request gets in (still with the front door's credentials).
+    assert json.loads(callers_table(None, "k"))["open"] is True
 
 
 def test_auth_rotated_key_changes_the_gateway_stack_fingerprint(tmp_path: Path) -> None:
