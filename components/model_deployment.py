@@ -63,7 +63,12 @@ from components.workload.pods import (
     pod_template,
     selector_labels,
 )
-from components.workload.routes import replica_route, service_backend, service_manifest
+from components.workload.routes import (
+    REMOVE_AUTHORIZATION,
+    replica_route,
+    service_backend,
+    service_manifest,
+)
 from components.workload.targets import ClusterTarget
 from modelplane.api.model_cache import ModelCache
 from modelplane.api.model_deployment import ModelDeployment
@@ -243,10 +248,7 @@ def replica_manifests(
 
 
 # Envoy's basicAuth leaves the credentials on the request: the route removes them.
-REMOVE_CREDENTIALS = {
-    "type": "RequestHeaderModifier",
-    "requestHeaderModifier": {"remove": ["Authorization"]},
-}
+REMOVE_CREDENTIALS = REMOVE_AUTHORIZATION
 
 
 def route_checks(deployment: ModelDeployment, target: ClusterTarget) -> list[dict[str, Any]]:

@@ -183,8 +183,14 @@ def envoy_path(name: str, namespace: str, endpoints: Sequence[EndpointBackend]) 
     return paths[0] if paths else "/"
 
 
-def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
-    filters: list[dict[str, Any]] = []
+def _envoy_backend_ref(ep: EndpointBackend, route_filters: Sequence[str] = ()) -> dict[str, Any]:
+    filters: list[dict[str, Any]] = [
+        {
+            "type": "ExtensionRef",
+            "extensionRef": {"group": ENVOY_GROUP, "kind": "HTTPRouteFilter", "name": name},
+        }
+        for name in route_filters
+    ]
     if ep.replica:
         filters.append(
             {
@@ -196,6 +202,12 @@ def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
         # Host-only rewrites per backendRef are supported (envoyproxy/gateway#7826).
         filters.append({"type": "URLRewrite", "urlRewrite": {"hostname": ep.host}})
     return _backend_ref(ep, filters or None)
+
+
+REMOVE_AUTHORIZATION = {
+    "type": "RequestHeaderModifier",
+    "requestHeaderModifier": {"remove": ["Authorization"]},
+}
 
 
 # --- retries and ejection on the front door (api.md "Retries and ejection") --------------
@@ -368,7 +380,13 @@ def service_route(
     if backend == "Traefik":
         refs = [
             _backend_ref(
-                ep, [_rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None)]
+                ep,
+                [
+                    _rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None),
+                    # The front door's credentials are for workload gateways only: never to
+                    # an outside provider or straight to a replica's Service.
+                    *([] if ep.replica else [REMOVE_AUTHORIZATION]),
+                ],
             )
             for ep in endpoints
         ]
@@ -378,19 +396,13 @@ def service_route(
         rules = [{**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}]
     else:
         path = envoy_path(name, namespace, endpoints)
-        refs = [_envoy_backend_ref(ep) for ep in endpoints]
-        # `middlewares` here: HTTPRouteFilters (the front door's credentials, front_door.py).
-        extra = [
-            {
-                "type": "ExtensionRef",
-                "extensionRef": {"group": ENVOY_GROUP, "kind": "HTTPRouteFilter", "name": m},
-            }
-            for m in middlewares
-        ]
+        # `middlewares` here: HTTPRouteFilters each replica's backendRef runs (the front
+        # door's credentials, front_door.py; never sent to an outside provider).
+        refs = [_envoy_backend_ref(ep, middlewares if ep.replica else ()) for ep in endpoints]
         rules = [
             {
                 "matches": match,
-                "filters": [prefix_rewrite(path), *extra],
+                "filters": [prefix_rewrite(path)],
                 "backendRefs": refs,
                 "timeouts": {"request": "0s"},
             }

@@ -113,11 +113,23 @@ def gateway_fleet(tmp_path: Path, gateway_spec: str) -> Path:
     target = tmp_path / "fleet"
     shutil.copytree(ROOT / "specs" / "dev", target)
     fleet = target / "fleet.yaml"
-    text = fleet.read_text()
+    text = without_auth(fleet.read_text())
     anchor = "  cluster: {inferenceClusterRef: dev-1}\n"
     assert anchor in text
     fleet.write_text(text.replace(anchor, anchor + gateway_spec))
     return target
+
+
+def without_auth(text: str) -> str:
+    """specs/dev's fleet.yaml without its InferenceGateway's `auth` (and its comment)."""
+    lines = text.splitlines(keepends=True)
+    auth = next(i for i, line in enumerate(lines) if line.startswith("  auth:"))
+    start, end = auth, auth + 1
+    while lines[start - 1].startswith("  #"):
+        start -= 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    return "".join(lines[:start] + lines[end:])
 
 
 @pytest.mark.parametrize(
@@ -334,7 +346,7 @@ def test_auth_call_picks_the_named_or_first_readable_caller_key(tmp_path: Path) 
     name, key, why = caller_key(gateway, "team-a", env={}, base_dir=target)
     assert (name, key) == (None, None) and "MODELPLANE_SECRET_KEYS_TEAM_A" in why
     assert "no caller 'nobody'" in caller_key(gateway, "nobody", env=env, base_dir=target)[2]
-    open_gateway = load_fleet(ROOT / "specs" / "dev").fleet.gateway
+    open_gateway = load_fleet(gateway_fleet(tmp_path / "open", "")).fleet.gateway
     assert caller_key(open_gateway, None, env=env, base_dir=target) == (None, None, "")
     assert "no spec.auth" in caller_key(open_gateway, "x", env=env, base_dir=target)[2]
 

@@ -167,24 +167,28 @@ def test_security_htpasswd_and_basic_credentials_agree() -> None:
 # --- the front door's side ----------------------------------------------------------------
 
 
-def test_security_envoy_front_door_injects_the_credentials_from_a_secret() -> None:
-    service = load(
-        ModelService,
-        """
+CHAT = """
 metadata: {name: chat, namespace: demo}
 spec:
   endpoints:
   - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
-""",
-    )
-    endpoint = EndpointInfo(
+  - selector: {matchLabels: {provider: partner}}
+"""
+SERVICE_ENDPOINTS = [
+    EndpointInfo(
         "qwen-a",
         "demo",
         "http://10.0.0.1/demo/qwen-a/",
         "/demo/qwen-a/",
         {"modelplane.ai/deployment": "qwen"},
         replica=True,
-    )
+    ),
+    EndpointInfo("partner", "demo", "https://10.9.0.1/", "/", {"provider": "partner"}),
+]
+
+
+def test_security_envoy_front_door_injects_the_credentials_from_a_secret() -> None:
+    service = load(ModelService, CHAT)
     run = MockRun()
 
     def program() -> None:
@@ -194,7 +198,7 @@ spec:
         ModelServiceComponent(
             service.key,
             service,
-            [endpoint],
+            SERVICE_ENDPOINTS,
             backend="EnvoyGateway",
             gateway_address="front.example.com",
             gateway=("modelplane", "modelplane-system"),
@@ -214,15 +218,39 @@ spec:
     assert injection["credential"]["valueRef"]["name"] == secret.get("metadata.name")
     route = run.one(ROUTE)
     [rule] = route.get("spec.rules")
-    assert {
+    inject = {
         "type": "ExtensionRef",
         "extensionRef": {
             "group": "gateway.envoyproxy.io",
             "kind": "HTTPRouteFilter",
             "name": route_filter.get("metadata.name"),
         },
-    } in rule["filters"]
+    }
+    # On the replica's backendRef only: an outside provider never gets the credentials.
+    replica_ref, outside_ref = rule["backendRefs"]
+    assert inject in replica_ref["filters"]
+    assert inject not in outside_ref.get("filters", [])
+    assert inject not in rule["filters"]
     assert route.depends_on(route_filter)
+
+
+def test_security_traefik_front_door_sends_no_credentials_to_an_outside_provider() -> None:
+    from components.model_service import FrontDoor, service_route_manifest
+
+    route = service_route_manifest(
+        load(ModelService, CHAT),
+        SERVICE_ENDPOINTS,
+        "Traefik",
+        ("modelplane", "modelplane-system"),
+        FrontDoor(authz_address="http://authz/"),
+    )
+    assert route is not None
+    remove = {
+        "type": "RequestHeaderModifier",
+        "requestHeaderModifier": {"remove": ["Authorization"]},
+    }
+    replica_ref, outside_ref = route["spec"]["rules"][0]["backendRefs"]
+    assert remove not in replica_ref["filters"] and remove in outside_ref["filters"]
 
 
 @pytest.fixture

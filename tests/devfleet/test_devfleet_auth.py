@@ -1,7 +1,7 @@
 """Callers with keys and TLS on the front door (issue 26, items 2 and 3), on the dev fleet.
 
-A copy of specs/dev whose InferenceGateway has `auth` (callers `dev` and `batch`, keys
-generated into the dev fleet's state directory) and `tls` (a certificate the test makes),
+A copy of specs/dev (its InferenceGateway's `auth`: callers `dev` and `batch`, keys
+generated into the dev fleet's state directory) with `tls` (a certificate the test makes),
 qwen x3 behind demo/chat. Requests go to the front door of dev-1 over https; the dev fleet's
 authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth. Select with
 `pytest -k "auth or tls"`.
@@ -9,6 +9,7 @@ authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import socket
@@ -40,10 +41,8 @@ pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 CHAT = "demo/chat"
 STATE = "${MODELPLANE_DEV_FLEET_STATE}"
+# specs/dev's own callers (`dev`, `batch`: keys in the dev fleet's state), plus TLS.
 GATEWAY_SPEC = (
-    "  auth:\n    callers:\n"
-    f"    - {{name: dev, secretRef: {{name: 'file:{STATE}/callers/dev', key: key}}}}\n"
-    f"    - {{name: batch, secretRef: {{name: 'file:{STATE}/callers/batch', key: key}}}}\n"
     "  tls:\n"
     f"    certificate: {{name: 'file:{STATE}/front-tls/tls.crt', key: crt}}\n"
     f"    privateKey: {{name: 'file:{STATE}/front-tls/tls.key', key: key}}\n"
@@ -198,3 +197,47 @@ def test_auth_rotating_one_key_fails_no_request_of_another_caller(
     failed = [r for r in results if r[1] != 200]
     print("rotation:", json.dumps({"batchRequests": len(results), "failed": len(failed)}))
     assert len(results) > 20 and not failed, failed[:5]
+
+
+BYPASS = r"""
+import json, sys, urllib.error, urllib.request
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+for url, auth in json.loads(sys.argv[1]):
+    headers = {"Content-Type": "application/json", **({"Authorization": auth} if auth else {})}
+    req = urllib.request.Request(url + "v1/chat/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            print(resp.status)
+    except urllib.error.HTTPError as exc:
+        print(exc.code)
+"""
+
+
+def test_security_workload_gateways_refuse_requests_that_bypass_the_front_door(
+    deployed: Any, deployer: Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    """From inside the fleet's network namespace, straight to each replica's route on its
+    cluster's workload gateway: refused without the front door's credentials, with a
+    caller's key, or with wrong credentials; the front door itself gets through (above)."""
+    import subprocess
+    import sys
+
+    from modelplane.devfleet import netns
+
+    target, url, tls, keys = deployed
+    endpoints = Fleet.load(target, env=deployer.env()).status().gateway["endpoints"]
+    replicas = [e["url"] for e in endpoints if e.get("url") and "/demo/qwen" in e["url"]]
+    assert len(replicas) == 3, endpoints
+    assert all(u.startswith("http://10.255.") for u in replicas), replicas  # workload gateways
+    wrong = "Basic " + base64.b64encode(b"modelplane:not-the-key").decode()
+    attempts = [[u, auth] for u in replicas for auth in (None, f"Bearer {keys['dev']}", wrong)]
+    argv = [*netns.exec_prefix(dev_fleet.netns), sys.executable, "-c", BYPASS]
+    done = subprocess.run(
+        [*argv, json.dumps(attempts)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    statuses = [int(s) for s in done.stdout.split()]
+    assert len(statuses) == len(attempts)
+    assert set(statuses) <= {401, 403, 404}, list(zip(attempts, statuses, strict=True))
+    # ... while the same replicas answer through the front door.
+    assert post(url, tls, {"x-api-key": keys["batch"]})[0] == 200

@@ -40,6 +40,7 @@ from tests.fixtures.devfleet import (
     REPO,
     Deployer,
     Load,
+    caller_headers,
     json_stream,
     model_deployment,
     model_service,
@@ -116,7 +117,7 @@ def stream_once(url: str) -> StreamResult | None:
             "POST",
             parts.path + "v1/chat/completions",
             body=body,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **caller_headers()},
         )
         resp = conn.getresponse()
     except OSError:

@@ -25,6 +25,7 @@ from tests.fixtures.devfleet import (
     REPO,
     Deployer,
     api_client,
+    caller_headers,
     check,
     model_deployment,
     model_service,
@@ -73,7 +74,7 @@ def chat(url: str, timeout: float = 10.0) -> tuple[int, str, float]:
         url + "v1/chat/completions",
         data=body,
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **caller_headers()},
     )
     started = time.monotonic()
     try:
