@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import pulumi
 
@@ -287,7 +288,10 @@ def service_policy_manifests(
             out += hop.envoy_injection(hop.injection_name(name), ns, object_labels, door.credential)
         return out
     if door.authz_address:
-        out.append(traefik_auth_middleware(auth_name(name), ns, object_labels, door.authz_address))
+        address = door.authz_address
+        if service.spec.callers is not None:  # only these callers (the service's spec)
+            address += "?" + urlencode({"callers": ",".join(service.spec.callers)})
+        out.append(traefik_auth_middleware(auth_name(name), ns, object_labels, address))
         out.append(traefik_strip_key_middleware(strip_key_name(name), ns, object_labels))
     out.append(traefik_retry_middleware(retry_name(name), ns, object_labels))
     return out

@@ -31,6 +31,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 CALLER_HEADER = "x-modelplane-caller"
 ANONYMOUS = "anonymous"
@@ -52,18 +53,22 @@ def presented_key(headers: dict[str, str]) -> str | None:
     return key or None
 
 
-def error_body(message: str) -> bytes:
+def error_body(
+    message: str, kind: str = "invalid_request_error", code: str = "invalid_api_key"
+) -> bytes:
     """OpenAI's error shape (what its SDKs parse)."""
     return json.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": "invalid_request_error",
-                "param": None,
-                "code": "invalid_api_key",
-            }
-        }
+        {"error": {"message": message, "type": kind, "param": None, "code": code}}
     ).encode()
+
+
+def allowed_callers(path: str) -> frozenset[str] | None:
+    """The callers a route lets in (`?callers=a,b` on the forwardAuth address of a
+    ModelService with `spec.callers`); None: every caller with a key."""
+    query = parse_qs(urlsplit(path).query)
+    if "callers" not in query:
+        return None
+    return frozenset(c for value in query["callers"] for c in value.split(",") if c)
 
 
 class Keys:
@@ -130,6 +135,7 @@ def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
             headers = {k.lower(): v for k, v in self.headers.items()}
             key = presented_key(headers)
             caller = keys.caller(key)
+            allowed = allowed_callers(self.path)
             if caller is None:
                 message = (
                     "Incorrect API key provided."
@@ -140,6 +146,14 @@ def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
                 self.send_response(401)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("WWW-Authenticate", 'Bearer realm="modelplane"')
+            elif allowed is not None and caller not in allowed:
+                body = error_body(
+                    f"Caller {caller!r} is not allowed to use this service.",
+                    kind="permission_error",
+                    code="caller_not_allowed",
+                )
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json")
             else:
                 body = b""
                 self.send_response(200)

@@ -48,6 +48,7 @@ from modelplane.driver.state import RuntimeState
 from modelplane.driver.workspace import EngineSession
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
+from modelplane.secrets import gateway_secret_errors
 from modelplane.stacks import StackUnit, Tier, cluster_stack, deploy_stack, stack_units
 
 # ``on_event(event)`` or ``on_event(stack_name, event)`` (:data:`OnEvent`): a
@@ -161,6 +162,12 @@ class Fleet:
             errors.extend(exc.errors)
         if require_specs and not loaded.errors and loaded.fleet.empty:
             errors.append(no_specs(path))
+        if require_specs and not loaded.errors:
+            # A gateway secret no source has would fail the gateway stack after the others
+            # were applied: refuse the whole `up` first (api.md "Callers").
+            errors.extend(
+                gateway_secret_errors(loaded.fleet, path, dict(os.environ if env is None else env))
+            )
         if errors:
             raise FleetInvalid(errors)
         return cls(

@@ -410,3 +410,106 @@ def _units(target: Path) -> list:
     from modelplane.stacks import stack_units
 
     return stack_units(load_fleet(target).fleet, PlacementLock())
+
+
+@pytest.mark.parametrize(
+    ("gateway_spec", "callers", "object_", "field", "message"),
+    [
+        (
+            "",  # no spec.auth
+            "[dev]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "callers needs the InferenceGateway's spec.auth",
+        ),
+        (
+            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "[dev, ops]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "no InferenceGateway caller named 'ops'",
+        ),
+        (
+            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "[dev, dev]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "duplicate caller name(s): dev",
+        ),
+        (
+            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "[]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "at least 1",
+        ),
+    ],
+    ids=["without-auth", "unknown-caller", "duplicate", "empty"],
+)
+def test_auth_service_callers_bad_input_is_a_validation_error(
+    tmp_path: Path, gateway_spec: str, callers: str, object_: str, field: str, message: str
+) -> None:
+    target = gateway_fleet(tmp_path, gateway_spec)
+    models = target / "models.yaml"
+    anchor = "  name: chat\n  namespace: demo\nspec:\n"
+    text = models.read_text()
+    assert anchor in text
+    models.write_text(text.replace(anchor, anchor + f"  callers: {callers}\n"))
+    errors = load_fleet(target).errors
+    assert [(e.object, e.path) for e in errors] == [(object_, field)], errors
+    assert message in errors[0].message
+
+
+def test_auth_service_callers_valid_spec_and_its_route_names_them(tmp_path: Path) -> None:
+    from components.model_service import FrontDoor, service_policy_manifests
+
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n"
+        "    - {name: ops, secretRef: {name: k, key: ops}}\n",
+    )
+    models = target / "models.yaml"
+    anchor = "  name: chat\n  namespace: demo\nspec:\n"
+    models.write_text(models.read_text().replace(anchor, anchor + "  callers: [ops]\n"))
+    result = load_fleet(target)
+    assert not result.errors, result.errors
+    service = result.fleet.services["demo/chat"]
+    assert service.spec.callers == ["ops"]
+    [auth, *_] = service_policy_manifests(service, "Traefik", FrontDoor(authz_address="http://a/"))
+    assert auth["spec"]["forwardAuth"]["address"] == "http://a/?callers=ops"
+
+
+def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: Path) -> None:
+    """`validate` lists a gateway secret no source has (a warning: the environment lacks it;
+    --strict makes it an error) and `up` refuses the fleet before any stack runs."""
+    from typer.testing import CliRunner
+
+    from modelplane.cli import app, commands  # noqa: F401  (registers every verb)
+    from modelplane.driver.fleet import Fleet
+    from modelplane.errors import UserError
+
+    (tmp_path / "team-a.key").write_text("sk-a\n")
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n"
+        f"    - {{name: team-a, secretRef: {{name: 'file:{tmp_path}/team-a.key', key: k}}}}\n"
+        "    - {name: ops, secretRef: {name: missing-keys, key: ops}}\n",
+    )
+    runner = CliRunner()
+    plain = runner.invoke(app, ["validate", str(target), "-o", "json"], env={"COLUMNS": "500"})
+    assert plain.exit_code == 0, plain.output
+    [warning] = json.loads(plain.output)["warnings"]
+    assert (warning["object"], warning["path"]) == (
+        "InferenceGateway default",
+        "spec.auth.callers[1].secretRef",
+    )
+    assert "MODELPLANE_SECRET_MISSING_KEYS_OPS" in warning["message"]
+    strict = runner.invoke(app, ["validate", str(target), "--strict"], env={"COLUMNS": "500"})
+    assert strict.exit_code == 2, strict.output
+    with pytest.raises(UserError) as raised:
+        Fleet.load(target, env={"PATH": os.environ["PATH"]}, require_specs=True)
+    assert "spec.auth.callers[1].secretRef" in str(raised.value)
+    assert "spec.auth.callers[0]" not in str(raised.value)
+    # Set in the environment: nothing to report.
+    env = {"PATH": os.environ["PATH"], "MODELPLANE_SECRET_MISSING_KEYS_OPS": "sk-ops"}
+    Fleet.load(target, env=env, require_specs=True)
