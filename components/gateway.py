@@ -42,6 +42,7 @@ from components.workload.objects import (
 )
 from components.workload.routes import GATEWAY_GROUP, gateway_ref
 from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.observe.usage import access_log_arguments
 
 GATEWAY_NAME = "modelplane"
 TRAEFIK = {
@@ -94,9 +95,11 @@ def release_values(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any
                 # The ModelService routes' retry Middlewares (api.md "Retries and ejection").
                 "kubernetesCRD": {"enabled": True},
             },
-            # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s.
+            # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s;
+            # the access log (JSON, the caller header only) `modelplane usage` counts.
             "additionalArguments": [
-                f"--serversTransport.forwardingTimeouts.dialTimeout={DIAL_TIMEOUT}"
+                f"--serversTransport.forwardingTimeouts.dialTimeout={DIAL_TIMEOUT}",
+                *access_log_arguments(),
             ],
             # modelplane creates its own GatewayClass and Gateway.
             "gateway": {"enabled": False},

@@ -392,7 +392,7 @@ def schema(
 
 def _mount() -> None:
     """Attach the engine verbs and the sub-apps (their modules import Pulumi lazily)."""
-    from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, project, render
+    from modelplane.cli import call, dev_cluster, dev_fleet, engine_verbs, project, render, usage
 
     engine_verbs.register(app)
     from modelplane.cli import health
@@ -402,6 +402,7 @@ def _mount() -> None:
     app.add_typer(dev_cluster.app, name="dev-cluster")
     app.add_typer(dev_fleet.app, name="dev-fleet")
     app.command("call")(call.call)
+    app.command("usage")(usage.usage)
     app.command("project")(project.project)
 
 

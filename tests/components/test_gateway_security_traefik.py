@@ -26,6 +26,7 @@ import yaml
 from components.gateway import callers_table
 from components.workload import front_door
 from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
+from modelplane.observe.usage import Counts, access_log_arguments, count_usage
 from tests.components.traefik_helpers import free_port, traefik_binary
 
 KEYS = {"team-a": "sk-team-a-4e1b", "batch": "sk-batch-90d3"}
@@ -59,7 +60,9 @@ class Echo:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def traefik(binary: Path, port: int, dynamic: dict[str, Any], tmp: Path, name: str) -> Any:
+def traefik(
+    binary: Path, port: int, dynamic: dict[str, Any], tmp: Path, name: str, *extra: str
+) -> Any:
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(dynamic))
     return subprocess.Popen(
         [
@@ -69,6 +72,7 @@ def traefik(binary: Path, port: int, dynamic: dict[str, Any], tmp: Path, name: s
             f"--entryPoints.web.address=127.0.0.1:{port}",
             f"--providers.file.filename={tmp / f'{name}.yaml'}",
             "--log.level=ERROR",
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -151,7 +155,15 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
     }
     processes = [
         traefik(binary, workload_port, workload, tmp_path, "workload"),
-        traefik(binary, front_port, front, tmp_path, "front"),
+        # With the access log the InferenceGateway's Traefik writes (`modelplane usage`).
+        traefik(
+            binary,
+            front_port,
+            front,
+            tmp_path,
+            "front",
+            *access_log_arguments(str(tmp_path / "access.log")),
+        ),
     ]
     try:
         deadline = time.monotonic() + 30
@@ -228,3 +240,39 @@ def test_auth_service_limited_to_some_callers(
         assert post(front, "/demo/chat/v1/chat/completions", {"x-api-key": KEYS[caller]})[0] == 200
     else:
         assert body["x-modelplane-caller"] == caller
+
+
+def test_auth_usage_per_caller_from_the_front_doors_access_log(
+    gateways: tuple[int, int], tmp_path: Path
+) -> None:
+    """Issue 26 item 4: requests, errors and refused per caller and service, from the access
+    log the real Traefik writes; a forged caller header counts for the key's caller."""
+    front, _ = gateways
+    log = tmp_path / "access.log"
+    start = len(log.read_text().splitlines()) if log.exists() else 0  # the readiness probes
+    chat, ops = "/demo/chat/v1/chat/completions", "/demo/ops/v1/chat/completions"
+    sent = [
+        (chat, {"x-api-key": KEYS["team-a"]}),
+        (chat, {"x-api-key": KEYS["team-a"], "x-modelplane-caller": "batch"}),
+        (chat, {"x-api-key": KEYS["batch"]}),
+        (ops, {"x-api-key": KEYS["batch"]}),  # 403: ops lists team-a only
+        (ops, {"x-api-key": KEYS["team-a"]}),
+        (chat, {}),  # 401
+        (chat, {"x-api-key": "sk-wrong"}),  # 401
+    ]
+    for path, headers in sent:
+        post(front, path, headers)
+    deadline = time.monotonic() + 10
+    while len(log.read_text().splitlines()) < start + len(sent):
+        assert time.monotonic() < deadline, "the access log did not get every request"
+        time.sleep(0.1)
+    counts = count_usage(log.read_text().splitlines()[start:])
+    assert counts == {
+        ("team-a", "demo/chat"): Counts(requests=2),
+        ("batch", "demo/chat"): Counts(requests=1),
+        ("team-a", "demo/ops"): Counts(requests=1),
+        # Refused by the key check: Traefik sets the caller only on its yes.
+        ("-", "demo/ops"): Counts(requests=1, refused=1),
+        ("-", "demo/chat"): Counts(requests=2, refused=2),
+    }, counts
+    assert HOP_KEY not in log.read_text() and KEYS["team-a"] not in log.read_text()

@@ -241,3 +241,35 @@ def test_security_workload_gateways_refuse_requests_that_bypass_the_front_door(
     assert set(statuses) <= {401, 403, 404}, list(zip(attempts, statuses, strict=True))
     # ... while the same replicas answer through the front door.
     assert post(url, tls, {"x-api-key": keys["batch"]})[0] == 200
+
+
+def test_auth_usage_counts_requests_per_caller(
+    deployed: Any, deployer: Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    """`modelplane usage DIR` counts each caller's requests from the front door's access log
+    (issue 26 item 4): a few more of each caller, and refused ones, show up."""
+    target, url, tls, keys = deployed
+
+    def usage() -> dict[tuple[str, str], dict[str, int]]:
+        done = modelplane("usage", str(target), "-o", "json", env=deployer.env(), timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return {(row["caller"], row["service"]): row for row in json.loads(done.stdout)["usage"]}
+
+    before = usage()
+    sent = {"dev": 3, "batch": 2}
+    for caller, n in sent.items():
+        for _ in range(n):
+            assert post(url, tls, {"x-api-key": keys[caller]})[0] == 200
+    assert post(url, tls, {"x-api-key": "sk-wrong"})[0] == 401
+
+    def grown() -> dict[tuple[str, str], dict[str, int]] | None:
+        after = usage()
+        for caller, n in [*sent.items(), ("-", 1)]:
+            old = before.get((caller, CHAT), {"requests": 0})["requests"]
+            if after.get((caller, CHAT), {"requests": 0})["requests"] < old + n:
+                return None
+        return after
+
+    after = wait_for("usage counting the requests", grown, timeout=30)
+    assert after[("-", CHAT)]["refused"] >= 1
+    assert after[("dev", CHAT)]["errors"] == before.get(("dev", CHAT), {"errors": 0})["errors"]
