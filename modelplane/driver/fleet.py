@@ -35,7 +35,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
-from modelplane.driver.front_door import ensure_front_door_key
+from modelplane.driver.front_door import ensure_fleet_caller_keys, ensure_front_door_key
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
@@ -163,8 +163,10 @@ class Fleet:
         if require_specs and not loaded.errors and loaded.fleet.empty:
             errors.append(no_specs(path))
         if require_specs and not loaded.errors:
-            # A gateway secret no source has would fail the gateway stack after the others
-            # were applied: refuse the whole `up` first (api.md "Callers").
+            # The callers' keys kept in the fleet's own state (`file:.modelplane/...`) are
+            # made the first time; a gateway secret no source has would fail the gateway stack
+            # after the others were applied: refuse the whole `up` first (api.md "Callers").
+            ensure_fleet_caller_keys(loaded.fleet, path)
             errors.extend(
                 gateway_secret_errors(loaded.fleet, path, dict(os.environ if env is None else env))
             )
