@@ -62,11 +62,8 @@ def ensure_front_door_key(
     key, when some stack holds one, reaches the program through the environment only."""
     if env.get(ENV):
         return
-    lacking = [
-        s
-        for s in stacks
-        if needs_key(s) and CONFIG_KEY not in read_stack_config(session.config_dir, s)
-    ]
+    wanted = [s for s in stacks if needs_key(s)]
+    lacking = [s for s in wanted if CONFIG_KEY not in read_stack_config(session.config_dir, s)]
     if not lacking:
         return
     from pulumi.automation import ConfigValue
@@ -76,8 +73,10 @@ def ensure_front_door_key(
         if value is not None:
             session.program_env[ENV] = value
         return
+    # A new key goes to every stack (one that held an unreadable one included): one per fleet.
+    targets = lacking if value is not None else wanted
     value = value or secrets.token_urlsafe(32)
-    for name in lacking:
+    for name in targets:
         session.stack(name).set_config(CONFIG_KEY, ConfigValue(value=value, secret=True))
 
 
