@@ -217,7 +217,7 @@ def local_fleet(tmp_path: Path, gateway_spec: str) -> Path:
     shutil.copytree(ROOT / "specs" / "local", target)
     fleet = target / "fleet.yaml"
     anchor = "  cluster: {inferenceClusterRef: local}\n"
-    text = fleet.read_text()
+    text = without_auth(fleet.read_text())
     assert anchor in text
     fleet.write_text(text.replace(anchor, anchor + gateway_spec))
     return target
