@@ -162,14 +162,6 @@ class Fleet:
             errors.extend(exc.errors)
         if require_specs and not loaded.errors and loaded.fleet.empty:
             errors.append(no_specs(path))
-        if require_specs and not loaded.errors:
-            # The callers' keys kept in the fleet's own state (`file:.modelplane/...`) are
-            # made the first time; a gateway secret no source has would fail the gateway stack
-            # after the others were applied: refuse the whole `up` first (api.md "Callers").
-            ensure_fleet_caller_keys(loaded.fleet, path)
-            errors.extend(
-                gateway_secret_errors(loaded.fleet, path, dict(os.environ if env is None else env))
-            )
         if errors:
             raise FleetInvalid(errors)
         return cls(
@@ -192,6 +184,16 @@ class Fleet:
     def runtime(self) -> RuntimeState:
         """The fleet's runtime state (``.modelplane/*.json``: health, routing, ...)."""
         return RuntimeState.at(self.state_dir)
+
+    def check_gateway_secrets(self) -> None:
+        """Before `up` runs any stack: the callers' keys kept in the fleet's own state
+        (`file:.modelplane/...`) are made the first time, and a gateway secret no source has
+        is a FleetInvalid naming file, object and field -- it would otherwise fail the gateway
+        stack after the others were applied (api.md "Callers")."""
+        ensure_fleet_caller_keys(self.spec, self.path)
+        errors = gateway_secret_errors(self.spec, self.path, self.env)
+        if errors:
+            raise FleetInvalid(errors)
 
     def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,
@@ -279,6 +281,7 @@ class Fleet:
         """
         if self.spec.empty:  # nothing to deploy: tearing down is destroy's job
             raise FleetInvalid([no_specs(self.path)])
+        self.check_gateway_secrets()
         started = time.monotonic()
         plan = plan or self.plan()
         observer = channel(observer, on_event)

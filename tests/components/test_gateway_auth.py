@@ -507,12 +507,12 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
     strict = runner.invoke(app, ["validate", str(target), "--strict"], env={"COLUMNS": "500"})
     assert strict.exit_code == 2, strict.output
     with pytest.raises(UserError) as raised:
-        Fleet.load(target, env={"PATH": os.environ["PATH"]}, require_specs=True)
+        Fleet.load(target, env={"PATH": os.environ["PATH"]}).check_gateway_secrets()
     assert "spec.auth.callers[1].secretRef" in str(raised.value)
     assert "spec.auth.callers[0]" not in str(raised.value)
     # Set in the environment: nothing to report.
     env = {"PATH": os.environ["PATH"], "MODELPLANE_SECRET_MISSING_KEYS_OPS": "sk-ops"}
-    Fleet.load(target, env=env, require_specs=True)
+    Fleet.load(target, env=env).check_gateway_secrets()
 
 
 def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) -> None:
@@ -529,18 +529,18 @@ def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) 
     gateway = load_fleet(target).fleet.gateway
     assert gateway is not None and gateway.spec.auth is not None
     env = {"PATH": os.environ["PATH"]}
-    Fleet.load(target, env=env, require_specs=True)
+    Fleet.load(target, env=env).check_gateway_secrets()
     made = sorted((target / ".modelplane" / "callers").iterdir())
     assert [p.name for p in made] == ["app", "ops"]
     keys = {p.name: p.read_text() for p in made}
     assert all(k.startswith("sk-mp-") for k in keys.values())
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in made)
-    Fleet.load(target, env=env, require_specs=True)
+    Fleet.load(target, env=env).check_gateway_secrets()
     assert {p.name: p.read_text() for p in made} == keys  # kept, never rotated by `up`
     assert caller_key(gateway, None, env=env, base_dir=target)[:2] == ("app", keys["app"].strip())
     # Outside the fleet's state: not made (and so reported).
     fleet = target / "fleet.yaml"
     fleet.write_text(fleet.read_text().replace("file:.modelplane/callers/ops", "file:../ops.key"))
     with pytest.raises(Exception, match="spec.auth.callers\\[1\\].secretRef"):
-        Fleet.load(target, env=env, require_specs=True)
+        Fleet.load(target, env=env).check_gateway_secrets()
     assert not (tmp_path / "ops.key").exists()
