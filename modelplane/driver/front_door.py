@@ -70,8 +70,9 @@ def ensure_front_door_key(
 
     value = existing_key(session)
     if not write:
-        if value is not None:
-            session.program_env[ENV] = value
+        # A preview writes no config: the key held, or a stand-in for the one `up` will make
+        # (a secret either way, so the preview shows the same changes).
+        session.program_env[ENV] = value or secrets.token_urlsafe(32)
         return
     # A new key goes to every stack (one that held an unreadable one included): one per fleet.
     targets = lacking if value is not None else wanted

@@ -3,8 +3,10 @@
 A copy of specs/dev (its InferenceGateway's `auth`: callers `dev` and `batch`, keys
 generated into the dev fleet's state directory) with `tls` (a certificate the test makes),
 qwen x3 behind demo/chat. Requests go to the front door of dev-1 over https; the dev fleet's
-authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth. Select with
-`pytest -k "auth or tls"`.
+authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth. Also: the
+workload gateways refuse a request that bypasses the front door (issue 26 item 1), and
+`modelplane usage` counts requests per caller (item 4). Select with
+`pytest -k "auth or tls or security"`.
 """
 
 from __future__ import annotations
