@@ -270,9 +270,10 @@ def front_door_manifests(
         return []
     ns = deployment.metadata.namespace or "default"
     name = deployment.metadata.name
-    key: pulumi.Output[Any] = pulumi.Output.from_input(target.front_door_key)
-    users: pulumi.Output[str] = key.apply(lambda k: front_door.htpasswd(str(k)))
-    users = pulumi.Output.secret(users)
+    users: pulumi.Output[str] | None = None
+    if target.front_door_key is not None:
+        key: pulumi.Output[Any] = pulumi.Output.from_input(target.front_door_key)
+        users = pulumi.Output.secret(key.apply(lambda k: front_door.htpasswd(str(k))))
     object_labels = labels(app_labels(name, name, "front-door-check"), {DEPLOYMENT: name})
     routes = [child_name(r.name) for r in replicas if r.cluster == target.name]
     return front_door.check_manifests(

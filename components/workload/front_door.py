@@ -103,11 +103,14 @@ def check_manifests(
     users: Any,
     routes: Sequence[str],
 ) -> list[Manifest]:
-    """The Secret and the check of one deployment's replica routes on one cluster."""
-    secret = users_secret(name, namespace, object_labels, users, controller)
+    """The Secret and the check of one deployment's replica routes on one cluster (``users``
+    None: the check alone, a renderTo hand-off without the key)."""
+    secret = (
+        [] if users is None else [users_secret(name, namespace, object_labels, users, controller)]
+    )
     if controller == "Traefik":
-        return [secret, traefik_check(name, namespace, object_labels)]
-    return [secret, envoy_check(name, namespace, object_labels, routes)]
+        return [*secret, traefik_check(name, namespace, object_labels)]
+    return [*secret, envoy_check(name, namespace, object_labels, routes)]
 
 
 def traefik_route_filter(name: str) -> dict[str, Any]:

@@ -123,7 +123,9 @@ def gateway_fleet(tmp_path: Path, gateway_spec: str) -> Path:
 def without_auth(text: str) -> str:
     """specs/dev's fleet.yaml without its InferenceGateway's `auth` (and its comment)."""
     lines = text.splitlines(keepends=True)
-    auth = next(i for i, line in enumerate(lines) if line.startswith("  auth:"))
+    auth = next((i for i, line in enumerate(lines) if line.startswith("  auth:")), None)
+    if auth is None:
+        return text
     start, end = auth, auth + 1
     while lines[start - 1].startswith("  #"):
         start -= 1
@@ -516,7 +518,7 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
 
 
 def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) -> None:
-    """specs/local (like every example) turns auth on with keys in its own `.modelplane/`:
+    """specs/quickstart (like every cloud example) turns auth on with keys in its own `.modelplane/`:
     the first `up` (Fleet.load for up) writes them (0600), later ones keep them; a file
     outside the fleet's state is never made."""
     import shutil
@@ -524,8 +526,10 @@ def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) 
     from modelplane.cli.call import caller_key
     from modelplane.driver.fleet import Fleet
 
-    target = tmp_path / "local"
-    shutil.copytree(ROOT / "specs" / "local", target, ignore=shutil.ignore_patterns(".modelplane"))
+    target = tmp_path / "quickstart"
+    shutil.copytree(
+        ROOT / "specs" / "quickstart", target, ignore=shutil.ignore_patterns(".modelplane")
+    )
     gateway = load_fleet(target).fleet.gateway
     assert gateway is not None and gateway.spec.auth is not None
     env = {"PATH": os.environ["PATH"]}

@@ -64,7 +64,9 @@ TRAEFIK = cluster("{install: false, gateway: {className: dev, controller: Traefi
 UNKNOWN = cluster("{install: false, gateway: {className: dev}}")
 
 
-def deploy(spec: InferenceCluster, key: str | None = KEY) -> tuple[MockRun, Any]:
+def deploy(
+    spec: InferenceCluster, key: str | None = KEY, render_only: bool = False
+) -> tuple[MockRun, Any]:
     run = MockRun()
     dep = deployment(SMALL)
     locked = [replica(dep, {"unified": "mixed"}, i) for i in range(2)]
@@ -77,6 +79,7 @@ def deploy(spec: InferenceCluster, key: str | None = KEY) -> tuple[MockRun, Any]
             provider,
             gateway_address="gw.west.example.com",
             front_door_key=pulumi.Output.secret(key) if key is not None else None,
+            render_only=render_only,
         )
         return ModelDeploymentComponent(dep.metadata.name, dep, locked, {"west": target})
 
@@ -144,6 +147,19 @@ def test_security_fail_closed_no_check_no_route(spec: InferenceCluster, key: str
     assert [e["url"] for e in run.value(comp.endpoints)] == [None, None]
     # The workloads are still there (they serve as soon as a route may exist).
     assert run.of_type("kubernetes:apps/v1:Deployment")
+
+
+def test_security_render_to_hand_off_keeps_routes_and_check_but_no_key() -> None:
+    """A renderTo cluster: modelplane never learns its gateway's address (the front door does
+    not come through it), so its stacks need no key; the hand-off still protects the routes:
+    the check is there, its Secret is not (everything refused until the platform adds it)."""
+    run, comp = deploy(INSTALLED, key=None, render_only=True)
+    assert len(run.of_type(ROUTE)) == 2
+    [policy] = run.of_type(POLICY)
+    assert policy.get("spec.basicAuth.users.name") == "small-front-door"
+    assert run.of_type(SECRET) == []
+    for route in run.of_type(ROUTE):
+        assert route.depends_on(policy)
 
 
 def test_security_workload_gateway_controller_is_validated() -> None:
