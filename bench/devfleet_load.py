@@ -32,11 +32,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
 PATHS = ("direct", "front door")
+# specs/dev lets only callers with a key in: the front-door path sends caller `dev`'s key
+# (written into the dev fleet's state by `dev-fleet up`); set in the child before the loads.
+FRONT_HEADERS = {"Content-Type": "application/json"}
 
 
 class Sample:
@@ -66,9 +69,10 @@ async def _client(
             url = rng.choices(urls, weights)[0] if path == "direct" else front
             started = time.perf_counter()
             try:
-                async with session.post(
-                    url, data=BODY, headers={"Content-Type": "application/json"}
-                ) as resp:
+                headers = (
+                    FRONT_HEADERS if path == "front door" else {"Content-Type": "application/json"}
+                )
+                async with session.post(url, data=BODY, headers=headers) as resp:
                     await resp.read()
                     if resp.status != 200:
                         sample.errors[path].append(f"{resp.status} {url}")
@@ -119,8 +123,11 @@ def measure_in_namespace(
     if pid == 0:  # child
         os.close(read)
         from modelplane.devfleet import netns
+        from modelplane.devfleet.fleet import STATE_ENV
 
         netns.enter(ns)
+        key = (Path(os.environ[STATE_ENV]) / "callers" / "dev").read_text().strip()
+        FRONT_HEADERS["Authorization"] = f"Bearer {key}"
         asyncio.run(_load(direct, front, 20, 3))  # warm-up: connections, Traefik's routers
         result = {str(c): _summary(*asyncio.run(_load(direct, front, c, seconds))) for c in loads}
         os.write(write, json.dumps(result).encode())

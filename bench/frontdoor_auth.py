@@ -1,12 +1,19 @@
-"""What the front door's TLS + key check add, at light load, with the real Traefik.
+"""What the front door's TLS + key check + the private hop add, at light load, real Traefik.
 
-Two Traefik instances (the dev fleet's build) in front of one echo backend on 127.0.0.1: one
-plain (a route with the retry Middleware, as every ModelService route has), one with TLS and
-the key check (`<service>-auth` forwardAuth to modelplane/authz.py, `<service>-strip-key`,
-retry), each Middleware's spec as modelplane renders it. C keep-alive clients alternate
-between the two for T seconds, so both see the same machine at the same moment. Reports p50
-and p99 of each and what TLS + auth add. Run: `python bench/frontdoor_auth.py [--clients 4]
-[--seconds 20] [--json out.json]`.
+Two paths of two hops each (Traefik, the dev fleet's build) to one echo backend on 127.0.0.1,
+as a request travels client -> front door -> cluster (workload) gateway -> engine:
+
+- plain: a front door with the retry Middleware (as every ModelService route has) -> a
+  workload gateway with a bare route;
+- tls+auth: a front door over TLS with the key check (`<service>-auth` forwardAuth to
+  modelplane/authz.py, which also answers the front door's credentials, `<service>-strip-key`,
+  retry) -> a workload gateway whose route runs the replica's `basicAuth` check
+  (api.md "Private workload gateways").
+
+Each Middleware's spec is as modelplane renders it. C keep-alive clients alternate between the
+two for T seconds, so both see the same machine at the same moment. Reports p50 and p99 of
+each and what TLS + auth + the hop check add. Run: `python bench/frontdoor_auth.py
+[--clients 4] [--seconds 20] [--json out.json]`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from components.gateway import callers_table  # noqa: E402
+from components.workload import front_door  # noqa: E402
 from components.workload.routes import (  # noqa: E402
     traefik_auth_middleware,
     traefik_retry_middleware,
@@ -39,6 +48,7 @@ from modelplane.devcluster.certs import generate_ca, generate_serving_cert  # no
 from modelplane.gobuild.fleet import cached_fleet_binaries  # noqa: E402
 
 KEY = "sk-bench-3f9a"
+HOP_KEY = "front-door-bench-7d21"
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
@@ -106,7 +116,7 @@ def main() -> int:
         return 2
     work = Path(tempfile.mkdtemp(prefix="frontdoor-auth-"))
     keys = work / "callers.json"
-    keys.write_text(json.dumps({authz.key_hash(KEY): "bench"}))
+    keys.write_text(callers_table({"bench": KEY}, HOP_KEY))
     service = authz.serve(keys, "127.0.0.1", 0)
     threading.Thread(target=service.serve_forever, daemon=True).start()
     backend = f"http://127.0.0.1:{echo_backend()}"
@@ -120,7 +130,9 @@ def main() -> int:
     ]
     strip = traefik_strip_key_middleware("s", "ns", {})["spec"]
 
-    def config(entry: str, middlewares: dict[str, Any], tls: bool) -> dict[str, Any]:
+    def config(
+        entry: str, middlewares: dict[str, Any], tls: bool, upstream: str = backend
+    ) -> dict[str, Any]:
         router: dict[str, Any] = {
             "rule": "PathPrefix(`/`)",
             "entryPoints": [entry],
@@ -129,11 +141,13 @@ def main() -> int:
         }
         if tls:
             router["tls"] = {}
+        if not middlewares:
+            router.pop("middlewares")  # Traefik's file provider drops an empty section
         out: dict[str, Any] = {
             "http": {
                 "routers": {"chat": router},
-                "middlewares": middlewares,
-                "services": {"chat": {"loadBalancer": {"servers": [{"url": backend}]}}},
+                **({"middlewares": middlewares} if middlewares else {}),
+                "services": {"chat": {"loadBalancer": {"servers": [{"url": upstream}]}}},
             }
         }
         if tls:
@@ -144,12 +158,35 @@ def main() -> int:
             }
         return out
 
-    plain = traefik(found.traefik, work, "plain", config("web", {"retry": retry}, False), False)
+    # The cluster gateways: a bare route, and one with the replica's front-door check.
+    check = dict(front_door.traefik_check("c", "ns", {})["spec"]["basicAuth"])
+    check.pop("secret")
+    check["users"] = [front_door.htpasswd(HOP_KEY).strip()]
+    plain_hop = traefik(found.traefik, work, "plain-hop", config("web", {}, False), False)
+    secure_hop = traefik(
+        found.traefik,
+        work,
+        "secure-hop",
+        config("web", {"hop": {"basicAuth": check}}, False),
+        False,
+    )
+    plain = traefik(
+        found.traefik,
+        work,
+        "plain",
+        config("web", {"retry": retry}, False, f"http://127.0.0.1:{plain_hop}"),
+        False,
+    )
     secure = traefik(
         found.traefik,
         work,
         "secure",
-        config("websecure", {"auth": auth, "strip": strip, "retry": retry}, True),
+        config(
+            "websecure",
+            {"auth": auth, "strip": strip, "retry": retry},
+            True,
+            f"http://127.0.0.1:{secure_hop}",
+        ),
         True,
     )
     context = ssl.create_default_context(cadata=ca.cert_pem.decode())
@@ -167,12 +204,17 @@ def main() -> int:
             try:
                 conn = connect(which)
                 conn.request("POST", "/v1/chat/completions", BODY, headers[which])
-                if conn.getresponse().status == 200:
+                got = conn.getresponse()
+                got.read()
+                if got.status == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                print(f"{which}: no 200 answer", file=sys.stderr)
+                print(
+                    f"{which}: no 200 answer ({locals().get('got') and got.status})",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(0.2)
     latencies: dict[str, list[float]] = {k: [] for k in headers}

@@ -30,6 +30,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import modelplane.authz as authz_module
+from components.workload import front_door
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
     Manifest,
@@ -41,6 +42,7 @@ from components.workload.objects import (
 )
 from components.workload.routes import GATEWAY_GROUP, gateway_ref
 from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.observe.usage import access_log_arguments
 
 GATEWAY_NAME = "modelplane"
 TRAEFIK = {
@@ -93,9 +95,11 @@ def release_values(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any
                 # The ModelService routes' retry Middlewares (api.md "Retries and ejection").
                 "kubernetesCRD": {"enabled": True},
             },
-            # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s.
+            # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s;
+            # the access log (JSON, the caller header only) `modelplane usage` counts.
             "additionalArguments": [
-                f"--serversTransport.forwardingTimeouts.dialTimeout={DIAL_TIMEOUT}"
+                f"--serversTransport.forwardingTimeouts.dialTimeout={DIAL_TIMEOUT}",
+                *access_log_arguments(),
             ],
             # modelplane creates its own GatewayClass and Gateway.
             "gateway": {"enabled": False},
@@ -212,14 +216,21 @@ AUTHZ_ADDRESS = f"http://{AUTHZ_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{AUTH
 AUTHZ_LABELS = labels(app_labels("inference-gateway", AUTHZ_NAME, "authz"))
 
 
-def callers_table(keys: Mapping[str, str]) -> str:
-    """The authorization service's keys file: sha256(key) -> caller; never a key. A key
-    read from a file loses its surrounding whitespace (the trailing newline), as clients
-    send it."""
-    return json.dumps(
-        {authz_module.key_hash(key.strip()): caller for caller, key in sorted(keys.items())},
-        sort_keys=True,
-    )
+def callers_table(keys: Mapping[str, str] | None, front_door_key: str | None = None) -> str:
+    """The authorization service's keys file: sha256(key) -> caller, never a caller's key (a
+    key read from a file loses its surrounding whitespace, the trailing newline, as clients
+    send it); the front door's credentials for the workload gateways; `open` without
+    `spec.auth` (every request in, as `anonymous`)."""
+    table: dict[str, object] = {
+        "callers": {
+            authz_module.key_hash(key.strip()): caller
+            for caller, key in sorted((keys or {}).items())
+        },
+        "open": keys is None,
+    }
+    if front_door_key is not None:
+        table["frontDoor"] = front_door.basic_credentials(front_door_key)
+    return json.dumps(table, sort_keys=True)
 
 
 def authz_source() -> str:
@@ -230,7 +241,7 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
     """The authorization service behind the routes' forwardAuth: its keys (a Secret of
     hashes), its code (a ConfigMap run by a stock Python image), Deployment and Service."""
     source = authz_source()
-    selector = {"app.kubernetes.io/instance": AUTHZ_NAME}
+    selector = {"modelplane.ai/authz": AUTHZ_NAME}  # never a recommended label (immutable)
     return [
         {
             "apiVersion": "v1",
@@ -366,6 +377,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         install_controller: bool = True,
         await_address: bool = True,
         caller_keys: pulumi.Input[Mapping[str, str]] | None = None,
+        front_door_key: pulumi.Input[str] | None = None,
         tls_material: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -419,10 +431,19 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[gw]),
                 scope="gateway",
             )
-        if gateway.spec.auth is not None:
-            if caller_keys is None:
-                raise ValueError("InferenceGateway spec.auth needs the callers' keys")
-            table: pulumi.Output[str] = pulumi.Output.from_input(caller_keys).apply(callers_table)
+        if gateway.spec.auth is not None and caller_keys is None:
+            raise ValueError("InferenceGateway spec.auth needs the callers' keys")
+        # Traefik's front door always asks the authorization service: it holds the callers'
+        # keys (spec.auth) and the credentials the workload gateways require.
+        if backend == "Traefik" and (gateway.spec.auth is not None or front_door_key is not None):
+            keys_in = (
+                pulumi.Output.from_input(caller_keys)
+                if caller_keys is not None
+                else pulumi.Output.from_input(None)
+            )
+            table: pulumi.Output[str] = pulumi.Output.all(
+                keys_in, pulumi.Output.from_input(front_door_key)
+            ).apply(lambda args: callers_table(args[0], args[1]))
             table = pulumi.Output.secret(table)
             for manifest in authz_manifests(table):
                 register(manifest, after, scope="gateway")

@@ -353,6 +353,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 nvidia_driver_root=driver_root,
                 gke_driver_installer=gke is not None,
                 owns_network=self.cloud is not None,
+                cloud=source if self.cloud is not None else None,
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address
@@ -385,6 +386,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 render_own.port if render_own is not None else 80,
                 pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=after)),
                 await_address=False,
+                cloud=source if render_own is None else None,
             )
             self.gateway_address = pulumi.Output.from_input(None)
         else:

@@ -36,6 +36,7 @@ import pulumi
 
 from components.model_cache import cache_claim_name, hydrated_marker
 from components.workload import disaggregation as pd
+from components.workload import front_door
 from components.workload.budgets import disruption_budgets
 from components.workload.claims import claim_requests, claim_template, extended_resources
 from components.workload.objects import (
@@ -62,7 +63,12 @@ from components.workload.pods import (
     pod_template,
     selector_labels,
 )
-from components.workload.routes import replica_route, service_backend, service_manifest
+from components.workload.routes import (
+    REMOVE_AUTHORIZATION,
+    replica_route,
+    service_backend,
+    service_manifest,
+)
 from components.workload.targets import ClusterTarget
 from modelplane.api.model_cache import ModelCache
 from modelplane.api.model_deployment import ModelDeployment
@@ -83,7 +89,10 @@ def replica_prefix(namespace: str, replica: str) -> str:
 
 
 def endpoint_record(
-    deployment: ModelDeployment, replica: LockedReplica, gateway_address: str | None
+    deployment: ModelDeployment,
+    replica: LockedReplica,
+    gateway_address: str | None,
+    routable: bool = True,
 ) -> dict[str, Any]:
     """The replica's composed ModelEndpoint (api.md): name, url, rewritePath, labels, cluster."""
     ns = deployment.metadata.namespace or "default"
@@ -93,7 +102,8 @@ def endpoint_record(
         "namespace": ns,
         "cluster": replica.cluster,
         # Unknown until the cluster's gateway has an address (a renderTo cluster never has one).
-        "url": f"http://{gateway_address}{prefix}" if gateway_address else None,
+        # None too where its cluster gateway cannot check the front door (no route there).
+        "url": f"http://{gateway_address}{prefix}" if gateway_address and routable else None,
         "rewritePath": prefix,
         # The replica's own Service: what a gateway on the same cluster can route to directly.
         "service": {
@@ -183,6 +193,7 @@ def replica_manifests(
         )
     prefix = replica_prefix(ns, replica.name)
     route_name = child_name(replica.name)
+    checks = route_checks(deployment, target)
     if not disaggregated:
         role = deployment.spec.roles["unified"]
         ctx = PodContext(deployment, replica, "unified", role)
@@ -200,7 +211,8 @@ def replica_manifests(
                 target_port=engine_port(role.workers.template.spec.engine),
             )
         )
-        out.append(replica_route(route_name, ns, base, prefix, service_backend(svc)))
+        if target.routable:
+            out.append(replica_route(route_name, ns, base, prefix, service_backend(svc), checks))
         return out
     # Prefill/decode: InferencePool over both roles' serving pods + endpoint picker.
     pool_name = child_name(replica.name, "pool")
@@ -223,14 +235,50 @@ def replica_manifests(
             target_port=pd.POOL_PORT,
         )
     )
+    if not target.routable:
+        return out
     if target.inference_pools:
-        out.append(replica_route(route_name, ns, base, prefix, pd.pool_backend(pool_name)))
+        backend = pd.pool_backend(pool_name)
     else:
         # A gateway without InferencePool support (a platform's own controller): the decode
         # pods' routing sidecars take the traffic directly (docs/architecture.md).
-        decode_svc = dns1035(replica.name, "decode")
-        out.append(replica_route(route_name, ns, base, prefix, service_backend(decode_svc)))
+        backend = service_backend(dns1035(replica.name, "decode"))
+    out.append(replica_route(route_name, ns, base, prefix, backend, checks))
     return out
+
+
+# Envoy's basicAuth leaves the credentials on the request: the route removes them.
+REMOVE_CREDENTIALS = REMOVE_AUTHORIZATION
+
+
+def route_checks(deployment: ModelDeployment, target: ClusterTarget) -> list[dict[str, Any]]:
+    """The filters a replica route runs first: the front door's credentials checked (Traefik's
+    Middleware; Envoy Gateway's SecurityPolicy targets the route) and removed."""
+    if target.front_door == "Traefik":
+        return [front_door.traefik_route_filter(front_door.check_name(deployment.metadata.name))]
+    if target.front_door == "EnvoyGateway":
+        return [REMOVE_CREDENTIALS]
+    return []
+
+
+def front_door_manifests(
+    deployment: ModelDeployment, replicas: Sequence[LockedReplica], target: ClusterTarget
+) -> list[Manifest]:
+    """The Secret and the check of the deployment's replica routes on one cluster (none
+    where the routes cannot be protected: they are not made either)."""
+    if not target.routable or target.front_door is None:
+        return []
+    ns = deployment.metadata.namespace or "default"
+    name = deployment.metadata.name
+    users: pulumi.Output[str] | None = None
+    if target.front_door_key is not None:
+        key: pulumi.Output[Any] = pulumi.Output.from_input(target.front_door_key)
+        users = pulumi.Output.secret(key.apply(lambda k: front_door.htpasswd(str(k))))
+    object_labels = labels(app_labels(name, name, "front-door-check"), {DEPLOYMENT: name})
+    routes = [child_name(r.name) for r in replicas if r.cluster == target.name]
+    return front_door.check_manifests(
+        target.front_door, front_door.check_name(name), ns, object_labels, users, routes
+    )
 
 
 class ModelReplica(pulumi.ComponentResource):
@@ -281,7 +329,7 @@ class ModelReplica(pulumi.ComponentResource):
                 manifest, opts_, scope=replica.cluster
             )
         self.endpoint = pulumi.Output.from_input(target.gateway_address).apply(
-            lambda address: endpoint_record(deployment, replica, address)
+            lambda address: endpoint_record(deployment, replica, address, target.routable)
         )
         self.register_outputs({"endpoint": self.endpoint})
 
@@ -317,6 +365,7 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
                 f"ModelDeployment {deployment.key}: no target for cluster(s) {', '.join(missing)}"
             )
         namespaces: dict[str, pulumi.Resource | None] = {}
+        checks: dict[str, list[pulumi.Resource]] = {}
         for cluster in sorted({r.cluster for r in replicas}):
             target = targets[cluster]
             on_cluster = pulumi.ResourceOptions(parent=self, provider=target.provider)
@@ -328,6 +377,17 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
             )
             for budget in disruption_budgets(deployment, roles):
                 register(budget, budget_opts, scope=cluster)
+            if not target.routable:
+                pulumi.log.warn(
+                    f"ModelDeployment {deployment.key}: cluster {cluster!r}'s workload gateway "
+                    "cannot require the front door's credentials (set servingStack.gateway."
+                    "controller); its replicas get no routes",
+                    resource=self,
+                )
+            checks[cluster] = [
+                register(m, budget_opts, scope=cluster)
+                for m in front_door_manifests(deployment, replicas, target)
+            ]
         children: list[ModelReplica] = []
         for replica in sorted(replicas, key=lambda r: (r.cluster, r.index)):
             target = targets[replica.cluster]
@@ -339,7 +399,12 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
                     replica,
                     target,
                     cache=cache,
-                    depends_on=[namespace] if namespace is not None else (),
+                    # The route never exists without its check (a Traefik route naming a
+                    # missing Middleware answers 404; never a request let in unchecked).
+                    depends_on=[
+                        *([namespace] if namespace is not None else []),
+                        *checks[replica.cluster],
+                    ],
                     opts=pulumi.ResourceOptions(parent=self),
                 )
             )

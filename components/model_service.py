@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import pulumi
 
+from components.workload import front_door as hop
 from components.workload.objects import (
     ENDPOINT,
     SERVICE,
@@ -233,6 +235,9 @@ class FrontDoor:
     listener: str | None = None
     scheme: str = "http"
     authz_address: str | None = None
+    # Envoy Gateway: the front door's credentials for the workload gateways (a secret
+    # Output), injected per service route (front_door.py); Traefik's come from authz.
+    credential: Any = None
 
 
 def service_route_manifest(
@@ -252,6 +257,8 @@ def service_route_manifest(
         if door.authz_address:
             middlewares += [auth_name(name), strip_key_name(name)]
         middlewares.append(retry_name(name))
+    elif door.credential is not None:
+        middlewares.append(hop.injection_name(name))
     return service_route(
         service.metadata.name,
         service.metadata.namespace or "default",
@@ -273,12 +280,18 @@ def service_policy_manifests(
     the rule references; on Envoy Gateway a BackendTrafficPolicy (retries, passive health)."""
     name, ns = service.metadata.name, service.metadata.namespace or "default"
     object_labels = _route_labels(service)
-    if backend != "Traefik":
-        return [envoy_retry_policy(retry_name(name), ns, object_labels, name)]
-    out: list[Manifest] = []
     door = front_door or FrontDoor()
+    out: list[Manifest] = []
+    if backend != "Traefik":
+        out.append(envoy_retry_policy(retry_name(name), ns, object_labels, name))
+        if door.credential is not None:
+            out += hop.envoy_injection(hop.injection_name(name), ns, object_labels, door.credential)
+        return out
     if door.authz_address:
-        out.append(traefik_auth_middleware(auth_name(name), ns, object_labels, door.authz_address))
+        address = door.authz_address
+        if service.spec.callers is not None:  # only these callers (the service's spec)
+            address += "?" + urlencode({"callers": ",".join(service.spec.callers)})
+        out.append(traefik_auth_middleware(auth_name(name), ns, object_labels, address))
         out.append(traefik_strip_key_middleware(strip_key_name(name), ns, object_labels))
     out.append(traefik_retry_middleware(retry_name(name), ns, object_labels))
     return out

@@ -272,6 +272,23 @@ def workload_gateway_class(name: str, opts: pulumi.ResourceOptions) -> pulumi.Cu
     )
 
 
+# The workload gateway's load balancer is internal where modelplane owns the network
+# (api.md "Private workload gateways"): the front door reaches it over the VPC (or peering).
+INTERNAL_LB_ANNOTATIONS: dict[str, dict[str, str]] = {
+    "GKE": {
+        "networking.gke.io/load-balancer-type": "Internal",
+        # A front door in another region of the same VPC still reaches it.
+        "networking.gke.io/internal-load-balancer-allow-global-access": "true",
+    },
+    "EKS": {
+        # The in-tree AWS service controller (internal subnets: kubernetes.io/role/internal-elb)
+        # and the AWS Load Balancer Controller alike.
+        "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+    },
+}
+
+
 def workload_gateway(
     name: str,
     class_name: str,
@@ -279,10 +296,13 @@ def workload_gateway(
     opts: pulumi.ResourceOptions,
     *,
     await_address: bool = True,
+    cloud: str | None = None,
 ) -> pulumi.CustomResource:
     """The cluster's workload Gateway `modelplane-system/inference-gateway` of ``class_name``:
     a plain CustomResource so that `status` is an output, and Pulumi waits for an address
-    (unless ``await_address`` is false: rendered manifests have no controller to wait for)."""
+    (unless ``await_address`` is false: rendered manifests have no controller to wait for).
+    ``cloud`` (GKE, EKS): its load balancer is internal (`spec.infrastructure.annotations`,
+    which Envoy Gateway puts on the proxy's Service)."""
     meta: dict[str, Any] = {
         "name": GATEWAY_NAME,
         "namespace": SYSTEM_NAMESPACE,
@@ -298,6 +318,11 @@ def workload_gateway(
             "kind": "Gateway",
             "metadata": meta,
             "spec": {
+                **(
+                    {"infrastructure": {"annotations": dict(INTERNAL_LB_ANNOTATIONS[cloud])}}
+                    if cloud in INTERNAL_LB_ANNOTATIONS
+                    else {}
+                ),
                 "gatewayClassName": class_name,
                 "listeners": [
                     {
@@ -347,6 +372,7 @@ class ServingStack(pulumi.ComponentResource):
         nvidia_driver_root: str = "/",
         gke_driver_installer: bool = False,
         owns_network: bool = False,
+        cloud: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         versions = dict(options.versions)
@@ -455,7 +481,8 @@ class ServingStack(pulumi.ComponentResource):
             name,
             GATEWAY_CLASS_NAME,
             80,
-            self._opts(
+            cloud=cloud,
+            opts=self._opts(
                 depends_on=[
                     self.gateway_class,
                     *([namespace] if namespace else []),

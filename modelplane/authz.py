@@ -7,10 +7,15 @@ client-sent header of that name with it: `authResponseHeaders`), or 401 with an
 OpenAI-shaped error body, which Traefik returns to the client as is. It never sees a
 request body and never proxies anything.
 
-Keys: a JSON file ``{"<sha256 of the key, hex>": "<caller>"}`` (the gateway's Secret,
-mounted; only hashes, never a key), re-read when it changes, so rotating a key is
-editing the Secret with no restart. Standard library only: the gateway cluster runs it
-from a ConfigMap with a stock Python image.
+Keys: a JSON file ``{"callers": {"<sha256 of the key, hex>": "<caller>"}, "frontDoor":
+"Basic ...", "open": false}`` (the gateway's Secret, mounted; only hashes, never a caller's
+key), re-read when it changes, so rotating a key is editing the Secret with no restart.
+``frontDoor``: the credentials the workload gateways require of the front door (api.md
+"Private workload gateways"); a 200 carries them as ``Authorization`` (Traefik's
+`authResponseHeaders` puts them on the forwarded request, replacing the caller's key).
+``open``: a fleet without `spec.auth` lets every request in (as caller ``anonymous``), still
+with the front door's credentials. The older flat ``{hash: caller}`` file is still read.
+Standard library only: the gateway cluster runs it from a ConfigMap with a stock Python image.
 
     python -m modelplane.authz --keys callers.json --listen 127.0.0.1:8099
 """
@@ -26,8 +31,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 CALLER_HEADER = "x-modelplane-caller"
+ANONYMOUS = "anonymous"
 RELOAD_EVERY = 1.0  # seconds between checks of the keys file
 
 
@@ -46,18 +53,22 @@ def presented_key(headers: dict[str, str]) -> str | None:
     return key or None
 
 
-def error_body(message: str) -> bytes:
+def error_body(
+    message: str, kind: str = "invalid_request_error", code: str = "invalid_api_key"
+) -> bytes:
     """OpenAI's error shape (what its SDKs parse)."""
     return json.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": "invalid_request_error",
-                "param": None,
-                "code": "invalid_api_key",
-            }
-        }
+        {"error": {"message": message, "type": kind, "param": None, "code": code}}
     ).encode()
+
+
+def allowed_callers(path: str) -> frozenset[str] | None:
+    """The callers a route lets in (`?callers=a,b` on the forwardAuth address of a
+    ModelService with `spec.callers`); None: every caller with a key."""
+    query = parse_qs(urlsplit(path).query)
+    if "callers" not in query:
+        return None
+    return frozenset(c for value in query["callers"] for c in value.split(",") if c)
 
 
 class Keys:
@@ -66,6 +77,8 @@ class Keys:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._table: dict[str, str] = {}
+        self.front_door: str | None = None
+        self.open = False
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
         self._lock = threading.Lock()
@@ -82,20 +95,30 @@ class Keys:
             # Fail closed: an unreadable table lets nobody in (and says so once).
             if self._table or self._stamp is None:
                 print(f"authz: cannot read {self.path}: {exc}; refusing every key", flush=True)
-            self._table, self._stamp = {}, None
+            self._table, self._stamp, self.front_door, self.open = {}, None, None, False
             return
         if isinstance(table, dict):
-            self._table = {str(k): str(v) for k, v in table.items()}
+            callers = table.get("callers") if "callers" in table else table
+            self._table = (
+                {str(k): str(v) for k, v in callers.items()} if isinstance(callers, dict) else {}
+            )
+            front_door = table.get("frontDoor") if "callers" in table else None
+            self.front_door = str(front_door) if front_door else None
+            self.open = table.get("open") is True if "callers" in table else False
             self._stamp = stamp
             print(f"authz: {len(self._table)} caller key(s) loaded", flush=True)
 
-    def caller(self, key: str) -> str | None:
+    def caller(self, key: str | None) -> str | None:
         now = time.monotonic()
         with self._lock:
             if now - self._checked >= RELOAD_EVERY:
                 self._checked = now
                 self.reload()
             table = self._table
+            if self.open:
+                return ANONYMOUS
+        if key is None:
+            return None
         digest = key_hash(key)
         for known, caller in table.items():
             if hmac.compare_digest(known, digest):
@@ -111,7 +134,8 @@ def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
         def _answer(self) -> None:
             headers = {k.lower(): v for k, v in self.headers.items()}
             key = presented_key(headers)
-            caller = keys.caller(key) if key else None
+            caller = keys.caller(key)
+            allowed = allowed_callers(self.path)
             if caller is None:
                 message = (
                     "Incorrect API key provided."
@@ -122,10 +146,20 @@ def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
                 self.send_response(401)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("WWW-Authenticate", 'Bearer realm="modelplane"')
+            elif allowed is not None and caller not in allowed:
+                body = error_body(
+                    f"Caller {caller!r} is not allowed to use this service.",
+                    kind="permission_error",
+                    code="caller_not_allowed",
+                )
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json")
             else:
                 body = b""
                 self.send_response(200)
                 self.send_header(CALLER_HEADER, caller)
+                if keys.front_door:
+                    self.send_header("Authorization", keys.front_door)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

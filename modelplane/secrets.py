@@ -19,8 +19,13 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelplane.errors import UserError
+
+if TYPE_CHECKING:
+    from modelplane.api.errors import SpecError
+    from modelplane.api.fleet import FleetSpec
 
 CONFIG_NAMESPACE = "modelplane"
 FILE_PREFIX = "file:"
@@ -159,3 +164,65 @@ def expand_path_variables(text: str, env: Mapping[str, str]) -> tuple[str, list[
         return found
 
     return _VARIABLE.sub(value, text), missing
+
+
+def configured_secret_keys(fleet_dir: Path, stack: str) -> frozenset[str]:
+    """The config keys `Pulumi.<stack>.yaml` in the fleet directory holds (never the values:
+    a secret's presence is enough to know `up` can resolve it)."""
+    import yaml
+
+    path = fleet_dir / f"Pulumi.{stack}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return frozenset()
+    config = data.get("config") if isinstance(data, dict) else None
+    return frozenset(str(k) for k in config) if isinstance(config, dict) else frozenset()
+
+
+def gateway_secret_errors(
+    fleet: FleetSpec, fleet_dir: Path, env: Mapping[str, str]
+) -> list[SpecError]:
+    """Every InferenceGateway secretRef (callers' keys, TLS certificate and key) no source has,
+    as spec errors naming file, object and field (api.md "Callers"): `validate` and `up`
+    report them before any stack runs, so nothing is half-applied."""
+    from modelplane.api.errors import SpecError as Error
+
+    gateway = fleet.gateway
+    if gateway is None:
+        return []
+    refs: list[tuple[str, str, str]] = []
+    if gateway.spec.auth is not None:
+        refs += [
+            (f"spec.auth.callers[{i}].secretRef", c.secret_ref.name, c.secret_ref.key)
+            for i, c in enumerate(gateway.spec.auth.callers)
+        ]
+    if gateway.spec.tls is not None:
+        tls = gateway.spec.tls
+        refs += [
+            ("spec.tls.certificate", tls.certificate.name, tls.certificate.key),
+            ("spec.tls.privateKey", tls.private_key.name, tls.private_key.key),
+        ]
+    configured = configured_secret_keys(fleet_dir, "gateway")
+    file, document = fleet.sources.get(("InferenceGateway", gateway.metadata.name), ("", 0))
+    errors: list[SpecError] = []
+    for path, name, key in refs:
+        try:
+            resolve_secret(
+                name,
+                key,
+                config=lambda full: "set" if full in configured else None,
+                env=env,
+                base_dir=fleet_dir,
+            )
+        except SecretNotFound as exc:
+            errors.append(
+                Error(
+                    file,
+                    document,
+                    f"InferenceGateway {gateway.metadata.name}",
+                    path,
+                    str(exc),
+                )
+            )
+    return errors

@@ -304,7 +304,14 @@ def provider_for(name: str, conn: ClusterConnection) -> pulumi.ProviderResource:
 # --- the four kinds of stack ------------------------------------------------------------
 
 
-def cluster_target(ctx: Context, name: str, conn: ClusterConnection) -> ClusterTarget:
+def cluster_target(
+    ctx: Context,
+    name: str,
+    conn: ClusterConnection,
+    *,
+    front_door_key: pulumi.Output[str] | None = None,
+    render_only: bool = False,
+) -> ClusterTarget:
     """Where a cache or deployment stack puts its objects on cluster ``name``."""
     from components.workload.targets import ClusterTarget
 
@@ -314,6 +321,8 @@ def cluster_target(ctx: Context, name: str, conn: ClusterConnection) -> ClusterT
         provider_for(f"{name}-k8s", conn),
         gateway_address=conn.gateway_address or "",
         storage_class_name=conn.storage_class_name,
+        front_door_key=front_door_key,
+        render_only=render_only,
     )
 
 
@@ -374,13 +383,23 @@ def no_gateway_address_warning(
     )
 
 
+def front_door_key(ctx: Context) -> pulumi.Output[str]:
+    """The fleet's front-door key (components/workload/front_door.py): the driver generates it
+    and keeps it as a config secret of every deployment and gateway stack."""
+    from components.workload.front_door import KEY_SECRET
+
+    return secret_value(ctx, *KEY_SECRET, what="the fleet's front-door key")
+
+
 async def run_deployment(ctx: Context) -> None:
     from components.model_deployment import ModelDeploymentComponent
+    from components.workload.targets import workload_controller
 
     deployment = ctx.fleet.deployments[ctx.unit.key]
     replicas = ctx.lock.replicas_of(ctx.unit.key)
     up = Upstream(ctx.organization)
     targets: dict[str, ClusterTarget] = {}
+    hop_key: pulumi.Output[str] | None = None
     for name in sorted({r.cluster for r in replicas}):
         if name not in ctx.fleet.clusters:
             _fail(
@@ -388,7 +407,17 @@ async def run_deployment(ctx: Context) -> None:
                 "longer has: run `modelplane plan --write`"
             )
         conn = await cluster_connection(up, name)
-        targets[name] = cluster_target(ctx, name, conn)
+        # The front-door check only where the front door can come through the cluster's
+        # workload gateway: a controller modelplane configures, and an address (a renderTo
+        # cluster's gateway has none modelplane learns: its hand-off keeps the check, not the
+        # key -- components/workload/targets.py).
+        hop = None
+        if not conn.render_to and workload_controller(ctx.fleet.clusters[name]) is not None:
+            hop_key = hop_key or front_door_key(ctx)
+            hop = hop_key
+        targets[name] = cluster_target(
+            ctx, name, conn, front_door_key=hop, render_only=bool(conn.render_to)
+        )
         warning = no_gateway_address_warning(name, conn.gateway_address, ctx.fleet.gateway)
         if warning:
             pulumi.log.warn(warning)
@@ -427,6 +456,7 @@ async def run_gateway(ctx: Context) -> None:
         ModelEndpointComponent,
         ModelServiceComponent,
     )
+    from components.workload.front_door import basic_credentials
     from components.workload.objects import SYSTEM_NAMESPACE, ensure_namespace
 
     gateway = ctx.fleet.gateway
@@ -482,20 +512,6 @@ async def run_gateway(ctx: Context) -> None:
             secret_value(ctx, tls.certificate.name, tls.certificate.key, what=what),
             secret_value(ctx, tls.private_key.name, tls.private_key.key, what=what),
         )
-    igw = InferenceGatewayComponent(
-        gateway.metadata.name,
-        gateway,
-        provider,
-        install_controller=install,
-        await_address=await_address,
-        caller_keys=caller_keys,
-        tls_material=tls_material,
-    )
-    front_door = FrontDoor(
-        listener=service_listener(gateway),
-        scheme="https" if gateway.spec.tls is not None else "http",
-        authz_address=AUTHZ_ADDRESS if gateway.spec.auth is not None else None,
-    )
     backend = gateway.spec.backend
     endpoints = [EndpointInfo.from_spec(e) for e in ctx.fleet.endpoints.values()]
     # Replicas being drained (autoscaling scale-in) leave every route before their
@@ -516,6 +532,30 @@ async def run_gateway(ctx: Context) -> None:
                 )
             else:
                 endpoints.append(info)
+    # The fleet's front-door key, where the front door goes through a workload gateway.
+    hop_key = front_door_key(ctx) if any(e.replica for e in endpoints) else None
+    igw = InferenceGatewayComponent(
+        gateway.metadata.name,
+        gateway,
+        provider,
+        install_controller=install,
+        await_address=await_address,
+        caller_keys=caller_keys,
+        front_door_key=hop_key,
+        tls_material=tls_material,
+    )
+    traefik = gateway.spec.backend == "Traefik"
+    front_door = FrontDoor(
+        listener=service_listener(gateway),
+        scheme="https" if gateway.spec.tls is not None else "http",
+        # Traefik asks authz: it adds the front door's credentials (and checks keys).
+        authz_address=AUTHZ_ADDRESS
+        if traefik and (hop_key is not None or gateway.spec.auth is not None)
+        else None,
+        credential=None
+        if traefik or hop_key is None
+        else pulumi.Output.secret(hop_key.apply(basic_credentials)),
+    )
     in_namespace = pulumi.ResourceOptions(provider=provider)
     namespaces: dict[str, pulumi.Resource | None] = {}
     for ns in sorted(

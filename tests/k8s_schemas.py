@@ -25,6 +25,8 @@ from referencing import Registry, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
+# Test-only CRDs (too large for every dev cluster to install): Envoy Gateway's policy kinds.
+TEST_CRDS = ROOT / "tests" / "data" / "envoy-gateway-v1.8.3"
 K8S_VERSION = "1.35.0"
 OBJECT_META = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
@@ -84,7 +86,7 @@ def _strict(schema: Any) -> Any:
 @cache
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(CRDS.rglob("*.yaml")):
+    for path in [*sorted(CRDS.rglob("*.yaml")), *sorted(TEST_CRDS.glob("*.yaml"))]:
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue

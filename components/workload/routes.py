@@ -87,9 +87,12 @@ def replica_route(
     object_labels: Mapping[str, str],
     prefix: str,
     backend: dict[str, Any],
+    checks: Sequence[dict[str, Any]] = (),
 ) -> Manifest:
     """The replica's route on its cluster's `inference-gateway`: prefix -> `/`; and, for a
-    request already rewritten to `/` that names the replica in `x-modelplane-endpoint`, as is."""
+    request already rewritten to `/` that names the replica in `x-modelplane-endpoint`, as is.
+    ``checks``: filters each rule runs first (the front door's credentials, front_door.py)."""
+    first = list(checks)
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "HTTPRoute",
@@ -99,7 +102,7 @@ def replica_route(
             "rules": [
                 {
                     "matches": [path_match(prefix)],
-                    "filters": [prefix_rewrite("/")],
+                    "filters": [*first, prefix_rewrite("/")],
                     "backendRefs": [backend],
                     # LLM responses stream for minutes: no request timeout.
                     "timeouts": {"request": "0s"},
@@ -117,6 +120,7 @@ def replica_route(
                             ],
                         }
                     ],
+                    **({"filters": first} if first else {}),
                     "backendRefs": [backend],
                     "timeouts": {"request": "0s"},
                 },
@@ -179,8 +183,14 @@ def envoy_path(name: str, namespace: str, endpoints: Sequence[EndpointBackend]) 
     return paths[0] if paths else "/"
 
 
-def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
-    filters: list[dict[str, Any]] = []
+def _envoy_backend_ref(ep: EndpointBackend, route_filters: Sequence[str] = ()) -> dict[str, Any]:
+    filters: list[dict[str, Any]] = [
+        {
+            "type": "ExtensionRef",
+            "extensionRef": {"group": ENVOY_GROUP, "kind": "HTTPRouteFilter", "name": name},
+        }
+        for name in route_filters
+    ]
     if ep.replica:
         filters.append(
             {
@@ -192,6 +202,12 @@ def _envoy_backend_ref(ep: EndpointBackend) -> dict[str, Any]:
         # Host-only rewrites per backendRef are supported (envoyproxy/gateway#7826).
         filters.append({"type": "URLRewrite", "urlRewrite": {"hostname": ep.host}})
     return _backend_ref(ep, filters or None)
+
+
+REMOVE_AUTHORIZATION = {
+    "type": "RequestHeaderModifier",
+    "requestHeaderModifier": {"remove": ["Authorization"]},
+}
 
 
 # --- retries and ejection on the front door (api.md "Retries and ejection") --------------
@@ -309,7 +325,8 @@ def traefik_auth_middleware(
                 "address": address,
                 "trustForwardHeader": False,
                 "authRequestHeaders": ["Authorization", "X-Api-Key"],
-                "authResponseHeaders": [CALLER_HEADER],
+                # The caller's name, and the front door's credentials in place of the key.
+                "authResponseHeaders": [CALLER_HEADER, "Authorization"],
             }
         },
     }
@@ -318,12 +335,14 @@ def traefik_auth_middleware(
 def traefik_strip_key_middleware(
     name: str, namespace: str, object_labels: Mapping[str, str]
 ) -> Manifest:
-    """The caller's key stops at the front door (an empty value removes the header)."""
+    """The caller's key stops at the front door (an empty value removes the header). Its
+    `Authorization` is already replaced by the forwardAuth answer (the front door's own
+    credentials for the workload gateways, or nothing)."""
     return {
         "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
         "kind": "Middleware",
         "metadata": metadata(name, namespace, object_labels),
-        "spec": {"headers": {"customRequestHeaders": {"Authorization": "", "X-Api-Key": ""}}},
+        "spec": {"headers": {"customRequestHeaders": {"X-Api-Key": ""}}},
     }
 
 
@@ -361,7 +380,13 @@ def service_route(
     if backend == "Traefik":
         refs = [
             _backend_ref(
-                ep, [_rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None)]
+                ep,
+                [
+                    _rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None),
+                    # The front door's credentials are for workload gateways only: never to
+                    # an outside provider or straight to a replica's Service.
+                    *([] if ep.replica else [REMOVE_AUTHORIZATION]),
+                ],
             )
             for ep in endpoints
         ]
@@ -371,7 +396,9 @@ def service_route(
         rules = [{**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}]
     else:
         path = envoy_path(name, namespace, endpoints)
-        refs = [_envoy_backend_ref(ep) for ep in endpoints]
+        # `middlewares` here: HTTPRouteFilters each replica's backendRef runs (the front
+        # door's credentials, front_door.py; never sent to an outside provider).
+        refs = [_envoy_backend_ref(ep, middlewares if ep.replica else ()) for ep in endpoints]
         rules = [
             {
                 "matches": match,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pulumi
 
@@ -29,6 +30,14 @@ class ClusterTarget:
     # The workload gateway routes to GAIE InferencePools (the installed stack's Envoy Gateway
     # with the AI Gateway extension); a platform's own gateway gets the decode Service instead.
     inference_pools: bool = True
+    # The workload gateway's controller, for the front-door check on replica routes
+    # (components/workload/front_door.py); None: modelplane cannot configure it, no routes.
+    front_door: Literal["Traefik", "EnvoyGateway"] | None = None
+    # The fleet's front-door key (a secret output); None: no routes (fail closed) -- but on a
+    # renderTo cluster (`render_only`) the hand-off keeps its routes and their check, without
+    # the Secret the check reads (refusing everything until the platform adds it).
+    front_door_key: pulumi.Input[str] | None = None
+    render_only: bool = False
 
     @classmethod
     def from_spec(
@@ -39,6 +48,8 @@ class ClusterTarget:
         *,
         gateway_address: pulumi.Input[str] = "",
         storage_class_name: pulumi.Input[str] | None = None,
+        front_door_key: pulumi.Input[str] | None = None,
+        render_only: bool = False,
     ) -> ClusterTarget:
         pools = {
             pool.name: tuple(classes[pool.class_name].spec.devices)
@@ -53,4 +64,20 @@ class ClusterTarget:
             pool_devices=pools,
             storage_class_name=storage_class_name,
             inference_pools=cluster.spec.serving_stack.install,
+            front_door=workload_controller(cluster),
+            front_door_key=front_door_key,
+            render_only=render_only,
         )
+
+    @property
+    def routable(self) -> bool:
+        """Replica routes here can require the front door's credentials."""
+        return self.front_door is not None and (self.front_door_key is not None or self.render_only)
+
+
+def workload_controller(cluster: InferenceCluster) -> Literal["Traefik", "EnvoyGateway"] | None:
+    """The installed stack's Envoy Gateway, or the controller the platform's class declares."""
+    stack = cluster.spec.serving_stack
+    if stack.install:
+        return "EnvoyGateway"
+    return stack.gateway.controller if stack.gateway is not None else None

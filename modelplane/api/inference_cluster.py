@@ -302,6 +302,10 @@ class WorkloadGateway(Strict):
     """The GatewayClass modelplane's workload Gateway uses."""
     port: Port = 80
     """The listener port replicas are reached on (default 80)."""
+    controller: Literal["Traefik", "EnvoyGateway"] | None = None
+    """The controller behind the class, so modelplane can make its replica routes require the
+    front door's credentials (api.md "Private workload gateways"). Without it the cluster's
+    replicas get no routes (fail closed)."""
 
 
 # The components of the serving stack whose versions `servingStack.versions` may override

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 
 from modelplane.api.base import (
     API_VERSION,
+    DNSLabel,
     LabelSelector,
     ObjectMeta,
     Strict,
@@ -32,6 +33,18 @@ class ServiceEndpoint(Strict):
 class ModelServiceSpec(Strict):
     endpoints: list[ServiceEndpoint] = Field(min_length=1)
     """The weighted entries (1 or more); one mechanism for simple and weighted routing."""
+    callers: list[DNSLabel] | None = Field(default=None, min_length=1, max_length=1000)
+    """Optional: only these InferenceGateway callers (`spec.auth`) may use the service; any
+    other caller with a valid key gets 403."""
+
+    @field_validator("callers")
+    @classmethod
+    def _unique_callers(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            twice = sorted({c for c in value if value.count(c) > 1})
+            if twice:
+                raise ValueError(f"duplicate caller name(s): {', '.join(twice)}")
+        return value
 
 
 class ModelService(Strict):

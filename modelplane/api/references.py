@@ -66,6 +66,28 @@ def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
             "metadata.name",
             "the InferenceGateway must be named 'default'",
         )
+    known = {c.name for c in gw.spec.auth.callers} if gw.spec.auth is not None else None
+    for key, service in fleet.services.items():
+        if service.spec.callers is None:
+            continue
+        if known is None:
+            yield _err(
+                fleet,
+                "ModelService",
+                key,
+                "spec.callers",
+                "callers needs the InferenceGateway's spec.auth (callers with keys)",
+            )
+            continue
+        unknown = [c for c in service.spec.callers if c not in known]
+        if unknown:
+            yield _err(
+                fleet,
+                "ModelService",
+                key,
+                "spec.callers",
+                f"no InferenceGateway caller named {', '.join(map(repr, unknown))}",
+            )
     ref = gw.spec.cluster.inference_cluster_ref
     if ref is not None and not fleet.declared("InferenceCluster", ref):
         yield _err(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +26,7 @@ from modelplane.cli.output import (
 from modelplane.lock import write_lock
 from modelplane.planning import PlanOutcome, plan_fleet
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, OptimizeReport
+from modelplane.secrets import gateway_secret_errors
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -68,6 +70,11 @@ def validate(fleet: FleetDir, output: OutputOpt = Output.table, strict: StrictOp
     warnings (valid, but almost surely unintended) are listed too, errors with --strict."""
     result = load_fleet(fleet)
     errors, warnings = result.errors, result.warnings
+    if not errors:
+        # The gateway's secrets (callers' keys, TLS) that `up` could not read here: the specs
+        # are valid, the environment lacks a secret (a warning; `up` refuses it, api.md).
+        root = Path(fleet) if Path(fleet).is_dir() else Path(fleet).parent
+        warnings = sorted(warnings + gateway_secret_errors(result.fleet, root, os.environ))
     if strict:
         errors, warnings = sorted(errors + warnings), []
     if output is Output.json:
@@ -422,6 +429,7 @@ def _mount() -> None:
         maintenance,
         project,
         render,
+        usage,
     )
 
     engine_verbs.register(app)
@@ -436,6 +444,7 @@ def _mount() -> None:
 
     app.add_typer(rollout_verbs.app, name="rollout")
     app.command("call")(call.call)
+    app.command("usage")(usage.usage)
     app.command("project")(project.project)
 
 

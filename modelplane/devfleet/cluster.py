@@ -57,6 +57,7 @@ from modelplane.devfleet.nodes import KWOK_ANNOTATION, KWOK_VALUE, ClusterNodes
 from modelplane.devfleet.stages import POD_READY_STAGE, pod_ready_stages
 from modelplane.gobuild.fleet import FleetBinaries
 from modelplane.gobuild.kube import KubeBinaries
+from modelplane.observe.usage import access_log_arguments
 
 KINE_PORT = 2379
 API_PORT = 6443
@@ -405,6 +406,11 @@ def scheduler_config(kubeconfig: Path) -> dict[str, Any]:
     }
 
 
+def front_door_access_log(workdir: Path) -> Path:
+    """The front door's access log (JSON lines; `modelplane usage` reads it)."""
+    return workdir / "logs" / "front-door-access.log"
+
+
 def traefik_argv(
     traefik: Path,
     *,
@@ -415,17 +421,23 @@ def traefik_argv(
     port: int,
     selector: str,
     front_door: bool = False,
+    access_log: Path | None = None,
 ) -> list[str]:
-    """``front_door``: also Traefik's Kubernetes CRD provider (the retry Middleware a
-    ModelService route names, api.md "Retries and ejection") and a short dial timeout."""
-    extra = []
+    """Both with Traefik's Kubernetes CRD provider: the Middlewares routes name (the retry and
+    key check of a ModelService route, api.md "Retries and ejection"; the front-door check of
+    a replica route, "Private workload gateways"). ``front_door``: also a short dial timeout
+    and the TLS entrypoint."""
+    extra = [
+        "--providers.kubernetescrd=true",
+        f"--providers.kubernetescrd.endpoint={server}",
+        f"--providers.kubernetescrd.token={token_file}",
+        f"--providers.kubernetescrd.certAuthFilePath={ca}",
+        "--providers.kubernetescrd.throttleDuration=0s",
+    ]
     if front_door:
-        extra = [
-            "--providers.kubernetescrd=true",
-            f"--providers.kubernetescrd.endpoint={server}",
-            f"--providers.kubernetescrd.token={token_file}",
-            f"--providers.kubernetescrd.certAuthFilePath={ca}",
-            "--providers.kubernetescrd.throttleDuration=0s",
+        extra += [
+            # The access log `modelplane usage` counts (api.md "Usage per caller").
+            *access_log_arguments(str(access_log) if access_log else None),
             f"--serversTransport.forwardingTimeouts.dialTimeout={FRONT_DOOR_DIAL_TIMEOUT}",
             f"--entryPoints.websecure.address={address}:{FRONT_DOOR_TLS_PORT}",
         ]
@@ -627,6 +639,7 @@ def start_controllers(
             port=port,
             selector=selector,
             front_door=name == "traefik-front-door",
+            access_log=front_door_access_log(cluster.workdir),
         )
         run(name, argv)
     for manifest in rwx_storage(cluster.name):

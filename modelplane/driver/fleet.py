@@ -35,6 +35,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
+from modelplane.driver.front_door import ensure_fleet_caller_keys, ensure_front_door_key
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
@@ -49,6 +50,7 @@ from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
+from modelplane.secrets import gateway_secret_errors
 from modelplane.stacks import (
     GATEWAY_STACK,
     StackUnit,
@@ -192,6 +194,16 @@ class Fleet:
         """The fleet's runtime state (``.modelplane/*.json``: health, routing, ...)."""
         return RuntimeState.at(self.state_dir)
 
+    def check_gateway_secrets(self) -> None:
+        """Before `up` runs any stack: the callers' keys kept in the fleet's own state
+        (`file:.modelplane/...`) are made the first time, and a gateway secret no source has
+        is a FleetInvalid naming file, object and field -- it would otherwise fail the gateway
+        stack after the others were applied (api.md "Callers")."""
+        ensure_fleet_caller_keys(self.spec, self.path)
+        errors = gateway_secret_errors(self.spec, self.path, self.env)
+        if errors:
+            raise FleetInvalid(errors)
+
     def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,
         new replicas are placed by the MILP solver within `time_limit` seconds."""
@@ -234,6 +246,7 @@ class Fleet:
             # Listing the stacks also initialises a fresh backend before stacks run in parallel.
             existing = set(session.list_stacks())
             ctx = self._context(session, plan.lock, plan_lock, observer)
+            ensure_front_door_key(session, sorted(existing), session.env, write=False)
             if refresh:
                 ctx.preview_options["refresh"] = True
             packs = [str(p) for p in policy_packs]
@@ -285,6 +298,7 @@ class Fleet:
         """
         if self.spec.empty:  # nothing to deploy: tearing down is destroy's job
             raise FleetInvalid([no_specs(self.path)])
+        self.check_gateway_secrets()
         started = time.monotonic()
         plan = plan or self.plan()
         observer = channel(observer, on_event)
@@ -313,6 +327,7 @@ class Fleet:
             self.previous = lock
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
+            ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
             if refresh:
                 ctx.up_options["refresh"] = True
             if expect_no_changes:

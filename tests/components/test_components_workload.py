@@ -163,10 +163,12 @@ def test_single_node_worker_is_a_deployment_with_service_and_route() -> None:
     rule = route.get("spec.rules.0")
     assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": f"/ml-team/{name}/"}}]
     assert rule["filters"] == [
+        # The front door's credentials (checked by the SecurityPolicy) go no further.
+        {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": ["Authorization"]}},
         {
             "type": "URLRewrite",
             "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
-        }
+        },
     ]
     svc = run.one(SERVICE)
     assert rule["backendRefs"][0]["name"] == svc.get("metadata.name")
@@ -179,7 +181,9 @@ def test_single_node_worker_is_a_deployment_with_service_and_route() -> None:
             labels = r.get("metadata.labels") or {}
             if r.get("kind") != "Namespace":
                 assert labels["modelplane.ai/deployment"] == "small"
-            if r.type != PDB and r.get("kind") != "Namespace":  # a budget spans the replicas
+            # A budget and the front-door check (Secret, SecurityPolicy) span the replicas.
+            spans = r.type == PDB or r.get("metadata.name") == "small-front-door"
+            if not spans and r.get("kind") != "Namespace":
                 assert labels["modelplane.ai/replica"] == name
     [namespace] = run.of_type("kubernetes:core/v1:NamespacePatch")
     assert namespace.get("metadata.name") == "ml-team"
@@ -302,8 +306,10 @@ def test_cache_pvc_job_and_secret() -> None:
 def test_replica_manifests_are_pure_dicts() -> None:
     dep = deployment(SMALL)
     manifests = replica_manifests(
-        dep, replica(dep, {"unified": "mixed"}), ClusterTarget.from_spec(CLUSTER, CLASSES, None)
-    )  # type: ignore[arg-type]
+        dep,
+        replica(dep, {"unified": "mixed"}),
+        ClusterTarget.from_spec(CLUSTER, CLASSES, None, front_door_key="k"),  # type: ignore[arg-type]
+    )
     assert [m["kind"] for m in manifests] == [
         "ResourceClaimTemplate",
         "Deployment",

@@ -4,6 +4,7 @@ objects, and the authorization service behind Traefik's forwardAuth. Select with
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -112,11 +113,25 @@ def gateway_fleet(tmp_path: Path, gateway_spec: str) -> Path:
     target = tmp_path / "fleet"
     shutil.copytree(ROOT / "specs" / "dev", target)
     fleet = target / "fleet.yaml"
-    text = fleet.read_text()
+    text = without_auth(fleet.read_text())
     anchor = "  cluster: {inferenceClusterRef: dev-1}\n"
     assert anchor in text
     fleet.write_text(text.replace(anchor, anchor + gateway_spec))
     return target
+
+
+def without_auth(text: str) -> str:
+    """specs/dev's fleet.yaml without its InferenceGateway's `auth` (and its comment)."""
+    lines = text.splitlines(keepends=True)
+    auth = next((i for i, line in enumerate(lines) if line.startswith("  auth:")), None)
+    if auth is None:
+        return text
+    start, end = auth, auth + 1
+    while lines[start - 1].startswith("  #"):
+        start -= 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    return "".join(lines[:start] + lines[end:])
 
 
 @pytest.mark.parametrize(
@@ -204,7 +219,7 @@ def local_fleet(tmp_path: Path, gateway_spec: str) -> Path:
     shutil.copytree(ROOT / "specs" / "local", target)
     fleet = target / "fleet.yaml"
     anchor = "  cluster: {inferenceClusterRef: local}\n"
-    text = fleet.read_text()
+    text = without_auth(fleet.read_text())
     assert anchor in text
     fleet.write_text(text.replace(anchor, anchor + gateway_spec))
     return target
@@ -277,10 +292,11 @@ def test_tls_listener_redirect_and_auth_middlewares_in_order(rendered: Path) -> 
     assert order == ["qwen-auth", "qwen-strip-key", "qwen-retry"]
     auth = found[("Middleware", "qwen-auth")]["spec"]["forwardAuth"]
     assert auth["address"].startswith("http://modelplane-authz.modelplane-system.svc")
-    assert auth["authResponseHeaders"] == ["x-modelplane-caller"]
+    # The caller's name, and the front door's credentials in place of the caller's key.
+    assert auth["authResponseHeaders"] == ["x-modelplane-caller", "Authorization"]
     assert auth["trustForwardHeader"] is False
     strip = found[("Middleware", "qwen-strip-key")]["spec"]["headers"]
-    assert strip["customRequestHeaders"] == {"Authorization": "", "X-Api-Key": ""}
+    assert strip["customRequestHeaders"] == {"X-Api-Key": ""}
     service = found[("Deployment", "modelplane-authz")]["spec"]["template"]["spec"]
     assert service["volumes"][1] == {"name": "keys", "secret": {"secretName": "modelplane-callers"}}
     for key in [
@@ -332,7 +348,7 @@ def test_auth_call_picks_the_named_or_first_readable_caller_key(tmp_path: Path) 
     name, key, why = caller_key(gateway, "team-a", env={}, base_dir=target)
     assert (name, key) == (None, None) and "MODELPLANE_SECRET_KEYS_TEAM_A" in why
     assert "no caller 'nobody'" in caller_key(gateway, "nobody", env=env, base_dir=target)[2]
-    open_gateway = load_fleet(ROOT / "specs" / "dev").fleet.gateway
+    open_gateway = load_fleet(gateway_fleet(tmp_path / "open", "")).fleet.gateway
     assert caller_key(open_gateway, None, env=env, base_dir=target) == (None, None, "")
     assert "no spec.auth" in caller_key(open_gateway, "x", env=env, base_dir=target)[2]
 
@@ -365,9 +381,15 @@ def test_auth_dev_fleet_writes_missing_caller_keys_into_its_state(tmp_path: Path
 def test_auth_keys_table_hashes_keys_without_surrounding_whitespace() -> None:
     from components.gateway import callers_table
 
-    table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}))
-    assert table == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
+    table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}, "hop-key\n"))
+    assert table["callers"] == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
+    assert table["open"] is False
+    # The front door's credentials for the workload gateways (api.md "Private workload
+    # gateways"): Basic, user modelplane, the key without its whitespace.
+    assert table["frontDoor"] == "Basic " + base64.b64encode(b"modelplane:hop-key").decode()
     assert "sk-dev" not in callers_table({"dev": "sk-dev"})
+    # Without spec.auth every request gets in (still with the front door's credentials).
+    assert json.loads(callers_table(None, "k"))["open"] is True
 
 
 def test_auth_rotated_key_changes_the_gateway_stack_fingerprint(tmp_path: Path) -> None:
@@ -390,3 +412,139 @@ def _units(target: Path) -> list:
     from modelplane.stacks import stack_units
 
     return stack_units(load_fleet(target).fleet, PlacementLock())
+
+
+@pytest.mark.parametrize(
+    ("gateway_spec", "callers", "object_", "field", "message"),
+    [
+        (
+            "",  # no spec.auth
+            "[dev]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "callers needs the InferenceGateway's spec.auth",
+        ),
+        (
+            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "[dev, ops]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "no InferenceGateway caller named 'ops'",
+        ),
+        (
+            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "[dev, dev]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "duplicate caller name(s): dev",
+        ),
+        (
+            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "[]",
+            "ModelService demo/chat",
+            "spec.callers",
+            "at least 1",
+        ),
+    ],
+    ids=["without-auth", "unknown-caller", "duplicate", "empty"],
+)
+def test_auth_service_callers_bad_input_is_a_validation_error(
+    tmp_path: Path, gateway_spec: str, callers: str, object_: str, field: str, message: str
+) -> None:
+    target = gateway_fleet(tmp_path, gateway_spec)
+    models = target / "models.yaml"
+    anchor = "  name: chat\n  namespace: demo\nspec:\n"
+    text = models.read_text()
+    assert anchor in text
+    models.write_text(text.replace(anchor, anchor + f"  callers: {callers}\n"))
+    errors = load_fleet(target).errors
+    assert [(e.object, e.path) for e in errors] == [(object_, field)], errors
+    assert message in errors[0].message
+
+
+def test_auth_service_callers_valid_spec_and_its_route_names_them(tmp_path: Path) -> None:
+    from components.model_service import FrontDoor, service_policy_manifests
+
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n"
+        "    - {name: ops, secretRef: {name: k, key: ops}}\n",
+    )
+    models = target / "models.yaml"
+    anchor = "  name: chat\n  namespace: demo\nspec:\n"
+    models.write_text(models.read_text().replace(anchor, anchor + "  callers: [ops]\n"))
+    result = load_fleet(target)
+    assert not result.errors, result.errors
+    service = result.fleet.services["demo/chat"]
+    assert service.spec.callers == ["ops"]
+    [auth, *_] = service_policy_manifests(service, "Traefik", FrontDoor(authz_address="http://a/"))
+    assert auth["spec"]["forwardAuth"]["address"] == "http://a/?callers=ops"
+
+
+def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: Path) -> None:
+    """`validate` lists a gateway secret no source has (a warning: the environment lacks it;
+    --strict makes it an error) and `up` refuses the fleet before any stack runs."""
+    from typer.testing import CliRunner
+
+    from modelplane.cli import app, commands  # noqa: F401  (registers every verb)
+    from modelplane.driver.fleet import Fleet
+    from modelplane.errors import UserError
+
+    (tmp_path / "team-a.key").write_text("sk-a\n")
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n"
+        f"    - {{name: team-a, secretRef: {{name: 'file:{tmp_path}/team-a.key', key: k}}}}\n"
+        "    - {name: ops, secretRef: {name: missing-keys, key: ops}}\n",
+    )
+    runner = CliRunner()
+    plain = runner.invoke(app, ["validate", str(target), "-o", "json"], env={"COLUMNS": "500"})
+    assert plain.exit_code == 0, plain.output
+    [warning] = json.loads(plain.output)["warnings"]
+    assert (warning["object"], warning["path"]) == (
+        "InferenceGateway default",
+        "spec.auth.callers[1].secretRef",
+    )
+    assert "MODELPLANE_SECRET_MISSING_KEYS_OPS" in warning["message"]
+    strict = runner.invoke(app, ["validate", str(target), "--strict"], env={"COLUMNS": "500"})
+    assert strict.exit_code == 2, strict.output
+    with pytest.raises(UserError) as raised:
+        Fleet.load(target, env={"PATH": os.environ["PATH"]}).check_gateway_secrets()
+    assert "spec.auth.callers[1].secretRef" in str(raised.value)
+    assert "spec.auth.callers[0]" not in str(raised.value)
+    # Set in the environment: nothing to report.
+    env = {"PATH": os.environ["PATH"], "MODELPLANE_SECRET_MISSING_KEYS_OPS": "sk-ops"}
+    Fleet.load(target, env=env).check_gateway_secrets()
+
+
+def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) -> None:
+    """specs/quickstart (like every cloud example) turns auth on with keys in its own `.modelplane/`:
+    the first `up` (Fleet.load for up) writes them (0600), later ones keep them; a file
+    outside the fleet's state is never made."""
+    import shutil
+
+    from modelplane.cli.call import caller_key
+    from modelplane.driver.fleet import Fleet
+
+    target = tmp_path / "quickstart"
+    shutil.copytree(
+        ROOT / "specs" / "quickstart", target, ignore=shutil.ignore_patterns(".modelplane")
+    )
+    gateway = load_fleet(target).fleet.gateway
+    assert gateway is not None and gateway.spec.auth is not None
+    env = {"PATH": os.environ["PATH"]}
+    Fleet.load(target, env=env).check_gateway_secrets()
+    made = sorted((target / ".modelplane" / "callers").iterdir())
+    assert [p.name for p in made] == ["app", "ops"]
+    keys = {p.name: p.read_text() for p in made}
+    assert all(k.startswith("sk-mp-") for k in keys.values())
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in made)
+    Fleet.load(target, env=env).check_gateway_secrets()
+    assert {p.name: p.read_text() for p in made} == keys  # kept, never rotated by `up`
+    assert caller_key(gateway, None, env=env, base_dir=target)[:2] == ("app", keys["app"].strip())
+    # Outside the fleet's state: not made (and so reported).
+    fleet = target / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("file:.modelplane/callers/ops", "file:../ops.key"))
+    with pytest.raises(Exception, match="spec.auth.callers\\[1\\].secretRef"):
+        Fleet.load(target, env=env).check_gateway_secrets()
+    assert not (tmp_path / "ops.key").exists()

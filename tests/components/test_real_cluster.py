@@ -259,7 +259,12 @@ def test_replica_route_also_matches_its_endpoint_header() -> None:
             ],
         }
     ]
-    assert "filters" not in by_header  # already rewritten to / by the control-plane gateway
+    # Already rewritten to / by the control-plane gateway: no rewrite, only the front-door
+    # credentials removed after the SecurityPolicy checked them (api.md "Private workload
+    # gateways").
+    assert by_header["filters"] == [
+        {"type": "RequestHeaderModifier", "requestHeaderModifier": {"remove": ["Authorization"]}}
+    ]
     assert by_header["backendRefs"] == route["spec"]["rules"][0]["backendRefs"]
 
 

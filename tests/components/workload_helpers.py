@@ -201,11 +201,19 @@ def replica(dep: ModelDeployment, pools: dict[str, str], index: int = 0) -> Lock
     )
 
 
+FRONT_DOOR_KEY = "front-door-key-for-tests"
+
+
 def target(
     provider: pulumi.ProviderResource, address: str = "gw.west.example.com"
 ) -> ClusterTarget:
     return ClusterTarget.from_spec(
-        CLUSTER, CLASSES, provider, gateway_address=address, storage_class_name="rwx"
+        CLUSTER,
+        CLASSES,
+        provider,
+        gateway_address=address,
+        storage_class_name="rwx",
+        front_door_key=FRONT_DOOR_KEY,
     )
 
 

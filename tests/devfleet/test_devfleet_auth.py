@@ -1,14 +1,17 @@
 """Callers with keys and TLS on the front door (issue 26, items 2 and 3), on the dev fleet.
 
-A copy of specs/dev whose InferenceGateway has `auth` (callers `dev` and `batch`, keys
-generated into the dev fleet's state directory) and `tls` (a certificate the test makes),
+A copy of specs/dev (its InferenceGateway's `auth`: callers `dev` and `batch`, keys
+generated into the dev fleet's state directory) with `tls` (a certificate the test makes),
 qwen x3 behind demo/chat. Requests go to the front door of dev-1 over https; the dev fleet's
-authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth. Select with
-`pytest -k "auth or tls"`.
+authorization service (modelplane.devfleet.authz) answers Traefik's forwardAuth. Also: the
+workload gateways refuse a request that bypasses the front door (issue 26 item 1), and
+`modelplane usage` counts requests per caller (item 4). Select with
+`pytest -k "auth or tls or security"`.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import socket
@@ -24,16 +27,15 @@ import pytest
 from modelplane.devcluster.certs import generate_ca, generate_serving_cert
 from modelplane.devfleet import fleet as devfleet
 from modelplane.devfleet.fleet import ensure_caller_keys
+from modelplane.driver.fleet import Fleet
 from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 CHAT = "demo/chat"
 STATE = "${MODELPLANE_DEV_FLEET_STATE}"
+# specs/dev's own callers (`dev`, `batch`: keys in the dev fleet's state), plus TLS.
 GATEWAY_SPEC = (
-    "  auth:\n    callers:\n"
-    f"    - {{name: dev, secretRef: {{name: 'file:{STATE}/callers/dev', key: key}}}}\n"
-    f"    - {{name: batch, secretRef: {{name: 'file:{STATE}/callers/batch', key: key}}}}\n"
     "  tls:\n"
     f"    certificate: {{name: 'file:{STATE}/front-tls/tls.crt', key: crt}}\n"
     f"    privateKey: {{name: 'file:{STATE}/front-tls/tls.key', key: key}}\n"
@@ -186,3 +188,81 @@ def test_auth_rotating_one_key_fails_no_request_of_another_caller(
     failed = [r for r in results if r[1] != 200]
     print("rotation:", json.dumps({"batchRequests": len(results), "failed": len(failed)}))
     assert len(results) > 20 and not failed, failed[:5]
+
+
+BYPASS = r"""
+import json, sys, urllib.error, urllib.request
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
+for url, auth in json.loads(sys.argv[1]):
+    headers = {"Content-Type": "application/json", **({"Authorization": auth} if auth else {})}
+    req = urllib.request.Request(url + "v1/chat/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            print(resp.status)
+    except urllib.error.HTTPError as exc:
+        print(exc.code)
+"""
+
+
+def test_security_workload_gateways_refuse_requests_that_bypass_the_front_door(
+    deployed: Any, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    """From inside the fleet's network namespace, straight to each replica's route on its
+    cluster's workload gateway: refused without the front door's credentials, with a
+    caller's key, or with wrong credentials; the front door itself gets through (above)."""
+    import subprocess
+    import sys
+
+    from modelplane.devfleet import netns
+
+    target, url, tls, keys = deployed
+    endpoints = Fleet.load(target, env=deployer.env()).status().gateway["endpoints"]
+    replicas = [e["url"] for e in endpoints if e.get("url") and "/demo/qwen" in e["url"]]
+    assert len(replicas) == 3, endpoints
+    assert all(u.startswith("http://10.255.") for u in replicas), replicas  # workload gateways
+    wrong = "Basic " + base64.b64encode(b"modelplane:not-the-key").decode()
+    attempts = [[u, auth] for u in replicas for auth in (None, f"Bearer {keys['dev']}", wrong)]
+    argv = [*netns.exec_prefix(dev_fleet.netns), sys.executable, "-c", BYPASS]
+    done = subprocess.run(
+        [*argv, json.dumps(attempts)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    statuses = [int(s) for s in done.stdout.split()]
+    assert len(statuses) == len(attempts)
+    assert set(statuses) <= {401, 403, 404}, list(zip(attempts, statuses, strict=True))
+    # ... while the same replicas answer through the front door.
+    assert post(url, tls, {"x-api-key": keys["batch"]})[0] == 200
+
+
+def test_auth_usage_counts_requests_per_caller(
+    deployed: Any, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    """`modelplane usage DIR` counts each caller's requests from the front door's access log
+    (issue 26 item 4): a few more of each caller, and refused ones, show up."""
+    target, url, tls, keys = deployed
+
+    def usage() -> dict[tuple[str, str], dict[str, int]]:
+        done = fx.modelplane("usage", str(target), "-o", "json", env=deployer.env(), timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return {(row["caller"], row["service"]): row for row in json.loads(done.stdout)["usage"]}
+
+    before = usage()
+    sent = {"dev": 3, "batch": 2}
+    for caller, n in sent.items():
+        key = (dev_fleet.root / "callers" / caller).read_text().strip()  # dev's may be rotated
+        for _ in range(n):
+            status, body, _ = post(url, tls, {"x-api-key": key})
+            assert status == 200, body
+    assert post(url, tls, {"x-api-key": "sk-wrong"})[0] == 401
+
+    def grown() -> dict[tuple[str, str], dict[str, int]] | None:
+        after = usage()
+        for caller, n in [*sent.items(), ("-", 1)]:
+            old = before.get((caller, CHAT), {"requests": 0})["requests"]
+            if after.get((caller, CHAT), {"requests": 0})["requests"] < old + n:
+                return None
+        return after
+
+    after = fx.wait_for("usage counting the requests", grown, timeout=30)
+    assert after[("-", CHAT)]["refused"] >= 1
+    assert after[("dev", CHAT)]["errors"] == before.get(("dev", CHAT), {"errors": 0})["errors"]

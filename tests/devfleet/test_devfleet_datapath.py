@@ -118,7 +118,7 @@ def post(
         url + path,
         data=json.dumps(payload).encode(),
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **fx.caller_headers()},
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -164,7 +164,7 @@ def test_streamed_chat_completion(served: dict[str, Any]) -> None:
         data=json.dumps(
             {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         ).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **fx.caller_headers()},
         method="POST",
     )
     with urllib.request.urlopen(req, timeout=10) as resp:
@@ -177,7 +177,7 @@ def test_streamed_chat_completion(served: dict[str, Any]) -> None:
 
 
 def test_call_command_reports_who_answered(served: dict[str, Any]) -> None:
-    result = chat_completion(served["services"]["demo/chat"], "hello")
+    result = chat_completion(served["services"]["demo/chat"], "hello", key=fx.caller_key())
     assert result.ok, result.body
     who = result.answered_by()
     assert who["replica"].startswith(("qwen-", "mistral-pd-")) and who["cluster"].startswith("dev-")

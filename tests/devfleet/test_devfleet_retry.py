@@ -102,7 +102,7 @@ def stream_once(url: str) -> StreamResult | None:
             "POST",
             parts.path + "v1/chat/completions",
             body=body,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **fx.caller_headers()},
         )
         resp = conn.getresponse()
     except OSError:

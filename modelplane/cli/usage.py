@@ -1,0 +1,99 @@
+"""`modelplane usage DIR`: requests, errors and refused requests per caller and ModelService,
+counted from the front door's access log (api.md "Usage per caller").
+
+Where the log is read: the files given with `--access-log` (`-` is standard input, e.g.
+`kubectl logs -n traefik-system deploy/mp-traefik | modelplane usage DIR --access-log -`);
+else, on the dev fleet, the gateway cluster's front-door log in the dev fleet's state (the
+directory of the kubeconfig file its secretRef names).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from modelplane.api.loader import load_fleet
+from modelplane.errors import UserError
+from modelplane.observe.usage import count_usage
+from modelplane.secrets import FILE_PREFIX, expand_path_variables
+
+out = Console(highlight=False, soft_wrap=True)
+DEV_FLEET_LOG = Path("logs") / "front-door-access.log"  # modelplane.devfleet.cluster
+
+
+class NoAccessLog(UserError, FileNotFoundError):
+    """No access log to count from."""
+
+
+def dev_fleet_log(fleet_dir: Path) -> Path | None:
+    """The dev fleet's front-door access log of the InferenceGateway's cluster, if any."""
+    result = load_fleet(fleet_dir)
+    gateway = result.fleet.gateway
+    ref = gateway.spec.cluster.inference_cluster_ref if gateway is not None else None
+    cluster = result.fleet.clusters.get(ref) if ref else None
+    existing = cluster.spec.cluster.existing if cluster is not None else None
+    secret = existing.secret_ref if existing is not None else None
+    if secret is None or not secret.name.startswith(FILE_PREFIX):
+        return None
+    expanded, missing = expand_path_variables(secret.name[len(FILE_PREFIX) :], os.environ)
+    if missing:
+        return None
+    path = Path(expanded)
+    if not path.is_absolute():
+        path = fleet_dir / path
+    log = path.parent / DEV_FLEET_LOG
+    return log if log.is_file() else None
+
+
+def _lines(paths: list[str]) -> Iterator[str]:
+    for name in paths:
+        if name == "-":
+            yield from sys.stdin
+            continue
+        try:
+            with open(name, encoding="utf-8", errors="replace") as handle:
+                yield from handle
+        except OSError as exc:
+            raise NoAccessLog(f"cannot read access log {name}: {exc.strerror}") from None
+
+
+def usage(
+    fleet: Annotated[Path, typer.Argument(help="The fleet directory.")],
+    access_log: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--access-log",
+            help="An access log of the front door (JSON lines; `-`: standard input). "
+            "Default: the dev fleet's, for a dev-fleet gateway.",
+        ),
+    ] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
+) -> None:
+    """Requests, errors (5xx, no answer) and refused (401/403) per caller and service."""
+    paths = list(access_log or [])
+    if not paths:
+        found = dev_fleet_log(fleet)
+        if found is None:
+            raise NoAccessLog(
+                "no access log found: pass --access-log FILE (e.g. `kubectl logs -n "
+                "traefik-system deploy/mp-traefik | modelplane usage DIR --access-log -`)"
+            )
+        paths = [str(found)]
+    counts = count_usage(_lines(paths))
+    rows = sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))
+    if output == "json":
+        data = [{"caller": c, "service": s, **n.as_dict()} for (c, s), n in rows]
+        sys.stdout.write(json.dumps({"usage": data}, indent=2) + "\n")
+        return
+    table = Table("service", "caller", "requests", "errors", "refused")
+    for (caller, service), n in rows:
+        table.add_row(service, caller, str(n.requests), str(n.errors), str(n.refused))
+    out.print(table)

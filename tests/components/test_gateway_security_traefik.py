@@ -1,0 +1,278 @@
+"""The front door -> workload gateway hop and the per-service callers, run by the real Traefik
+(the dev fleet's build), everything on 127.0.0.1: a front-door Traefik with a ModelService
+route's Middlewares as modelplane renders them (`<service>-auth` forwardAuth to
+modelplane/authz.py, `<service>-strip-key`), forwarding to a workload Traefik whose route runs
+the replica's `basicAuth` check (components/workload/front_door.py), in front of a backend
+that reports the headers it got. Traefik's file provider carries the Middlewares' specs (a
+Secret's `users` become the inline `users`). Select with `pytest -k "security or auth"`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+import yaml
+
+from components.gateway import callers_table
+from components.workload import front_door
+from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
+from modelplane.observe.usage import Counts, access_log_arguments, count_usage
+from tests.components.traefik_helpers import free_port, traefik_binary
+
+KEYS = {"team-a": "sk-team-a-4e1b", "batch": "sk-batch-90d3"}
+HOP_KEY = "front-door-key-5b7c2d"
+
+
+class Echo:
+    """A backend answering 200 with the headers an engine would see."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                got = {
+                    h: self.headers.get(h)
+                    for h in ("x-modelplane-caller", "authorization", "x-api-key")
+                }
+                body = json.dumps(got).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def traefik(
+    binary: Path, port: int, dynamic: dict[str, Any], tmp: Path, name: str, *extra: str
+) -> Any:
+    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(dynamic))
+    return subprocess.Popen(
+        [
+            str(binary),
+            "--global.checkNewVersion=false",
+            "--global.sendAnonymousUsage=false",
+            f"--entryPoints.web.address=127.0.0.1:{port}",
+            f"--providers.file.filename={tmp / f'{name}.yaml'}",
+            "--log.level=ERROR",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def post(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, body=b"{}", headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else {}
+        except ValueError:
+            return resp.status, {"raw": raw.decode(errors="replace")}
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
+    """(front door port, workload gateway port)."""
+    from modelplane import authz
+
+    binary = traefik_binary()
+    keys = tmp_path / "callers.json"
+    keys.write_text(callers_table(KEYS, HOP_KEY))
+    service = authz.serve(keys, "127.0.0.1", 0)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    echo = Echo()
+    workload_port, front_port = free_port(), free_port()
+    check = front_door.traefik_check("qwen-front-door", "demo", {})["spec"]["basicAuth"]
+    check = {**check, "users": [front_door.htpasswd(HOP_KEY).strip()]}
+    check.pop("secret")
+    workload = {
+        "http": {
+            "routers": {
+                "replica": {
+                    "rule": "PathPrefix(`/demo/qwen-a/`)",
+                    "entryPoints": ["web"],
+                    "middlewares": ["front-door"],
+                    "service": "echo",
+                }
+            },
+            "middlewares": {"front-door": {"basicAuth": check}},
+            "services": {
+                "echo": {"loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{echo.port}"}]}}
+            },
+        }
+    }
+    address = f"http://127.0.0.1:{service.server_address[1]}/"
+    limited = address + "?" + urlencode({"callers": "team-a"})
+    routers: dict[str, Any] = {}
+    middlewares: dict[str, Any] = {
+        "strip": traefik_strip_key_middleware("x", "demo", {})["spec"],
+        "auth": traefik_auth_middleware("x", "demo", {}, address)["spec"],
+        "auth-limited": traefik_auth_middleware("x", "demo", {}, limited)["spec"],
+    }
+    for name, auth in (("chat", "auth"), ("ops", "auth-limited")):
+        routers[name] = {
+            "rule": f"PathPrefix(`/demo/{name}/`)",
+            "entryPoints": ["web"],
+            "middlewares": [auth, "strip", f"{name}-rewrite"],
+            "service": "workload",
+        }
+        middlewares[f"{name}-rewrite"] = {
+            "replacePathRegex": {"regex": f"^/demo/{name}/(.*)", "replacement": "/demo/qwen-a/$1"}
+        }
+    front = {
+        "http": {
+            "routers": routers,
+            "middlewares": middlewares,
+            "services": {
+                "workload": {
+                    "loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{workload_port}"}]}
+                }
+            },
+        }
+    }
+    processes = [
+        traefik(binary, workload_port, workload, tmp_path, "workload"),
+        # With the access log the InferenceGateway's Traefik writes (`modelplane usage`).
+        traefik(
+            binary,
+            front_port,
+            front,
+            tmp_path,
+            "front",
+            *access_log_arguments(str(tmp_path / "access.log")),
+        ),
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                ready = post(front_port, "/demo/chat/v1/x", {"x-api-key": KEYS["batch"]})[0]
+                if ready == 200 and post(workload_port, "/demo/qwen-a/v1/x", {})[0] == 401:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Traefik did not start"
+            time.sleep(0.1)
+        yield front_port, workload_port
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(10)
+        service.shutdown()
+        echo.server.shutdown()
+
+
+def test_security_front_door_reaches_the_workload_gateway_with_its_credentials(
+    gateways: tuple[int, int],
+) -> None:
+    front, _ = gateways
+    status, body = post(front, "/demo/chat/v1/chat/completions", {"x-api-key": KEYS["team-a"]})
+    assert status == 200, body
+    # The engine sees the caller, never the caller's key nor the front door's credentials.
+    assert body == {"x-modelplane-caller": "team-a", "authorization": None, "x-api-key": None}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": f"Bearer {KEYS['team-a']}"},
+        {"x-api-key": KEYS["team-a"]},
+        {"Authorization": front_door.basic_credentials("not-the-key")},
+        {"Authorization": f"Bearer {HOP_KEY}"},
+    ],
+    ids=["nothing", "caller-bearer", "caller-x-api-key", "wrong-credentials", "key-as-bearer"],
+)
+def test_security_workload_gateway_refuses_a_request_that_bypasses_the_front_door(
+    gateways: tuple[int, int], headers: dict[str, str]
+) -> None:
+    _, workload = gateways
+    status, body = post(workload, "/demo/qwen-a/v1/chat/completions", headers)
+    assert status == 401, body
+    # ... and the front door's own credentials are what lets a request in.
+    good = {"Authorization": front_door.basic_credentials(HOP_KEY)}
+    assert post(workload, "/demo/qwen-a/v1/chat/completions", good)[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("caller", "status"), [("team-a", 200), ("batch", 403)], ids=["listed", "not-listed"]
+)
+def test_auth_service_limited_to_some_callers(
+    gateways: tuple[int, int], caller: str, status: int
+) -> None:
+    """ModelService `spec.callers: [team-a]`: another caller with a valid key gets 403 with
+    an OpenAI-shaped body; the same caller still uses the other services."""
+    front, _ = gateways
+    got, body = post(front, "/demo/ops/v1/chat/completions", {"x-api-key": KEYS[caller]})
+    assert got == status, body
+    if status == 403:
+        assert body == {
+            "error": {
+                "message": "Caller 'batch' is not allowed to use this service.",
+                "type": "permission_error",
+                "param": None,
+                "code": "caller_not_allowed",
+            }
+        }
+        assert post(front, "/demo/chat/v1/chat/completions", {"x-api-key": KEYS[caller]})[0] == 200
+    else:
+        assert body["x-modelplane-caller"] == caller
+
+
+def test_auth_usage_per_caller_from_the_front_doors_access_log(
+    gateways: tuple[int, int], tmp_path: Path
+) -> None:
+    """Issue 26 item 4: requests, errors and refused per caller and service, from the access
+    log the real Traefik writes; a forged caller header counts for the key's caller."""
+    front, _ = gateways
+    log = tmp_path / "access.log"
+    start = len(log.read_text().splitlines()) if log.exists() else 0  # the readiness probes
+    chat, ops = "/demo/chat/v1/chat/completions", "/demo/ops/v1/chat/completions"
+    sent = [
+        (chat, {"x-api-key": KEYS["team-a"]}),
+        (chat, {"x-api-key": KEYS["team-a"], "x-modelplane-caller": "batch"}),
+        (chat, {"x-api-key": KEYS["batch"]}),
+        (ops, {"x-api-key": KEYS["batch"]}),  # 403: ops lists team-a only
+        (ops, {"x-api-key": KEYS["team-a"]}),
+        (chat, {}),  # 401
+        (chat, {"x-api-key": "sk-wrong"}),  # 401
+    ]
+    for path, headers in sent:
+        post(front, path, headers)
+    deadline = time.monotonic() + 10
+    while len(log.read_text().splitlines()) < start + len(sent):
+        assert time.monotonic() < deadline, "the access log did not get every request"
+        time.sleep(0.1)
+    counts = count_usage(log.read_text().splitlines()[start:])
+    assert counts == {
+        ("team-a", "demo/chat"): Counts(requests=2),
+        ("batch", "demo/chat"): Counts(requests=1),
+        ("team-a", "demo/ops"): Counts(requests=1),
+        # Refused by the key check: Traefik sets the caller only on its yes.
+        ("-", "demo/ops"): Counts(requests=1, refused=1),
+        ("-", "demo/chat"): Counts(requests=2, refused=2),
+    }, counts
+    assert HOP_KEY not in log.read_text() and KEYS["team-a"] not in log.read_text()
