@@ -12,8 +12,14 @@ back, as named JSON documents in a :class:`StateStore`:
 
 :class:`FileStore` keeps each document as ``<dir>/<name>.json``, written atomically
 (temporary file, then rename) in one place; a store shared between machines implements
-the same three methods. A missing or unreadable document reads as empty: the state is a
-memory the next round rebuilds, never an input that can stop a run.
+the same three methods: :func:`store_for` picks :class:`~modelplane.driver.pgstore.PostgresStore`
+when the fleet's Pulumi backend is ``postgres://`` (the documents then live in the same
+database as the stacks, visible to every host and surviving a leader change; see
+docs/architecture.md, "Where runtime state lives"). A missing or unreadable document reads
+as empty: the state is a memory the next round rebuilds, never an input that can stop a run.
+
+- ``scale``: the autoscaled replica counts `reconcile` last applied (deployment -> count),
+  so that an `up` from a checkout whose committed lock predates them does not undo them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlparse
 
 from modelplane.autoscale import AutoscaleState
 
@@ -32,6 +39,9 @@ HEALTH = "health"
 AUTOSCALE = "autoscale"
 ROUTING = "routing"
 ORPHANS = "orphans"
+SCALE = "scale"
+FLEET_ID_ENV = "MODELPLANE_FLEET_ID"
+SHARED_SCHEMES = ("postgres", "postgresql")
 REPLICA_PREFIX = "replica:"
 
 
@@ -82,6 +92,33 @@ class FileStore:
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+
+
+def fleet_id(fleet_dir: str | Path, environ: Mapping[str, str] | None = None) -> str:
+    """The fleet's key in a shared store: ``MODELPLANE_FLEET_ID``, else the directory's name
+    (set it when hosts check the fleet out under different directory names)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(FLEET_ID_ENV) or Path(fleet_dir).resolve().name
+
+
+def is_shared(backend_url: str | None) -> bool:
+    """Whether runtime state lives in the backend (shared between hosts)."""
+    return bool(backend_url) and urlparse(str(backend_url)).scheme in SHARED_SCHEMES
+
+
+def store_for(
+    backend_url: str | None,
+    state_dir: str | Path,
+    fleet_dir: str | Path,
+    environ: Mapping[str, str] | None = None,
+) -> StateStore:
+    """The fleet's store: in the backend's database for ``postgres://``, else the files of
+    the fleet's ``.modelplane/``."""
+    if is_shared(backend_url):
+        from modelplane.driver.pgstore import PostgresStore
+
+        return PostgresStore(str(backend_url), fleet_id(fleet_dir, environ))
+    return FileStore(Path(state_dir))
 
 
 @dataclass(frozen=True)
@@ -155,6 +192,17 @@ class RuntimeState:
     def at(cls, state_dir: str | Path) -> RuntimeState:
         """The state in a fleet's state directory (``.modelplane/``)."""
         return cls(FileStore(Path(state_dir)))
+
+    @classmethod
+    def for_backend(
+        cls,
+        backend_url: str | None,
+        state_dir: str | Path,
+        fleet_dir: str | Path,
+        environ: Mapping[str, str] | None = None,
+    ) -> RuntimeState:
+        """The state where the fleet's backend keeps it (:func:`store_for`)."""
+        return cls(store_for(backend_url, state_dir, fleet_dir, environ))
 
     # -- health.json ----------------------------------------------------------------------
 
@@ -233,3 +281,20 @@ class RuntimeState:
     def record_orphans(self, orphans: Iterable[Orphan]) -> None:
         """Add to the recorded orphans."""
         self.set_orphans([*self.orphans(), *orphans])
+
+    # -- scale.json ----------------------------------------------------------------------
+
+    def scaled(self) -> dict[str, int]:
+        """The autoscaled counts last applied (deployment key -> replicas)."""
+        data = _document(self.store.load(SCALE))
+        try:
+            return {str(k): int(v) for k, v in (data.get("replicas") or {}).items()}
+        except (AttributeError, TypeError, ValueError):
+            return {}
+
+    def set_scaled(self, counts: Mapping[str, int]) -> None:
+        """Record exactly these counts (none: the document goes)."""
+        if not counts:
+            self.store.delete(SCALE)
+            return
+        self.store.save(SCALE, {"replicas": dict(sorted(counts.items()))})
