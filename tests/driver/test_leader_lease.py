@@ -19,6 +19,7 @@ import pytest
 
 from modelplane.devcluster import DevCluster
 from modelplane.driver.lease import LeaderElector, LeaseConfig
+from modelplane.observe.kube import KubeError
 
 pytestmark = pytest.mark.apiserver
 
@@ -197,3 +198,69 @@ def test_leader_two_reconcile_processes_sigkill_failover(
     stderr = procs[standby][0].stderr.read().decode() if procs[standby][0].stderr else ""
     assert '"event": "leader"' in stderr and '"event": "candidate"' in stderr, stderr[-2000:]
     assert procs[standby][0].returncode == 0, stderr[-2000:]
+
+
+# --- the Kubernetes manifests ------------------------------------------------------------------
+
+
+def test_leader_manifests_apply_and_the_service_account_may_hold_the_lease(
+    dev_cluster: DevCluster, tmp_path: Path
+) -> None:
+    """deploy/reconcile/ applies to a real API server; the ServiceAccount's token (RBAC as
+    written) takes the Lease and may not touch another one."""
+    import yaml
+    from kubernetes import client, utils
+
+    from tests.fixtures.apiserver import api_client
+
+    api = api_client(dev_cluster)
+    try:
+        docs = []
+        for path in sorted((REPO / "deploy" / "reconcile").glob("*.yaml")):
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+        kinds = [d["kind"] for d in docs]
+        assert kinds.count("Deployment") == 1 and "Secret" not in kinds  # no secret in files
+        deployment = next(d for d in docs if d["kind"] == "Deployment")
+        assert deployment["spec"]["replicas"] == 2
+        assert "--leader-elect" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        for doc in docs:
+            utils.create_from_dict(api, doc)
+        core = client.CoreV1Api(api)
+        token = core.create_namespaced_service_account_token(
+            "modelplane-reconcile",
+            "modelplane-system",
+            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+        ).status.token
+        apps = client.AppsV1Api(api).read_namespaced_deployment(
+            "modelplane-reconcile", "modelplane-system"
+        )
+        assert apps.spec.template.spec.service_account_name == "modelplane-reconcile"
+    finally:
+        api.close()
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "sa",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": dev_cluster.server,
+                    "certificate-authority": str(dev_cluster.pki.ca_cert),
+                },
+            }
+        ],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
+    }
+    text = yaml.safe_dump(kubeconfig)
+    mine = LeaderElector.from_kubeconfig(text, str(tmp_path), LeaseConfig(identity="pod-a"))
+    assert mine.try_once() and mine.fence() is None
+    assert mine.try_once()  # renewed (get + update allowed)
+    other = LeaderElector.from_kubeconfig(
+        text, str(tmp_path), LeaseConfig(name="someone-else", identity="pod-a")
+    )
+    assert not other.try_once()
+    with pytest.raises(KubeError) as denied:
+        other.client.get(other.path)
+    assert denied.value.status == 403
