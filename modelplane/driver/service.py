@@ -70,9 +70,10 @@ class Metrics:
                 for key, rep in current.plan.report.items():
                     self.wanted[key] = rep.desired
                     self.placed[key] = rep.desired - rep.unplaced
-            observation = current.observation
-            for key in self.wanted:
-                self.ready[key] = _ready(observation, key) if observation is not None else 0
+            observation, plan = current.observation, current.plan
+            if observation is not None and plan is not None:
+                for key in self.wanted:
+                    self.ready[key] = _ready(observation, plan.lock, key)
         self.tick()
 
     def render(self) -> str:
@@ -117,16 +118,15 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def _ready(observation: Any, key: str) -> int:
-    try:
-        return sum(
-            1
-            for c in observation.clusters
-            for r in getattr(c, "replicas", ()) or ()
-            if getattr(r, "deployment", None) == key and getattr(r, "ready", False)
-        )
-    except (AttributeError, TypeError):
-        return 0
+def _ready(observation: Any, lock: Any, key: str) -> int:
+    """Replicas of ``key`` in ``lock`` whose pods (and groups) are all Ready."""
+    count = 0
+    for replica in lock.replicas_of(key):
+        seen = observation.cluster(replica.cluster)
+        r = seen.replicas.get(replica.name) if seen is not None else None
+        if r is not None and r.pods > 0 and r.ready_pods == r.pods:
+            count += 1 if r.groups == r.ready_groups else 0
+    return count
 
 
 def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
