@@ -304,6 +304,8 @@ def reconcile(
         raise typer.BadParameter("--output is table or json")
     if log_format not in ("text", "json"):
         raise typer.BadParameter("--log-format is text or json")
+    if log_format == "json":
+        output = "json"  # the rounds as JSON lines too
     metrics = Metrics()
 
     def say(event: str, text: str, **fields: Any) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +118,17 @@ def store_for(
     if is_shared(backend_url):
         from modelplane.driver.pgstore import PostgresStore
 
-        return PostgresStore(str(backend_url), fleet_id(fleet_dir, environ))
+        key = (str(backend_url), fleet_id(fleet_dir, environ))
+        with _SHARED_LOCK:  # one store (one connection) per database and fleet per process
+            store = _SHARED.get(key)
+            if store is None:
+                store = _SHARED[key] = PostgresStore(*key)
+        return store
     return FileStore(Path(state_dir))
+
+
+_SHARED: dict[tuple[str, str], StateStore] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
