@@ -291,6 +291,7 @@ class EngineOp:
         self.unit = unit
         self.started = time.monotonic()
         self.extra_env: dict[str, str] = {}
+        self.recovered = False  # a stale stack lock was broken
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -373,7 +374,8 @@ class EngineOp:
         say = self.ctx.say or (lambda _m: None)
         text = str(exc)
         gone = stacklock.all_stale(text)
-        if gone:
+        if gone and not self.recovered:  # once: a lock that stays is not ours to break
+            self.recovered = True
             cleared = stacklock.recover(stack)
             say(
                 f"{self.unit.name}: the update of {gone[0].describe()} was killed; its lock is "

@@ -160,10 +160,8 @@ def test_leader_two_reconcile_processes_sigkill_failover(
         argv += ["--lease-name", "reconcile-pair", "--identity", who, "--interval", "1s"]
         argv += ["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "0.5s"]
         argv += ["--listen", f"127.0.0.1:{port}", "--log-format", "json", "--probe", "0"]
-        procs[who] = (
-            subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
-            port,
-        )
+        log = (tmp_path / f"{who}.log").open("wb")
+        procs[who] = (subprocess.Popen(argv, env=env, stdout=log, stderr=log), port)
     try:
         _until(lambda: all(_scrape(p) for _, p in procs.values()), 60)
         _until(lambda: sum(_scrape(p).get("leader", 0) for _, p in procs.values()) == 1, 20)
@@ -195,7 +193,7 @@ def test_leader_two_reconcile_processes_sigkill_failover(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    stderr = procs[standby][0].stderr.read().decode() if procs[standby][0].stderr else ""
+    stderr = (tmp_path / f"{standby}.log").read_text()
     assert '"event": "leader"' in stderr and '"event": "candidate"' in stderr, stderr[-2000:]
     assert procs[standby][0].returncode == 0, stderr[-2000:]
 
