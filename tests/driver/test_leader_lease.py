@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _elector(cluster: DevCluster, name: str, who: str, tmp: Path) -> LeaderElector:
     config = LeaseConfig(namespace="default", name=name, identity=who, **FAST)
-    return LeaderElector.from_kubeconfig(cluster.kubeconfig_text(), str(tmp), config)
+    return LeaderElector.from_kubeconfig(cluster.kubeconfig_text, str(tmp), config)
 
 
 def _until(check, timeout: float) -> float:  # type: ignore[no-untyped-def]
@@ -150,7 +150,7 @@ def test_leader_two_reconcile_processes_sigkill_failover(
     fleet = tmp_path / "fleet"
     fleet.mkdir()  # no specs: each round the leader runs ends in an error, which still counts
     kubeconfig = tmp_path / "mgmt.kubeconfig"
-    kubeconfig.write_text(dev_cluster.kubeconfig_text())
+    kubeconfig.write_text(dev_cluster.kubeconfig_text)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     for who in ("one", "two"):
