@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -305,7 +306,7 @@ def reconcile(
     if log_format not in ("text", "json"):
         raise typer.BadParameter("--log-format is text or json")
     if log_format == "json":
-        output = "json"  # the rounds as JSON lines too
+        output = "jsonl"  # the rounds as log lines too: one JSON object per line
     metrics = Metrics()
 
     def say(event: str, text: str, **fields: Any) -> None:
@@ -395,12 +396,18 @@ def _reconcile_rounds(
                     metrics.tick()
                 stop.wait(min(0.5, elector.config.retry_period))
             if stop.is_set():
-                err.print("reconcile: stopped", highlight=False)
+                _stopped(err, output)
                 return
         current = reconciler.round()
         if metrics is not None:
             metrics.record_round(current)
-        if output == "json":
+        if output == "jsonl":
+            from modelplane.driver.service import log_json
+
+            log_json(
+                "round", sys.stdout, level="info" if current.ok else "error", **current.as_json()
+            )
+        elif output == "json":
             print_json(current.as_json())
         else:
             _say_round(current, out, err)
@@ -412,7 +419,7 @@ def _reconcile_rounds(
         # Meanwhile the cheap probe may start the next round early.
         changed = _wait_for_next_round(reconciler, stop, every - current.duration, probe_every)
         if changed:
-            if output == "json":
+            if output in ("json", "jsonl"):
                 print_json({"probe": changed, "at": time.time()})
             else:
                 said = ", ".join(
@@ -421,8 +428,17 @@ def _reconcile_rounds(
                 )
                 out.print(f"{time.strftime('%H:%M:%S')} probe: {said}: round now", highlight=False)
         if stop.is_set():
-            err.print("reconcile: stopped", highlight=False)
+            _stopped(err, output)
             return
+
+
+def _stopped(err: Any, output: str) -> None:
+    if output == "jsonl":
+        from modelplane.driver.service import log_json
+
+        log_json("stopped", message="reconcile: stopped")
+    else:
+        err.print("reconcile: stopped", highlight=False)
 
 
 def _wait_for_next_round(
