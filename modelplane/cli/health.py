@@ -394,6 +394,8 @@ def _reconcile_rounds(
             while not elector.leader and not stop.is_set():
                 if metrics is not None:
                     metrics.tick()
+                    if elector.reached:  # a standby that reaches the Lease is ready
+                        metrics.mark_ready()
                 stop.wait(min(0.5, elector.config.retry_period))
             if stop.is_set():
                 _stopped(err, output)

@@ -103,6 +103,7 @@ class LeaderElector:
         self.on_change = on_change or (lambda _leader, _why: None)
         self.clock = clock
         self.holder = ""  # the holder last seen
+        self.reached = False  # the API server answered about the Lease at least once
         self.transitions = 0
         self._leader = False
         self._renewed_at: float | None = None  # when this process last renewed (monotonic)
@@ -190,6 +191,7 @@ class LeaderElector:
                 raise
             self._renewed(now, "created the lease")
             return True
+        self.reached = True
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
         record = (holder, str(spec.get("renewTime") or ""))

@@ -47,6 +47,10 @@ class Metrics:
         with self._lock:
             return time.monotonic() - self._tick < STALE_TICK
 
+    def mark_ready(self) -> None:
+        with self._lock:
+            self.ready_to_serve = True
+
     def set_leader(self, leader: bool) -> None:
         with self._lock:
             if int(leader) != self.leader:
