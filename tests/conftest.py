@@ -5,7 +5,12 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.apiserver", "tests.fixtures.devfleet", "tests.fixtures.engine"]
+pytest_plugins = [
+    "tests.fixtures.apiserver",
+    "tests.fixtures.devfleet",
+    "tests.fixtures.engine",
+    "tests.fixtures.postgres",
+]
 
 # The dev fleet's Prometheus is an optional toolchain set (a cold build of its Go module is
 # 25-45 min on 2 cores, beyond `make test`'s budget): its tests run with `make

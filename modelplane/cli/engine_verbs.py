@@ -350,6 +350,14 @@ def up(
     timeout: Annotated[
         str, typer.Option("--timeout", help="How long --wait waits (e.g. 10m).")
     ] = "10m",
+    lock_wait: Annotated[
+        str,
+        typer.Option(
+            "--lock-wait",
+            help="A stack locked by another running update (e.g. `reconcile`): wait this "
+            "long for it, saying so, before reporting it as locked (0: do not wait).",
+        ),
+    ] = "10m",
     no_headers: NoHeadersOpt = False,
     strategy: Annotated[
         Strategy | None,
@@ -380,6 +388,9 @@ def up(
     with PULUMI_CONFIG_PASSPHRASE / PULUMI_CONFIG_PASSPHRASE_FILE there.
     """
     with _expected_failures():
+        from modelplane.cli.health import parse_duration
+
+        waiting = parse_duration(lock_wait)
         f = _load(fleet, lock, backend, secrets_provider, require_specs=True)
         if not yes and not _interactive():
             raise _fail(
@@ -417,6 +428,7 @@ def up(
                 expect_no_changes=expect_no_changes,
                 policy_packs=policy_pack or (),
                 strategy=_STRATEGIES[strategy] if strategy is not None else None,
+                lock_wait=waiting,
             ),
         )
         for r in run.rollouts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from modelplane.cli.output import log_console
 from modelplane.health.readiness import READY, FleetReadiness, readiness
 from modelplane.health.rules import DEFAULT_GRACE
 
@@ -234,6 +236,52 @@ def reconcile(
     output: Annotated[
         str, typer.Option("--output", "-o", help="table (one line per event) or json (lines).")
     ] = "table",
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect",
+            help="Run as one of several replicas: only the holder of a coordination.k8s.io "
+            "Lease on the management cluster acts; the others stand by.",
+        ),
+    ] = False,
+    lease_kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--lease-kubeconfig",
+            help="The management cluster holding the Lease (default: --lease-cluster, "
+            "$KUBECONFIG, or the pod's service account).",
+            show_default=False,
+        ),
+    ] = None,
+    lease_cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--lease-cluster", help="A fleet cluster to hold the Lease.", show_default=False
+        ),
+    ] = None,
+    lease_namespace: Annotated[str, typer.Option("--lease-namespace")] = "modelplane-system",
+    lease_name: Annotated[str, typer.Option("--lease-name")] = "modelplane-reconcile",
+    lease_duration: Annotated[str, typer.Option("--lease-duration")] = "15s",
+    renew_deadline: Annotated[str, typer.Option("--renew-deadline")] = "10s",
+    retry_period: Annotated[str, typer.Option("--retry-period")] = "2s",
+    identity: Annotated[
+        str | None,
+        typer.Option(
+            "--identity", help="Lease holder name (default <hostname>_<pid>).", show_default=False
+        ),
+    ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            help="Serve /healthz, /readyz and Prometheus /metrics on HOST:PORT "
+            "(e.g. 127.0.0.1:9464).",
+            show_default=False,
+        ),
+    ] = None,
+    log_format: Annotated[
+        str, typer.Option("--log-format", help="text, or json (one object per line on stderr).")
+    ] = "text",
 ) -> None:
     """Keep the fleet converged: observe every cluster, plan, `up` what changed, repeat.
 
@@ -243,11 +291,53 @@ def reconcile(
     it changes and runs only the stacks whose inputs changed. A stack locked by another
     update (e.g. CI running `up`) is retried next round. SIGTERM or Ctrl-C stops after the
     current round. With --once: exit 1 if the round failed.
+
+    With --leader-elect, several replicas run and only the holder of the Lease acts: it
+    checks it still holds the Lease before every stack's `up` and stops acting when it
+    loses it; a standby takes over within the lease duration. SIGTERM finishes the
+    current round (the stack in flight included) and releases the Lease.
     """
+    from modelplane.driver.lease import LeaseConfig
     from modelplane.driver.reconcile import Reconciler
+    from modelplane.driver.service import Metrics, log_json, serve
 
     if output not in ("table", "json"):
         raise typer.BadParameter("--output is table or json")
+    if log_format not in ("text", "json"):
+        raise typer.BadParameter("--log-format is text or json")
+    if log_format == "json":
+        output = "jsonl"  # the rounds as log lines too: one JSON object per line
+    metrics = Metrics()
+
+    def say(event: str, text: str, **fields: Any) -> None:
+        if log_format == "json":
+            log_json(event, message=text, **fields)
+        else:
+            log_console(stderr=True).print(f"{time.strftime('%H:%M:%S')} {text}", highlight=False)
+
+    elector = None
+    if leader_elect:
+        from modelplane.driver.leadership import elector as make_elector
+
+        def changed(leader: bool, why: str) -> None:
+            metrics.set_leader(leader)
+            say("leader" if leader else "standby", why, leader=leader)
+
+        elector = make_elector(
+            fleet,
+            LeaseConfig(
+                lease_namespace,
+                lease_name,
+                identity or "",
+                parse_duration(lease_duration),
+                parse_duration(renew_deadline),
+                parse_duration(retry_period),
+            ),
+            kubeconfig=lease_kubeconfig,
+            cluster=lease_cluster,
+            on_change=changed,
+        )
+    server = serve(listen, metrics) if listen else None
     every = parse_duration(interval)
     probe_every = 0.0 if probe == "off" else parse_duration(probe)
     reconciler = Reconciler(
@@ -260,17 +350,29 @@ def reconcile(
         parallel=parallel,
         # a Prometheus sample older than two rounds is stale: missing, never a scale-in
         metrics_stale_after=2 * every,
+        fence=elector.fence if elector is not None else None,
     )
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    if elector is None:
+        metrics.set_leader(True)
+    else:
+        say("candidate", f"{elector.identity} wants lease {lease_namespace}/{lease_name}")
+        elector.start()
     try:
-        _reconcile_rounds(reconciler, stop, once, output, every, probe_every)
+        _reconcile_rounds(reconciler, stop, once, output, every, probe_every, elector, metrics)
     finally:
         # The replicas it kept out of the routes until Ready are its own view: a plain
         # `up` after it routes every placed replica (status.md, "Routes wait for Ready").
-        reconciler.close()
+        # A standby never kept any: it leaves the leader's alone.
+        if elector is None or elector.leader:
+            reconciler.close()
+        if elector is not None:
+            elector.stop(release=True)
+        if server is not None:
+            server.shutdown()
 
 
 def _reconcile_rounds(
@@ -280,14 +382,34 @@ def _reconcile_rounds(
     output: str,
     every: float,
     probe_every: float,
+    elector: Any = None,
+    metrics: Any = None,
 ) -> None:
     from modelplane.cli.output import log_console, print_json
 
     err, out = log_console(stderr=True), log_console(stderr=False)
 
     while True:
+        if elector is not None:
+            while not elector.leader and not stop.is_set():
+                if metrics is not None:
+                    metrics.tick()
+                    if elector.reached:  # a standby that reaches the Lease is ready
+                        metrics.mark_ready()
+                stop.wait(min(0.5, elector.config.retry_period))
+            if stop.is_set():
+                _stopped(err, output)
+                return
         current = reconciler.round()
-        if output == "json":
+        if metrics is not None:
+            metrics.record_round(current)
+        if output == "jsonl":
+            from modelplane.driver.service import log_json
+
+            log_json(
+                "round", sys.stdout, level="info" if current.ok else "error", **current.as_json()
+            )
+        elif output == "json":
             print_json(current.as_json())
         else:
             _say_round(current, out, err)
@@ -299,7 +421,7 @@ def _reconcile_rounds(
         # Meanwhile the cheap probe may start the next round early.
         changed = _wait_for_next_round(reconciler, stop, every - current.duration, probe_every)
         if changed:
-            if output == "json":
+            if output in ("json", "jsonl"):
                 print_json({"probe": changed, "at": time.time()})
             else:
                 said = ", ".join(
@@ -308,8 +430,17 @@ def _reconcile_rounds(
                 )
                 out.print(f"{time.strftime('%H:%M:%S')} probe: {said}: round now", highlight=False)
         if stop.is_set():
-            err.print("reconcile: stopped", highlight=False)
+            _stopped(err, output)
             return
+
+
+def _stopped(err: Any, output: str) -> None:
+    if output == "jsonl":
+        from modelplane.driver.service import log_json
+
+        log_json("stopped", message="reconcile: stopped")
+    else:
+        err.print("reconcile: stopped", highlight=False)
 
 
 def _wait_for_next_round(

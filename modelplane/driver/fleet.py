@@ -44,7 +44,7 @@ from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
-from modelplane.driver.state import RuntimeState
+from modelplane.driver.state import RuntimeState, is_shared
 from modelplane.driver.workspace import EngineSession
 from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
@@ -118,6 +118,29 @@ def _prune_removed(lock: PlacementLock, keep: set[str]) -> PlacementLock:
     return lock.model_copy(update={"removed": removed})
 
 
+def _scaled_counts(lock: PlacementLock) -> dict[str, int]:
+    return {
+        k: d.autoscaled_replicas
+        for k, d in lock.deployments.items()
+        if d.autoscaled_replicas is not None
+    }
+
+
+def _with_scaled(lock: PlacementLock, counts: Mapping[str, int]) -> PlacementLock:
+    """The committed lock with the autoscaled counts `reconcile` last applied (runtime
+    state in a shared backend): a CI `up` from a checkout does not undo them."""
+    changed = {
+        key: dep.model_copy(update={"autoscaled_replicas": counts[key]})
+        for key, dep in lock.deployments.items()
+        if key in counts
+        and dep.autoscaled_replicas is not None
+        and dep.autoscaled_replicas != counts[key]
+    }
+    if not changed:
+        return lock
+    return lock.model_copy(update={"deployments": {**lock.deployments, **changed}})
+
+
 class Fleet:
     """A validated fleet directory and the Pulumi stacks derived from it."""
 
@@ -139,6 +162,12 @@ class Fleet:
         self.env = dict(os.environ if env is None else env)
         self.backend = resolve_backend(self.path, backend, self.env)
         self.secrets_provider = secrets_provider
+        # Before each stack's engine run: why this process must not act now (a reconcile
+        # that lost its leader lease), else None. The stack fails with that reason.
+        self.fence: Callable[[], str | None] | None = None
+        self._runtime: RuntimeState | None = None
+        if is_shared(self.backend):
+            self.previous = _with_scaled(self.previous, self.runtime.scaled())
 
     @classmethod
     def load(
@@ -191,8 +220,13 @@ class Fleet:
 
     @property
     def runtime(self) -> RuntimeState:
-        """The fleet's runtime state (``.modelplane/*.json``: health, routing, ...)."""
-        return RuntimeState.at(self.state_dir)
+        """The fleet's runtime state (health, routing, ...): ``.modelplane/*.json``, or the
+        backend's database when it is ``postgres://`` (shared between hosts)."""
+        if self._runtime is None:
+            self._runtime = RuntimeState.for_backend(
+                self.backend, self.state_dir, self.path, self.env
+            )
+        return self._runtime
 
     def check_gateway_secrets(self) -> None:
         """Before `up` runs any stack: the callers' keys kept in the fleet's own state
@@ -282,6 +316,7 @@ class Fleet:
         policy_packs: Iterable[str] = (),
         strategy: str | None = None,
         rollout_timeout: float | None = None,
+        lock_wait: float = 0.0,
     ) -> RunResult:
         """Plan (unless given), write the lock, then ``pulumi up`` stack by stack in tiers.
 
@@ -289,6 +324,10 @@ class Fleet:
         (:mod:`modelplane.driver.rollouts`; ``strategy`` ``AllAtOnce`` overrides every
         deployment's ``spec.rollout.strategy``; ``rollout_timeout``: seconds the rollouts may
         take in this run, then they halt and resume on the next ``up``).
+
+        A stack locked by another live update is waited for up to ``lock_wait`` seconds
+        (saying so), else reported as locked; a lock left by a killed update on this host
+        is broken and its pending operations cleared (:mod:`modelplane.driver.stacklock`).
 
         Stacks whose inputs did not change since their last successful update are skipped
         unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
@@ -325,9 +364,12 @@ class Fleet:
                 )
             written = write_lock(self.lock_path, lock)
             self.previous = lock
+            if is_shared(self.backend):
+                self.runtime.set_scaled(_scaled_counts(lock))
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
             ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
+            ctx.lock_wait, ctx.say = lock_wait, observer.message
             if refresh:
                 ctx.up_options["refresh"] = True
             if expect_no_changes:
@@ -609,6 +651,11 @@ class Fleet:
         templates = rollouts.templates_env(lock, runtime.rollouts())
         session.set_program_inputs(self.path, lock_path, unroutable, templates)
         spec = self.spec
+        fence = self.fence
+
+        def check(unit: StackUnit) -> str | None:
+            return (fence() if fence else None) or missing_for_stack(spec, unit, session.env)
+
         return ops.RunContext(
             session,
             self.path,
@@ -617,7 +664,7 @@ class Fleet:
             lock_path,
             on_event=observer.stack_event,
             on_start=observer.stack_started,
-            check=lambda unit: missing_for_stack(spec, unit, session.env),
+            check=check,
             plan_dir=self.state_dir / "plan",
             unroutable=unroutable,
         )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError, EngineFailed, StackLocked
 from modelplane.driver.events import StackProgress
 from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
@@ -63,6 +64,10 @@ class RunContext:
     unroutable: tuple[str, ...] = ()
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # plain values
     masked: dict[str, dict[str, Any]] = field(default_factory=dict)  # secrets masked
+    # A stack locked by a live update: wait up to this many seconds for it (0: report it as
+    # locked at once, e.g. reconcile retries next round). `say` tells the user.
+    lock_wait: float = 0.0
+    say: Callable[[str], None] | None = None
 
     def problem(self, unit: StackUnit, started: float) -> StackResult | None:
         """A failed result when the stack cannot run on this machine, else None."""
@@ -279,6 +284,7 @@ class EngineOp:
         self.unit = unit
         self.started = time.monotonic()
         self.extra_env: dict[str, str] = {}
+        self.recovered = False  # a stale stack lock was broken
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -325,13 +331,20 @@ class EngineOp:
             skipped = self.skip(stack)
             if skipped is not None:
                 return skipped
-            progress = ctx.progress(unit)
-            outcome = getattr(stack, self.verb)(
-                on_event=ctx.listener(unit, progress),
-                color="never",
-                suppress_progress=True,
-                **self.options(),
-            )
+            deadline = time.monotonic() + ctx.lock_wait
+            while True:
+                progress = ctx.progress(unit)
+                try:
+                    outcome = getattr(stack, self.verb)(
+                        on_event=ctx.listener(unit, progress),
+                        color="never",
+                        suppress_progress=True,
+                        **self.options(),
+                    )
+                    break
+                except CommandError as exc:
+                    if not self.locked_again(stack, exc, deadline):
+                        raise
             result = self.result(
                 Outcome.SUCCEEDED,
                 changes=progress.change_counts(),
@@ -343,6 +356,38 @@ class EngineOp:
             return result
         except CommandError as exc:
             return _failure(unit, exc, progress, self.started, ctx.session.backend)
+
+    def locked_again(self, stack: Stack, exc: Exception, deadline: float) -> bool:
+        """The stack is locked: break a stale lock of a killed update (and clear its pending
+        operations), or wait for a live one until ``deadline``; True to run again."""
+        from pulumi.automation.errors import ConcurrentUpdateError
+
+        if not isinstance(exc, ConcurrentUpdateError) or self.verb == "preview":
+            return False
+        say = self.ctx.say or (lambda _m: None)
+        text = str(exc)
+        gone = stacklock.all_stale(text)
+        if gone and not self.recovered:  # once: a lock that stays is not ours to break
+            self.recovered = True
+            cleared = stacklock.recover(stack)
+            say(
+                f"{self.unit.name}: the update of {gone[0].describe()} was killed; its lock is "
+                f"released and {cleared} pending operation(s) cleared; running again"
+            )
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        held = ", ".join(h.describe() for h in stacklock.holders(text)) or "another update"
+        say(
+            f"{self.unit.name} is locked by {held} (another `up` or `reconcile`): "
+            f"waiting for it, up to {left:.0f}s more"
+        )
+        time.sleep(min(LOCK_POLL, left))
+        return True
+
+
+LOCK_POLL = 5.0
 
 
 class UpOp(EngineOp):

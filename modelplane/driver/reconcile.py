@@ -30,6 +30,7 @@ carries the decision out. The remembered state is `modelplane.driver.state`'s.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from modelplane.driver.orphans import delete_orphans, orphan_of
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
 from modelplane.driver.rollouts import unfinished
-from modelplane.driver.settings import state_root
+from modelplane.driver.settings import resolve_backend, state_root
 from modelplane.driver.state import RuntimeState
 from modelplane.health.observation import Observation
 from modelplane.health.rules import DEFAULT_GRACE, HealthView
@@ -152,6 +153,7 @@ class Reconciler:
         parallel: int = 4,
         observer_factory: Callable[[], Observer] = Observer,
         clock: Callable[[], float] = time.time,
+        fence: Callable[[], str | None] | None = None,
     ) -> None:
         self.fleet_dir = fleet_dir
         self.lock = lock
@@ -164,6 +166,9 @@ class Reconciler:
         self.parallel = parallel
         self.observer_factory = observer_factory
         self.clock = clock
+        # Why this process must not act now (not the leader), else None: checked before
+        # the round's `up` and by the driver before every stack's engine run.
+        self.fence = fence
         self.rounds = 0
         self._applied = Applied()  # what the last successful `up` applied
         # For the probe between rounds: each observed cluster's kubeconfig and whether its
@@ -191,7 +196,10 @@ class Reconciler:
         """Stop: forget the replicas this reconciler kept out of the routes until Ready
         (`.modelplane/routing.json` `unready`), so that a later plain `up` routes every
         placed replica again. The unroutable clusters stay (any `up` honours them)."""
-        RuntimeState.at(state_root(self.fleet_dir)).clear_unready()
+        env = dict(os.environ if self.env is None else self.env)
+        backend = resolve_backend(self.fleet_dir, self.backend, env)
+        state = RuntimeState.for_backend(backend, state_root(self.fleet_dir), self.fleet_dir, env)
+        state.clear_unready()
 
     def probe(self, timeout: float | None = None) -> dict[str, bool]:
         """The clusters whose API server answers differently from the last round's
@@ -253,6 +261,7 @@ class Reconciler:
             secrets_provider=self.secrets_provider,
             env=self.env,
         )
+        f.fence = self.fence
         state = f.runtime
         t = time.monotonic()
         kubeconfigs = self._kubeconfigs(f)
@@ -294,6 +303,9 @@ class Reconciler:
 
     def _apply(self, f: Fleet, state: RuntimeState, decided: RoundPlan, current: Round) -> None:
         """Carry a round's plan out: remember the state, then routes first, forget, up."""
+        why = self.fence() if self.fence else None
+        if why:  # fencing: a reconciler that lost its lease writes nothing
+            raise DriverError(f"not acting: {why}")
         current.record(decided)
         state.set_autoscale(decided.autoscale_state)
         state.set_unhealthy_since(decided.unhealthy_since)

@@ -17,8 +17,14 @@ back, as named JSON documents in a :class:`StateStore`:
 
 :class:`FileStore` keeps each document as ``<dir>/<name>.json``, written atomically
 (temporary file, then rename) in one place; a store shared between machines implements
-the same three methods. A missing or unreadable document reads as empty: the state is a
-memory the next round rebuilds, never an input that can stop a run.
+the same three methods: :func:`store_for` picks :class:`~modelplane.driver.pgstore.PostgresStore`
+when the fleet's Pulumi backend is ``postgres://`` (the documents then live in the same
+database as the stacks, visible to every host and surviving a leader change; see
+docs/architecture.md, "Where runtime state lives"). A missing or unreadable document reads
+as empty: the state is a memory the next round rebuilds, never an input that can stop a run.
+
+- ``scale``: the autoscaled replica counts `reconcile` last applied (deployment -> count),
+  so that an `up` from a checkout whose committed lock predates them does not undo them.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlparse
 
 if TYPE_CHECKING:  # imported when used: `plan` reads the cordons and nothing else here
     from modelplane.autoscale import AutoscaleState
@@ -40,6 +48,9 @@ ROUTING = "routing"
 ORPHANS = "orphans"
 CORDONS = "cordons"
 ROLLOUT = "rollout"
+SCALE = "scale"
+FLEET_ID_ENV = "MODELPLANE_FLEET_ID"
+SHARED_SCHEMES = ("postgres", "postgresql")
 REPLICA_PREFIX = "replica:"
 ROLLOUT_UNREADY = "rollout: "
 """The reason of a replica a rollout took out of the routes (modelplane.driver.rollouts)."""
@@ -92,6 +103,42 @@ class FileStore:
 
     def delete(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
+
+
+def fleet_id(fleet_dir: str | Path, environ: Mapping[str, str] | None = None) -> str:
+    """The fleet's key in a shared store: ``MODELPLANE_FLEET_ID``, else the directory's name
+    (set it when hosts check the fleet out under different directory names)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(FLEET_ID_ENV) or Path(fleet_dir).resolve().name
+
+
+def is_shared(backend_url: str | None) -> bool:
+    """Whether runtime state lives in the backend (shared between hosts)."""
+    return bool(backend_url) and urlparse(str(backend_url)).scheme in SHARED_SCHEMES
+
+
+def store_for(
+    backend_url: str | None,
+    state_dir: str | Path,
+    fleet_dir: str | Path,
+    environ: Mapping[str, str] | None = None,
+) -> StateStore:
+    """The fleet's store: in the backend's database for ``postgres://``, else the files of
+    the fleet's ``.modelplane/``."""
+    if is_shared(backend_url):
+        from modelplane.driver.pgstore import PostgresStore
+
+        key = (str(backend_url), fleet_id(fleet_dir, environ))
+        with _SHARED_LOCK:  # one store (one connection) per database and fleet per process
+            store = _SHARED.get(key)
+            if store is None:
+                store = _SHARED[key] = PostgresStore(*key)
+        return store
+    return FileStore(Path(state_dir))
+
+
+_SHARED: dict[tuple[str, str], StateStore] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -165,6 +212,17 @@ class RuntimeState:
     def at(cls, state_dir: str | Path) -> RuntimeState:
         """The state in a fleet's state directory (``.modelplane/``)."""
         return cls(FileStore(Path(state_dir)))
+
+    @classmethod
+    def for_backend(
+        cls,
+        backend_url: str | None,
+        state_dir: str | Path,
+        fleet_dir: str | Path,
+        environ: Mapping[str, str] | None = None,
+    ) -> RuntimeState:
+        """The state where the fleet's backend keeps it (:func:`store_for`)."""
+        return cls(store_for(backend_url, state_dir, fleet_dir, environ))
 
     # -- health.json ----------------------------------------------------------------------
 
@@ -291,6 +349,23 @@ class RuntimeState:
             return
         document = {"deployments": {k: records[k].as_json() for k in sorted(records)}}
         self.store.save(ROLLOUT, document)
+
+    # -- scale.json ----------------------------------------------------------------------
+
+    def scaled(self) -> dict[str, int]:
+        """The autoscaled counts last applied (deployment key -> replicas)."""
+        data = _document(self.store.load(SCALE))
+        try:
+            return {str(k): int(v) for k, v in (data.get("replicas") or {}).items()}
+        except (AttributeError, TypeError, ValueError):
+            return {}
+
+    def set_scaled(self, counts: Mapping[str, int]) -> None:
+        """Record exactly these counts (none: the document goes)."""
+        if not counts:
+            self.store.delete(SCALE)
+            return
+        self.store.save(SCALE, {"replicas": dict(sorted(counts.items()))})
 
 
 @dataclass

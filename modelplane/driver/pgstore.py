@@ -1,0 +1,185 @@
+"""Runtime state in PostgreSQL: the :class:`~modelplane.driver.state.StateStore` of a fleet
+whose Pulumi backend is ``postgres://`` (docs/architecture.md, "Where runtime state lives").
+
+The documents sit next to the stacks' state, in the same database, in one table::
+
+    modelplane_runtime(fleet text, name text, document jsonb, updated timestamptz,
+                       primary key (fleet, name))
+
+``fleet`` is the fleet's project scope (its backend path is shared by every fleet of the
+database, so documents are keyed by a fleet id, default the fleet directory's name). Every
+write is one statement (``insert ... on conflict do update``): a reader sees the old or the
+new document, never a torn one. The connection is opened per call (a reconcile round
+writes a handful of documents; the round trip is measured in docs/benchmarks.md) so a
+restarted database costs one failed write, never a stuck process.
+
+The client is ``pg8000`` (pure Python). The URL is the backend's own: its password is
+never logged or quoted in an error.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from modelplane.driver.errors import BackendError
+
+TABLE = "modelplane_runtime"
+CONNECT_TIMEOUT = 10.0
+
+_SCHEMA = (
+    f"create table if not exists {TABLE} ("
+    " fleet text not null, name text not null, document jsonb not null,"
+    " updated timestamptz not null default now(), primary key (fleet, name))"
+)
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for messages)."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":****@")
+    return parsed._replace(netloc=netloc).geturl()
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """pg8000's keyword arguments for a ``postgres://user:pw@host:port/db?sslmode=...`` URL."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise BackendError(f"{redact(url)} is not a postgres:// URL")
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    args: dict[str, Any] = {
+        "user": unquote(parsed.username or "postgres"),
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 5432,
+        "database": unquote(parsed.path.lstrip("/")) or "postgres",
+        "timeout": CONNECT_TIMEOUT,
+    }
+    if parsed.password is not None:
+        args["password"] = unquote(parsed.password)
+    if query.get("sslmode", "prefer") in ("require", "verify-ca", "verify-full"):
+        import ssl
+
+        context = ssl.create_default_context()
+        if query["sslmode"] == "require":
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        args["ssl_context"] = context
+    return args
+
+
+class PostgresStore:
+    """Named JSON documents of one fleet in the ``modelplane_runtime`` table."""
+
+    def __init__(self, url: str, fleet: str) -> None:
+        self.url = url
+        self.fleet = fleet
+        self._args = connect_args(url)
+        self._ready = False
+        self._conn: Any = None
+        self._guard = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.url)!r}, fleet={self.fleet!r})"
+
+    def _connect(self) -> Any:
+        try:
+            import pg8000.native
+        except ImportError:
+            raise BackendError(
+                "runtime state on a postgres:// backend needs the pg8000 package "
+                "(pip install pg8000)"
+            ) from None
+        try:
+            conn = pg8000.native.Connection(**self._args)
+        except Exception as exc:  # pg8000 raises its own and socket errors
+            raise BackendError(
+                f"cannot connect to {redact(self.url)} for the runtime state: "
+                f"{type(exc).__name__}: {_message(exc)}"
+            ) from None
+        if not self._ready:
+            conn.run(_SCHEMA)
+            self._ready = True
+        return conn
+
+    def _run(self, sql: str, **params: Any) -> list[Any]:
+        """One statement on the store's connection (opened on first use: a connection costs
+        a server process, ~100 ms; a statement well under 1 ms). A broken connection (the
+        server restarted) is opened again once."""
+        with self._guard:
+            for attempt in (0, 1):
+                if self._conn is None:
+                    self._conn = self._connect()
+                try:
+                    return list(self._conn.run(sql, **params) or [])
+                except Exception as exc:
+                    self.close_locked()
+                    if attempt == 0 and _broken(exc):
+                        continue
+                    raise BackendError(
+                        f"runtime state on {redact(self.url)}: "
+                        f"{type(exc).__name__}: {_message(exc)}"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def close_locked(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken
+                pass
+
+    def close(self) -> None:
+        with self._guard:
+            self.close_locked()
+
+    def load(self, name: str) -> Any | None:
+        try:
+            rows = self._run(
+                f"select document::text from {TABLE} where fleet = :f and name = :n",
+                f=self.fleet,
+                n=name,
+            )
+        except BackendError:
+            return None  # the state is a memory: unreadable reads as empty
+        if not rows:
+            return None
+        try:
+            return json.loads(rows[0][0])
+        except (ValueError, TypeError):
+            return None
+
+    def save(self, name: str, document: Any) -> None:
+        self._run(
+            f"insert into {TABLE} (fleet, name, document) values (:f, :n, cast(:d as jsonb)) "
+            "on conflict (fleet, name) do update set document = excluded.document, "
+            "updated = now()",
+            f=self.fleet,
+            n=name,
+            d=json.dumps(document),
+        )
+
+    def delete(self, name: str) -> None:
+        self._run(f"delete from {TABLE} where fleet = :f and name = :n", f=self.fleet, n=name)
+
+    def names(self) -> list[str]:
+        """The fleet's documents (for `status` and tests)."""
+        rows = self._run(f"select name from {TABLE} where fleet = :f order by name", f=self.fleet)
+        return [str(r[0]) for r in rows]
+
+
+def _broken(exc: Exception) -> bool:
+    """A connection that no longer works (not an SQL error)."""
+    return type(exc).__name__ == "InterfaceError" or isinstance(exc, OSError)
+
+
+def _message(exc: Exception) -> str:
+    """pg8000's error text (a dict with the server's fields, or a plain message)."""
+    arg = exc.args[0] if exc.args else exc
+    if isinstance(arg, dict):
+        return str(arg.get("M") or arg)
+    return str(arg)
