@@ -39,7 +39,7 @@ from typing import Any
 
 from modelplane.api.errors import FleetInvalid
 from modelplane.autoscale import Decision
-from modelplane.driver.decide import Applied, RoundInputs, RoundPlan, decide
+from modelplane.driver.decide import Applied, RoundInputs, RoundPlan, decide, inputs_digest
 from modelplane.driver.errors import DriverError
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.observer import Observer
@@ -342,7 +342,11 @@ class Reconciler:
         current.run = run
         current.phase("up", t)
         if run.ok:
-            self._applied = decided.applied
+            # What `up` wrote: the plan's lock with each replica's revision recorded (rollouts).
+            written = inputs_digest(
+                decided.applied.specs or "", f.previous, decided.unroutable, decided.unready
+            )
+            self._applied = Applied(written, decided.applied.specs)
             routes_updated()
         else:  # retry every stack (by fingerprint) next round
             self._applied = Applied(self._applied.digest, None)
