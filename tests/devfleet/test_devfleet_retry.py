@@ -19,8 +19,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,9 @@ class StreamResult:
     error: str = ""
 
 
-def stream_once(url: str) -> StreamResult | None:
-    """One streamed chat completion; None when it got no response at all."""
+def stream_once(url: str, opened: Callable[[str], None] = lambda _: None) -> StreamResult | None:
+    """One streamed chat completion (``opened``: told which cluster answered once the headers
+    arrived); None when it got no response at all."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=30)
     body = json.dumps(
@@ -110,6 +112,7 @@ def stream_once(url: str) -> StreamResult | None:
         return None
     started = time.monotonic()
     cluster = resp.headers.get("x-modelplane-cluster", "")
+    opened(cluster)
     chunks, complete, error = 0, False, ""
     if resp.status != 200:
         error = f"status {resp.status}"
@@ -133,9 +136,12 @@ class Streams(fx.Clients):
         self.url = url
         self.results: list[StreamResult] = []
         self.refused = 0
+        self.open: dict[int, str] = {}  # client thread -> the cluster streaming to it now
 
     def once(self) -> None:
-        result = stream_once(self.url)
+        me = threading.get_ident()
+        result = stream_once(self.url, lambda cluster: self.open.__setitem__(me, cluster))
+        self.open.pop(me, None)
         if result is None:
             self.refused += 1
             time.sleep(0.05)
@@ -197,6 +203,13 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
             assert sum(load.count() for load in loads) > 20 and not before, before[:5]
             served = {r[2] for load in loads for r in load.results if r[1] == 200}
             assert served == {"dev-1", "dev-2", "dev-3"}, served
+            # Kill while a stream is open on dev-3 (the rotation spreads them; wait for it).
+            fx.wait_for(
+                "a stream open on dev-3",
+                lambda: "dev-3" in streams.open.values(),
+                timeout=60,
+                interval=0.05,
+            )
             down = time.monotonic()
             for process in victim.processes:  # every process of dev-3, at once (SIGKILL:
                 with contextlib.suppress(ProcessLookupError):  # no graceful drain)
