@@ -72,10 +72,20 @@ def models(replicas: int, image: str, load_time: float) -> str:
     return yaml.safe_dump_all([dep, svc], sort_keys=False)
 
 
+def _key() -> dict[str, str]:
+    """Caller `dev`'s key: specs/dev lets only callers with a key in (the dev fleet wrote it)."""
+    from modelplane.devfleet.fleet import STATE_ENV
+
+    path = Path(os.environ.get(STATE_ENV, "")) / "callers" / "dev"
+    return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.is_file() else {}
+
+
 def chat(url: str) -> tuple[int, str]:
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}).encode()
     req = urllib.request.Request(
-        url + "v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        url + "v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json", **_key()},
     )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:

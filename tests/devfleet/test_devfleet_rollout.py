@@ -31,6 +31,7 @@ from tests.fixtures.devfleet import (
     REPO,
     Deployer,
     api_client,
+    caller_headers,
     check,
     model_deployment,
     model_service,
@@ -75,7 +76,7 @@ def chat(url: str, timeout: float = 10.0) -> tuple[int, str]:
         url + "v1/chat/completions",
         data=body,
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **caller_headers()},
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:

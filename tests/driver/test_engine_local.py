@@ -100,13 +100,16 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert all(new_name in name for name in added), added
     added_kinds = sorted(yaml.safe_load(after[n])["kind"] for n in added)
     assert added_kinds == ["Deployment", "HTTPRoute", "ResourceClaimTemplate", "Service"]
-    # The existing replica's objects are untouched; the ModelService route gains a backend.
-    (route,) = changed
-    assert yaml.safe_load(after[route])["kind"] == "HTTPRoute"
-    assert new_name in after[route] and new_name not in before[route]
+    # The existing replica's objects are untouched; the ModelService route gains a backend
+    # and the deployment's front-door check (api.md "Private hops") the new replica's route.
+    kinds = {yaml.safe_load(after[n])["kind"]: n for n in changed}
+    assert sorted(kinds) == ["HTTPRoute", "SecurityPolicy"], changed
+    for name in changed:
+        assert new_name in after[name] and new_name not in before[name], name
     assert not any(replica["name"] in name for name in changed)
     deploy, gateway = third.result("deploy-demo-qwen"), third.result("gateway")
-    assert deploy.count("update") == deploy.count("delete") == deploy.count("replace") == 0
+    assert deploy.count("update") == 1  # the front-door SecurityPolicy's targets
+    assert deploy.count("delete") == deploy.count("replace") == 0
     assert gateway.count("update") == 1 and gateway.count("delete") == 0
 
     # The cluster stack alone is refused while the other stacks hold objects on it.
