@@ -82,8 +82,11 @@ def status(
     target, why it halted or rolled back."""
     from modelplane.driver.rollouts import progress
 
-    f = _load(fleet, lock)
-    records = f.runtime.rollouts()
+    if deployment:  # an unknown one is an error naming the fleet's deployments
+        f, records = _record(fleet, deployment, lock)
+    else:
+        f = _load(fleet, lock)
+        records = f.runtime.rollouts()
     keys = [deployment] if deployment else sorted(f.spec.deployments)
     rows = []
     for key in keys:

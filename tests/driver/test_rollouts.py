@@ -555,8 +555,13 @@ def test_rollout_verbs(tmp_path: Path) -> None:
     # The next up goes back to the last good revision and stays there.
     again = prepare(spec, prepared.lock, state.rollouts())
     assert again.rolling == [] and {r.revision for r in again.lock.replicas_of(KEY)} == {a}
-    unknown = cli("pause", str(fleet_dir), "team/nope", "--yes")
-    assert unknown.returncode == 2 and "no ModelDeployment team/nope" in unknown.stderr
+    for verb in (
+        ["pause", str(fleet_dir), "team/nope", "--yes"],
+        ["status", str(fleet_dir), "team/nope"],
+    ):
+        unknown = cli(*verb)
+        assert unknown.returncode == 2 and "no ModelDeployment team/nope" in unknown.stderr, verb
+        assert "Traceback" not in unknown.stderr
 
 
 def test_all_at_once_mid_rollout_finishes_it_and_routes_every_replica(tmp_path: Path) -> None:
