@@ -33,7 +33,7 @@ local: setup
 	@echo "next:       .venv/bin/modelplane status specs/local   (with PULUMI_CONFIG_PASSPHRASE=modelplane-local)"
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # The dev fleet's Prometheus (optional: 25-45 min cold on 2 cores) and the tests that use it
 # (`make test` deselects them and says so).
