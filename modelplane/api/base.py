@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -38,6 +38,15 @@ class Strict(BaseModel):
         strict=True,
         allow_inf_nan=False,
     )
+
+
+def no_repeats(names: Iterable[str], rule: str) -> None:
+    """A ValueError ``<rule>; repeated: a, b`` when a name stands more than once (for the
+    list validators: device, pool, container names, metric types)."""
+    seen = list(names)
+    dupes = sorted({n for n in seen if seen.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{rule}; repeated: {', '.join(dupes)}")
 
 
 def trusted_builder(cls: type[M]) -> Callable[..., M]:

@@ -15,6 +15,7 @@ from modelplane.api.base import (
     LabelSelector,
     ObjectMeta,
     Strict,
+    no_repeats,
 )
 from modelplane.api.limits import Int32, Replicas
 from modelplane.api.pod_template import PodTemplate
@@ -74,10 +75,7 @@ class NodeSelector(Strict):
     @field_validator("devices")
     @classmethod
     def _unique(cls, devices: list[DeviceRequest]) -> list[DeviceRequest]:
-        names = [d.name for d in devices]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"device request names must be unique; repeated: {', '.join(dupes)}")
+        no_repeats((d.name for d in devices), "device request names must be unique")
         return devices
 
     @property
