@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -148,6 +148,19 @@ class ObjectMeta(Strict):
     """
     annotations: dict[str, str] = Field(default_factory=dict)
     """Free-form annotations, kept with the object and not interpreted."""
+
+
+class Namespaced(Strict):
+    """A namespaced kind (ModelDeployment, ModelService, ModelEndpoint, ModelCache): ``key``,
+    ``<namespace>/<name>``, names it across the fleet. No field of its own: each kind
+    declares its ``metadata`` (the schemas keep their field order)."""
+
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
 class LabelSelectorRequirement(Strict):

@@ -13,6 +13,7 @@ from modelplane.api.base import (
     DNSLabel,
     LabelKey,
     LabelSelector,
+    Namespaced,
     ObjectMeta,
     Strict,
     no_repeats,
@@ -302,15 +303,11 @@ class ModelDeploymentSpec(Strict):
         return self.prefill is not None
 
 
-class ModelDeployment(Strict):
+class ModelDeployment(Namespaced):
     api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
     kind: Literal["ModelDeployment"] = "ModelDeployment"
     metadata: ObjectMeta
     spec: ModelDeploymentSpec
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     def template_labels(self) -> dict[str, str]:
         """Labels from the pod templates (both roles' merged, prefill first)."""
