@@ -251,14 +251,7 @@ class EKSCluster(pulumi.ComponentResource):
                 "AmazonSSMManagedInstanceCore",
             )
         ]
-        efs_csi_role = aws.iam.Role(
-            f"{name}-efs-csi",
-            assume_role_policy=assume_role_policy(
-                "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
-            ),
-            tags=tags,
-            opts=self._opts(),
-        )
+        efs_csi_role = self._pod_identity_role(f"{name}-efs-csi", tags)
         efs_csi_policy = aws.iam.RolePolicyAttachment(
             f"{name}-efs-csi-policy",
             role=efs_csi_role.name,
@@ -384,14 +377,7 @@ class EKSCluster(pulumi.ComponentResource):
         self.autoscaler_identity: aws.eks.PodIdentityAssociation | None = None
         self.region = args.region
         if any(p.max_node_count > p.desired_size for p in pools):
-            autoscaler_role = aws.iam.Role(
-                f"{name}-cluster-autoscaler",
-                assume_role_policy=assume_role_policy(
-                    "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
-                ),
-                tags=tags,
-                opts=self._opts(),
-            )
+            autoscaler_role = self._pod_identity_role(f"{name}-cluster-autoscaler", tags)
             autoscaler_policy_ = aws.iam.RolePolicy(
                 f"{name}-cluster-autoscaler",
                 role=autoscaler_role.id,
@@ -461,6 +447,17 @@ class EKSCluster(pulumi.ComponentResource):
                 "file_system_id": self.file_system_id,
                 "vpc_id": self.vpc_id,
             }
+        )
+
+    def _pod_identity_role(self, name: str, tags: dict[str, str]) -> aws.iam.Role:
+        """An IAM role EKS Pod Identity hands to a service account's pods."""
+        return aws.iam.Role(
+            name,
+            assume_role_policy=assume_role_policy(
+                "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
+            ),
+            tags=tags,
+            opts=self._opts(),
         )
 
     def _subnet(
