@@ -101,12 +101,9 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(
+                # Not waited on here: both start at once, the front door's check covers it.
                 running_traefik(
-                    tmp_path,
-                    workload,
-                    lambda port: post(port, "/demo/qwen-a/v1/x", {})[0] == 401,
-                    name="workload",
-                    port=workload_port,
+                    tmp_path, workload, lambda _: True, name="workload", port=workload_port
                 )
             )
             # With the access log the InferenceGateway's Traefik writes (`modelplane usage`).
@@ -116,6 +113,7 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
                     front,
                     lambda port: (
                         post(port, "/demo/chat/v1/x", {"x-api-key": KEYS["batch"]})[0] == 200
+                        and post(workload_port, "/demo/qwen-a/v1/x", {})[0] == 401
                     ),
                     *access_log_arguments(str(tmp_path / "access.log")),
                     name="front",
