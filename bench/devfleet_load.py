@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
 import tempfile
@@ -122,12 +121,11 @@ def measure_in_namespace(
     pid = os.fork()
     if pid == 0:  # child
         os.close(read)
+        from bench.devfleet_common import dev_caller_key
         from modelplane.devfleet import netns
-        from modelplane.devfleet.fleet import STATE_ENV
 
         netns.enter(ns)
-        key = (Path(os.environ[STATE_ENV]) / "callers" / "dev").read_text().strip()
-        FRONT_HEADERS["Authorization"] = f"Bearer {key}"
+        FRONT_HEADERS["Authorization"] = f"Bearer {dev_caller_key()}"
         asyncio.run(_load(direct, front, 20, 3))  # warm-up: connections, Traefik's routers
         result = {str(c): _summary(*asyncio.run(_load(direct, front, c, seconds))) for c in loads}
         os.write(write, json.dumps(result).encode())
@@ -166,7 +164,7 @@ def service_backends(cluster: str, rest, deployments: dict[str, float]) -> list[
 
 
 def main() -> int:
-    from modelplane.devfleet import fleet as devfleet
+    from bench.devfleet_common import dev_fleet_with_specs
     from modelplane.driver.fleet import Fleet
 
     parser = argparse.ArgumentParser()
@@ -175,42 +173,27 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        state = Path(tmp) / "state"
-        os.environ[devfleet.STATE_ENV] = str(state)
-        fleet = devfleet.up(state, clusters=3, specs=ROOT / "specs" / "dev")
-        try:
-            specs = Path(tmp) / "dev"
-            shutil.copytree(
-                ROOT / "specs" / "dev",
-                specs,
-                ignore=shutil.ignore_patterns(".modelplane", "*.lock.yaml", "Pulumi.*.yaml"),
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        dev_fleet_with_specs(Path(tmp), "dev") as (fleet, specs, env),
+    ):
+        f = Fleet.load(specs, env=env)
+        run = f.up()
+        assert all(r.ok for r in run.results), [(r.stack, r.error) for r in run.results]
+        url = (f.status().gateway.get("services") or {})["demo/chat"]
+        front = url.replace(":80/", "/").rstrip("/")
+        host = front.split("//", 1)[1].split("/", 1)[0]
+        front = front.replace(host, f"{host}:8000", 1) + "/v1/chat/completions"
+        # demo/chat: qwen (weight 3) and mistral-pd (weight 1), over every cluster.
+        direct: list[tuple[str, float]] = []
+        for cluster in fleet.clusters:
+            direct += service_backends(
+                cluster.name, cluster.rest(), {"qwen": 3.0, "mistral-pd": 1.0}
             )
-            env = {
-                **os.environ,
-                "PULUMI_CONFIG_PASSPHRASE": "bench",
-                "KUBECONFIG": "",
-                "PULUMI_HOME": str(Path(tmp) / "pulumi-home"),
-            }
-            f = Fleet.load(specs, env=env)
-            run = f.up()
-            assert all(r.ok for r in run.results), [(r.stack, r.error) for r in run.results]
-            url = (f.status().gateway.get("services") or {})["demo/chat"]
-            front = url.replace(":80/", "/").rstrip("/")
-            host = front.split("//", 1)[1].split("/", 1)[0]
-            front = front.replace(host, f"{host}:8000", 1) + "/v1/chat/completions"
-            # demo/chat: qwen (weight 3) and mistral-pd (weight 1), over every cluster.
-            direct: list[tuple[str, float]] = []
-            for cluster in fleet.clusters:
-                direct += service_backends(
-                    cluster.name, cluster.rest(), {"qwen": 3.0, "mistral-pd": 1.0}
-                )
-            time.sleep(2)
-            result = measure_in_namespace(
-                fleet.netns, direct, front, [args.clients, args.light], args.seconds
-            )
-        finally:
-            devfleet.down(state)
+        time.sleep(2)
+        result = measure_in_namespace(
+            fleet.netns, direct, front, [args.clients, args.light], args.seconds
+        )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     print(f"{len(direct)} backends; clients alternate both paths; inside the fleet's namespace")

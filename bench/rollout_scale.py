@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -74,10 +72,10 @@ def models(replicas: int, image: str, load_time: float) -> str:
 
 def _key() -> dict[str, str]:
     """Caller `dev`'s key: specs/dev lets only callers with a key in (the dev fleet wrote it)."""
-    from modelplane.devfleet.fleet import STATE_ENV
+    from bench.devfleet_common import dev_caller_key
 
-    path = Path(os.environ.get(STATE_ENV, "")) / "callers" / "dev"
-    return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.is_file() else {}
+    key = dev_caller_key()
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def chat(url: str) -> tuple[int, str]:
@@ -157,7 +155,7 @@ def one_size(specs: Path, env: dict[str, str], n: int, load: float, clients: int
 
 
 def main() -> int:
-    from modelplane.devfleet import fleet as devfleet
+    from bench.devfleet_common import dev_fleet_with_specs
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--replicas", type=int, nargs="+", default=[3])
@@ -166,30 +164,14 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        state = Path(tmp) / "state"
-        os.environ[devfleet.STATE_ENV] = str(state)
-        devfleet.up(state, clusters=3, specs=ROOT / "specs" / "dev")
-        try:
-            specs = Path(tmp) / "fleet"
-            shutil.copytree(
-                ROOT / "specs" / "dev",
-                specs,
-                ignore=shutil.ignore_patterns(".modelplane", "*.lock.yaml", "Pulumi.*.yaml"),
-            )
-            env = {
-                **os.environ,
-                "PULUMI_CONFIG_PASSPHRASE": "bench",
-                "KUBECONFIG": "",
-                "PULUMI_HOME": str(Path(tmp) / "pulumi-home"),
-                "MODELPLANE_DEV_FLEET_STATE": str(state),
-            }
-            for n in args.replicas:
-                result = one_size(specs, env, n, args.load_time, args.clients)
-                results.append(result)
-                print(json.dumps(result), flush=True)
-        finally:
-            devfleet.down(state)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        dev_fleet_with_specs(Path(tmp), "fleet") as (_, specs, env),
+    ):
+        for n in args.replicas:
+            result = one_size(specs, env, n, args.load_time, args.clients)
+            results.append(result)
+            print(json.dumps(result), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

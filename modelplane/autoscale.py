@@ -203,33 +203,28 @@ HTTP_REQUESTS = "http_requests_total"
 HTTP_ERRORS = "http_requests_total:5xx"  # the 5xx answers among them (parse_metrics)
 
 
+_SUMMED = {
+    "queueDepth": "vllm:num_requests_waiting",
+    "runningRequests": "vllm:num_requests_running",
+    "requestSuccess": "vllm:request_success_total",
+    # The serving health a rollout's analysis compares (modelplane.rollout.ServingHealth).
+    "requests": HTTP_REQUESTS,
+    "errors": HTTP_ERRORS,
+    "ttftSum": "vllm:time_to_first_token_seconds_sum",
+    "ttftCount": "vllm:time_to_first_token_seconds_count",
+}
+_HIGHEST = {"kvCacheUsage": "vllm:gpu_cache_usage_perc"}
+
+
 def replica_values(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """A replica's metric values from its serving pods' vLLM samples (`parse_metrics`):
     sums, except `kvCacheUsage` (the highest); `requestSuccess` is the counter (summed)."""
     out: dict[str, float] = {}
-    sums = {
-        "queueDepth": "vllm:num_requests_waiting",
-        "runningRequests": "vllm:num_requests_running",
-        "requestSuccess": "vllm:request_success_total",
-    }
-    for kind, name in sums.items():
-        found = [s[name] for s in samples if name in s]
-        if found:
-            out[kind] = float(sum(found))
-    # The serving health a rollout's analysis compares (modelplane.rollout.ServingHealth).
-    serving = {
-        "requests": HTTP_REQUESTS,
-        "errors": HTTP_ERRORS,
-        "ttftSum": "vllm:time_to_first_token_seconds_sum",
-        "ttftCount": "vllm:time_to_first_token_seconds_count",
-    }
-    for kind, name in serving.items():
-        found = [s[name] for s in samples if name in s]
-        if found:
-            out[kind] = float(sum(found))
-    usage = [s["vllm:gpu_cache_usage_perc"] for s in samples if "vllm:gpu_cache_usage_perc" in s]
-    if usage:
-        out["kvCacheUsage"] = float(max(usage))
+    for kinds, combine in ((_SUMMED, sum), (_HIGHEST, max)):
+        for kind, name in kinds.items():
+            found = [s[name] for s in samples if name in s]
+            if found:
+                out[kind] = float(combine(found))
     return out
 
 

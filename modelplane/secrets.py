@@ -166,6 +166,32 @@ def expand_path_variables(text: str, env: Mapping[str, str]) -> tuple[str, list[
     return _VARIABLE.sub(value, text), missing
 
 
+def ensure_caller_key_files(
+    fleet_spec: object, place: Callable[[str], Path | None], inside: Path
+) -> list[Path]:
+    """A random API key (``sk-mp-...``, mode 0600) for each InferenceGateway caller whose
+    secretRef is a ``file:<path>`` that ``place`` turns into a file (None: not one to make)
+    inside the directory ``inside`` and that does not exist yet: the keys `up` and `dev-fleet
+    up` make for the fleet's own state, never the specs. Returns the files written (never
+    their content)."""
+    import secrets
+
+    gateway = getattr(fleet_spec, "gateway", None)
+    auth = gateway.spec.auth if gateway is not None else None
+    written: list[Path] = []
+    for caller in auth.callers if auth is not None else []:
+        name = caller.secret_ref.name
+        path = place(name[len(FILE_PREFIX) :]) if name.startswith(FILE_PREFIX) else None
+        if path is None or path.exists() or not path.resolve().is_relative_to(inside.resolve()):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"sk-mp-{secrets.token_urlsafe(32)}\n")
+        written.append(path)
+    return written
+
+
 def configured_secret_keys(fleet_dir: Path, stack: str) -> frozenset[str]:
     """The config keys `Pulumi.<stack>.yaml` in the fleet directory holds (never the values:
     a secret's presence is enough to know `up` can resolve it)."""

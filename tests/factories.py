@@ -255,3 +255,24 @@ def lock(
             }
         }
     )
+
+
+def draining(
+    lock: PlacementLock, names: Iterable[str], *, gone: Iterable[str] = ()
+) -> PlacementLock:
+    """``lock`` with exactly the replicas ``names`` draining (every other one not) and the
+    replicas ``gone`` left out."""
+    drain, out = set(names), set(gone)
+    deployments = {
+        key: d.model_copy(
+            update={
+                "replicas": [
+                    r.model_copy(update={"draining": r.name in drain})
+                    for r in d.replicas
+                    if r.name not in out
+                ]
+            }
+        )
+        for key, d in lock.deployments.items()
+    }
+    return lock.model_copy(update={"deployments": deployments})

@@ -24,6 +24,7 @@ the EFS CSI driver (with its IAM role bound through EKS Pod Identity) after the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -173,30 +174,11 @@ class EKSCluster(pulumi.ComponentResource):
         self.public_subnets: dict[str, aws.ec2.Subnet] = {}
         associations: list[pulumi.Resource] = []
         self.private_subnets: dict[str, aws.ec2.Subnet] = {}
-        cluster_tag = f"kubernetes.io/cluster/{cluster_name}"
         for plan in plans:
-            public = aws.ec2.Subnet(
-                f"{name}-public-{plan.zone}",
-                vpc_id=vpc.id,
-                cidr_block=plan.public_cidr,
-                availability_zone=plan.zone,
-                map_public_ip_on_launch=True,
-                tags={
-                    **tags,
-                    cluster_tag: "shared",
-                    "kubernetes.io/role/elb": "1",
-                    "Name": f"{cluster_name}-public-{plan.zone}",
-                },
-                opts=self._opts(),
+            public, association = self._subnet(
+                name, cluster_name, "public", plan.zone, plan.public_cidr, vpc, tags, public_rt
             )
-            associations.append(
-                aws.ec2.RouteTableAssociation(
-                    f"{name}-public-{plan.zone}",
-                    subnet_id=public.id,
-                    route_table_id=public_rt.id,
-                    opts=self._opts(),
-                )
-            )
+            associations.append(association)
             self.public_subnets[plan.zone] = public
         # One NAT gateway in the first block's public subnet, or (natGateways: PerZone) one per
         # zone, each zone's private subnet routed through its own: no single point of failure
@@ -229,28 +211,11 @@ class EKSCluster(pulumi.ComponentResource):
             )
         first_table = private_tables[plans[0].zone]
         for plan in plans:
-            private = aws.ec2.Subnet(
-                f"{name}-private-{plan.zone}",
-                vpc_id=vpc.id,
-                cidr_block=plan.private_cidr,
-                availability_zone=plan.zone,
-                map_public_ip_on_launch=False,
-                tags={
-                    **tags,
-                    cluster_tag: "shared",
-                    "kubernetes.io/role/internal-elb": "1",
-                    "Name": f"{cluster_name}-private-{plan.zone}",
-                },
-                opts=self._opts(),
+            table = private_tables.get(plan.zone, first_table)
+            private, association = self._subnet(
+                name, cluster_name, "private", plan.zone, plan.private_cidr, vpc, tags, table
             )
-            associations.append(
-                aws.ec2.RouteTableAssociation(
-                    f"{name}-private-{plan.zone}",
-                    subnet_id=private.id,
-                    route_table_id=private_tables.get(plan.zone, first_table).id,
-                    opts=self._opts(),
-                )
-            )
+            associations.append(association)
             self.private_subnets[plan.zone] = private
 
         # --- IAM -----------------------------------------------------------------------
@@ -286,14 +251,7 @@ class EKSCluster(pulumi.ComponentResource):
                 "AmazonSSMManagedInstanceCore",
             )
         ]
-        efs_csi_role = aws.iam.Role(
-            f"{name}-efs-csi",
-            assume_role_policy=assume_role_policy(
-                "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
-            ),
-            tags=tags,
-            opts=self._opts(),
-        )
+        efs_csi_role = self._pod_identity_role(f"{name}-efs-csi", tags)
         efs_csi_policy = aws.iam.RolePolicyAttachment(
             f"{name}-efs-csi-policy",
             role=efs_csi_role.name,
@@ -419,14 +377,7 @@ class EKSCluster(pulumi.ComponentResource):
         self.autoscaler_identity: aws.eks.PodIdentityAssociation | None = None
         self.region = args.region
         if any(p.max_node_count > p.desired_size for p in pools):
-            autoscaler_role = aws.iam.Role(
-                f"{name}-cluster-autoscaler",
-                assume_role_policy=assume_role_policy(
-                    "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
-                ),
-                tags=tags,
-                opts=self._opts(),
-            )
+            autoscaler_role = self._pod_identity_role(f"{name}-cluster-autoscaler", tags)
             autoscaler_policy_ = aws.iam.RolePolicy(
                 f"{name}-cluster-autoscaler",
                 role=autoscaler_role.id,
@@ -497,6 +448,55 @@ class EKSCluster(pulumi.ComponentResource):
                 "vpc_id": self.vpc_id,
             }
         )
+
+    def _pod_identity_role(self, name: str, tags: dict[str, str]) -> aws.iam.Role:
+        """An IAM role EKS Pod Identity hands to a service account's pods."""
+        return aws.iam.Role(
+            name,
+            assume_role_policy=assume_role_policy(
+                "pods.eks.amazonaws.com", "sts:AssumeRole", "sts:TagSession"
+            ),
+            tags=tags,
+            opts=self._opts(),
+        )
+
+    def _subnet(
+        self,
+        name: str,
+        cluster_name: str,
+        kind: Literal["public", "private"],
+        zone: str,
+        cidr: str,
+        vpc: aws.ec2.Vpc,
+        tags: dict[str, str],
+        table: aws.ec2.RouteTable,
+    ) -> tuple[aws.ec2.Subnet, aws.ec2.RouteTableAssociation]:
+        """A block's public or private subnet in ``zone``, tagged for the cluster and for
+        its load balancers (public: internet-facing, with public IPs; private: internal),
+        and its route table association."""
+        subnet = aws.ec2.Subnet(
+            f"{name}-{kind}-{zone}",
+            vpc_id=vpc.id,
+            cidr_block=cidr,
+            availability_zone=zone,
+            map_public_ip_on_launch=kind == "public",
+            tags={
+                **tags,
+                f"kubernetes.io/cluster/{cluster_name}": "shared",
+                "kubernetes.io/role/elb"
+                if kind == "public"
+                else "kubernetes.io/role/internal-elb": "1",
+                "Name": f"{cluster_name}-{kind}-{zone}",
+            },
+            opts=self._opts(),
+        )
+        association = aws.ec2.RouteTableAssociation(
+            f"{name}-{kind}-{zone}",
+            subnet_id=subnet.id,
+            route_table_id=table.id,
+            opts=self._opts(),
+        )
+        return subnet, association
 
     def _opts(
         self, depends_on: Sequence[pulumi.Resource] = (), *, protect: bool = False

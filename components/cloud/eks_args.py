@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from components.cloud.pools import NodePoolShape
+
 POOL_LABEL = "modelplane.ai/pool"
 GPU_LABEL = "modelplane.ai/gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
@@ -31,17 +33,11 @@ class EKSCapacityBlock:
     capacity_reservation_id: str
 
 
-@dataclass(frozen=True)
-class EKSNodePool:
-    name: str
-    role: Literal["System", "GPU"]
+@dataclass(frozen=True, kw_only=True)
+class EKSNodePool(NodePoolShape[EKSGpu]):
+    cloud = "EKS"
     instance_type: str
-    disk_size_gb: int = 100
-    node_count: int = 1
     min_node_count: int = 1
-    max_node_count: int = 8
-    gpu: EKSGpu | None = None
-    zones: tuple[str, ...] = ()
     capacity_block: EKSCapacityBlock | None = None
     fabric: Literal["None", "EFA"] = "None"
     max_unavailable: int = 1
@@ -49,8 +45,7 @@ class EKSNodePool:
     nodes first and never forces an eviction a PodDisruptionBudget refuses."""
 
     def __post_init__(self) -> None:
-        if self.role == "GPU" and (self.gpu is None or not self.zones):
-            raise ValueError(f"EKS node pool {self.name!r}: a GPU pool needs gpu and zones")
+        super().__post_init__()
         if self.role == "GPU" and self.capacity_block is None and self.min_node_count < 1:
             # Upstream cluster-autoscaler's AWS template node carries no ResourceSlices, so
             # it never scales a DRA pool up from zero (kubernetes/autoscaler#7799).

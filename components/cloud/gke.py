@@ -27,7 +27,7 @@ from typing import Literal
 import pulumi
 import pulumi_gcp as gcp
 
-from components.cloud.pools import with_system_pool
+from components.cloud.pools import NodePoolShape, with_system_pool
 from modelplane.api.names import child_name
 
 POOL_LABEL = "modelplane.ai/pool"
@@ -93,17 +93,11 @@ class GKEMaintenanceWindow:
     recurrence: str
 
 
-@dataclass(frozen=True)
-class GKENodePool:
-    name: str
-    role: Literal["System", "GPU"]
+@dataclass(frozen=True, kw_only=True)
+class GKENodePool(NodePoolShape[GKEGpu]):
+    cloud = "GKE"
     machine_type: str
-    disk_size_gb: int = 100
-    node_count: int = 1
     min_node_count: int = 0
-    max_node_count: int = 8
-    gpu: GKEGpu | None = None
-    zones: tuple[str, ...] = ()
     disk_type: str | None = None
     """Boot disk type (None: GKE's default)."""
     reservation: str | None = None
@@ -112,8 +106,7 @@ class GKENodePool:
     """How GKE replaces the pool's nodes in an upgrade (default: surge 1, unavailable 0)."""
 
     def __post_init__(self) -> None:
-        if self.role == "GPU" and (self.gpu is None or not self.zones):
-            raise ValueError(f"GKE node pool {self.name!r}: a GPU pool needs gpu and zones")
+        super().__post_init__()
         if not self.min_node_count <= self.max_node_count:
             raise ValueError(
                 f"GKE node pool {self.name!r}: minNodeCount {self.min_node_count} > "

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from modelplane.api.base import Strict
+from modelplane.api.base import Strict, no_repeats
 
 MetricType = Literal["queueDepth", "runningRequests", "kvCacheUsage", "requestRate"]
 METRIC_TYPES: tuple[MetricType, ...] = (
@@ -96,10 +96,7 @@ class Autoscaling(Strict):
     @field_validator("metrics")
     @classmethod
     def _unique_types(cls, metrics: list[AutoscalingMetric]) -> list[AutoscalingMetric]:
-        types = [m.type for m in metrics]
-        dupes = sorted({t for t in types if types.count(t) > 1})
-        if dupes:
-            raise ValueError(f"each metric type at most once; repeated: {', '.join(dupes)}")
+        no_repeats((m.type for m in metrics), "each metric type at most once")
         return metrics
 
     def clamp(self, count: int) -> int:

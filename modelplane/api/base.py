@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -38,6 +38,15 @@ class Strict(BaseModel):
         strict=True,
         allow_inf_nan=False,
     )
+
+
+def no_repeats(names: Iterable[str], rule: str) -> None:
+    """A ValueError ``<rule>; repeated: a, b`` when a name stands more than once (for the
+    list validators: device, pool, container names, metric types)."""
+    seen = list(names)
+    dupes = sorted({n for n in seen if seen.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{rule}; repeated: {', '.join(dupes)}")
 
 
 def trusted_builder(cls: type[M]) -> Callable[..., M]:
@@ -139,6 +148,19 @@ class ObjectMeta(Strict):
     """
     annotations: dict[str, str] = Field(default_factory=dict)
     """Free-form annotations, kept with the object and not interpreted."""
+
+
+class Namespaced(Strict):
+    """A namespaced kind (ModelDeployment, ModelService, ModelEndpoint, ModelCache): ``key``,
+    ``<namespace>/<name>``, names it across the fleet. No field of its own: each kind
+    declares its ``metadata`` (the schemas keep their field order)."""
+
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"
 
 
 class LabelSelectorRequirement(Strict):

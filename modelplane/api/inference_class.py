@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from modelplane.api import machines
-from modelplane.api.base import API_VERSION, DNSSubdomain, ObjectMeta, Strict
+from modelplane.api.base import API_VERSION, DNSSubdomain, ObjectMeta, Strict, no_repeats
 from modelplane.api.limits import MAX_DISK_GB, Int64
 from modelplane.api.quantities import QuantityStr
 from modelplane.cel.quantity import parse_quantity
@@ -206,10 +206,7 @@ class InferenceClassSpec(Strict):
     @field_validator("devices")
     @classmethod
     def _unique_device_names(cls, devices: list[ClassDevice]) -> list[ClassDevice]:
-        names = [d.name for d in devices]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"device names must be unique; repeated: {', '.join(dupes)}")
+        no_repeats((d.name for d in devices), "device names must be unique")
         return devices
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from modelplane.api.base import (
     ObjectMeta,
     SecretKeyRef,
     Strict,
+    no_repeats,
 )
 from modelplane.api.limits import MAX_CLUSTER_NODES, PoolNodes, Port
 from modelplane.api.maintenance import Maintenance, PoolUpgrade, cloud_problems
@@ -417,11 +418,8 @@ class InferenceClusterSpec(Strict):
     @field_validator("node_pools")
     @classmethod
     def _unique_pool_names(cls, pools: list[NodePool]) -> list[NodePool]:
-        names = [p.name for p in pools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"node pool names must be unique; repeated: {', '.join(dupes)}")
-        if "system" in names:
+        no_repeats((p.name for p in pools), "node pool names must be unique")
+        if any(p.name == "system" for p in pools):
             raise ValueError("the pool name 'system' is reserved for the injected system pool")
         return pools
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from modelplane.api.base import API_VERSION, LabelSelector, ObjectMeta, Strict
+from modelplane.api.base import API_VERSION, LabelSelector, Namespaced, ObjectMeta, Strict
 
 
 class AuthSecret(Strict):
@@ -42,12 +42,8 @@ class ModelCacheSpec(Strict):
         return self
 
 
-class ModelCache(Strict):
+class ModelCache(Namespaced):
     api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
     kind: Literal["ModelCache"] = "ModelCache"
     metadata: ObjectMeta
     spec: ModelCacheSpec
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"

@@ -13,8 +13,10 @@ from modelplane.api.base import (
     DNSLabel,
     LabelKey,
     LabelSelector,
+    Namespaced,
     ObjectMeta,
     Strict,
+    no_repeats,
 )
 from modelplane.api.limits import Int32, Replicas
 from modelplane.api.pod_template import PodTemplate
@@ -74,10 +76,7 @@ class NodeSelector(Strict):
     @field_validator("devices")
     @classmethod
     def _unique(cls, devices: list[DeviceRequest]) -> list[DeviceRequest]:
-        names = [d.name for d in devices]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"device request names must be unique; repeated: {', '.join(dupes)}")
+        no_repeats((d.name for d in devices), "device request names must be unique")
         return devices
 
     @property
@@ -304,15 +303,11 @@ class ModelDeploymentSpec(Strict):
         return self.prefill is not None
 
 
-class ModelDeployment(Strict):
+class ModelDeployment(Namespaced):
     api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
     kind: Literal["ModelDeployment"] = "ModelDeployment"
     metadata: ObjectMeta
     spec: ModelDeploymentSpec
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     def template_labels(self) -> dict[str, str]:
         """Labels from the pod templates (both roles' merged, prefill first)."""

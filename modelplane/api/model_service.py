@@ -13,6 +13,7 @@ from modelplane.api.base import (
     API_VERSION,
     DNSLabel,
     LabelSelector,
+    Namespaced,
     ObjectMeta,
     Strict,
     check_no_owned_labels,
@@ -47,15 +48,11 @@ class ModelServiceSpec(Strict):
         return value
 
 
-class ModelService(Strict):
+class ModelService(Namespaced):
     api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
     kind: Literal["ModelService"] = "ModelService"
     metadata: ObjectMeta
     spec: ModelServiceSpec
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
 
     @property
     def path_prefix(self) -> str:
@@ -133,7 +130,7 @@ class ModelEndpointSpec(Strict):
         return path
 
 
-class ModelEndpoint(Strict):
+class ModelEndpoint(Namespaced):
     api_version: Literal["modelplane.ai/v1alpha1"] = API_VERSION
     kind: Literal["ModelEndpoint"] = "ModelEndpoint"
     metadata: ObjectMeta
@@ -147,7 +144,3 @@ class ModelEndpoint(Strict):
         except ValueError as exc:
             raise_if([("labels", str(exc))])
         return meta
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"

@@ -14,6 +14,7 @@ from modelplane.api.base import (
     LocalObjectReference,
     Strict,
     UserLabels,
+    no_repeats,
 )
 from modelplane.api.limits import NonNegInt64, Port
 from modelplane.api.quantities import QuantityStr
@@ -231,10 +232,7 @@ class TemplateSpec(Strict):
         engines = [c for c in containers if c.name == "engine"]
         if len(engines) != 1:
             raise ValueError(f"exactly one container must be named 'engine' (found {len(engines)})")
-        names = [c.name for c in containers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"container names must be unique; repeated: {', '.join(dupes)}")
+        no_repeats((c.name for c in containers), "container names must be unique")
         return containers
 
     @property

@@ -8,6 +8,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Final, Literal
 
+from modelplane.cel.ordered import KeyOrdered
+
 __all__ = [
     "BINARY_SI",
     "DECIMAL_EXPONENT",
@@ -59,25 +61,25 @@ _EXPONENT_RE: Final = re.compile(r"[eE]([+-]?[0-9]+)")
 _INT32_MAX: Final = 2**31 - 1
 
 
-class Quantity:
+class Quantity(KeyOrdered):
     """An immutable Kubernetes quantity: an exact rational value plus its format.
 
     Equality, hashing and ordering use the value only (``1Gi == 1073741824``,
     ``1000m == 1``); the format only shapes ``str()``.
     """
 
-    __slots__ = ("_value", "_format")
+    __slots__ = ("_key", "_format")
 
     def __init__(self, value: int | Fraction, fmt: QuantityFormat = DECIMAL_SI) -> None:
         if isinstance(value, bool) or not isinstance(value, int | Fraction):
             raise TypeError(f"Quantity value must be int or Fraction, not {type(value).__name__}")
-        self._value = Fraction(value)
+        self._key = Fraction(value)
         self._format: QuantityFormat = fmt
 
     @property
     def value(self) -> Fraction:
         """The exact numeric value."""
-        return self._value
+        return self._key
 
     @property
     def format(self) -> QuantityFormat:
@@ -87,77 +89,41 @@ class Quantity:
     # --- Kubernetes CEL quantity library -------------------------------------------------
     def sign(self) -> int:
         """-1, 0 or 1."""
-        return (self._value > 0) - (self._value < 0)
+        return (self._key > 0) - (self._key < 0)
 
     def is_integer(self) -> bool:
         """True if the value is a whole number that fits an int64."""
-        v = self._value
+        v = self._key
         return v.denominator == 1 and _INT64_MIN <= v.numerator <= MAX_QUANTITY
 
     def as_integer(self) -> int:
         """The value as an int64; ValueError if it is not one."""
         if not self.is_integer():
             raise ValueError(f"quantity {self} cannot be represented as an int64")
-        return self._value.numerator
+        return self._key.numerator
 
     def as_approximate_float(self) -> float:
         """The nearest float."""
-        return float(self._value)
+        return float(self._key)
 
     def add(self, other: Quantity | int) -> Quantity:
         """Sum with a quantity or an integer (keeps this quantity's format)."""
-        return Quantity(self._value + _operand(other), self._format)
+        return Quantity(self._key + _operand(other), self._format)
 
     def sub(self, other: Quantity | int) -> Quantity:
         """Difference with a quantity or an integer (keeps this quantity's format)."""
-        return Quantity(self._value - _operand(other), self._format)
-
-    def compare(self, other: Quantity) -> int:
-        """-1, 0 or 1 as this is less than, equal to or greater than ``other``."""
-        if not isinstance(other, Quantity):
-            raise TypeError(f"cannot compare Quantity with {type(other).__name__}")
-        a, b = self._value, other._value
-        return (a > b) - (a < b)
-
-    # --- Python protocol ----------------------------------------------------------------
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Quantity):
-            return self._value == other._value
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __lt__(self, other: Quantity) -> bool:
-        if isinstance(other, Quantity):
-            return self._value < other._value
-        return NotImplemented
-
-    def __le__(self, other: Quantity) -> bool:
-        if isinstance(other, Quantity):
-            return self._value <= other._value
-        return NotImplemented
-
-    def __gt__(self, other: Quantity) -> bool:
-        if isinstance(other, Quantity):
-            return self._value > other._value
-        return NotImplemented
-
-    def __ge__(self, other: Quantity) -> bool:
-        if isinstance(other, Quantity):
-            return self._value >= other._value
-        return NotImplemented
+        return Quantity(self._key - _operand(other), self._format)
 
     def __repr__(self) -> str:
         return f"Quantity({str(self)!r})"
 
     def __str__(self) -> str:
-        return _format_quantity(self._value, self._format)
+        return _format_quantity(self._key, self._format)
 
 
 def _operand(other: Quantity | int) -> Fraction | int:
     if isinstance(other, Quantity):
-        return other._value
+        return other._key
     if isinstance(other, int) and not isinstance(other, bool):
         return other
     raise TypeError(f"expected a quantity or an int, not {type(other).__name__}")

@@ -6,6 +6,8 @@ import re
 from functools import lru_cache
 from typing import Any, Final
 
+from modelplane.cel.ordered import KeyOrdered
+
 __all__ = ["Semver", "is_semver", "parse_semver"]
 
 _UINT64_MAX: Final = 2**64 - 1
@@ -20,7 +22,7 @@ _SEMVER_RE: Final = re.compile(
 PrereleaseId = int | str
 
 
-class Semver:
+class Semver(KeyOrdered):
     """An immutable semantic version.
 
     Equality, hashing and ordering follow SemVer precedence: build metadata is
@@ -69,41 +71,6 @@ class Semver:
 
     def __reduce__(self) -> tuple[type[Semver], tuple[object, ...]]:
         return (Semver, (self.major, self.minor, self.patch, self.prerelease, self.build))
-
-    def compare(self, other: Semver) -> int:
-        """-1, 0 or 1 by SemVer precedence."""
-        if not isinstance(other, Semver):
-            raise TypeError(f"cannot compare Semver with {type(other).__name__}")
-        a, b = self._key, other._key
-        return (a > b) - (a < b)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Semver):
-            return self._key == other._key
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._key)
-
-    def __lt__(self, other: Semver) -> bool:
-        if isinstance(other, Semver):
-            return self._key < other._key
-        return NotImplemented
-
-    def __le__(self, other: Semver) -> bool:
-        if isinstance(other, Semver):
-            return self._key <= other._key
-        return NotImplemented
-
-    def __gt__(self, other: Semver) -> bool:
-        if isinstance(other, Semver):
-            return self._key > other._key
-        return NotImplemented
-
-    def __ge__(self, other: Semver) -> bool:
-        if isinstance(other, Semver):
-            return self._key >= other._key
-        return NotImplemented
 
     def __str__(self) -> str:
         text = f"{self.major}.{self.minor}.{self.patch}"

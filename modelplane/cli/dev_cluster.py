@@ -58,6 +58,16 @@ def _load(directory: Path) -> DevCluster | None:
         raise _fail(str(exc)) from None
 
 
+def _recorded(directory: Path, *, missing: int) -> DevCluster:
+    """The dev cluster `up` recorded in ``directory``; none: says so and exits with the code
+    ``missing``."""
+    cluster = _load(directory)
+    if cluster is None:
+        typer.echo(f"no dev cluster in {directory}")
+        raise typer.Exit(missing)
+    return cluster
+
+
 def _print_kubeconfig(cluster: DevCluster) -> None:
     path = cluster.kubeconfig_path
     typer.echo(f"kubeconfig: {path}")
@@ -97,10 +107,7 @@ def up(directory: DirOption = DEFAULT_DIR) -> None:
 def down(directory: DirOption = DEFAULT_DIR) -> None:
     """Stop the dev cluster started by `up` in DIR."""
     directory = directory.resolve()
-    cluster = _load(directory)
-    if cluster is None:
-        typer.echo(f"no dev cluster in {directory}")
-        return
+    cluster = _recorded(directory, missing=0)
     try:
         cluster.stop()
     except DevClusterError as exc:
@@ -113,10 +120,7 @@ def down(directory: DirOption = DEFAULT_DIR) -> None:
 def status(directory: DirOption = DEFAULT_DIR) -> None:
     """Show whether the dev cluster in DIR runs (exit code 1 if it does not)."""
     directory = directory.resolve()
-    cluster = _load(directory)
-    if cluster is None:
-        typer.echo(f"no dev cluster in {directory}")
-        raise typer.Exit(1)
+    cluster = _recorded(directory, missing=1)
     for process in cluster.processes:
         state = "running" if process.running() else "stopped"
         typer.echo(f"{process.name}: {state} (pid {process.pid}, log {process.log_path})")

@@ -11,8 +11,9 @@ spec changes. pause/resume/undo ask first, like `up`; --yes skips that.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -28,6 +29,9 @@ from modelplane.cli.engine_verbs import (
     out,
 )
 from modelplane.cli.output import print_json
+
+if TYPE_CHECKING:
+    from modelplane.driver.state import RolloutRecord
 
 app = typer.Typer(help="Show, pause, resume or undo a deployment's rollout.", no_args_is_help=True)
 
@@ -118,31 +122,48 @@ def status(
         out.print(escape(line), highlight=False)
 
 
+def _change(
+    fleet: Path,
+    deployment: str,
+    yes: bool,
+    question: Callable[[RolloutRecord], str],
+    change: Callable[[RolloutRecord], None],
+    usable: Callable[[RolloutRecord], bool] | None = None,
+    why: str | None = None,
+) -> RolloutRecord:
+    """Change the deployment's remembered rollout (one ``usable`` for the change, else exit 1
+    saying ``why``) once the person says yes to ``question``, and record it."""
+    f, records = _record(fleet, deployment, None)
+    record = records.get(deployment)
+    if record is None or (usable is not None and not usable(record)):
+        raise typer.Exit(_nothing(deployment, why) if why else _nothing(deployment))
+    _confirm(question(record), yes)
+    change(record)
+    f.runtime.set_rollouts(records)
+    return record
+
+
 def pause(fleet: FleetDir, deployment: DeploymentArg, yes: YesOpt = False) -> None:
     """Move no further replica of the deployment out of the routes (replicas being updated
     finish and are routed again)."""
-    f, records = _record(fleet, deployment, None)
-    record = records.get(deployment)
-    if record is None:
-        raise typer.Exit(_nothing(deployment))
-    _confirm(f"Pause the rollout of {deployment}", yes)
-    record.paused = True
-    f.runtime.set_rollouts(records)
+
+    def change(record: RolloutRecord) -> None:
+        record.paused = True
+
+    _change(fleet, deployment, yes, lambda _: f"Pause the rollout of {deployment}", change)
     out.print(f"paused: {escape(deployment)}", highlight=False)
 
 
 def resume(fleet: FleetDir, deployment: DeploymentArg, yes: YesOpt = False) -> None:
     """Continue a paused or halted rollout with the next `up` or `reconcile` round."""
-    f, records = _record(fleet, deployment, None)
-    record = records.get(deployment)
-    if record is None:
-        raise typer.Exit(_nothing(deployment))
-    _confirm(f"Resume the rollout of {deployment}", yes)
-    record.paused = False
-    if record.phase == "Paused":
-        record.phase, record.reason = "Progressing", ""
-    record.updating = {}
-    f.runtime.set_rollouts(records)
+
+    def change(record: RolloutRecord) -> None:
+        record.paused = False
+        if record.phase == "Paused":
+            record.phase, record.reason = "Progressing", ""
+        record.updating = {}
+
+    _change(fleet, deployment, yes, lambda _: f"Resume the rollout of {deployment}", change)
     out.print(
         f"resumed: {escape(deployment)} (the next `up` or `reconcile` round continues it)",
         highlight=False,
@@ -152,15 +173,21 @@ def resume(fleet: FleetDir, deployment: DeploymentArg, yes: YesOpt = False) -> N
 def undo(fleet: FleetDir, deployment: DeploymentArg, yes: YesOpt = False) -> None:
     """Roll the deployment back to its last good revision; the spec's revision is not tried
     again until the spec changes."""
-    f, records = _record(fleet, deployment, None)
-    record = records.get(deployment)
-    if record is None or not record.stable or record.stable == record.target:
-        raise typer.Exit(_nothing(deployment, "no earlier good revision to go back to"))
-    _confirm(f"Roll {deployment} back to revision {record.stable}", yes)
-    record.failed, record.target = record.target, record.stable
-    record.phase, record.reason = "RolledBack", f"revision {record.failed} undone by a person"
-    record.paused, record.updating = False, {}
-    f.runtime.set_rollouts(records)
+
+    def change(record: RolloutRecord) -> None:
+        record.failed, record.target = record.target, str(record.stable)
+        record.phase, record.reason = "RolledBack", f"revision {record.failed} undone by a person"
+        record.paused, record.updating = False, {}
+
+    record = _change(
+        fleet,
+        deployment,
+        yes,
+        lambda r: f"Roll {deployment} back to revision {r.stable}",
+        change,
+        usable=lambda r: bool(r.stable) and r.stable != r.target,
+        why="no earlier good revision to go back to",
+    )
     out.print(
         f"undone: {escape(deployment)} goes back to revision {record.target} with the next "
         "`up` or `reconcile` round",

@@ -215,29 +215,19 @@ def ensure_caller_keys(fleet_spec: Any, root: Path) -> list[Path]:
     file of the dev fleet's state directory (``file:${MODELPLANE_DEV_FLEET_STATE}/...``)
     and does not exist yet: the dev fleet's keys live with its other secrets, never in the
     specs. Returns the files written."""
-    import secrets as token
+    from modelplane.secrets import (
+        DEV_FLEET_STATE_ENV,
+        ensure_caller_key_files,
+        expand_path_variables,
+    )
 
-    from modelplane.secrets import DEV_FLEET_STATE_ENV, FILE_PREFIX, expand_path_variables
+    def place(ref: str) -> Path | None:
+        if DEV_FLEET_STATE_ENV not in ref:
+            return None
+        expanded, missing = expand_path_variables(ref, {DEV_FLEET_STATE_ENV: str(root)})
+        return None if missing else Path(expanded)
 
-    gateway = getattr(fleet_spec, "gateway", None)
-    auth = gateway.spec.auth if gateway is not None else None
-    written: list[Path] = []
-    for caller in auth.callers if auth is not None else []:
-        name = caller.secret_ref.name
-        if not name.startswith(FILE_PREFIX) or DEV_FLEET_STATE_ENV not in name:
-            continue
-        expanded, missing = expand_path_variables(
-            name[len(FILE_PREFIX) :], {DEV_FLEET_STATE_ENV: str(root)}
-        )
-        path = Path(expanded)
-        if missing or path.exists() or not path.resolve().is_relative_to(root.resolve()):
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"sk-mp-{token.token_urlsafe(32)}\n")
-        written.append(path)
-    return written
+    return ensure_caller_key_files(fleet_spec, place, root)
 
 
 def _start_service(

@@ -12,7 +12,6 @@ environment takes the place of all of this. The key is never printed or written 
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -86,24 +85,11 @@ def ensure_fleet_caller_keys(fleet_spec: object, fleet_dir: Path) -> list[Path]:
     in the fleet's own state directory (`file:.modelplane/...`, never committed) that does not
     exist yet, as `dev-fleet up` does for its state: `up` makes the example fleets' keys, and
     `modelplane call` reads them. Returns the files written (never their content)."""
-    from modelplane.secrets import FILE_PREFIX, expand_path_variables
+    from modelplane.secrets import ensure_caller_key_files, expand_path_variables
 
-    gateway = getattr(fleet_spec, "gateway", None)
-    auth = gateway.spec.auth if gateway is not None else None
-    state = (fleet_dir / ".modelplane").resolve()
-    written: list[Path] = []
-    for caller in auth.callers if auth is not None else []:
-        name = caller.secret_ref.name
-        if not name.startswith(FILE_PREFIX):
-            continue
-        expanded, missing = expand_path_variables(name[len(FILE_PREFIX) :], {})
+    def place(ref: str) -> Path | None:
+        expanded, missing = expand_path_variables(ref, {})
         path = Path(expanded)
-        path = path if path.is_absolute() else fleet_dir / path
-        if missing or path.exists() or not path.resolve().is_relative_to(state):
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"sk-mp-{secrets.token_urlsafe(32)}\n")
-        written.append(path)
-    return written
+        return None if missing else path if path.is_absolute() else fleet_dir / path
+
+    return ensure_caller_key_files(fleet_spec, place, fleet_dir / ".modelplane")

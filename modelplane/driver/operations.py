@@ -74,13 +74,7 @@ class RunContext:
         error = self.check(unit) if self.check else None
         if error is None:
             return None
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.FAILED,
-            duration=time.monotonic() - started,
-            error=error,
-        )
+        return StackResult.failed(unit, error, time.monotonic() - started)
 
     def progress(self, unit: StackUnit) -> StackProgress:
         progress = StackProgress(unit.name)
@@ -249,13 +243,8 @@ def _rendered_result(
     try:
         rendered = offline.render(unit.name)
     except RenderError as exc:
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.FAILED,
-            duration=time.monotonic() - started,
-            error=f"{reason}, but the offline render failed: {exc.cause}",
-        )
+        error = f"{reason}, but the offline render failed: {exc.cause}"
+        return StackResult.failed(unit, error, time.monotonic() - started)
     new = offline.is_new(unit.name)
     problem = ctx.problem(unit, started)
     result = problem or StackResult(unit.name, unit.tier, Outcome.NEW if new else Outcome.RENDERED)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from modelplane.stacks import Tier
+from modelplane.stacks import StackUnit, Tier
 
 CHANGE_KINDS = ("create", "update", "replace", "delete")
 
@@ -70,6 +70,11 @@ class StackResult:
     resources: list[ResourceChange] = field(default_factory=list)
     note: str | None = None  # why it was skipped / unchanged / what else happened
     warnings: list[str] = field(default_factory=list)  # the engine's warning diagnostics
+
+    @classmethod
+    def failed(cls, unit: StackUnit, error: str, duration: float) -> StackResult:
+        """``unit`` failed with ``error`` after ``duration`` seconds."""
+        return cls(unit.name, unit.tier, Outcome.FAILED, duration=duration, error=error)
 
     @property
     def ok(self) -> bool:

@@ -88,13 +88,8 @@ def _guarded(run: RunStack, unit: StackUnit) -> StackResult:
     try:
         return run(unit)
     except Exception as exc:  # one stack's bug must not take its siblings down
-        return StackResult(
-            unit.name,
-            unit.tier,
-            Outcome.FAILED,
-            duration=time.monotonic() - start,
-            error=f"{type(exc).__name__}: {exc}",
-        )
+        error = f"{type(exc).__name__}: {exc}"
+        return StackResult.failed(unit, error, time.monotonic() - start)
 
 
 def tier_of_stack_name(name: str) -> Tier:

@@ -33,10 +33,10 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:  # imported when used: `plan` reads the cordons and nothing else here
@@ -202,6 +202,39 @@ def _strings(section: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (section or {}).items()}
 
 
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class _Section(Generic[V]):
+    """A document that is one mapping under one name, ``{section: {key: value}}``: read with
+    ``value`` (missing or unreadable: empty), written sorted by key (empty: the document goes,
+    unless ``keep_empty``)."""
+
+    document: str
+    section: str
+    value: Callable[[Any], V]
+    keep_empty: bool = False
+
+    def load(self, store: StateStore) -> dict[str, V]:
+        data = _document(store.load(self.document))
+        try:
+            return {str(k): self.value(v) for k, v in (data.get(self.section) or {}).items()}
+        except (AttributeError, TypeError, ValueError):
+            return {}
+
+    def save(self, store: StateStore, values: Mapping[str, Any]) -> None:
+        if not values and not self.keep_empty:
+            store.delete(self.document)
+        else:
+            store.save(self.document, {self.section: dict(sorted(values.items()))})
+
+
+_UNHEALTHY = _Section(HEALTH, "unhealthySince", float, keep_empty=True)
+_CORDONS = _Section(CORDONS, "cordons", float)
+_SCALED = _Section(SCALE, "replicas", int)
+
+
 class RuntimeState:
     """The runtime state of one fleet, typed, over a :class:`StateStore`."""
 
@@ -228,14 +261,10 @@ class RuntimeState:
 
     def unhealthy_since(self) -> dict[str, float]:
         """Since when each cluster has been unhealthy (written by `reconcile`)."""
-        data = _document(self.store.load(HEALTH))
-        try:
-            return {str(k): float(v) for k, v in (data.get("unhealthySince") or {}).items()}
-        except (ValueError, AttributeError, TypeError):
-            return {}
+        return _UNHEALTHY.load(self.store)
 
     def set_unhealthy_since(self, since: Mapping[str, float]) -> None:
-        self.store.save(HEALTH, {"unhealthySince": dict(sorted(since.items()))})
+        _UNHEALTHY.save(self.store, since)
 
     # -- autoscale.json -------------------------------------------------------------------
 
@@ -310,11 +339,7 @@ class RuntimeState:
 
     def cordons(self) -> dict[str, float]:
         """The cordoned clusters, each with since when (`modelplane drain`)."""
-        data = _document(self.store.load(CORDONS))
-        try:
-            return {str(k): float(v) for k, v in (data.get("cordons") or {}).items()}
-        except (ValueError, AttributeError, TypeError):
-            return {}
+        return _CORDONS.load(self.store)
 
     def cordon(self, cluster: str, at: float) -> bool:
         """Keep `cluster` out of new placements; False when it already was."""
@@ -322,7 +347,7 @@ class RuntimeState:
         if cluster in cordons:
             return False
         cordons[cluster] = at
-        self.store.save(CORDONS, {"cordons": dict(sorted(cordons.items()))})
+        _CORDONS.save(self.store, cordons)
         return True
 
     def uncordon(self, cluster: str) -> bool:
@@ -330,10 +355,7 @@ class RuntimeState:
         cordons = self.cordons()
         if cordons.pop(cluster, None) is None:
             return False
-        if cordons:
-            self.store.save(CORDONS, {"cordons": dict(sorted(cordons.items()))})
-        else:
-            self.store.delete(CORDONS)
+        _CORDONS.save(self.store, cordons)
         return True
 
     # -- rollout.json ---------------------------------------------------------------------
@@ -344,28 +366,17 @@ class RuntimeState:
 
     def set_rollouts(self, records: Mapping[str, RolloutRecord]) -> None:
         """Record exactly these rollouts (none: the document goes)."""
-        if not records:
-            self.store.delete(ROLLOUT)
-            return
-        document = {"deployments": {k: records[k].as_json() for k in sorted(records)}}
-        self.store.save(ROLLOUT, document)
+        _ROLLOUTS.save(self.store, {k: r.as_json() for k, r in records.items()})
 
     # -- scale.json ----------------------------------------------------------------------
 
     def scaled(self) -> dict[str, int]:
         """The autoscaled counts last applied (deployment key -> replicas)."""
-        data = _document(self.store.load(SCALE))
-        try:
-            return {str(k): int(v) for k, v in (data.get("replicas") or {}).items()}
-        except (AttributeError, TypeError, ValueError):
-            return {}
+        return _SCALED.load(self.store)
 
     def set_scaled(self, counts: Mapping[str, int]) -> None:
         """Record exactly these counts (none: the document goes)."""
-        if not counts:
-            self.store.delete(SCALE)
-            return
-        self.store.save(SCALE, {"replicas": dict(sorted(counts.items()))})
+        _SCALED.save(self.store, counts)
 
 
 @dataclass
@@ -419,9 +430,12 @@ class RolloutRecord:
         )
 
 
+_ROLLOUTS = _Section(ROLLOUT, "deployments", dict)
+
+
 def _rollouts(data: Any) -> dict[str, RolloutRecord]:
     out = {}
-    for key, value in (_document(data).get("deployments") or {}).items():
+    for key, value in (_document(data).get(_ROLLOUTS.section) or {}).items():
         try:
             out[str(key)] = RolloutRecord.from_json(value)
         except (AttributeError, KeyError, TypeError, ValueError):

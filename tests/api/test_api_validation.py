@@ -84,6 +84,17 @@ EKS_TWO_SUBNETS = {
     },
 }
 
+
+def _eks(*more: Callable[[Docs], None], zones: list[str] | None = None) -> Callable[[Docs], None]:
+    """The cluster on EKS (two subnet blocks), its pool in ``zones`` (default us-west-2a),
+    then ``more``."""
+    return _all(
+        _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
+        _set("InferenceCluster:spec.nodePools.0.zones", zones or ["us-west-2a"]),
+        *more,
+    )
+
+
 CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
     # Checks the components used to make inside the Pulumi program (as ValueErrors).
     (
@@ -95,10 +106,7 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
     ),
     (
         "eks-zone-without-a-subnet-block",
-        _all(
-            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a", "us-west-2c"]),
-        ),
+        _eks(zones=["us-west-2a", "us-west-2c"]),
         "InferenceCluster c1",
         "spec.nodePools[0].zones",
         "us-west-2c has no subnet block: the blocks of cluster.eks.networking.subnetCidrs are "
@@ -106,31 +114,21 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
     ),
     (
         "eks-explicit-zones-per-block",
-        _all(
-            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
-            _set("InferenceCluster:spec.cluster.eks.networking.zones", ["us-west-2a"]),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
-        ),
+        _eks(_set("InferenceCluster:spec.cluster.eks.networking.zones", ["us-west-2a"])),
         "InferenceCluster c1",
         "spec.cluster.eks.networking",
         "zones has 1 entries but subnetCidrs has 2 blocks",
     ),
     (
         "eks-dra-pool-min-zero",
-        _all(
-            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
-            _set("InferenceCluster:spec.nodePools.0.minNodeCount", 0),
-        ),
+        _eks(_set("InferenceCluster:spec.nodePools.0.minNodeCount", 0)),
         "InferenceCluster c1",
         "spec.nodePools[0].minNodeCount",
         "cannot scale a DRA GPU node group up from zero",
     ),
     (
         "eks-capacity-block-min-below-the-block",
-        _all(
-            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
+        _eks(
             _set("InferenceCluster:spec.nodePools.0.minNodeCount", 1),
             _set(
                 "InferenceCluster:spec.nodePools.0.capacityBlock",
@@ -143,22 +141,14 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
     ),
     (
         "eks-admin-principal-not-an-iam-arn",
-        _all(
-            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
-            _set("InferenceCluster:spec.cluster.eks.adminPrincipals", ["platform-admin"]),
-        ),
+        _eks(_set("InferenceCluster:spec.cluster.eks.adminPrincipals", ["platform-admin"])),
         "InferenceCluster c1",
         "spec.cluster.eks.adminPrincipals",
         "is not an IAM role or user ARN",
     ),
     (
         "eks-public-access-cidr",
-        _all(
-            _set("InferenceCluster:spec.cluster", copy.deepcopy(EKS_TWO_SUBNETS)),
-            _set("InferenceCluster:spec.nodePools.0.zones", ["us-west-2a"]),
-            _set("InferenceCluster:spec.cluster.eks.publicAccessCidrs", ["203.0.113.0/33"]),
-        ),
+        _eks(_set("InferenceCluster:spec.cluster.eks.publicAccessCidrs", ["203.0.113.0/33"])),
         "InferenceCluster c1",
         "spec.cluster.eks.publicAccessCidrs",
         "is not a CIDR block",

@@ -197,6 +197,17 @@ def test_quantity_methods() -> None:
     ]
 
 
+def test_quantity_and_semver_compare_only_with_their_own_kind() -> None:
+    q, v = parse_quantity("1"), parse_semver("1.0.0")
+    assert q != v and v != q and q == parse_quantity("1000m") and v == parse_semver("1.0.0+b")
+    assert len({q, parse_quantity("1000m"), v, parse_semver("1.0.0+b")}) == 2
+    for a, b in ((q, v), (v, q)):
+        with pytest.raises(TypeError, match=f"cannot compare {type(a).__name__} with"):
+            a.compare(b)
+        with pytest.raises(TypeError):
+            _ = a < b  # type: ignore[operator]
+
+
 _DECIMAL = {
     "n": Fraction(1, 10**9),
     "u": Fraction(1, 10**6),

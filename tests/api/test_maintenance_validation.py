@@ -19,6 +19,11 @@ WINDOW = {
 }
 
 
+def _window(**change: str) -> dict[str, Any]:
+    """``spec.maintenance`` with WINDOW, ``change`` applied."""
+    return {"maintenance": {"window": {**WINDOW, **change}}}
+
+
 def _cluster(source: str, **spec: Any) -> dict[str, Any]:
     doc = existing_cluster()
     if source == "GKE":
@@ -44,10 +49,7 @@ def _errors(tmp_path: Path, cluster: dict[str, Any]) -> list[Any]:
     ("source", "spec"),
     [
         ("GKE", {"maintenance": {"window": WINDOW}}),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "recurrence": "FREQ=DAILY", "duration": "4h"}}},
-        ),
+        ("GKE", _window(recurrence="FREQ=DAILY", duration="4h")),
         ("GKE", {"upgrade": {"maxSurge": 2, "maxUnavailable": 0}}),
         ("GKE", {"upgrade": {"maxSurge": 0, "maxUnavailable": 1}}),
         ("GKE", {"upgrade": {"strategy": "BlueGreen"}}),
@@ -78,48 +80,13 @@ W = "spec.maintenance.window"
         ("GKE", {"upgrade": {"strategy": "BlueGreen", "maxSurge": 1}}, P, "for strategy Surge"),
         ("GKE", {"upgrade": {"strategy": "Rolling"}}, f"{P}.strategy", "'Surge' or 'BlueGreen'"),
         ("GKE", {"upgrade": {"surge": 1}}, f"{P}.surge", "unknown field"),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "start": "2026-01-03T01:00:00"}}},
-            f"{W}.start",
-            "UTC",
-        ),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "start": "Saturday 1am Z"}}},
-            f"{W}.start",
-            "RFC 3339",
-        ),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "duration": "3h"}}},
-            f"{W}.duration",
-            "4h..24h",
-        ),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "duration": "6 hours"}}},
-            f"{W}.duration",
-            "hours and minutes",
-        ),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "recurrence": "FREQ=MONTHLY"}}},
-            f"{W}.recurrence",
-            "FREQ=DAILY",
-        ),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "recurrence": "FREQ=WEEKLY;BYDAY=SA,XX"}}},
-            f"{W}.recurrence",
-            "distinct days",
-        ),
-        (
-            "GKE",
-            {"maintenance": {"window": {**WINDOW, "recurrence": "FREQ=WEEKLY;BYDAY=SU"}}},
-            W,
-            "at least 48h",
-        ),
+        ("GKE", _window(start="2026-01-03T01:00:00"), f"{W}.start", "UTC"),
+        ("GKE", _window(start="Saturday 1am Z"), f"{W}.start", "RFC 3339"),
+        ("GKE", _window(duration="3h"), f"{W}.duration", "4h..24h"),
+        ("GKE", _window(duration="6 hours"), f"{W}.duration", "hours and minutes"),
+        ("GKE", _window(recurrence="FREQ=MONTHLY"), f"{W}.recurrence", "FREQ=DAILY"),
+        ("GKE", _window(recurrence="FREQ=WEEKLY;BYDAY=SA,XX"), f"{W}.recurrence", "distinct days"),
+        ("GKE", _window(recurrence="FREQ=WEEKLY;BYDAY=SU"), W, "at least 48h"),
         ("EKS", {"maintenance": {"window": WINDOW}}, W, "EKS has no maintenance window"),
         ("EKS", {"upgrade": {"maxSurge": 1}}, f"{P}.maxSurge", "not settable on EKS"),
         ("EKS", {"upgrade": {"maxUnavailable": 0}}, f"{P}.maxUnavailable", "at least 1"),

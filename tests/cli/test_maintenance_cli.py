@@ -4,25 +4,11 @@ confirmation, unknown clusters, the cordon in the runtime state and in `plan`.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from modelplane.driver.state import RuntimeState
+from tests.cli.helpers import run
 from tests.spec_docs import base_fleet, existing_cluster, write_fleet
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "modelplane", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _fleet(tmp_path: Path) -> Path:

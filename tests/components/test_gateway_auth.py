@@ -548,3 +548,22 @@ def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) 
     with pytest.raises(Exception, match="spec.auth.callers\\[1\\].secretRef"):
         Fleet.load(target, env=env).check_gateway_secrets()
     assert not (tmp_path / "ops.key").exists()
+
+
+def test_auth_up_writes_missing_caller_keys_into_the_fleets_state(tmp_path: Path) -> None:
+    from modelplane.driver.front_door import ensure_fleet_caller_keys
+
+    target = gateway_fleet(
+        tmp_path,
+        "  auth:\n    callers:\n"
+        "    - {name: dev, secretRef: {name: 'file:.modelplane/callers/dev', key: key}}\n"
+        "    - {name: ops, secretRef: {name: ops-keys, key: ops}}\n"
+        "    - {name: out, secretRef: {name: 'file:callers/out', key: key}}\n",
+    )
+    fleet = load_fleet(target).fleet
+    [written] = ensure_fleet_caller_keys(fleet, target)
+    assert written == target / ".modelplane" / "callers" / "dev"
+    key = written.read_text().strip()
+    assert key.startswith("sk-mp-") and written.stat().st_mode & 0o777 == 0o600
+    assert ensure_fleet_caller_keys(fleet, target) == []  # kept: a key is not rotated by `up`
+    assert not (target / "callers").exists()  # never outside the fleet's state directory

@@ -7,7 +7,6 @@ fleet's build): the route's `<service>-auth` forwardAuth against modelplane/auth
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
@@ -20,7 +19,8 @@ import pytest
 from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
 from modelplane import authz
 from tests.components.traefik_helpers import (
-    QuietHandler,
+    HeadersEcho,
+    post_json,
     routes_to,
     running_traefik,
     serve_http,
@@ -29,24 +29,13 @@ from tests.components.traefik_helpers import (
 KEYS = {"team-a": "sk-team-a-0c1d", "batch": "sk-batch-77e2"}
 
 
-class Echo(QuietHandler):
-    """A backend answering 200 with the caller header and key headers it received."""
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        got = {
-            h: self.headers.get(h) for h in ("x-modelplane-caller", "authorization", "x-api-key")
-        }
-        self.answer(200, json.dumps(got).encode())
-
-
 @pytest.fixture
 def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     keys = tmp_path / "callers.json"
     keys.write_text(json.dumps({authz.key_hash(k): c for c, k in KEYS.items()}))
     service = authz.serve(keys, "127.0.0.1", 0)
     threading.Thread(target=service.serve_forever, daemon=True).start()
-    echo = serve_http(Echo)
+    echo = serve_http(HeadersEcho)
     address = f"http://127.0.0.1:{service.server_address[1]}/"
     auth = traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"]
     strip = traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"]
@@ -72,17 +61,7 @@ def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
 
 
 def post(port: int, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("POST", "/demo/chat/v1/chat/completions", body=b"{}", headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-        try:
-            return resp.status, json.loads(raw) if raw else {}
-        except ValueError:
-            return resp.status, {"raw": raw.decode(errors="replace")}
-    finally:
-        conn.close()
+    return post_json(port, "/demo/chat/v1/chat/completions", headers)
 
 
 @pytest.mark.parametrize(

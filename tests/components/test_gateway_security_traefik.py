@@ -9,88 +9,30 @@ Secret's `users` become the inline `users`). Select with `pytest -k "security or
 
 from __future__ import annotations
 
-import http.client
-import json
-import subprocess
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-import yaml
 
 from components.gateway import callers_table
 from components.workload import front_door
 from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
 from modelplane.observe.usage import Counts, access_log_arguments, count_usage
-from tests.components.traefik_helpers import free_port, traefik_binary
+from tests.components.traefik_helpers import (
+    HeadersEcho,
+    free_port,
+    running_traefik,
+    serve_http,
+)
+from tests.components.traefik_helpers import post_json as post
 
 KEYS = {"team-a": "sk-team-a-4e1b", "batch": "sk-batch-90d3"}
 HOP_KEY = "front-door-key-5b7c2d"
-
-
-class Echo:
-    """A backend answering 200 with the headers an engine would see."""
-
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                got = {
-                    h: self.headers.get(h)
-                    for h in ("x-modelplane-caller", "authorization", "x-api-key")
-                }
-                body = json.dumps(got).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-def traefik(
-    binary: Path, port: int, dynamic: dict[str, Any], tmp: Path, name: str, *extra: str
-) -> Any:
-    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(dynamic))
-    return subprocess.Popen(
-        [
-            str(binary),
-            "--global.checkNewVersion=false",
-            "--global.sendAnonymousUsage=false",
-            f"--entryPoints.web.address=127.0.0.1:{port}",
-            f"--providers.file.filename={tmp / f'{name}.yaml'}",
-            "--log.level=ERROR",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def post(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("POST", path, body=b"{}", headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-        try:
-            return resp.status, json.loads(raw) if raw else {}
-        except ValueError:
-            return resp.status, {"raw": raw.decode(errors="replace")}
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -98,12 +40,11 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
     """(front door port, workload gateway port)."""
     from modelplane import authz
 
-    binary = traefik_binary()
     keys = tmp_path / "callers.json"
     keys.write_text(callers_table(KEYS, HOP_KEY))
     service = authz.serve(keys, "127.0.0.1", 0)
     threading.Thread(target=service.serve_forever, daemon=True).start()
-    echo = Echo()
+    echo = serve_http(HeadersEcho)
     workload_port, front_port = free_port(), free_port()
     check = front_door.traefik_check("qwen-front-door", "demo", {})["spec"]["basicAuth"]
     check = {**check, "users": [front_door.htpasswd(HOP_KEY).strip()]}
@@ -120,7 +61,11 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
             },
             "middlewares": {"front-door": {"basicAuth": check}},
             "services": {
-                "echo": {"loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{echo.port}"}]}}
+                "echo": {
+                    "loadBalancer": {
+                        "servers": [{"url": f"http://127.0.0.1:{echo.server_address[1]}"}]
+                    }
+                }
             },
         }
     }
@@ -153,36 +98,32 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
             },
         }
     }
-    processes = [
-        traefik(binary, workload_port, workload, tmp_path, "workload"),
-        # With the access log the InferenceGateway's Traefik writes (`modelplane usage`).
-        traefik(
-            binary,
-            front_port,
-            front,
-            tmp_path,
-            "front",
-            *access_log_arguments(str(tmp_path / "access.log")),
-        ),
-    ]
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                ready = post(front_port, "/demo/chat/v1/x", {"x-api-key": KEYS["batch"]})[0]
-                if ready == 200 and post(workload_port, "/demo/qwen-a/v1/x", {})[0] == 401:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "Traefik did not start"
-            time.sleep(0.1)
-        yield front_port, workload_port
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(
+                # Not waited on here: both start at once, the front door's check covers it.
+                running_traefik(
+                    tmp_path, workload, lambda _: True, name="workload", port=workload_port
+                )
+            )
+            # With the access log the InferenceGateway's Traefik writes (`modelplane usage`).
+            stack.enter_context(
+                running_traefik(
+                    tmp_path,
+                    front,
+                    lambda port: (
+                        post(port, "/demo/chat/v1/x", {"x-api-key": KEYS["batch"]})[0] == 200
+                        and post(workload_port, "/demo/qwen-a/v1/x", {})[0] == 401
+                    ),
+                    *access_log_arguments(str(tmp_path / "access.log")),
+                    name="front",
+                    port=front_port,
+                )
+            )
+            yield front_port, workload_port
     finally:
-        for process in processes:
-            process.terminate()
-            process.wait(10)
         service.shutdown()
-        echo.server.shutdown()
+        echo.shutdown()
 
 
 def test_security_front_door_reaches_the_workload_gateway_with_its_credentials(

@@ -4,6 +4,8 @@ loopback port, loopback HTTP backends and Traefik itself on its file provider.""
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import socket
 import subprocess
 import threading
@@ -49,6 +51,34 @@ class QuietHandler(BaseHTTPRequestHandler):
         return
 
 
+class HeadersEcho(QuietHandler):
+    """A backend answering a POST with 200 and the caller and key headers it received (what
+    an engine behind the gateways would see)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        got = {
+            h: self.headers.get(h) for h in ("x-modelplane-caller", "authorization", "x-api-key")
+        }
+        self.answer(200, json.dumps(got).encode())
+
+
+def post_json(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST ``{}`` to ``path`` on the loopback ``port``: the status and the JSON body (``{}``
+    when empty, ``{"raw": ...}`` when not JSON)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", path, body=b"{}", headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else {}
+        except ValueError:
+            return resp.status, {"raw": raw.decode(errors="replace")}
+    finally:
+        conn.close()
+
+
 def serve_http(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
     """``handler`` on a free loopback port, served by a daemon thread; the caller shuts it."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -65,21 +95,28 @@ def routes_to(service: str, *middlewares: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_traefik(
-    workdir: Path, dynamic: dict[str, Any], started: Callable[[int], bool], *flags: str
+    workdir: Path,
+    dynamic: dict[str, Any],
+    started: Callable[[int], bool],
+    *flags: str,
+    name: str = "dynamic",
+    port: int | None = None,
 ) -> Iterator[int]:
-    """Traefik with the routers, middlewares and services ``dynamic`` (its file provider) on
-    the entry point `web` (a free loopback port, yielded) once ``started(port)`` says so (30 s
-    at most; an OSError counts as not yet); stopped when the block ends."""
+    """Traefik with the routers, middlewares and services ``dynamic`` (its file provider,
+    ``<workdir>/<name>.yaml``) on the entry point `web` (``port``, or a free loopback port;
+    yielded) once ``started(port)`` says so (30 s at most; an OSError counts as not yet);
+    stopped when the block ends."""
     binary = traefik_binary()
-    (workdir / "dynamic.yaml").write_text(yaml.safe_dump(dynamic))
-    port = free_port()
+    config = workdir / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(dynamic))
+    port = port or free_port()
     process = subprocess.Popen(
         [
             str(binary),
             "--global.checkNewVersion=false",
             "--global.sendAnonymousUsage=false",
             f"--entryPoints.web.address=127.0.0.1:{port}",
-            f"--providers.file.filename={workdir / 'dynamic.yaml'}",
+            f"--providers.file.filename={config}",
             *flags,
             "--log.level=ERROR",
         ],

@@ -28,7 +28,7 @@ from modelplane.health.observation import (
 )
 from modelplane.scheduler import schedule
 from modelplane.scheduler.cordon import cordoned_fleet
-from tests.factories import cluster, deployment, fleet, inference_class, pool
+from tests.factories import cluster, deployment, draining, fleet, inference_class, pool
 
 IDLE = {"runningRequests": 0.0, "queueDepth": 0.0}
 BUSY = {"runningRequests": 2.0, "queueDepth": 0.0}
@@ -129,8 +129,8 @@ def test_retire_waits_for_a_serving_replacement(
     )
     assert len(names) == retired, case
     assert set(names) <= old
-    draining = {r.name for r in after.deployments["ml/m"].replicas if r.draining}
-    assert draining == set(names)
+    marked = {r.name for r in after.deployments["ml/m"].replicas if r.draining}
+    assert marked == set(names)
 
 
 def test_retire_takes_a_replica_that_does_not_serve_first() -> None:
@@ -168,20 +168,7 @@ def test_finish_ends_a_drain(
     old = next(r.name for r in lock.deployments["ml/m"].replicas if r.cluster == "a")
     names = {r.name for r in lock.deployments["ml/m"].replicas}
     lock, _ = retire(closed, lock, _seen(lock, names, 0.0), set(), ())
-    lock = lock.model_copy(
-        update={
-            "deployments": {
-                "ml/m": lock.deployments["ml/m"].model_copy(
-                    update={
-                        "replicas": [
-                            r.model_copy(update={"draining": r.name == old})
-                            for r in lock.deployments["ml/m"].replicas
-                        ]
-                    }
-                )
-            }
-        }
-    )
+    lock = draining(lock, {old})
     now = 1000.0
     gone = {} if gone_for is None else {old: now - gone_for}
     done = finish(closed, lock, _seen(lock, names, now, {old: metrics}), gone, now)

@@ -20,7 +20,7 @@ from modelplane.driver.state import RuntimeState
 from modelplane.observe import observe_fleet
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.stacks import StackUnit, Tier
-from tests.factories import cluster, deployment, fleet, inference_class, lock, pool
+from tests.factories import cluster, deployment, draining, fleet, inference_class, lock, pool
 
 # -- the gateway program's record filter ------------------------------------------------------
 
@@ -137,21 +137,8 @@ def test_unready_replicas_leave_cluster_problems_and_drains_to_their_rules() -> 
 
     elsewhere = lock({"ml/m": [("m-b0", "b", 0, {"unified": "gpu"})]})
     assert unready_replicas(elsewhere, _seen()) == {}  # b does not answer: unroutable rules
-    draining = UNREADY_LOCK.model_copy(
-        update={
-            "deployments": {
-                "ml/m": UNREADY_LOCK.deployments["ml/m"].model_copy(
-                    update={
-                        "replicas": [
-                            r.model_copy(update={"draining": r.name == "m-a1"})
-                            for r in UNREADY_LOCK.deployments["ml/m"].replicas
-                        ]
-                    }
-                )
-            }
-        }
-    )
-    assert unready_replicas(draining, _seen(**{"m-a0": (1, 1, 0, 0)})) == {}
+    one_draining = draining(UNREADY_LOCK, {"m-a1"})
+    assert unready_replicas(one_draining, _seen(**{"m-a0": (1, 1, 0, 0)})) == {}
 
 
 SPREAD_LOCK = lock(

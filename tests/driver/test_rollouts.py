@@ -552,6 +552,8 @@ def test_rollout_verbs(tmp_path: Path) -> None:
     assert cli("undo", str(fleet_dir), KEY, "--yes").returncode == 0
     record = state.rollouts()[KEY]
     assert (record.phase, record.target, record.failed) == ("RolledBack", a, b)
+    twice = cli("undo", str(fleet_dir), KEY, "--yes")  # back at the last good one already
+    assert twice.returncode == 1 and "no earlier good revision" in twice.stderr, twice.stderr
     # The next up goes back to the last good revision and stays there.
     again = prepare(spec, prepared.lock, state.rollouts())
     assert again.rolling == [] and {r.revision for r in again.lock.replicas_of(KEY)} == {a}

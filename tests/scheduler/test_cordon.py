@@ -13,7 +13,7 @@ from modelplane.scheduler import schedule
 from modelplane.scheduler.cordon import batch, cordoned, cordoned_fleet, surge
 from modelplane.scheduler.evidence import explain_plan
 from modelplane.scheduler.taints import CORDON_KEY
-from tests.factories import cluster, deployment, fleet, inference_class, pool
+from tests.factories import cluster, deployment, draining, fleet, inference_class, pool
 
 H100 = inference_class("h100", 8)
 
@@ -29,18 +29,6 @@ def _with_rollout(dep: Any, **rollout: Any) -> Any:
 
 def _on(result: Any, key: str = "ml/m") -> list[str]:
     return sorted(r.cluster for r in result.lock.deployments[key].replicas)
-
-
-def _draining(lock: PlacementLock, names: set[str]) -> PlacementLock:
-    deps = {
-        key: d.model_copy(
-            update={
-                "replicas": [r.model_copy(update={"draining": r.name in names}) for r in d.replicas]
-            }
-        )
-        for key, d in lock.deployments.items()
-    }
-    return lock.model_copy(update={"deployments": deps})
 
 
 @pytest.mark.parametrize(
@@ -136,28 +124,14 @@ def test_a_retired_replica_is_never_taken_back_and_the_next_one_moves() -> None:
     old = sorted(r.name for r in step1.deployments["ml/m"].replicas if r.cluster == "a")
     assert len(step1.deployments["ml/m"].replicas) == 3
     # the driver retires one old replica (its replacement serves)
-    step2 = schedule(closed, _draining(step1, {old[0]})).lock
+    step2 = schedule(closed, draining(step1, {old[0]})).lock
     replicas = {r.name: r for r in step2.deployments["ml/m"].replicas}
     assert replicas[old[0]].draining, "a replica draining off a cordoned cluster stays drained"
     assert not replicas[old[1]].draining
     serving = [r for r in replicas.values() if not r.draining]
     assert len(serving) == 3 and sum(r.cluster != "a" for r in serving) == 2
     # the drained one is gone, the last old one retires: no more surge
-    gone = step2.model_copy(
-        update={
-            "deployments": {
-                "ml/m": step2.deployments["ml/m"].model_copy(
-                    update={
-                        "replicas": [
-                            r.model_copy(update={"draining": r.name == old[1]})
-                            for r in step2.deployments["ml/m"].replicas
-                            if r.name != old[0]
-                        ]
-                    }
-                )
-            }
-        }
-    )
+    gone = draining(step2, {old[1]}, gone={old[0]})
     step3 = schedule(closed, gone).lock
     serving3 = [r for r in step3.deployments["ml/m"].replicas if not r.draining]
     assert len(serving3) == 2 and all(r.cluster != "a" for r in serving3)
@@ -166,7 +140,7 @@ def test_a_retired_replica_is_never_taken_back_and_the_next_one_moves() -> None:
 def test_uncordoned_a_draining_replica_may_be_taken_back() -> None:
     spec, previous = _two_on_a()
     name = previous.deployments["ml/m"].replicas[0].name
-    result = schedule(spec, _draining(previous, {name}))
+    result = schedule(spec, draining(previous, {name}))
     assert not any(r.draining for r in result.lock.deployments["ml/m"].replicas)
 
 

@@ -329,8 +329,8 @@ def test_replica_phase_goes_from_pending_to_ready(
     assert d.ready == (1 if phase == "Ready" else 0)
 
 
-def test_service_counts_routable_endpoints() -> None:
-    f = three_clusters()
+def _chat(f: Any) -> Any:
+    """``f`` with the ModelService ml/chat over deployment m."""
     f.services["ml/chat"] = ModelService.model_validate(
         {
             "apiVersion": "modelplane.ai/v1alpha1",
@@ -341,6 +341,11 @@ def test_service_counts_routable_endpoints() -> None:
             },
         }
     )
+    return f
+
+
+def test_service_counts_routable_endpoints() -> None:
+    f = _chat(three_clusters())
     placement = one_replica_each()
     observation = obs(
         healthy("a", replicas={"m-a0": rep(1, 1)}),
@@ -491,20 +496,6 @@ def test_unroutable_clusters(
     f = _with_gateway(three_clusters(), "a")
     view = effective_fleet(f, obs(*seen), {}, NOW, GRACE)
     assert unroutable_clusters(f, placement, view.health) == unroutable
-
-
-def _chat(f: Any) -> Any:
-    f.services["ml/chat"] = ModelService.model_validate(
-        {
-            "apiVersion": "modelplane.ai/v1alpha1",
-            "kind": "ModelService",
-            "metadata": {"name": "chat", "namespace": "ml"},
-            "spec": {
-                "endpoints": [{"selector": {"matchLabels": {"modelplane.ai/deployment": "m"}}}]
-            },
-        }
-    )
-    return f
 
 
 @pytest.mark.parametrize(
