@@ -4,7 +4,7 @@ min and max. Select with `pytest -k autoscal`.
 
 qwen (autoscaled 1..4 on the L4 pools of dev-1..3, stand-ins with 0.2 s service time and
 4 slots) behind the ModelService demo/chat on dev-1's front door. A load step of 10
-concurrent clients for 60 s over a base of 1 scales it out, the end of the step scales it
+concurrent clients for 30 s over a base of 1 scales it out, the end of the step scales it
 back in, with requests flowing and counted throughout. Windows and intervals are short so
 the module stays within minutes.
 """
@@ -29,9 +29,9 @@ pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 QWEN = "demo/qwen"
 CHAT = "demo/chat"
-INTERVAL = 10.0
-DOWN_WINDOW = 20.0
-STEP_SECONDS = 60.0
+INTERVAL = 6.0
+DOWN_WINDOW = 12.0
+STEP_SECONDS = 30.0
 # One `up` (Pulumi stacks) takes 30-100 s on a quiet 2-core machine, up to 9 min when it
 # is saturated: the waits allow for two.
 UP_SLACK = 1200.0
@@ -45,8 +45,8 @@ MODELS = fx.specs_yaml(
             4,
             1,
             scaleUp={"stabilizationWindow": "0s", "maxStep": 3},
-            scaleDown={"stabilizationWindow": "20s", "maxStep": 3},
-            drainTimeout="15s",
+            scaleDown={"stabilizationWindow": f"{DOWN_WINDOW:.0f}s", "maxStep": 3},
+            drainTimeout="8s",
         ),
         service_time="0.2",
         concurrency="4",
