@@ -386,6 +386,9 @@ class RolloutRecord:
     updated: float | None = None
     watching: float | None = None
     """When the last step's replicas joined the routes (the analysis window starts)."""
+    retiring: list[str] = field(default_factory=list)
+    """Old replicas a surge step marked draining in the lock (their replacements serve):
+    removed once drained, also by the next run when this one was interrupted."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -400,6 +403,7 @@ class RolloutRecord:
             "started": self.started,
             "updated": self.updated,
             "watching": self.watching,
+            "retiring": sorted(self.retiring),
         }
 
     @staticmethod
@@ -416,6 +420,7 @@ class RolloutRecord:
             started=data.get("started"),
             updated=data.get("updated"),
             watching=data.get("watching"),
+            retiring=[str(n) for n in (data.get("retiring") or [])],
         )
 
 
