@@ -363,9 +363,19 @@ class Rollouts:
                     self._drained(lock, out)
             # 2. The workloads: drained surplus replicas go, updated ones change, surge
             # replicas are placed (out of the routes until Ready).
-            changed = sorted({*updates, *retiring, *placed})
             if retiring:
                 lock = without(lock, [n for k in retiring for n in retiring[k]])
+                # The next surge replicas go in the same deployment stack run.
+                for key in sorted(set(retiring) - set(placed)):
+                    if key in pending:
+                        _, new = self._step(
+                            key, lock, records[key], observation, routing.unroutable, unready, now
+                        )
+                        if new:
+                            placed[key] = new
+                            for r in new:
+                                records[key].updating[r.name] = now
+            changed = sorted({*updates, *retiring, *placed})
             if updates:
                 lock = _with_revisions(lock, updates, records)
             if placed:
