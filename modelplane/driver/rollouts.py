@@ -135,6 +135,8 @@ def prepare(
         in_use = {r.revision for r in replicas} | {target}
         if record is not None and record.stable:
             in_use.add(record.stable)
+        if record is not None:
+            in_use |= set(record.previous.values())  # which roles an update changed
         kept = {k: v for k, v in templates.items() if k in in_use}
         outdated = any(r.revision != target for r in replicas)
         if outdated:
@@ -289,6 +291,7 @@ class Rollouts:
                 for name in step.route:
                     unready.pop(name, None)
                     record.updating.pop(name, None)
+                    record.previous.pop(name, None)
                 if step.route:
                     record.watching = now
                 if step.state.phase == "RolledBack" and outcome.phase != "RolledBack":
@@ -306,6 +309,9 @@ class Rollouts:
                     updates[key] = fresh
                     for name in fresh:
                         record.updating[name] = now
+                        was = self._revision(lock, key, name)
+                        if was is not None:
+                            record.previous[name] = was
                 if new:
                     placed[key] = new
                     for r in new:
@@ -313,7 +319,7 @@ class Rollouts:
                 timed_out = self._timed_out(record, now)
                 if step.done and not step.waiting and not step.hold and not new:
                     outcome.phase, outcome.reason = record.phase, record.reason
-                    record.updating = {}
+                    record.updating, record.previous = {}, {}
                     pending.remove(key)
                 elif timed_out:
                     record.phase = outcome.phase = "Paused"
@@ -445,7 +451,12 @@ class Rollouts:
                     cluster=r.cluster,
                     revision=r.revision,
                     ready=_ready(
-                        observation, r.cluster, r.name, expected(r.revision), record.updating
+                        observation,
+                        r.cluster,
+                        r.name,
+                        expected(r.revision),
+                        record.updating,
+                        changed_roles(record, r.name, r.revision),
                     ),
                     routed=r.name not in unready and r.cluster not in unroutable,
                     wave=wave_of(r.cluster, labels.get(r.cluster, {}), dep.spec.rollout.waves),
@@ -613,15 +624,33 @@ class Rollouts:
         self.state.set_rollouts(records)
 
 
+def changed_roles(record: RolloutRecord, name: str, revision: str | None) -> set[str] | None:
+    """The roles whose pods an update of replica ``name`` to ``revision`` replaces: those
+    whose template differs between the revision it came from and ``revision`` (every role
+    when the cache changed; None: not known, every role)."""
+    was = record.previous.get(name)
+    old = record.templates.get(was or "")
+    new = record.templates.get(revision or "")
+    if not old or not new:
+        return None
+    if old.get("modelCacheRef") != new.get("modelCacheRef"):
+        return None
+    before, after = old.get("roles") or {}, new.get("roles") or {}
+    return {role for role in {*before, *after} if before.get(role) != after.get(role)}
+
+
 def _ready(
     observation: Observation,
     cluster: str,
     name: str,
     expected: int,
     updating: Mapping[str, float],
+    changed: set[str] | None = None,
 ) -> bool:
     """Every pod of the replica Ready; for a replica being updated, only pods created after
-    its update count (creation times have whole seconds)."""
+    its update count (creation times have whole seconds) -- of the roles the update
+    changed, when known (a prefill/decode change of one role leaves the other's pods
+    as they are)."""
     seen = observation.cluster(cluster)
     if seen is None or not seen.reachable:
         return False
@@ -631,7 +660,11 @@ def _ready(
     if got.ready_groups < got.groups:
         return False
     since = updating.get(name)
-    return since is None or (got.created is not None and got.created >= since - 1.0)
+    if since is None:
+        return True
+    if changed is not None and got.role_created and set(changed) <= set(got.role_created):
+        return all(got.role_created[role] >= since - 1.0 for role in changed)
+    return got.created is not None and got.created >= since - 1.0
 
 
 def _health(observation: Observation, replicas: Iterable[ReplicaState]) -> ServingHealth:

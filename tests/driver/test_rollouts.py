@@ -469,14 +469,18 @@ def test_the_analysis_gate_passes_a_healthy_revision(tmp_path: Path) -> None:
 
 
 class PDSim(Sim):
-    """Prefill/decode replicas: the decode pod follows the prefill pod ``lag`` seconds after an
-    update (the two workloads are separate objects); a replica routed while its roles run
-    different revisions is a violation."""
+    """Prefill/decode replicas: an update replaces the pods of the roles whose template changed
+    (``changes``), the decode pod ``lag`` seconds after the prefill pod (the two workloads are
+    separate objects); a replica routed while its roles run different revisions, or updated
+    while routed, is a violation."""
 
     lag = 4.0
 
-    def __init__(self, state: RuntimeState, lock: PlacementLock, load: float) -> None:
+    def __init__(
+        self, state: RuntimeState, lock: PlacementLock, load: float, changes: set[str]
+    ) -> None:
         super().__init__(state, lock, load)
+        self.changes = changes
         self.decode = {n: list(p) for n, p in self.pods.items()}
         self.decode_next: dict[str, tuple[list[Any], float]] = {}
 
@@ -488,10 +492,21 @@ class PDSim(Sim):
                 )
 
     def apply(self, lock: PlacementLock, stacks: list[str]) -> bool:
+        if deploy_stack(KEY) in stacks:
+            for r in lock.replicas_of(KEY):
+                if r.name in self.pending or self.pods[r.name][0] == r.revision:
+                    continue
+                if r.name in self.routed:
+                    self.violations.append(f"{r.name} updated while routed")
+                if "prefill" not in self.changes:  # its Deployment is unchanged: same pod
+                    self.pods[r.name][0] = r.revision
         ok = super().apply(lock, stacks)
         for r in lock.replicas_of(KEY):
             target = self.decode_next.get(r.name, (self.decode[r.name], 0.0))[0]
             if target[0] != r.revision:
+                if "decode" not in self.changes:
+                    self.decode[r.name][0] = r.revision
+                    continue
                 at = self.now + self.lag
                 self.decode_next[r.name] = ([r.revision, at, at + self.load], at)
         self.mixed_routed()
@@ -509,11 +524,14 @@ class PDSim(Sim):
         self.tick()
         clusters: dict[str, ClusterObservation] = {}
         for r in lock.replicas_of(KEY):
-            pods = [self.pods[r.name], self.decode[r.name]]
-            started = [p for p in pods if p[1] <= self.now]
-            ready = sum(1 for p in started if self.now >= p[2])
+            roles = {"prefill": self.pods[r.name], "decode": self.decode[r.name]}
+            started = {role: p for role, p in roles.items() if p[1] <= self.now}
+            ready = sum(1 for p in started.values() if self.now >= p[2])
             seen = ReplicaObservation(
-                pods=len(started), ready_pods=ready, created=min(p[1] for p in started)
+                pods=len(started),
+                ready_pods=ready,
+                created=min(p[1] for p in started.values()),
+                role_created={role: p[1] for role, p in started.items()},
             )
             clusters[r.cluster] = ClusterObservation(
                 r.cluster, reachable=True, replicas={r.name: seen}
@@ -522,21 +540,40 @@ class PDSim(Sim):
         return Observation(self.now, clusters)
 
 
-def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> None:
+PD_CHANGES = [
+    # (name, prefill image, decode image after the change from vllm:a / vllm:a)
+    ("both-roles", "vllm:b", "vllm:b"),
+    ("decode-only", "vllm:a", "vllm:b"),
+    ("prefill-only", "vllm:b", "vllm:a"),
+]
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode"), [c[1:] for c in PD_CHANGES], ids=[c[0] for c in PD_CHANGES]
+)
+def test_prefill_decode_replicas_never_serve_mixed_revisions(
+    tmp_path: Path, prefill: str, decode: str
+) -> None:
+    """Both roles of a replica change in its step, out of the routes; it is routed back once
+    the pods of every role the change touched are new and Ready (a role the change left
+    alone keeps its pods: the rollout does not wait for them to be replaced)."""
     from tests.factories import role
 
-    def pd(image: str) -> Any:
+    def pd(images: dict[str, str]) -> Any:
         dep = deployment(replicas=3)
         del dep["spec"]["workers"]
-        for name in ("prefill", "decode"):
+        for name, image in images.items():
             dep["spec"][name] = role()
             dep["spec"][name]["workers"]["template"]["spec"]["containers"][0]["image"] = image
         docs = [gpu_class(), *(cluster(c) for c in CLUSTERS[:3]), dep]
-        loaded = load_fleet(write_fleet(tmp_path / image.replace(":", "-"), copy.deepcopy(docs)))
+        folder = tmp_path / "-".join(images.values()).replace(":", "")
+        loaded = load_fleet(write_fleet(folder, copy.deepcopy(docs)))
         assert not loaded.errors, loaded.errors
         return loaded.fleet
 
-    old, new = pd("vllm:a"), pd("vllm:b")
+    old = pd({"prefill": "vllm:a", "decode": "vllm:a"})
+    new = pd({"prefill": prefill, "decode": decode})
+    changes = {r for r, image in (("prefill", prefill), ("decode", decode)) if image != "vllm:a"}
     base = locked([None] * 3)
     pools = {"prefill": "gpu", "decode": "gpu"}
     base = PlacementLock(
@@ -556,11 +593,16 @@ def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> 
     }
     state = RuntimeState.at(tmp_path / "state")
     state.set_rollouts(second.records)
-    sim = PDSim(state, second.lock, load=3.0)
-    lock = Rollouts(new, state, sim.world(), deadline=900).run(second.lock, second.rolling)
+    sim = PDSim(state, second.lock, load=3.0, changes=changes)
+    stepper = Rollouts(new, state, sim.world(), ready_timeout=120, deadline=900)
+    lock = stepper.run(second.lock, second.rolling)
+    assert stepper.outcomes[KEY].phase == "Complete", stepper.outcomes[KEY]
     b = revision(new.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
+    assert all(sim.pods[n][0] == sim.decode[n][0] == b for n in sim.pods)
     assert sim.violations == [] and sim.min_routable >= 2
+    record = state.rollouts()[KEY]
+    assert record.previous == {} and record.updating == {}
 
 
 # --------------------------------------------------------------------------- state, plan, people
