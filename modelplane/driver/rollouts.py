@@ -259,6 +259,8 @@ class Rollouts:
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     deadline: float | None = None  # seconds in all (None: until done or halted)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    _full: dict[str, PlacementLock] = field(default_factory=dict)  # no room at this lock
+    _said: set[str] = field(default_factory=set)
 
     def run(self, lock: PlacementLock, keys: Iterable[str]) -> PlacementLock:
         """Step the rollouts of ``keys`` until each is done or halted; the final lock."""
@@ -301,6 +303,8 @@ class Rollouts:
                 if step.retire:
                     retiring[key] = list(step.retire)
                     record.retiring = sorted({*record.retiring, *step.retire})
+                    for name in step.retire:
+                        unready.pop(name, None)  # draining says it from now on
                 for name in step.unroute:
                     if name not in step.retire:
                         unready[name] = ROLLOUT_REASON + step.state.target
@@ -481,9 +485,12 @@ class Rollouts:
         step = plan(spec)
         new: list[LockedReplica] = []
         if step.place:
-            # Make-before-break: the scheduler places the surge replicas on spare capacity.
-            new = self._place(key, lock, step.place, step.state.target)
+            # Make-before-break: the scheduler places the surge replicas on spare capacity
+            # (tried again once the lock changed).
+            if self._full.get(key) != lock:
+                new = self._place(key, lock, step.place, step.state.target)
             if not new:
+                self._full[key] = lock
                 step = self._no_room(key, step, spec, count, plan)
         gate = spec.analysis
         if step.route:
@@ -520,10 +527,12 @@ class Rollouts:
         maxUnavailable 0, wait for the surge replicas already placed, else halt."""
         unavailable, surge = spec.budget(count)
         if unavailable > 0:
-            self.world.message(
-                f"rollout {key}: no spare capacity for a surge replica; "
-                f"rolling within maxUnavailable {unavailable}"
-            )
+            if key not in self._said:
+                self._said.add(key)
+                self.world.message(
+                    f"rollout {key}: no spare capacity for a surge replica; "
+                    f"rolling within maxUnavailable {unavailable}"
+                )
             return plan(spec.model_copy(update={"max_surge": 0}))
         moving = step.route or step.unroute or step.update or step.retire or step.waiting
         if moving:
