@@ -131,6 +131,9 @@ def prepare(
             ):
                 rev = target  # new, placed before rollouts, or nothing to roll it with
             replicas.append(r if rev == r.revision else r.model_copy(update={"revision": rev}))
+        if all(r.revision == target for r in replicas) and any(r.surge for r in replicas):
+            # no rollout left (e.g. finished all at once): surge replicas count as ordinary
+            replicas = [r.model_copy(update={"surge": False}) for r in replicas]
         deployments[key] = locked.model_copy(update={"replicas": replicas})
         in_use = {r.revision for r in replicas} | {target}
         if record is not None and record.stable:

@@ -128,6 +128,28 @@ def test_prepare_strategies(
     assert (second.rolling == []) is at_once
 
 
+def test_all_at_once_mid_surge_clears_the_surge_mark(tmp_path: Path) -> None:
+    """A rollout finished another way leaves no replica the scheduler would keep beyond
+    the count."""
+    old, new = fleet(tmp_path, "vllm:a"), fleet(tmp_path, "vllm:b")
+    first = prepare(old, locked([None] * 3), {})
+    surged = first.lock.replicas_of(KEY) + [
+        LockedReplica(
+            name="m-s", cluster="c1", index=1, pools={"unified": "gpu"}, revision="b" * 10
+        ).model_copy(update={"surge": True})
+    ]
+    lock = PlacementLock(deployments={KEY: LockedDeployment(replicas=surged)})
+    done = prepare(new, lock, first.records, strategy="AllAtOnce")
+    assert done.rolling == [] and not any(r.surge for r in done.lock.replicas_of(KEY))
+    rolling_on = prepare(new, lock, first.records)
+    assert rolling_on.rolling == [KEY] and [r.surge for r in rolling_on.lock.replicas_of(KEY)] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
 def test_spec_strategy_all_at_once(tmp_path: Path) -> None:
     old = fleet(tmp_path, "vllm:a", strategy="AllAtOnce")
     new = fleet(tmp_path, "vllm:b", strategy="AllAtOnce")
