@@ -3,9 +3,9 @@ completions through `demo/chat`, changing the image of qwen (3 replicas on 3 clu
 stand-in loading its model for a few seconds) with `maxUnavailable: 0, maxSurge: 1` places each
 new replica first on spare capacity and retires an old one only once it is routed: 0 failed
 requests and never fewer than 3 routable replicas, even with the `up` killed mid-rollout and
-the next `up` resuming it. A revision whose stand-ins fail is rolled back after its first step
-(defaults: `maxUnavailable: 1`, one replica updated in place), with 0 failed requests on the
-stable replicas. The all-at-once baseline on the same setup (requests fail) is
+the next `up` resuming it. A revision whose stand-ins fail is rolled back by the analysis gate
+after its first step (its surge replica judged against the old ones, then removed), with 0
+failed requests on the stable replicas, which are never touched. The all-at-once baseline on the same setup (requests fail) is
 tests/devfleet/test_devfleet_truthful.py::test_all_at_once_image_change_fails_requests. One dev
 fleet and one deploy for the module; the tests run in order from each other's state."""
 
@@ -48,12 +48,13 @@ pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 LOAD_TIME = 2  # seconds each qwen stand-in takes to load its model
 REPLICAS = 3
-SURGE = {"maxUnavailable": 0, "maxSurge": 1}
+# Make-before-break, and the analysis gate after each step (each new replica watched 3 s).
+ROLLOUT = {"maxUnavailable": 0, "maxSurge": 1, "analysis": {"window": "3s", "minRequests": 10}}
 
 
-def models(image: str, analysis: dict[str, Any] | None = None) -> str:
+def models(image: str) -> str:
     dep = model_deployment("qwen", replicas=REPLICAS, gpu=GPU_16GI, cpu="2", memory="8Gi")
-    dep["spec"]["rollout"] = {"analysis": analysis} if analysis is not None else SURGE
+    dep["spec"]["rollout"] = ROLLOUT
     engine = dep["spec"]["workers"]["template"]["spec"]["containers"][0]
     engine["image"] = image
     engine["env"] = [{"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": str(LOAD_TIME)}]
@@ -153,8 +154,8 @@ class Traffic:
         return [r for r in self.results if r[1] != 200]
 
 
-def change(served: dict[str, Any], image: str, analysis: dict[str, Any] | None = None) -> None:
-    (Path(served["dir"]) / "models.yaml").write_text(models(image, analysis))
+def change(served: dict[str, Any], image: str) -> None:
+    (Path(served["dir"]) / "models.yaml").write_text(models(image))
 
 
 def revisions(served: dict[str, Any]) -> list[str | None]:
@@ -234,18 +235,21 @@ def test_a_failing_revision_is_rolled_back_after_the_first_step(
     wait_for("answers from v2", lambda: chat(served["url"])[1] == stable, timeout=30)
     before = set(revisions(served))
     bad = "vllm/vllm-openai:v2.1-standin-errors"
-    change(served, bad, analysis={"window": "3s", "minRequests": 10})
+    change(served, bad)
     with Traffic(served, dev_fleet) as traffic:
         run = check(Fleet.load(served["dir"], env=served["env"]).up())
         time.sleep(1)
     outcome = run.rollouts[0]
     assert outcome["phase"] == "RolledBack", outcome
     assert "error ratio" in outcome["reason"], outcome
-    assert set(revisions(served)) == before  # every replica back on the last good revision
+    # The failing surge replica went; the stable replicas were never touched.
+    assert set(revisions(served)) == before and len(revisions(served)) == REPLICAS
+    assert not any(r.surge or r.draining for r in replicas(served))
+    assert min(n for _, n in traffic.routable) >= REPLICAS
     answers = Counter((s, rev) for _, s, rev in traffic.results)
     failed = {k: n for k, n in answers.items() if k[0] != 200}
     print(f"\nrolled back: {outcome['reason']}; answers {dict(answers)}")
-    # Only the one updated replica ever failed; the stable ones answered every request.
+    # Only the one new replica ever failed; the stable ones answered every request.
     assert all(rev == bad for _, rev in failed), failed
     assert all(rev in (stable, bad) for _, rev in answers)
     assert {rev for s, rev in answers if s == 200} == {stable}
