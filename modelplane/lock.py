@@ -92,6 +92,8 @@ def _replica_lines(r: LockedReplica) -> list[str]:
         lines.append("      draining: true")
     if r.revision is not None:
         lines.append(f"      revision: {_scalar(r.revision)}")
+    if r.surge:
+        lines.append("      surge: true")
     if r.footprint is not None:
         roles = ", ".join(
             f"{role}: {_footprint(r.footprint[role])}" for role in ROLE_ORDER if role in r.footprint

@@ -288,6 +288,14 @@ def plan_step(
     # Which outdated routed replicas may leave the routes now.
     candidates = [r for r in outdated if r.routed and r.name not in unsafe]
     if not candidates:
+        # Surge replicas left over (their old replicas went another way): back to the count.
+        for r in reversed(current):
+            if surplus <= 0 or available - 1 < min_routable:
+                break
+            if _available(r, compatible):
+                step.unroute.append(r.name)
+                step.retire.append(r.name)
+                available, surplus = available - 1, surplus - 1
         return _finish(step, replicas, target, state)
     gated = _gate_reason(state, verdict, paused, current)
     wave = min(r.wave for r in ordered if not (r.revision == target and _available(r, compatible)))

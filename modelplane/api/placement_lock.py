@@ -70,6 +70,9 @@ class LockedReplica(Strict):
     revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{10}$")
     """The deployment revision (a hash of its pod templates, `modelplane.rollout.revision`)
     the replica's pods were last rolled to; absent in locks written before rollouts."""
+    surge: bool = False
+    """Placed beyond the deployment's count by a rollout's `maxSurge` (make-before-break): the
+    scheduler keeps it until the rollout retires an old replica in its stead."""
 
     @field_validator("pools")
     @classmethod

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelplane.api.fleet import FleetSpec
-from modelplane.api.placement_lock import LockedReplica, PlacementLock
+from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.autoscale import DRAIN_SETTLE
 from modelplane.health.observation import Observation
 from modelplane.scheduler import autoscaled_count
@@ -93,14 +93,45 @@ def retire(
         )
         leaving = {r.name for r in order[:n]}
         retired += sorted(leaving)
-        replicas = [
-            r.model_copy(update={"draining": True}) if r.name in leaving else r
-            for r in locked.replicas
-        ]
-        deployments[key] = locked.model_copy(update={"replicas": replicas})
+        deployments[key] = mark_draining(locked, leaving, settle=False)
     if not retired:
         return lock, []
     return lock.model_copy(update={"deployments": deployments}), retired
+
+
+def mark_draining(
+    locked: LockedDeployment, names: Collection[str], *, settle: bool = True
+) -> LockedDeployment:
+    """``names`` draining (out of every route, their workloads still up: the gateway
+    drops them); with ``settle``, as many of the deployment's surge replicas (a rollout's
+    maxSurge, `modelplane.driver.rollouts`) count as ordinary ones: each took a leaver's
+    place. One lock write does both, so the scheduler never sees the count exceeded."""
+    leaving = [r.name for r in locked.replicas if r.name in names and not r.draining]
+    surged = [r.name for r in locked.replicas if r.surge and not r.draining and r.name not in names]
+    settled = set(surged[: len(leaving)]) if settle else set()
+    replicas = [
+        r.model_copy(update={"draining": True, "surge": False})
+        if r.name in leaving
+        else r.model_copy(update={"surge": False})
+        if r.name in settled
+        else r
+        for r in locked.replicas
+    ]
+    return locked.model_copy(update={"replicas": replicas})
+
+
+def without(lock: PlacementLock, names: Collection[str]) -> PlacementLock:
+    """The lock without the replicas ``names`` (their drains are over: the next run of
+    their deployment stacks deletes their workloads)."""
+    deployments = {
+        key: locked.model_copy(
+            update={"replicas": [r for r in locked.replicas if r.name not in names]}
+        )
+        if any(r.name in names for r in locked.replicas)
+        else locked
+        for key, locked in lock.deployments.items()
+    }
+    return lock.model_copy(update={"deployments": deployments})
 
 
 @dataclass
@@ -187,4 +218,14 @@ def describe(fleet: FleetSpec, lock: PlacementLock, cordons: Mapping[str, float]
     return lines
 
 
-__all__ = ["describe", "DRAIN_TIMEOUT", "Finished", "finish", "progress", "retire", "serving"]
+__all__ = [
+    "describe",
+    "DRAIN_TIMEOUT",
+    "Finished",
+    "finish",
+    "mark_draining",
+    "progress",
+    "retire",
+    "serving",
+    "without",
+]

@@ -143,9 +143,9 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
         return {
             "deployment": _dump(dep),
             # `draining` changes the routes (the gateway stack), not the workloads; the footprint
-            # is the scheduler's record.
+            # and `surge` are the scheduler's record.
             "replicas": [
-                r.model_dump(mode="json", by_alias=True, exclude={"draining", "footprint"})
+                r.model_dump(mode="json", by_alias=True, exclude={"draining", "footprint", "surge"})
                 for r in replicas
             ],
             "clusters": {c: _dump(fleet.clusters.get(c)) for c in clusters},

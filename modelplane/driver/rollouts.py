@@ -27,8 +27,9 @@ from dataclasses import dataclass, field, replace
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
-from modelplane.api.placement_lock import LockedDeployment, PlacementLock
+from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.api.rollout import Rollout
+from modelplane.driver.drain import mark_draining, without
 from modelplane.driver.state import ROLLOUT_UNREADY, RolloutRecord, RuntimeState
 from modelplane.health.observation import Observation
 from modelplane.health.readiness import expected_pods
@@ -45,6 +46,8 @@ from modelplane.rollout import (
     template,
     wave_of,
 )
+from modelplane.scheduler import schedule
+from modelplane.scheduler.cordon import cordoned_fleet
 from modelplane.stacks import deploy_stack
 
 ALL_AT_ONCE = "AllAtOnce"
@@ -72,15 +75,6 @@ def live(spec: FleetSpec, cluster: str) -> bool:
         return False
     existing = c.spec.cluster.existing
     return existing is None or existing.secret_ref is not None
-
-
-def executable(spec: Rollout) -> Rollout:
-    """The rollout settings the driver executes: surge replicas are not placed yet, so a
-    budget of maxUnavailable 0 rolls one replica at a time instead (docs/api.md)."""
-    if spec.max_surge in (0, "0%"):
-        return spec
-    unavailable = spec.max_unavailable if spec.max_unavailable not in (0, "0%") else 1
-    return spec.model_copy(update={"max_surge": 0, "max_unavailable": unavailable})
 
 
 @dataclass
@@ -137,10 +131,15 @@ def prepare(
             ):
                 rev = target  # new, placed before rollouts, or nothing to roll it with
             replicas.append(r if rev == r.revision else r.model_copy(update={"revision": rev}))
+        if all(r.revision == target for r in replicas) and any(r.surge for r in replicas):
+            # no rollout left (e.g. finished all at once): surge replicas count as ordinary
+            replicas = [r.model_copy(update={"surge": False}) for r in replicas]
         deployments[key] = locked.model_copy(update={"replicas": replicas})
         in_use = {r.revision for r in replicas} | {target}
         if record is not None and record.stable:
             in_use.add(record.stable)
+        if record is not None:
+            in_use |= set(record.previous.values())  # which roles an update changed
         kept = {k: v for k, v in templates.items() if k in in_use}
         outdated = any(r.revision != target for r in replicas)
         if outdated:
@@ -263,6 +262,8 @@ class Rollouts:
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     deadline: float | None = None  # seconds in all (None: until done or halted)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+    _full: dict[str, PlacementLock] = field(default_factory=dict)  # no room at this lock
+    _said: set[str] = field(default_factory=set)
 
     def run(self, lock: PlacementLock, keys: Iterable[str]) -> PlacementLock:
         """Step the rollouts of ``keys`` until each is done or halted; the final lock."""
@@ -271,6 +272,7 @@ class Rollouts:
         started = self.world.clock()
         for key in pending:
             self.outcomes[key] = Outcome(key, "Progressing")
+        lock = self._retired(lock, pending, records)  # an interrupted surge step's leftovers
         while pending:
             observation = self.world.observe(lock, pending)
             now = self.world.clock()
@@ -278,10 +280,14 @@ class Rollouts:
             unready = dict(routing.unready)
             routes_before = dict(unready)
             updates: dict[str, list[str]] = {}
+            placed: dict[str, list[LockedReplica]] = {}
+            retiring: dict[str, list[str]] = {}
             waiting = False
             for key in list(pending):
                 record = records[key]
-                step = self._step(key, lock, record, observation, routing.unroutable, unready, now)
+                step, new = self._step(
+                    key, lock, record, observation, routing.unroutable, unready, now
+                )
                 outcome = self.outcomes[key]
                 record.phase, record.reason = step.state.phase, step.state.reason
                 record.stable, record.failed = step.state.stable, step.state.failed
@@ -290,22 +296,37 @@ class Rollouts:
                 for name in step.route:
                     unready.pop(name, None)
                     record.updating.pop(name, None)
+                    record.previous.pop(name, None)
                 if step.route:
                     record.watching = now
                 if step.state.phase == "RolledBack" and outcome.phase != "RolledBack":
                     self.world.message(f"rollout {key}: {step.state.reason}")
                     outcome.phase = "RolledBack"
+                # Surplus replicas leave by draining (the lock), the others by the routes.
+                if step.retire:
+                    retiring[key] = list(step.retire)
+                    record.retiring = sorted({*record.retiring, *step.retire})
+                    for name in step.retire:
+                        unready.pop(name, None)  # draining says it from now on
                 for name in step.unroute:
-                    unready[name] = ROLLOUT_REASON + step.state.target
+                    if name not in step.retire:
+                        unready[name] = ROLLOUT_REASON + step.state.target
                 fresh = [n for n in step.update if self._revision(lock, key, n) != record.target]
                 if fresh:
                     updates[key] = fresh
                     for name in fresh:
                         record.updating[name] = now
+                        was = self._revision(lock, key, name)
+                        if was is not None:
+                            record.previous[name] = was
+                if new:
+                    placed[key] = new
+                    for r in new:
+                        record.updating[r.name] = now
                 timed_out = self._timed_out(record, now)
-                if step.done and not step.waiting and not step.hold:
+                if step.done and not step.waiting and not step.hold and not new:
                     outcome.phase, outcome.reason = record.phase, record.reason
-                    record.updating = {}
+                    record.updating, record.previous = {}, {}
                     pending.remove(key)
                 elif timed_out:
                     record.phase = outcome.phase = "Paused"
@@ -315,40 +336,84 @@ class Rollouts:
                     step.route
                     or step.unroute
                     or fresh
+                    or new
+                    or step.retire
                     or step.waiting
                     or step.update
                     or step.state.reason.startswith("analysis:")
                 ):
-                    # held: paused, or the budget allows nothing now and nothing is moving
+                    # held: paused, halted, or the budget allows nothing now and nothing moves
                     outcome.phase = "Paused" if record.paused else record.phase
                     outcome.reason = record.reason or "held: " + ", ".join(step.hold)
                     pending.remove(key)
                 else:
                     analysing = step.state.reason.startswith("analysis:")
                     waiting = waiting or bool(step.waiting) or analysing
-                    if step.route or step.unroute or fresh:
+                    if step.route or step.unroute or fresh or new:
                         outcome.steps += 1
                 outcome.seconds = now - started
             self.state.set_rollouts(records)
-            if unready != routes_before:
+            # 1. The routes: replicas Ready at the target in, the next ones out (a retired
+            # one by draining in the lock, which also counts a surge replica as ordinary).
+            before_lock = lock
+            for key, names in retiring.items():
+                lock = _mark(lock, key, names)
+            if unready != routes_before or lock != before_lock:
                 self.state.set_routing(routing.unroutable, unready)
                 if self.world.gateway is not None:
-                    self.world.message("rollout: routes " + _describe(routes_before, unready))
+                    gone = sorted(n for k in retiring for n in retiring[k])
+                    change = _describe(routes_before, unready)
+                    change = "; ".join(
+                        p for p in (change, ", ".join(gone) + " draining" if gone else "") if p
+                    )
+                    self.world.message("rollout: routes " + change)
                     if not self.world.apply(lock, [self.world.gateway]):
                         self._halt(pending, records, "the gateway stack failed")
                         break
-                if any(n not in routes_before for n in unready):
-                    self._drained(lock, [n for n in unready if n not in routes_before])
+                out = [n for n in unready if n not in routes_before]
+                out += [n for k in retiring for n in retiring[k]]
+                if out:
+                    self._drained(lock, out)
+            # 2. The workloads: drained surplus replicas go, updated ones change, surge
+            # replicas are placed (out of the routes until Ready).
+            if retiring:
+                lock = without(lock, [n for k in retiring for n in retiring[k]])
+                # The next surge replicas go in the same deployment stack run.
+                for key in sorted(set(retiring) - set(placed)):
+                    if key in pending:
+                        _, new = self._step(
+                            key, lock, records[key], observation, routing.unroutable, unready, now
+                        )
+                        if new:
+                            placed[key] = new
+                            for r in new:
+                                records[key].updating[r.name] = now
+            changed = sorted({*updates, *retiring, *placed})
             if updates:
                 lock = _with_revisions(lock, updates, records)
-                stacks = [deploy_stack(k) for k in sorted(updates)]
-                self.world.message(
-                    "rollout: updating " + ", ".join(n for k in sorted(updates) for n in updates[k])
+            if placed:
+                lock = _with_placed(lock, placed)
+                for key, new in placed.items():
+                    for r in new:
+                        unready[r.name] = ROLLOUT_REASON + records[key].target
+                self.state.set_routing(routing.unroutable, unready)
+            if changed:
+                stacks = [deploy_stack(k) for k in changed]
+                what = [n for k in sorted(updates) for n in updates[k]]
+                parts = (
+                    (["updating " + ", ".join(what)] if what else [])
+                    + [f"placing {r.name} on {r.cluster}" for k in placed for r in placed[k]]
+                    + [f"removing {n}" for k in retiring for n in retiring[k]]
                 )
-                if not self.world.apply(lock, stacks):
-                    self._halt(list(updates), records, "the deployment stack failed")
-                    pending = [k for k in pending if k not in updates]
-            elif waiting and unready == routes_before:
+                self.world.message("rollout: " + "; ".join(parts))
+                ok = self.world.apply(lock, stacks)
+                for key in retiring:
+                    records[key].retiring = []
+                self.state.set_rollouts(records)
+                if not ok:
+                    self._halt(changed, records, "the deployment stack failed")
+                    pending = [k for k in pending if k not in changed]
+            elif waiting and unready == routes_before and lock == before_lock:
                 self.world.sleep(POLL)
             if self.deadline is not None and self.world.clock() - started > self.deadline:
                 self._halt(pending, records, f"not done after {self.deadline:.0f}s")
@@ -368,7 +433,8 @@ class Rollouts:
         unroutable: Mapping[str, str],
         unready: Mapping[str, str],
         now: float,
-    ) -> Step:
+    ) -> tuple[Step, list[LockedReplica]]:
+        """The step planned for ``key`` and the surge replicas placed for it."""
         dep = self.spec.deployments[key]
         locked = lock.deployments[key]
         desired = revision(dep)
@@ -392,7 +458,12 @@ class Rollouts:
                     cluster=r.cluster,
                     revision=r.revision,
                     ready=_ready(
-                        observation, r.cluster, r.name, expected(r.revision), record.updating
+                        observation,
+                        r.cluster,
+                        r.name,
+                        expected(r.revision),
+                        record.updating,
+                        changed_roles(record, r.name, r.revision),
                     ),
                     routed=r.name not in unready and r.cluster not in unroutable,
                     wave=wave_of(r.cluster, labels.get(r.cluster, {}), dep.spec.rollout.waves),
@@ -407,27 +478,100 @@ class Rollouts:
             reason=record.reason,
             failed=record.failed,
         )
-        step = plan_step(
-            desired,
-            states,
-            executable(dep.spec.rollout),
-            count,
-            state=state,
-            verdict=verdict,
-            paused=record.paused,
-        )
-        gate = dep.spec.rollout.analysis
-        if gate is not None and step.route and step.state.phase == "Progressing":
-            # Replicas joining the routes now are watched for a window before any other
-            # replica leaves them.
-            leaving = set(step.unroute)
-            step = replace(
-                step,
-                unroute=[],
-                update=[n for n in step.update if n not in leaving],
-                hold=[*step.hold, *sorted(leaving)],
+        spec = dep.spec.rollout
+
+        def plan(rollout: Rollout) -> Step:
+            return plan_step(
+                desired, states, rollout, count, state=state, verdict=verdict, paused=record.paused
             )
-        return step
+
+        step = plan(spec)
+        new: list[LockedReplica] = []
+        if step.place:
+            # Make-before-break: the scheduler places the surge replicas on spare capacity
+            # (tried again once the lock changed).
+            if self._full.get(key) != lock:
+                new = self._place(key, lock, step.place, step.state.target)
+            if not new:
+                self._full[key] = lock
+                step = self._no_room(key, step, spec, count, plan)
+        gate = spec.analysis
+        if step.route:
+            # A replica joining the routes now is routed before an old one is retired in
+            # its stead; with a gate, watched for a window before any replica leaves.
+            gated = gate is not None and step.state.phase == "Progressing"
+            leaving = set(step.unroute) if gated else set(step.retire) & set(step.unroute)
+            if leaving:
+                step = replace(
+                    step,
+                    unroute=[n for n in step.unroute if n not in leaving],
+                    update=[n for n in step.update if n not in leaving],
+                    retire=[n for n in step.retire if n not in leaving],
+                    hold=[*step.hold, *sorted(leaving)],
+                )
+            if gated:
+                new = []
+        return step, new
+
+    def _place(self, key: str, lock: PlacementLock, n: int, target: str) -> list[LockedReplica]:
+        """Up to ``n`` surge replicas of ``key`` at revision ``target``, where the scheduler
+        finds spare capacity (scheduler.cordon: the lock keeps them beyond the count);
+        nothing else of the lock changes."""
+        fleet = cordoned_fleet(self.spec, self.state.cordons())
+        result = schedule(fleet, lock, surge={key: n})
+        names = {r.name for r in lock.replicas_of(key)}
+        new = [r for r in result.lock.replicas_of(key) if r.name not in names and not r.draining]
+        return [r.model_copy(update={"revision": target, "surge": True}) for r in new[:n]]
+
+    def _no_room(
+        self, key: str, step: Step, spec: Rollout, count: int, plan: Callable[[Rollout], Step]
+    ) -> Step:
+        """No spare capacity for a surge replica: roll within maxUnavailable instead; with
+        maxUnavailable 0, wait for the surge replicas already placed, else halt."""
+        unavailable, surge = spec.budget(count)
+        if unavailable > 0:
+            if key not in self._said:
+                self._said.add(key)
+                self.world.message(
+                    f"rollout {key}: no spare capacity for a surge replica; "
+                    f"rolling within maxUnavailable {unavailable}"
+                )
+            return plan(spec.model_copy(update={"max_surge": 0}))
+        moving = step.route or step.unroute or step.update or step.retire or step.waiting
+        if moving:
+            return replace(step, place=0)
+        why = (
+            f"halted: no spare capacity for a surge replica (maxSurge {surge}) and "
+            "maxUnavailable is 0; free capacity or allow maxUnavailable, then "
+            "`modelplane rollout resume`"
+        )
+        return replace(step, place=0, state=replace(step.state, phase="Paused", reason=why))
+
+    def _retired(
+        self, lock: PlacementLock, keys: Iterable[str], records: Mapping[str, RolloutRecord]
+    ) -> PlacementLock:
+        """The old replicas an interrupted surge step marked draining: drained (their
+        routes went with that step), then removed from the lock and their workloads."""
+        names: dict[str, list[str]] = {}
+        for key in keys:
+            record = records[key]
+            draining = {r.name for r in lock.replicas_of(key) if r.draining}
+            if left := [n for n in record.retiring if n in draining]:
+                names[key] = left
+            record.retiring = left
+        if not names:
+            return lock
+        gone = [n for k in sorted(names) for n in names[k]]
+        self._drained(lock, gone)
+        lock = without(lock, gone)
+        self.world.message("rollout: removing " + ", ".join(gone))
+        ok = self.world.apply(lock, [deploy_stack(k) for k in sorted(names)])
+        for key in names:
+            records[key].retiring = []
+        self.state.set_rollouts(dict(records))
+        if not ok:
+            self._halt(list(names), dict(records), "the deployment stack failed")
+        return lock
 
     def _verdict(
         self,
@@ -492,15 +636,33 @@ class Rollouts:
         self.state.set_rollouts(records)
 
 
+def changed_roles(record: RolloutRecord, name: str, revision: str | None) -> set[str] | None:
+    """The roles whose pods an update of replica ``name`` to ``revision`` replaces: those
+    whose template differs between the revision it came from and ``revision`` (every role
+    when the cache changed; None: not known, every role)."""
+    was = record.previous.get(name)
+    old = record.templates.get(was or "")
+    new = record.templates.get(revision or "")
+    if not old or not new:
+        return None
+    if old.get("modelCacheRef") != new.get("modelCacheRef"):
+        return None
+    before, after = old.get("roles") or {}, new.get("roles") or {}
+    return {role for role in {*before, *after} if before.get(role) != after.get(role)}
+
+
 def _ready(
     observation: Observation,
     cluster: str,
     name: str,
     expected: int,
     updating: Mapping[str, float],
+    changed: set[str] | None = None,
 ) -> bool:
     """Every pod of the replica Ready; for a replica being updated, only pods created after
-    its update count (creation times have whole seconds)."""
+    its update count (creation times have whole seconds) -- of the roles the update
+    changed, when known (a prefill/decode change of one role leaves the other's pods
+    as they are)."""
     seen = observation.cluster(cluster)
     if seen is None or not seen.reachable:
         return False
@@ -510,7 +672,11 @@ def _ready(
     if got.ready_groups < got.groups:
         return False
     since = updating.get(name)
-    return since is None or (got.created is not None and got.created >= since - 1.0)
+    if since is None:
+        return True
+    if changed is not None and got.role_created and set(changed) <= set(got.role_created):
+        return all(got.role_created[role] >= since - 1.0 for role in changed)
+    return got.created is not None and got.created >= since - 1.0
 
 
 def _health(observation: Observation, replicas: Iterable[ReplicaState]) -> ServingHealth:
@@ -561,3 +727,16 @@ def _describe(before: Mapping[str, str], after: Mapping[str, str]) -> str:
         [f"{', '.join(out)} out"] if out else []
     )
     return "; ".join(parts)
+
+
+def _mark(lock: PlacementLock, key: str, names: list[str]) -> PlacementLock:
+    locked = mark_draining(lock.deployments[key], names)
+    return lock.model_copy(update={"deployments": {**lock.deployments, key: locked}})
+
+
+def _with_placed(lock: PlacementLock, placed: Mapping[str, list[LockedReplica]]) -> PlacementLock:
+    deployments = dict(lock.deployments)
+    for key, new in placed.items():
+        locked = deployments[key]
+        deployments[key] = locked.model_copy(update={"replicas": [*locked.replicas, *new]})
+    return lock.model_copy(update={"deployments": deployments})

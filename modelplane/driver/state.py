@@ -397,6 +397,11 @@ class RolloutRecord:
     updated: float | None = None
     watching: float | None = None
     """When the last step's replicas joined the routes (the analysis window starts)."""
+    previous: dict[str, str] = field(default_factory=dict)
+    """Replica being updated -> the revision it was updated from (which roles changed)."""
+    retiring: list[str] = field(default_factory=list)
+    """Old replicas a surge step marked draining in the lock (their replacements serve):
+    removed once drained, also by the next run when this one was interrupted."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -411,6 +416,8 @@ class RolloutRecord:
             "started": self.started,
             "updated": self.updated,
             "watching": self.watching,
+            "previous": dict(sorted(self.previous.items())),
+            "retiring": sorted(self.retiring),
         }
 
     @staticmethod
@@ -427,6 +434,8 @@ class RolloutRecord:
             started=data.get("started"),
             updated=data.get("updated"),
             watching=data.get("watching"),
+            previous={str(k): str(v) for k, v in (data.get("previous") or {}).items()},
+            retiring=[str(n) for n in (data.get("retiring") or [])],
         )
 
 

@@ -54,6 +54,9 @@ class ReplicaObservation:
     # service proxy) or "pod-proxy" (each pod's /metrics); and why not Prometheus.
     metrics_source: str | None = None
     metrics_fallback: str | None = None
+    # Per serving role (unified, prefill, decode): its oldest pod's creation time. A
+    # rollout waits only for the pods of the roles its change touched (driver.rollouts).
+    role_created: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         out = self._json()
@@ -65,6 +68,8 @@ class ReplicaObservation:
         return out
 
     def _json(self) -> dict[str, Any]:
+        born = dict(sorted(self.role_created.items()))
+        roles = {"roleCreated": born} if born else {}
         return {
             "created": self.created,
             "runningPods": self.running_pods,
@@ -75,6 +80,7 @@ class ReplicaObservation:
             "groups": self.groups,
             "readyGroups": self.ready_groups,
             "reasons": list(self.reasons),
+            **roles,
         }
 
 
@@ -201,6 +207,7 @@ class Observation:
                         v.get("metricsError"),
                         v.get("metricsSource"),
                         v.get("metricsFallback"),
+                        {str(k): float(t) for k, t in (v.get("roleCreated") or {}).items()},
                     )
                     for r, v in (c.get("replicas") or {}).items()
                 },

@@ -285,6 +285,12 @@ class ClusterReader:
             created = [
                 t for t in (_epoch(p["metadata"].get("creationTimestamp")) for p in mine) if t
             ]
+            by_role: dict[str, float] = {}
+            for p in mine:
+                role = ((p.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL)
+                born = _epoch(p["metadata"].get("creationTimestamp"))
+                if role and born:
+                    by_role[role] = min(born, by_role.get(role, born))
             c = claims.get(replica, [])
             g = groups.get(replica, [0, 0])
             values, why, source, fallback = None, None, None, None
@@ -301,6 +307,7 @@ class ClusterReader:
                 ready_groups=g[1],
                 reasons=reasons,
                 created=min(created) if created else None,
+                role_created=by_role,
                 running_pods=sum(
                     1 for p in mine if (p.get("status") or {}).get("phase") == "Running"
                 ),

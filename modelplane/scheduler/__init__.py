@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from collections.abc import Mapping
 
 from modelplane.api.base import trusted_builder
 from modelplane.api.fleet import FleetSpec
@@ -75,17 +76,20 @@ def schedule(
     *,
     optimize: bool = False,
     time_limit: float = DEFAULT_TIME_LIMIT,
+    surge: Mapping[str, int] | None = None,
 ) -> ScheduleResult:
     """Place every ModelDeployment's replicas; the same inputs give the same result.
 
     With `optimize`, new replicas are placed by a MILP (HiGHS) within `time_limit`
-    seconds, then topped up by the greedy fill (scheduling.md, "Optimising")."""
+    seconds, then topped up by the greedy fill (scheduling.md, "Optimising"). `surge`:
+    per deployment, extra replicas to place now beyond its count (a rollout's maxSurge,
+    `modelplane.driver.rollouts`); the lock and the report keep the desired count."""
     # The run allocates many small objects and frees few: the cyclic collector would
     # walk the whole heap (the fleet's models) over and over for nothing.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _schedule(fleet, previous, optimize, time_limit)
+        return _schedule(fleet, previous, optimize, time_limit, surge)
     finally:
         if enabled:
             gc.enable()
@@ -114,14 +118,18 @@ def _replica_names(
 
 
 def _schedule(
-    fleet: FleetSpec, previous: PlacementLock | None, optimize: bool, time_limit: float
+    fleet: FleetSpec,
+    previous: PlacementLock | None,
+    optimize: bool,
+    time_limit: float,
+    extra: Mapping[str, int] | None = None,
 ) -> ScheduleResult:
     fleet = autoscaled_fleet(fleet, previous)
     # Replicas on cordoned clusters are replaced make-before-break: placed for more
     # replicas than desired while they leave (scheduler.cordon); the lock and the report
     # keep the desired count.
     desired = {key: dep.spec.replicas for key, dep in fleet.deployments.items()}
-    fleet = surged_fleet(fleet, previous)
+    fleet = surged_fleet(fleet, previous, extra)
     run = Placement(fleet)
     removed = removed_deployments(fleet, previous)
     run.retain(previous, reserved_items(removed, run.pools, fleet.classes))
@@ -162,9 +170,10 @@ def _schedule(
         # A replica keeps the revision the driver recorded for it (rollouts, scheduling.md).
         before = previous.deployments.get(key) if previous is not None else None
         revisions = {r.name: r.revision for r in before.replicas} if before is not None else {}
+        surged = {r.name for r in before.replicas if r.surge} if before is not None else set()
         replicas = [
             # valid by construction: no re-validation (name, cluster, index, pools,
-            # draining, footprint, revision)
+            # draining, footprint, revision, surge)
             _locked_replica(
                 replica,
                 cluster,
@@ -173,6 +182,7 @@ def _schedule(
                 draining,
                 held(key, dep, cluster, pools),
                 revisions.get(replica),
+                replica in surged,
             )
             for replica, ((cluster, index), pools, draining) in zip(names, ordered, strict=True)
         ]

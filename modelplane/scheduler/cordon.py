@@ -7,12 +7,17 @@ scheduler places their replacements elsewhere, make-before-break: a deployment w
 replicas on a cordoned cluster is scheduled for that many more replicas (at most its
 rollout budget at a time, `surge`), and the old ones leave only once the driver sees the
 new ones serving (`modelplane.driver.drain`).
+
+A rollout's `maxSurge` uses the same make-before-break placement: the driver asks for
+extra replicas (`schedule(..., surge=...)`), which the lock marks `surge` and which the
+scheduler keeps, beyond the count, until the rollout retires an old replica in their
+stead (`modelplane.driver.rollouts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import Taint
@@ -57,37 +62,45 @@ def batch(dep: ModelDeployment, count: int) -> int:
 def surge(
     fleet: FleetSpec, previous: PlacementLock | None, counts: dict[str, int]
 ) -> dict[str, int]:
-    """Per deployment, the extra replicas to place while some of its serving replicas are
-    on cordoned clusters: as many as there are, at most `batch` (`counts`: each
-    deployment's desired count)."""
-    closed = cordoned(fleet)
-    if not closed or previous is None:
+    """Per deployment, the extra replicas to place: while some of its serving replicas are
+    on cordoned clusters, as many as there are, at most `batch` (`counts`: each
+    deployment's desired count); plus the rollout surge replicas the lock holds."""
+    if previous is None:
         return {}
+    closed = cordoned(fleet)
     out: dict[str, int] = {}
     for key, locked in previous.deployments.items():
         dep = fleet.deployments.get(key)
         if dep is None:
             continue
+        held = sum(1 for r in locked.replicas if r.surge and not r.draining)
         leaving = sum(1 for r in locked.replicas if r.cluster in closed and not r.draining)
         if leaving:
             count = counts.get(key, dep.spec.replicas)
-            out[key] = min(leaving, batch(dep, count), count)
+            held += min(leaving, batch(dep, count), count)
+        out[key] = held
     return {k: v for k, v in out.items() if v > 0}
 
 
-def surged_fleet(fleet: FleetSpec, previous: PlacementLock | None) -> FleetSpec:
+def surged_fleet(
+    fleet: FleetSpec, previous: PlacementLock | None, more: Mapping[str, int] | None = None
+) -> FleetSpec:
     """The fleet (autoscaled counts already applied) with each deployment's `replicas`
-    raised by its `surge`: what a scheduling run places."""
+    raised by its `surge` (and by `more`, a rollout's new surge replicas): what a
+    scheduling run places."""
     desired = {key: dep.spec.replicas for key, dep in fleet.deployments.items()}
     extra = surge(fleet, previous, desired)
+    for key, n in (more or {}).items():
+        if key in fleet.deployments and n > 0:
+            extra[key] = extra.get(key, 0) + n
     if not extra:
         return fleet
     bumped = {
         key: dep.model_copy(
-            update={"spec": dep.spec.model_copy(update={"replicas": desired[key] + n})}
+            update={"spec": dep.spec.model_copy(update={"replicas": desired[key] + extra[key]})}
         )
         for key, dep in fleet.deployments.items()
-        if (n := extra.get(key))
+        if extra.get(key)
     }
     return dataclasses.replace(fleet, deployments={**fleet.deployments, **bumped})
 

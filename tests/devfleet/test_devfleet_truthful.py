@@ -216,7 +216,9 @@ def test_all_at_once_image_change_fails_requests(
     served: dict[str, Any], dev_fleet: devfleet.DevFleet
 ) -> None:
     """The baseline a rollout must beat: `up` replaces every replica at once (Recreate), so
-    while the new pods load nothing serves the model."""
+    while the new pods load nothing serves the model. The proof of difference for
+    tests/devfleet/test_devfleet_rollout.py, whose rolling change of the same setup fails no
+    request (issue 21, "Done when")."""
     url = served["url"]
     fx.wait_for("demo/chat answering", lambda: chat(url)[0] == 200, timeout=120)
     lock = read_lock(served["dir"] / "modelplane.lock.yaml")

@@ -36,7 +36,7 @@ KEY = "team/m"
 CLUSTERS = ("c1", "c2", "c3", "c4")
 
 
-def cluster(name: str, live: bool = True) -> dict[str, Any]:
+def cluster(name: str, live: bool = True, nodes: int = 4) -> dict[str, Any]:
     source = {"secretRef": {"name": "kubeconfigs", "key": name}} if live else {"renderTo": "out"}
     return {
         "apiVersion": "modelplane.ai/v1alpha1",
@@ -44,17 +44,24 @@ def cluster(name: str, live: bool = True) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "cluster": {"source": "Existing", "existing": source},
-            "nodePools": [{"name": "gpu", "className": "l4", "nodeCount": 4}],
+            "nodePools": [{"name": "gpu", "className": "l4", "nodeCount": nodes}],
         },
     }
 
 
-def fleet(tmp_path: Path, image: str, replicas: int = 3, live: bool = True, **rollout: Any):
+def fleet(
+    tmp_path: Path,
+    image: str,
+    replicas: int = 3,
+    live: bool = True,
+    nodes: int = 4,
+    **rollout: Any,
+):
     dep = (
         deployment(replicas=replicas, rollout=rollout) if rollout else deployment(replicas=replicas)
     )
     dep["spec"]["workers"]["template"]["spec"]["containers"][0]["image"] = image
-    docs = [gpu_class(), *(cluster(c, live) for c in CLUSTERS[:replicas]), dep]
+    docs = [gpu_class(), *(cluster(c, live, nodes) for c in CLUSTERS[:replicas]), dep]
     loaded = load_fleet(write_fleet(tmp_path / image.replace(":", "-"), copy.deepcopy(docs)))
     assert not loaded.errors, loaded.errors
     return loaded.fleet
@@ -121,6 +128,28 @@ def test_prepare_strategies(
     assert (second.rolling == []) is at_once
 
 
+def test_all_at_once_mid_surge_clears_the_surge_mark(tmp_path: Path) -> None:
+    """A rollout finished another way leaves no replica the scheduler would keep beyond
+    the count."""
+    old, new = fleet(tmp_path, "vllm:a"), fleet(tmp_path, "vllm:b")
+    first = prepare(old, locked([None] * 3), {})
+    surged = first.lock.replicas_of(KEY) + [
+        LockedReplica(
+            name="m-s", cluster="c1", index=1, pools={"unified": "gpu"}, revision="b" * 10
+        ).model_copy(update={"surge": True})
+    ]
+    lock = PlacementLock(deployments={KEY: LockedDeployment(replicas=surged)})
+    done = prepare(new, lock, first.records, strategy="AllAtOnce")
+    assert done.rolling == [] and not any(r.surge for r in done.lock.replicas_of(KEY))
+    rolling_on = prepare(new, lock, first.records)
+    assert rolling_on.rolling == [KEY] and [r.surge for r in rolling_on.lock.replicas_of(KEY)] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
 def test_spec_strategy_all_at_once(tmp_path: Path) -> None:
     old = fleet(tmp_path, "vllm:a", strategy="AllAtOnce")
     new = fleet(tmp_path, "vllm:b", strategy="AllAtOnce")
@@ -151,6 +180,9 @@ class Sim:
         self.bad = ""  # a revision whose engines answer 5xx
         self.served: dict[str, list[int]] = {}
         self.born: dict[str, float] = {}
+        self.placed: list[str] = []  # surge replicas, in placement order
+        self.written = lock
+        self.most = len(self.pods)  # replicas' workloads at once
 
     def clock(self) -> float:
         return self.now
@@ -173,14 +205,25 @@ class Sim:
 
     def apply(self, lock: PlacementLock, stacks: list[str]) -> bool:
         self.applies.append(stacks)
+        self.written = lock  # the lock is written before the stacks run
         if self.fail_after is not None and len(self.applies) > self.fail_after:
             raise KeyboardInterrupt  # the process dies mid-way
         self.now += 1.0
         if "gateway" in stacks:
-            out = {n for n in self.state.routing().unready}
-            self.routed = set(self.pods) - out
+            out = set(self.state.routing().unready) | lock.draining()
+            self.routed = {r.name for r in lock.replicas_of(KEY)} & set(self.pods) - out
         if deploy_stack(KEY) in stacks:
+            names = {r.name for r in lock.replicas_of(KEY)}
+            for name in sorted(set(self.pods) - names):  # removed: its workload goes
+                if name in self.routed:
+                    self.violations.append(f"{name} removed while routed")
+                del self.pods[name]
+                self.pending.pop(name, None)
             for r in lock.replicas_of(KEY):
+                if r.name not in self.pods:  # placed: its pod loads
+                    self.pods[r.name] = [r.revision, self.now, self.now + self.load]
+                    self.placed.append(r.name)
+                    continue
                 pod = self.pending[r.name][0] if r.name in self.pending else self.pods[r.name]
                 if pod[0] != r.revision:
                     if r.name in self.routed:
@@ -189,6 +232,7 @@ class Sim:
                     self.pending[r.name] = ([r.revision, at, at + self.load], at)
         routable = sum(1 for n in self.routed if self.ready(n))
         self.min_routable = min(self.min_routable, routable)
+        self.most = max(self.most, len(self.pods))
         return True
 
     def observe(self, lock: PlacementLock, _keys: list[str]) -> Observation:
@@ -196,6 +240,8 @@ class Sim:
         clusters: dict[str, ClusterObservation] = {}
         self.tick()
         for r in lock.replicas_of(KEY):
+            if r.name not in self.pods:
+                continue  # in the lock, its stack not run yet
             rev, created, _ = self.pods[r.name]
             if r.name in self.routed and self.ready(r.name):
                 served = self.served.setdefault(r.name, [0, 0])
@@ -209,9 +255,8 @@ class Sim:
             seen = ReplicaObservation(
                 pods=1, ready_pods=int(self.ready(r.name)), created=created, metrics=metrics
             )
-            clusters[r.cluster] = ClusterObservation(
-                r.cluster, reachable=True, replicas={r.name: seen}
-            )
+            here = clusters.setdefault(r.cluster, ClusterObservation(r.cluster, reachable=True))
+            here.replicas[r.name] = seen
         routable = sum(1 for n in self.routed if self.ready(n))
         self.min_routable = min(self.min_routable, routable)
         return Observation(self.now, clusters)
@@ -223,10 +268,10 @@ class Sim:
 
 
 def rolling(
-    tmp_path: Path, replicas: int, image: str = "vllm:b", **rollout: Any
+    tmp_path: Path, replicas: int, image: str = "vllm:b", nodes: int = 4, **rollout: Any
 ) -> tuple[Any, Prepared, RuntimeState]:
-    old = fleet(tmp_path, "vllm:a", replicas, **rollout)
-    new = fleet(tmp_path, image, replicas, **rollout)
+    old = fleet(tmp_path, "vllm:a", replicas, nodes=nodes, **rollout)
+    new = fleet(tmp_path, image, replicas, nodes=nodes, **rollout)
     first = prepare(
         old, PlacementLock(deployments={KEY: locked([None] * replicas).deployments[KEY]}), {}
     )
@@ -237,35 +282,101 @@ def rolling(
 
 
 ROLLS = [
-    # (name, replicas, rollout, least routable at any time)
-    ("one-at-a-time", 3, {}, 2),
-    ("two-at-a-time", 4, {"maxUnavailable": 2}, 2),
-    ("percent", 4, {"maxUnavailable": "50%"}, 2),
-    ("surge-only-rolls-one-at-a-time", 3, {"maxUnavailable": 0, "maxSurge": 1}, 2),
+    # (name, replicas, rollout, nodes per cluster, least routable at any time,
+    #  most workloads at once, surge replicas placed)
+    ("one-at-a-time", 3, {}, 4, 2, 3, 0),
+    ("two-at-a-time", 4, {"maxUnavailable": 2}, 4, 2, 4, 0),
+    ("percent", 4, {"maxUnavailable": "50%"}, 4, 2, 4, 0),
+    ("surge-make-before-break", 3, {"maxUnavailable": 0, "maxSurge": 1}, 4, 3, 4, 3),
+    ("surge-two-at-a-time", 4, {"maxUnavailable": 0, "maxSurge": 2}, 4, 4, 6, 4),
+    ("surge-percent", 4, {"maxUnavailable": 0, "maxSurge": "25%"}, 4, 4, 5, 4),
+    ("surge-and-unavailable", 3, {"maxUnavailable": 1, "maxSurge": 1}, 4, 2, 4, 1),
+    ("no-room-falls-back-to-unavailable", 3, {"maxUnavailable": 1, "maxSurge": 1}, 1, 2, 3, 0),
 ]
 
 
 @pytest.mark.parametrize(
-    ("replicas", "rollout", "least"), [r[1:] for r in ROLLS], ids=[r[0] for r in ROLLS]
+    ("replicas", "rollout", "nodes", "least", "most", "surged"),
+    [r[1:] for r in ROLLS],
+    ids=[r[0] for r in ROLLS],
 )
 def test_rollout_steps_within_the_budget(
-    tmp_path: Path, replicas: int, rollout: dict[str, Any], least: int
+    tmp_path: Path,
+    replicas: int,
+    rollout: dict[str, Any],
+    nodes: int,
+    least: int,
+    most: int,
+    surged: int,
 ) -> None:
-    spec, prepared, state = rolling(tmp_path, replicas, **rollout)
+    spec, prepared, state = rolling(tmp_path, replicas, nodes=nodes, **rollout)
     sim = Sim(state, prepared.lock, load=3.0)
     stepper = Rollouts(spec, state, sim.world(), deadline=900)
     lock = stepper.run(prepared.lock, prepared.rolling)
     b = revision(spec.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * replicas
-    assert all(sim.pods[n][0] == b for n in sim.pods)
+    assert not any(r.surge or r.draining for r in lock.replicas_of(KEY))
+    assert all(sim.pods[n][0] == b for n in sim.pods) and len(sim.pods) == replicas
     assert sim.violations == []
     assert sim.min_routable == least
+    assert (sim.most, len(sim.placed)) == (most, surged)
     assert sim.routed == set(sim.pods) and state.routing().unready == {}
     outcome = stepper.outcomes[KEY]
     assert outcome.phase == "Complete", outcome
     assert outcome.progress == f"rollout: {replicas}/{replicas} replicas at revision {b}"
     record = state.rollouts()[KEY]
     assert (record.phase, record.stable, record.updating) == ("Complete", b, {})
+    assert record.retiring == []
+
+
+def test_surge_without_room_or_unavailability_halts(tmp_path: Path) -> None:
+    spec, prepared, state = rolling(tmp_path, 3, nodes=1, maxUnavailable=0, maxSurge=1)
+    sim = Sim(state, prepared.lock, load=3.0)
+    stepper = Rollouts(spec, state, sim.world(), deadline=900)
+    lock = stepper.run(prepared.lock, prepared.rolling)
+    assert lock == prepared.lock and sim.applies == [] and sim.min_routable == 3
+    record = state.rollouts()[KEY]
+    assert record.phase == "Paused" == stepper.outcomes[KEY].phase
+    assert "no spare capacity for a surge replica (maxSurge 1)" in record.reason
+    assert "maxUnavailable is 0" in stepper.outcomes[KEY].reason
+
+
+def _next_up(spec: Any, sim: Sim, state: RuntimeState) -> Prepared:
+    """What the next `up` rolls from: the scheduler's plan on the lock written so far, its
+    stacks run (the workloads and routes the killed run had not applied yet)."""
+    from modelplane.scheduler import schedule
+
+    prepared = prepare(spec, schedule(spec, sim.written).lock, state.rollouts())
+    sim.apply(prepared.lock, [deploy_stack(KEY), "gateway"])
+    return prepared
+
+
+@pytest.mark.parametrize("killed_at", range(1, 9))
+def test_an_interrupted_surge_rollout_resumes(tmp_path: Path, killed_at: int) -> None:
+    """Killed before the `killed_at`-th stack run of a maxUnavailable 0 / maxSurge 1 rollout
+    (placing, routing, retiring the first surge replica, the second's placement...): the
+    next `up` keeps what the lock holds (surge and draining replicas), finishes the rollout
+    and never has fewer than 3 routable replicas."""
+    spec, prepared, state = rolling(tmp_path, 3, maxUnavailable=0, maxSurge=1)
+    sim = Sim(state, prepared.lock, load=3.0)
+    sim.fail_after = killed_at - 1
+    with pytest.raises(KeyboardInterrupt):
+        Rollouts(spec, state, sim.world(), deadline=900).run(prepared.lock, prepared.rolling)
+    written = sim.written
+    sim.fail_after = None
+    again = _next_up(spec, sim, state)
+    # The scheduler keeps the surge and draining replicas the rollout placed.
+    assert {r.name for r in again.lock.replicas_of(KEY)} == {
+        r.name for r in written.replicas_of(KEY)
+    }
+    assert again.rolling == [KEY]
+    lock = Rollouts(spec, state, sim.world(), deadline=900).run(again.lock, again.rolling)
+    b = revision(spec.deployments[KEY])
+    assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
+    assert not any(r.surge or r.draining for r in lock.replicas_of(KEY))
+    assert sorted(sim.pods) == sorted(r.name for r in lock.replicas_of(KEY))
+    assert sim.violations == [] and sim.min_routable >= 3 and sim.most <= 4
+    assert state.rollouts()[KEY].phase == "Complete"
 
 
 def test_an_interrupted_rollout_resumes(tmp_path: Path) -> None:
@@ -380,14 +491,18 @@ def test_the_analysis_gate_passes_a_healthy_revision(tmp_path: Path) -> None:
 
 
 class PDSim(Sim):
-    """Prefill/decode replicas: the decode pod follows the prefill pod ``lag`` seconds after an
-    update (the two workloads are separate objects); a replica routed while its roles run
-    different revisions is a violation."""
+    """Prefill/decode replicas: an update replaces the pods of the roles whose template changed
+    (``changes``), the decode pod ``lag`` seconds after the prefill pod (the two workloads are
+    separate objects); a replica routed while its roles run different revisions, or updated
+    while routed, is a violation."""
 
     lag = 4.0
 
-    def __init__(self, state: RuntimeState, lock: PlacementLock, load: float) -> None:
+    def __init__(
+        self, state: RuntimeState, lock: PlacementLock, load: float, changes: set[str]
+    ) -> None:
         super().__init__(state, lock, load)
+        self.changes = changes
         self.decode = {n: list(p) for n, p in self.pods.items()}
         self.decode_next: dict[str, tuple[list[Any], float]] = {}
 
@@ -399,10 +514,21 @@ class PDSim(Sim):
                 )
 
     def apply(self, lock: PlacementLock, stacks: list[str]) -> bool:
+        if deploy_stack(KEY) in stacks:
+            for r in lock.replicas_of(KEY):
+                if r.name in self.pending or self.pods[r.name][0] == r.revision:
+                    continue
+                if r.name in self.routed:
+                    self.violations.append(f"{r.name} updated while routed")
+                if "prefill" not in self.changes:  # its Deployment is unchanged: same pod
+                    self.pods[r.name][0] = r.revision
         ok = super().apply(lock, stacks)
         for r in lock.replicas_of(KEY):
             target = self.decode_next.get(r.name, (self.decode[r.name], 0.0))[0]
             if target[0] != r.revision:
+                if "decode" not in self.changes:
+                    self.decode[r.name][0] = r.revision
+                    continue
                 at = self.now + self.lag
                 self.decode_next[r.name] = ([r.revision, at, at + self.load], at)
         self.mixed_routed()
@@ -420,11 +546,14 @@ class PDSim(Sim):
         self.tick()
         clusters: dict[str, ClusterObservation] = {}
         for r in lock.replicas_of(KEY):
-            pods = [self.pods[r.name], self.decode[r.name]]
-            started = [p for p in pods if p[1] <= self.now]
-            ready = sum(1 for p in started if self.now >= p[2])
+            roles = {"prefill": self.pods[r.name], "decode": self.decode[r.name]}
+            started = {role: p for role, p in roles.items() if p[1] <= self.now}
+            ready = sum(1 for p in started.values() if self.now >= p[2])
             seen = ReplicaObservation(
-                pods=len(started), ready_pods=ready, created=min(p[1] for p in started)
+                pods=len(started),
+                ready_pods=ready,
+                created=min(p[1] for p in started.values()),
+                role_created={role: p[1] for role, p in started.items()},
             )
             clusters[r.cluster] = ClusterObservation(
                 r.cluster, reachable=True, replicas={r.name: seen}
@@ -433,21 +562,40 @@ class PDSim(Sim):
         return Observation(self.now, clusters)
 
 
-def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> None:
+PD_CHANGES = [
+    # (name, prefill image, decode image after the change from vllm:a / vllm:a)
+    ("both-roles", "vllm:b", "vllm:b"),
+    ("decode-only", "vllm:a", "vllm:b"),
+    ("prefill-only", "vllm:b", "vllm:a"),
+]
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode"), [c[1:] for c in PD_CHANGES], ids=[c[0] for c in PD_CHANGES]
+)
+def test_prefill_decode_replicas_never_serve_mixed_revisions(
+    tmp_path: Path, prefill: str, decode: str
+) -> None:
+    """Both roles of a replica change in its step, out of the routes; it is routed back once
+    the pods of every role the change touched are new and Ready (a role the change left
+    alone keeps its pods: the rollout does not wait for them to be replaced)."""
     from tests.factories import role
 
-    def pd(image: str) -> Any:
+    def pd(images: dict[str, str]) -> Any:
         dep = deployment(replicas=3)
         del dep["spec"]["workers"]
-        for name in ("prefill", "decode"):
+        for name, image in images.items():
             dep["spec"][name] = role()
             dep["spec"][name]["workers"]["template"]["spec"]["containers"][0]["image"] = image
         docs = [gpu_class(), *(cluster(c) for c in CLUSTERS[:3]), dep]
-        loaded = load_fleet(write_fleet(tmp_path / image.replace(":", "-"), copy.deepcopy(docs)))
+        folder = tmp_path / "-".join(images.values()).replace(":", "")
+        loaded = load_fleet(write_fleet(folder, copy.deepcopy(docs)))
         assert not loaded.errors, loaded.errors
         return loaded.fleet
 
-    old, new = pd("vllm:a"), pd("vllm:b")
+    old = pd({"prefill": "vllm:a", "decode": "vllm:a"})
+    new = pd({"prefill": prefill, "decode": decode})
+    changes = {r for r, image in (("prefill", prefill), ("decode", decode)) if image != "vllm:a"}
     base = locked([None] * 3)
     pools = {"prefill": "gpu", "decode": "gpu"}
     base = PlacementLock(
@@ -467,11 +615,16 @@ def test_prefill_decode_replicas_never_serve_mixed_revisions(tmp_path: Path) -> 
     }
     state = RuntimeState.at(tmp_path / "state")
     state.set_rollouts(second.records)
-    sim = PDSim(state, second.lock, load=3.0)
-    lock = Rollouts(new, state, sim.world(), deadline=900).run(second.lock, second.rolling)
+    sim = PDSim(state, second.lock, load=3.0, changes=changes)
+    stepper = Rollouts(new, state, sim.world(), ready_timeout=120, deadline=900)
+    lock = stepper.run(second.lock, second.rolling)
+    assert stepper.outcomes[KEY].phase == "Complete", stepper.outcomes[KEY]
     b = revision(new.deployments[KEY])
     assert [r.revision for r in lock.replicas_of(KEY)] == [b] * 3
+    assert all(sim.pods[n][0] == sim.decode[n][0] == b for n in sim.pods)
     assert sim.violations == [] and sim.min_routable >= 2
+    record = state.rollouts()[KEY]
+    assert record.previous == {} and record.updating == {}
 
 
 # --------------------------------------------------------------------------- state, plan, people

@@ -160,3 +160,45 @@ def test_autoscaled_lock_keeps_the_desired_count_not_the_surge() -> None:
     result = schedule(cordoned_fleet(_fleet(dep), ["a"]), previous)
     assert result.lock.deployments["ml/m"].autoscaled_replicas == 2
     assert len(result.lock.deployments["ml/m"].replicas) == 3
+
+
+def _surge(lock: PlacementLock, names: set[str]) -> PlacementLock:
+    deps = {
+        key: d.model_copy(
+            update={
+                "replicas": [r.model_copy(update={"surge": r.name in names}) for r in d.replicas]
+            }
+        )
+        for key, d in lock.deployments.items()
+    }
+    return lock.model_copy(update={"deployments": deps})
+
+
+@pytest.mark.parametrize(
+    ("marked", "draining", "kept"),
+    [
+        # a rollout's surge replica (maxSurge) is kept beyond the count while it is marked
+        ("surge", False, 4),
+        # unmarked, the fourth replica is surplus: the usual scale-down
+        ("none", False, 3),
+        # the rollout retired an old one (draining, kept and charged) and cleared the mark
+        ("none", True, 4),
+    ],
+)
+def test_rollout_surge_replicas_are_kept_while_marked(
+    marked: str, draining: bool, kept: int
+) -> None:
+    spec = _fleet(deployment("m", 3, tensor=8))
+    start = schedule(spec, None).lock
+    more = schedule(spec, start, surge={"ml/m": 1}).lock  # the driver asks for one more
+    names = [r.name for r in more.deployments["ml/m"].replicas]
+    (extra,) = set(names) - {r.name for r in start.deployments["ml/m"].replicas}
+    lock = _surge(more, {extra} if marked == "surge" else set())
+    if draining:
+        lock = _draining(lock, {names[0] if names[0] != extra else names[1]})
+    again = schedule(spec, lock)
+    replicas = again.lock.deployments["ml/m"].replicas
+    assert len(replicas) == kept
+    assert not again.short
+    if marked == "surge":
+        assert [r.surge for r in replicas if r.name == extra] == [True]
