@@ -195,7 +195,7 @@ def test_rollout_surge_replicas_are_kept_while_marked(
     (extra,) = set(names) - {r.name for r in start.deployments["ml/m"].replicas}
     lock = _surge(more, {extra} if marked == "surge" else set())
     if draining:
-        lock = _draining(lock, {names[0] if names[0] != extra else names[1]})
+        lock = draining(lock, {names[0] if names[0] != extra else names[1]})
     again = schedule(spec, lock)
     replicas = again.lock.deployments["ml/m"].replicas
     assert len(replicas) == kept
