@@ -175,7 +175,7 @@ def _surge(lock: PlacementLock, names: set[str]) -> PlacementLock:
 
 
 @pytest.mark.parametrize(
-    ("marked", "draining", "kept"),
+    ("marked", "retired", "kept"),
     [
         # a rollout's surge replica (maxSurge) is kept beyond the count while it is marked
         ("surge", False, 4),
@@ -186,7 +186,7 @@ def _surge(lock: PlacementLock, names: set[str]) -> PlacementLock:
     ],
 )
 def test_rollout_surge_replicas_are_kept_while_marked(
-    marked: str, draining: bool, kept: int
+    marked: str, retired: bool, kept: int
 ) -> None:
     spec = _fleet(deployment("m", 3, tensor=8))
     start = schedule(spec, None).lock
@@ -194,7 +194,7 @@ def test_rollout_surge_replicas_are_kept_while_marked(
     names = [r.name for r in more.deployments["ml/m"].replicas]
     (extra,) = set(names) - {r.name for r in start.deployments["ml/m"].replicas}
     lock = _surge(more, {extra} if marked == "surge" else set())
-    if draining:
+    if retired:
         lock = draining(lock, {names[0] if names[0] != extra else names[1]})
     again = schedule(spec, lock)
     replicas = again.lock.deployments["ml/m"].replicas
