@@ -179,9 +179,11 @@ def decide(inputs: RoundInputs) -> RoundPlan:
     has_gateway = spec.gateway is not None
     # 1. Routes first: dead endpoints leave the HTTPRoutes before anything else runs, when
     # a cluster became unroutable or replicas leave a cluster whose endpoints were routed.
+    # Also in a process's first round (a new leader's, a restarted reconcile's): a cluster is
+    # unroutable only while the lock keeps replicas there, i.e. while they are routed.
     were = inputs.were_unroutable
     drop_routes = bool(set(unroutable) - were) or any(before[n] not in were for n in moved)
-    out.routes_first = has_gateway and inputs.applied.digest is not None and drop_routes
+    out.routes_first = has_gateway and drop_routes
     # 2. Replicas leaving a cluster whose API is gone cannot be deleted there: their objects
     # are forgotten from the deployment stacks' state (and recorded as orphans).
     gone = {

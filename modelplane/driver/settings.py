@@ -25,6 +25,7 @@ DIY_SCHEMES = ("file", "s3", "gs", "azblob", "postgres")
 PASSPHRASE = "PULUMI_CONFIG_PASSPHRASE"
 PASSPHRASE_FILE = "PULUMI_CONFIG_PASSPHRASE_FILE"
 ACQUISITION = "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"
+DIY_PARALLEL = "PULUMI_DIY_BACKEND_PARALLEL"
 
 PASSPHRASE_HELP = (
     "Stack secrets (kubeconfigs, tokens) are encrypted with a passphrase on this backend.\n"
@@ -122,4 +123,10 @@ def engine_environment(
     for key in (PASSPHRASE, PASSPHRASE_FILE, ACQUISITION):
         if key in environ:
             env[key] = environ[key]
+    if urlparse(backend_url).scheme in ("postgres", "postgresql"):
+        # Pulumi's postgres backend (v3.274) lists stacks with DIY_BACKEND_PARALLEL workers
+        # (default 10), each holding a pooled connection while it asks for a second one,
+        # from a pool of 2 x GOMAXPROCS: with more stacks than connections (5 stacks on 2
+        # cores) every worker waits on another and `stack ls` hangs. One worker cannot.
+        env[DIY_PARALLEL] = environ.get(DIY_PARALLEL, "1")
     return env

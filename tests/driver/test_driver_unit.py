@@ -305,6 +305,23 @@ def test_engine_environment_never_downloads_or_checks_updates() -> None:
     assert env["PATH"] == "/engine/bin"
 
 
+@pytest.mark.parametrize(
+    ("backend", "environ", "parallel"),
+    [
+        ("postgres://u@db/state", {}, "1"),  # one lister: the engine's pool cannot deadlock
+        ("postgresql://u@db/state", {}, "1"),
+        ("postgres://u@db/state", {"PULUMI_DIY_BACKEND_PARALLEL": "3"}, "3"),  # the user's
+        ("file:///s", {}, None),
+        ("s3://bucket", {}, None),
+    ],
+)
+def test_backend_postgres_engine_lists_stacks_with_one_worker(
+    backend: str, environ: dict[str, str], parallel: str | None
+) -> None:
+    env = engine_environment({}, backend, {"PULUMI_CONFIG_PASSPHRASE": "p", **environ})
+    assert env.get("PULUMI_DIY_BACKEND_PARALLEL") == parallel
+
+
 def test_cli_refuses_to_run_without_a_passphrase(fleet_dir: Path) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
 

@@ -128,8 +128,9 @@ CASES = [
         only=[GATEWAY_STACK],
         unroutable=("b",),
     ),
-    # no successful up yet: no routes-first run (the first up routes nothing dead anyway)
-    Case("down-first-round", ("b",), applied=False, unroutable=("b",)),
+    # a process's first round (a new leader's after a takeover): the lock routes b's
+    # replica, so its endpoints leave the routes first all the same
+    Case("down-first-round", ("b",), applied=False, routes_first=True, unroutable=("b",)),
     # past the grace period: the replica leaves b; b is unreachable, so its objects are
     # forgotten from the deployment stack's state (recorded as orphans)
     Case(
@@ -178,6 +179,13 @@ def test_a_cluster_going_down(case: Case) -> None:
         assert ON[moved] == case.moved_from
     expected_only = case.only if case.applied else None
     assert plan.only == expected_only
+
+
+def test_a_first_deployment_with_a_cluster_down_has_no_routes_first_run() -> None:
+    """Nothing is routed yet (no replica is placed on a cluster that is down)."""
+    plan = decide(_inputs(previous=PlacementLock(), observation=_seen("b")))
+    assert plan.added and plan.unroutable == {} and not plan.routes_first
+    assert plan.only is None
 
 
 def test_after_a_successful_routes_first_run_only_changed_deployments_run() -> None:
