@@ -205,6 +205,15 @@ def pod_servers(cluster: str, pod: Mapping[str, Any]) -> list[PodServer]:
     return servers
 
 
+def _log(message: str) -> None:
+    print(f"{time.time():.3f} agent: {message}", flush=True)
+
+
+def _changed(old: PodServer, new: PodServer) -> str:
+    fields = [f for f in PodServer.__dataclass_fields__ if getattr(old, f) != getattr(new, f)]
+    return ", ".join(f"{f} {getattr(old, f)!r} -> {getattr(new, f)!r}" for f in fields)
+
+
 def pod_hosts(pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """DNS names of pods with a hostname and subdomain (LWS/StatefulSet pods) -> pod IP."""
     hosts: dict[str, str] = {}
@@ -313,6 +322,7 @@ class Agent:
         with self.lock:
             mine = {k: v for k, v in self.running.items() if k.startswith(prefix)}
             for key in sorted(set(mine) - set(wanted)):
+                _log(f"remove {key} (gone; grace {REMOVE_GRACE}s)")
                 self.removals.submit(self.host.remove, key)
                 del self.running[key]
             for key, server in sorted(wanted.items()):
@@ -320,7 +330,9 @@ class Agent:
                 if current == server:
                     continue
                 if current is not None:
+                    _log(f"remove {key} (changed: {_changed(current, server)}; grace 0s)")
                     self.host.remove(key, 0.0)
+                _log(f"add {key} on {server.ip}:{server.port}")
                 try:
                     self._add(server)
                 except (OSError, ValueError) as exc:

@@ -6,7 +6,9 @@ chat completions back to back and three more keep streams open while every proce
 dev-3 is killed: the front door's retry middleware (api.md "Retries and ejection") sends
 each request that dev-3's dead gateway refuses to another endpoint, so no request fails
 until reconcile drops dev-3 from the routes; a stream dev-3 had started is cut (truncated,
-not replayed). Select with `pytest -k retry`. dev-3 stays dead: the module has a dev fleet of
+not replayed); any other stream completes, but for Traefik's documented HTTP/1 proxy race,
+which can cut a stream on a healthy endpoint before its first token. Select with
+`pytest -k retry`. dev-3 stays dead: the module has a dev fleet of
 its own.
 """
 
@@ -85,6 +87,7 @@ class StreamResult:
     started: float  # response headers received
     ended: float
     cluster: str
+    pod: str
     complete: bool  # `data: [DONE]` arrived
     chunks: int
     error: str = ""
@@ -112,6 +115,7 @@ def stream_once(url: str, opened: Callable[[str], None] = lambda _: None) -> Str
         return None
     started = time.monotonic()
     cluster = resp.headers.get("x-modelplane-cluster", "")
+    pod = resp.headers.get("x-modelplane-pod", "")
     opened(cluster)
     chunks, complete, error = 0, False, ""
     if resp.status != 200:
@@ -125,7 +129,7 @@ def stream_once(url: str, opened: Callable[[str], None] = lambda _: None) -> Str
         except (OSError, http.client.HTTPException) as exc:
             error = f"{type(exc).__name__}: {exc}"
     conn.close()
-    return StreamResult(requested, started, time.monotonic(), cluster, complete, chunks, error)
+    return StreamResult(requested, started, time.monotonic(), cluster, pod, complete, chunks, error)
 
 
 class Streams(fx.Clients):
@@ -181,6 +185,37 @@ def rounds(out: Path) -> list[dict[str, Any]]:
     return [e for e in found if "probe" not in e]
 
 
+def timeline(found: list[dict[str, Any]], since: float) -> list[dict[str, Any]]:
+    """Each reconcile round: when it started against the kill, its phases, what changed."""
+    out = []
+    for r in found:
+        runs = [r.get("routesFirst") or {}, r.get("up") or {}]
+        changed = {
+            s["stack"]: [
+                f"{c['op']} {c['type'].rsplit(':', 1)[-1]} {c['name']}"
+                for c in s.get("resources", [])
+                if c["op"] not in ("same", "read")
+            ]
+            for run in runs
+            for s in run.get("stacks", run.get("results", [])) or []
+            if any(v for k, v in s.get("changes", {}).items() if k != "same")
+        }
+        out.append(
+            {
+                "round": r.get("round"),
+                "at": round(r.get("started", 0) - since, 2),
+                "duration": r.get("duration"),
+                "phases": r.get("phases"),
+                "unroutable": r.get("unroutable"),
+                "removed": r.get("removed"),
+                "added": r.get("added"),
+                "upSkipped": r.get("upSkipped"),
+                "changed": changed,
+            }
+        )
+    return out
+
+
 def test_retry_a_dead_cluster_costs_no_failed_request(
     fleet_dir: Path, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet, reconciler: Path
 ) -> None:
@@ -210,7 +245,7 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
                 timeout=60,
                 interval=0.05,
             )
-            down = time.monotonic()
+            down, down_wall = time.monotonic(), time.time()
             for process in victim.processes:  # every process of dev-3, at once (SIGKILL:
                 with contextlib.suppress(ProcessLookupError):  # no graceful drain)
                     os.killpg(process.pid, signal.SIGKILL)
@@ -235,6 +270,9 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
             if status == 200:
                 by_cluster[cluster] = by_cluster.get(cluster, 0) + 1
     cut = [s for s in streams.results if not s.complete]
+    # api.md "Retries and ejection": Traefik's HTTP/1 proxy race can cut a stream on a healthy
+    # endpoint right as it starts (before its first token); any other cut is dev-3's.
+    raced = [s for s in cut if not (s.cluster == "dev-3" and s.requested < killed)]
     on_dead = [s for s in streams.results if s.cluster == "dev-3" and s.requested < killed]
     report = {
         "clients": CLIENTS,
@@ -248,10 +286,12 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
         "servedBy": by_cluster,
         "streamsStarted": len(streams.results),
         "streamsTruncated": len(cut),
+        "streamsCutAtStart": len(raced),
         "streamsRefused": streams.refused,
         "truncated": [
             {
                 "cluster": s.cluster,
+                "pod": s.pod,
                 "chunks": s.chunks,
                 "error": s.error[:120],
                 # when it was sent, answered and cut, against the kill (diagnoses a cut stream)
@@ -260,15 +300,18 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
             for s in cut
         ],
         "routeDroppedAt": round(dropped - down, 2),
+        "killedAtUnix": round(down_wall, 3),
+        "rounds": timeline(rounds(reconciler), down_wall),
         "observedFor": round(end - down, 1),
     }
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print("retry:", json.dumps(report))
     assert requests > 50, report
     assert not failed, report
-    # A stream dev-3 had started is cut, not replayed elsewhere; every other stream completes.
-    assert cut, report
-    assert all(s.cluster == "dev-3" and s.requested < killed for s in cut), report
+    # A stream dev-3 had started is cut, not replayed elsewhere; every other stream completes,
+    # but for the gateway race (cut before its first token, TOKEN_TIME after the headers).
+    assert len(cut) > len(raced), report
+    assert all(s.chunks <= 1 and s.ended - s.started < TOKEN_TIME for s in raced), report
     assert all(s.error or s.chunks for s in cut), report
-    assert len(cut) <= len(on_dead), report
+    assert len(cut) - len(raced) <= len(on_dead), report
     assert streams.refused == 0, report

@@ -365,3 +365,18 @@ def test_prometheus_wrapper_gomod_builds_the_pinned_module() -> None:
     assert "go 1.26.7" in text
     assert f"tool {PROMETHEUS_PACKAGE}" in text
     assert f"github.com/prometheus/prometheus {PROMETHEUS_MODULE_VERSION}" in text
+
+
+def test_the_agent_names_what_changed_in_a_replaced_stand_in() -> None:
+    """A stand-in replaced at once (grace 0) is logged with the fields that changed, so a cut
+    stream can be traced to it (or ruled out) from the fleet's pod-agent.log."""
+    from dataclasses import replace
+
+    from modelplane.devfleet.agent import PodServer, _changed
+
+    old = PodServer(
+        "dev-1/demo/p/8000", "10.0.0.1", 8000, "dev-1", "demo", "p", "r", "unified", "m"
+    )
+    new = replace(old, ip="10.0.0.2", revision="b")
+    assert _changed(old, new) == "ip '10.0.0.1' -> '10.0.0.2', revision '' -> 'b'"
+    assert _changed(old, old) == ""
