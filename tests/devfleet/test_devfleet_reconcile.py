@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from modelplane.observe.cluster import observe_routes
 from modelplane.observe.kube import KubeReader, parse_kubeconfig
 from tests.fixtures import devfleet as fx
 from tests.fixtures.postgres import new_database
+from tests.fixtures.service import free_port, scrape_metrics
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
@@ -266,17 +266,7 @@ class Candidate:
 
     def metrics(self) -> dict[str, float]:
         """Its unlabelled `modelplane_reconcile_*` samples; empty when it does not answer."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
-                text = r.read().decode()
-        except OSError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#") and "{" not in line:
-                name, value = line.rsplit(" ", 1)
-                out[name.removeprefix("modelplane_reconcile_")] = float(value)
-        return out
+        return scrape_metrics(self.port)
 
     def log(self) -> list[dict[str, Any]]:
         """Its JSON log lines (stderr, `--log-format json`)."""
@@ -288,12 +278,6 @@ class Candidate:
         return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def candidates(
     fleet_dir: Path, deployer: fx.Deployer, tmp_path: Path
@@ -302,7 +286,7 @@ def candidates(
     replicas mount) and the same backend, the Lease on dev-1."""
     out: dict[str, Candidate] = {}
     for name in ("reconcile-a", "reconcile-b"):
-        port = _free_port()
+        port = free_port()
         lease = ["--leader-elect", "--lease-cluster", "dev-1", "--lease-name", LEASE_NAME]
         lease += ["--identity", name, "--lease-duration", f"{LEASE:g}s"]
         lease += ["--renew-deadline", f"{RENEW:g}s", "--retry-period", f"{RETRY:g}s"]

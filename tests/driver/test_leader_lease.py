@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 from modelplane.devcluster import DevCluster
 from modelplane.driver.lease import LeaderElector, LeaseConfig
 from modelplane.observe.kube import KubeError
+from tests.fixtures.service import free_port, scrape_metrics
 
 pytestmark = pytest.mark.apiserver
 
@@ -125,26 +125,6 @@ def test_leader_bad_timings_are_refused() -> None:
 # --- two reconcile processes -----------------------------------------------------------------
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _scrape(port: int) -> dict[str, float]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-            text = resp.read().decode()
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, value = line.rsplit(" ", 1)
-            out[name.removeprefix("modelplane_reconcile_")] = float(value)
-    return out
-
-
 def test_leader_two_reconcile_processes_sigkill_failover(
     dev_cluster: DevCluster, tmp_path: Path
 ) -> None:
@@ -155,7 +135,7 @@ def test_leader_two_reconcile_processes_sigkill_failover(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     for who in ("one", "two"):
-        port = _port()
+        port = free_port()
         argv = [sys.executable, "-m", "modelplane", "reconcile", str(fleet), "--leader-elect"]
         argv += ["--lease-kubeconfig", str(kubeconfig), "--lease-namespace", "default"]
         argv += ["--lease-name", "reconcile-pair", "--identity", who, "--interval", "1s"]
@@ -164,10 +144,10 @@ def test_leader_two_reconcile_processes_sigkill_failover(
         log = (tmp_path / f"{who}.log").open("wb")
         procs[who] = (subprocess.Popen(argv, env=env, stdout=log, stderr=log), port)
     try:
-        _until(lambda: all(_scrape(p) for _, p in procs.values()), 60)
-        _until(lambda: sum(_scrape(p).get("leader", 0) for _, p in procs.values()) == 1, 20)
+        _until(lambda: all(scrape_metrics(p) for _, p in procs.values()), 60)
+        _until(lambda: sum(scrape_metrics(p).get("leader", 0) for _, p in procs.values()) == 1, 20)
         time.sleep(3)
-        seen = {who: _scrape(port) for who, (_, port) in procs.items()}
+        seen = {who: scrape_metrics(port) for who, (_, port) in procs.items()}
         leader = next(w for w, m in seen.items() if m["leader"] == 1)
         standby = next(w for w in seen if w != leader)
         assert seen[leader]["rounds_total"] >= 1, seen
@@ -180,7 +160,7 @@ def test_leader_two_reconcile_processes_sigkill_failover(
         procs[leader][0].send_signal(signal.SIGKILL)
         procs[leader][0].wait()
         killed = time.monotonic()
-        _until(lambda: _scrape(procs[standby][1]).get("rounds_total", 0) >= 1, 15)
+        _until(lambda: scrape_metrics(procs[standby][1]).get("rounds_total", 0) >= 1, 15)
         took = time.monotonic() - killed
         print(f"\ntakeover after SIGKILL: {took:.2f}s (lease duration 4s, retry 0.5s)")
         assert took <= 4 + 2.5, took
