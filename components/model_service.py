@@ -26,6 +26,7 @@ from urllib.parse import urlencode
 
 import pulumi
 
+from components.gateway import TRAEFIK
 from components.workload import front_door as hop
 from components.workload.objects import (
     ENDPOINT,
@@ -38,15 +39,18 @@ from components.workload.objects import (
 )
 from components.workload.routes import (
     ENVOY_GROUP,
+    MAX_BACKENDS,
     EndpointBackend,
     SplitError,
     auth_name,
     endpoint_slice,
     envoy_backend,
     envoy_retry_policy,
+    reference_grant,
     retry_name,
     service_manifest,
     service_route,
+    sharded_service_routes,
     strip_key_name,
     traefik_auth_middleware,
     traefik_retry_middleware,
@@ -57,6 +61,11 @@ from modelplane.api.names import child_name
 from modelplane.routing import WeightedGroup, endpoint_weights
 
 Backend = Literal["Traefik", "EnvoyGateway"]
+# The front door's own Service (the Traefik chart's, as modelplane installs it; the dev fleet
+# publishes the same): the second pass of a sharded service goes through its `web` port.
+LOOP_SERVICE = str(TRAEFIK["release"])
+LOOP_NAMESPACE = str(TRAEFIK["namespace"])
+LOOP_PORT = 80
 
 
 @dataclass(frozen=True)
@@ -238,6 +247,108 @@ class FrontDoor:
     # Envoy Gateway: the front door's credentials for the workload gateways (a secret
     # Output), injected per service route (front_door.py); Traefik's come from authz.
     credential: Any = None
+    # Traefik, services over more than 16 endpoints (routes.py "shards"): the htpasswd line
+    # of the front door's credentials (a secret Output) the shard routes check, and the
+    # plain-HTTP listener the front door's own Service reaches (None: no such listener).
+    shard_users: Any = None
+    shard_listener: str | None = None
+
+
+def _first_pass_middlewares(name: str, backend: Backend, door: FrontDoor) -> list[str]:
+    middlewares: list[str] = []
+    if backend == "Traefik":
+        if door.authz_address:
+            middlewares += [auth_name(name), strip_key_name(name)]
+        middlewares.append(retry_name(name))
+    elif door.credential is not None:
+        middlewares.append(hop.injection_name(name))
+    return middlewares
+
+
+def service_route_manifests(
+    service: ModelService,
+    endpoints: Sequence[EndpointInfo],
+    backend: Backend,
+    gateway: tuple[str, str],
+    front_door: FrontDoor | None = None,
+) -> list[Manifest]:
+    """The service's HTTPRoute (last); over more than 16 endpoints (Traefik), first its
+    shards' routes and what they need (routes.py "shards"). Empty: no endpoint selected."""
+    backends = service_backends(service, endpoints, backend)
+    if not backends:
+        return []
+    door = front_door or FrontDoor()
+    name, ns = service.metadata.name, service.metadata.namespace or "default"
+    middlewares = _first_pass_middlewares(name, backend, door)
+    if len(backends) <= MAX_BACKENDS:
+        return [
+            service_route(
+                name,
+                ns,
+                _route_labels(service),
+                service.path_prefix,
+                backends,
+                backend=backend,
+                gateway=gateway,
+                middlewares=middlewares,
+                listener=door.listener,
+            )
+        ]
+    problem = _shard_problem(backend, door)
+    if problem:
+        raise SplitError(
+            f"ModelService {service.key}: {len(backends)} endpoints, more than the "
+            f"{MAX_BACKENDS} one route rule holds, and {problem}"
+        )
+    object_labels = _route_labels(service)
+    check = shard_check_name(name)
+    first, *shard_routes = sharded_service_routes(
+        name,
+        ns,
+        object_labels,
+        service.path_prefix,
+        backends,
+        gateway=gateway,
+        loop={
+            "group": "",
+            "kind": "Service",
+            "name": LOOP_SERVICE,
+            "namespace": LOOP_NAMESPACE,
+            "port": LOOP_PORT,
+        },
+        middlewares=middlewares,
+        shard_middlewares=[check, retry_name(name)],
+        listener=door.listener,
+        shard_listener=door.shard_listener or "",
+    )
+    # In the order they must exist: nothing is sent to a shard before its route and check.
+    return [
+        *hop.check_manifests(
+            "Traefik", check, ns, object_labels, door.shard_users, (), remove_header=False
+        ),
+        reference_grant(
+            dns1035("shards", ns, name), LOOP_NAMESPACE, object_labels, ns, LOOP_SERVICE
+        ),
+        *shard_routes,
+        first,
+    ]
+
+
+def _shard_problem(backend: Backend, door: FrontDoor) -> str | None:
+    if backend != "Traefik":
+        return "the EnvoyGateway backend routes a service as one rule (use Traefik)"
+    if door.shard_listener is None:
+        return (
+            "the InferenceGateway has no plain-HTTP listener for the second pass "
+            "(spec.tls.http: Refuse; use Redirect)"
+        )
+    if door.shard_users is None:
+        return "the gateway stack has no front-door key to guard the shards with"
+    return None
+
+
+def shard_check_name(service_name: str) -> str:
+    return f"{service_name[:48].rstrip('-')}-shard-check"
 
 
 def service_route_manifest(
@@ -247,29 +358,9 @@ def service_route_manifest(
     gateway: tuple[str, str],
     front_door: FrontDoor | None = None,
 ) -> Manifest | None:
-    backends = service_backends(service, endpoints, backend)
-    if not backends:
-        return None
-    door = front_door or FrontDoor()
-    name = service.metadata.name
-    middlewares: list[str] = []
-    if backend == "Traefik":
-        if door.authz_address:
-            middlewares += [auth_name(name), strip_key_name(name)]
-        middlewares.append(retry_name(name))
-    elif door.credential is not None:
-        middlewares.append(hop.injection_name(name))
-    return service_route(
-        service.metadata.name,
-        service.metadata.namespace or "default",
-        _route_labels(service),
-        service.path_prefix,
-        backends,
-        backend=backend,
-        gateway=gateway,
-        middlewares=middlewares,
-        listener=door.listener,
-    )
+    """The service's own HTTPRoute (the one its URL reaches); None: no endpoint selected."""
+    routes = service_route_manifests(service, endpoints, backend, gateway, front_door)
+    return routes[-1] if routes else None
 
 
 def service_policy_manifests(
@@ -349,12 +440,12 @@ class ModelServiceComponent(pulumi.ComponentResource):
         super().__init__("modelplane:gateway:ModelService", name, None, opts)
         door = front_door or FrontDoor()
         try:
-            route = service_route_manifest(service, endpoints, backend, gateway, door)
+            routes = service_route_manifests(service, endpoints, backend, gateway, door)
         except SplitError as exc:
             # Reported as a program error (no Python traceback): the specs validate, but the
             # endpoints the deployment stacks composed cannot be one weighted route here.
             raise pulumi.RunError(str(exc)) from None
-        if route is None:
+        if not routes:
             pulumi.log.warn(
                 f"ModelService {service.key}: no endpoint matches its selectors; no route",
                 resource=self,
@@ -370,9 +461,22 @@ class ModelServiceComponent(pulumi.ComponentResource):
                 )
                 for manifest in service_policy_manifests(service, backend, door)
             ]
+            # Shards: their check and ReferenceGrant, then the shard routes, then the service's
+            # own route (nothing is sent to a shard before its route exists).
+            *others, first = routes
+            shard_objects = [
+                register(
+                    manifest,
+                    pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *policies]),
+                    scope="gateway",
+                )
+                for manifest in others
+            ]
             register(
-                route,
-                pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *policies]),
+                first,
+                pulumi.ResourceOptions(
+                    parent=self, depends_on=[*depends_on, *policies, *shard_objects]
+                ),
                 scope="gateway",
             )
         prefix = service.path_prefix

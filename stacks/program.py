@@ -447,6 +447,7 @@ async def run_gateway(ctx: Context) -> None:
     from components.gateway import (
         AUTHZ_ADDRESS,
         GATEWAY_NAME,
+        WEB,
         InferenceGatewayComponent,
         service_listener,
     )
@@ -456,8 +457,9 @@ async def run_gateway(ctx: Context) -> None:
         ModelEndpointComponent,
         ModelServiceComponent,
     )
-    from components.workload.front_door import basic_credentials
+    from components.workload.front_door import basic_credentials, htpasswd
     from components.workload.objects import SYSTEM_NAMESPACE, ensure_namespace
+    from components.workload.routes import MAX_BACKENDS
 
     gateway = ctx.fleet.gateway
     assert gateway is not None
@@ -532,8 +534,11 @@ async def run_gateway(ctx: Context) -> None:
                 )
             else:
                 endpoints.append(info)
-    # The fleet's front-door key, where the front door goes through a workload gateway.
-    hop_key = front_door_key(ctx) if any(e.replica for e in endpoints) else None
+    # The fleet's front-door key, where the front door goes through a workload gateway, or
+    # may shard a service over more endpoints than one route rule holds (it guards shards).
+    traefik = gateway.spec.backend == "Traefik"
+    may_shard = traefik and len(endpoints) > MAX_BACKENDS
+    hop_key = front_door_key(ctx) if may_shard or any(e.replica for e in endpoints) else None
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
         gateway,
@@ -544,7 +549,6 @@ async def run_gateway(ctx: Context) -> None:
         front_door_key=hop_key,
         tls_material=tls_material,
     )
-    traefik = gateway.spec.backend == "Traefik"
     front_door = FrontDoor(
         listener=service_listener(gateway),
         scheme="https" if gateway.spec.tls is not None else "http",
@@ -555,6 +559,10 @@ async def run_gateway(ctx: Context) -> None:
         credential=None
         if traefik or hop_key is None
         else pulumi.Output.secret(hop_key.apply(basic_credentials)),
+        shard_users=pulumi.Output.secret(hop_key.apply(htpasswd))
+        if may_shard and hop_key is not None
+        else None,
+        shard_listener=None if gateway.spec.tls and gateway.spec.tls.http == "Refuse" else WEB,
     )
     in_namespace = pulumi.ResourceOptions(provider=provider)
     namespaces: dict[str, pulumi.Resource | None] = {}

@@ -70,12 +70,18 @@ def users_secret(
     }
 
 
-def traefik_check(name: str, namespace: str, object_labels: Mapping[str, str]) -> Manifest:
+def traefik_check(
+    name: str, namespace: str, object_labels: Mapping[str, str], *, remove_header: bool = True
+) -> Manifest:
+    """``remove_header`` False: the credentials go on (a shard route's check on the front
+    door, whose workload gateways check them again)."""
     return {
         "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
         "kind": "Middleware",
         "metadata": metadata(name, namespace, object_labels),
-        "spec": {"basicAuth": {"secret": name, "removeHeader": True, "realm": "modelplane"}},
+        "spec": {
+            "basicAuth": {"secret": name, "removeHeader": remove_header, "realm": "modelplane"}
+        },
     }
 
 
@@ -102,6 +108,8 @@ def check_manifests(
     object_labels: Mapping[str, str],
     users: Any,
     routes: Sequence[str],
+    *,
+    remove_header: bool = True,
 ) -> list[Manifest]:
     """The Secret and the check of one deployment's replica routes on one cluster (``users``
     None: the check alone, a renderTo hand-off without the key)."""
@@ -109,7 +117,7 @@ def check_manifests(
         [] if users is None else [users_secret(name, namespace, object_labels, users, controller)]
     )
     if controller == "Traefik":
-        return [*secret, traefik_check(name, namespace, object_labels)]
+        return [*secret, traefik_check(name, namespace, object_labels, remove_header=remove_header)]
     return [*secret, envoy_check(name, namespace, object_labels, routes)]
 
 

@@ -375,25 +375,8 @@ def service_route(
     first, in order (ExtensionRef filters): the key check, then the retries. `listener`:
     the Gateway listener (sectionName) the route attaches to.
     """
-    match = [path_match(prefix)]
-    rules: list[dict[str, Any]]
     if backend == "Traefik":
-        refs = [
-            _backend_ref(
-                ep,
-                [
-                    _rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None),
-                    # The front door's credentials are for workload gateways only: never to
-                    # an outside provider or straight to a replica's Service.
-                    *([] if ep.replica else [REMOVE_AUTHORIZATION]),
-                ],
-            )
-            for ep in endpoints
-        ]
-        rule: dict[str, Any] = {"matches": match}
-        if middlewares:
-            rule["filters"] = [traefik_middleware_filter(m) for m in middlewares]
-        rules = [{**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}]
+        rules = [traefik_rule(prefix, endpoints, middlewares)]
     else:
         path = envoy_path(name, namespace, endpoints)
         # `middlewares` here: HTTPRouteFilters each replica's backendRef runs (the front
@@ -401,12 +384,46 @@ def service_route(
         refs = [_envoy_backend_ref(ep, middlewares if ep.replica else ()) for ep in endpoints]
         rules = [
             {
-                "matches": match,
+                "matches": [path_match(prefix)],
                 "filters": [prefix_rewrite(path)],
                 "backendRefs": refs,
                 "timeouts": {"request": "0s"},
             }
         ]
+    return _route(name, namespace, object_labels, rules, gateway, listener)
+
+
+def traefik_rule(
+    prefix: str, endpoints: Sequence[EndpointBackend], middlewares: Sequence[str]
+) -> dict[str, Any]:
+    """One weighted Traefik rule: each backendRef with its own URLRewrite to the endpoint's
+    rewritePath (and Host for named upstreams), the Middlewares first."""
+    refs = [
+        _backend_ref(
+            ep,
+            [
+                _rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None),
+                # The front door's credentials are for workload gateways only: never to
+                # an outside provider or straight to a replica's Service.
+                *([] if ep.replica else [REMOVE_AUTHORIZATION]),
+            ],
+        )
+        for ep in endpoints
+    ]
+    rule: dict[str, Any] = {"matches": [path_match(prefix)]}
+    if middlewares:
+        rule["filters"] = [traefik_middleware_filter(m) for m in middlewares]
+    return {**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}
+
+
+def _route(
+    name: str,
+    namespace: str,
+    object_labels: Mapping[str, str],
+    rules: list[dict[str, Any]],
+    gateway: tuple[str, str],
+    listener: str | None,
+) -> Manifest:
     gw_name, gw_namespace = gateway
     parent = gateway_ref(gw_name, gw_namespace)
     if listener:
@@ -416,6 +433,116 @@ def service_route(
         "kind": "HTTPRoute",
         "metadata": metadata(name, namespace, object_labels),
         "spec": {"parentRefs": [parent], "rules": rules},
+    }
+
+
+# --- services over more endpoints than one rule holds (api.md "Large services") ---------
+#
+# Gateway API allows 16 backendRefs per rule, and rules with equal matches do not share
+# traffic. A Traefik service over more endpoints is split in shards of at most 16: its own
+# route sends each request to one shard, weighted by the shard's total, through the front
+# door's own Service (a second pass through the same Traefik) with the path rewritten to
+# the shard's prefix; each shard's route then picks the endpoint by weight, as one rule
+# does for a small service. The shard routes require the fleet's front-door credentials
+# (the key check of the first pass sets them), so no caller reaches a shard directly.
+MAX_BACKENDS = 16  # backendRefs per HTTPRoute rule (Gateway API CRD maxItems)
+MAX_SHARDS = 16  # one rule: at most 16 shards, so at most 256 endpoints
+SHARD_PATH = "/_shards"
+
+
+def shard_prefix(namespace: str, name: str, index: int) -> str:
+    return f"{SHARD_PATH}/{namespace}/{name}/{index}/"
+
+
+def shard_route_name(service_name: str, index: int) -> str:
+    return f"{service_name[:50].rstrip('-')}-shard-{index}"
+
+
+def shards(
+    name: str, namespace: str, endpoints: Sequence[EndpointBackend]
+) -> list[list[EndpointBackend]]:
+    """The endpoints dealt round-robin (in the order given) into the fewest shards of at most
+    MAX_BACKENDS each; one shard when they fit in one rule."""
+    if len(endpoints) <= MAX_BACKENDS:
+        return [list(endpoints)]
+    count = -(-len(endpoints) // MAX_BACKENDS)
+    if count > MAX_SHARDS:
+        raise SplitError(
+            f"ModelService {namespace}/{name}: {len(endpoints)} endpoints, but a service "
+            f"routes at most {MAX_BACKENDS * MAX_SHARDS} ({MAX_SHARDS} shards of "
+            f"{MAX_BACKENDS})"
+        )
+    return [list(endpoints[k::count]) for k in range(count)]
+
+
+def sharded_service_routes(
+    name: str,
+    namespace: str,
+    object_labels: Mapping[str, str],
+    prefix: str,
+    endpoints: Sequence[EndpointBackend],
+    *,
+    gateway: tuple[str, str],
+    loop: dict[str, Any],
+    middlewares: Sequence[str],
+    shard_middlewares: Sequence[str],
+    listener: str | None,
+    shard_listener: str,
+) -> list[Manifest]:
+    """Traefik only: the service's route over its shards, then one route per shard.
+
+    ``loop``: the backendRef of the front door's own Service (its plain-HTTP `web` port);
+    ``shard_listener`` is the listener behind it. ``middlewares`` run on the first pass
+    (key check, retries), ``shard_middlewares`` on the second (the front-door credentials
+    check, retries within the shard)."""
+    parts = shards(name, namespace, endpoints)
+    refs = [
+        {
+            **loop,
+            "weight": sum(ep.weight for ep in part),
+            "filters": [prefix_rewrite(shard_prefix(namespace, name, k))],
+        }
+        for k, part in enumerate(parts)
+    ]
+    rule: dict[str, Any] = {"matches": [path_match(prefix)]}
+    if middlewares:
+        rule["filters"] = [traefik_middleware_filter(m) for m in middlewares]
+    first = _route(
+        name,
+        namespace,
+        object_labels,
+        [{**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}],
+        gateway,
+        listener,
+    )
+    return [
+        first,
+        *(
+            _route(
+                shard_route_name(name, k),
+                namespace,
+                object_labels,
+                [traefik_rule(shard_prefix(namespace, name, k), part, shard_middlewares)],
+                gateway,
+                shard_listener,
+            )
+            for k, part in enumerate(parts)
+        ),
+    ]
+
+
+def reference_grant(
+    name: str, namespace: str, object_labels: Mapping[str, str], from_namespace: str, service: str
+) -> Manifest:
+    """Lets the HTTPRoutes of ``from_namespace`` name Service ``service`` of ``namespace``."""
+    return {
+        "apiVersion": f"{GATEWAY_GROUP}/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {
+            "from": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "namespace": from_namespace}],
+            "to": [{"group": "", "kind": "Service", "name": service}],
+        },
     }
 
 

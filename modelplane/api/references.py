@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 from modelplane.api.errors import SpecError
 from modelplane.api.fleet import FleetSpec
+from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.model_service import ModelEndpoint, ModelService
 
 
 def _err(fleet: FleetSpec, kind: str, key: str, path: str, message: str) -> SpecError:
@@ -155,30 +157,46 @@ def _lws_names(fleet: FleetSpec) -> Iterator[SpecError]:
                 )
 
 
+def _selected(
+    fleet: FleetSpec, svc: ModelService
+) -> tuple[list[ModelEndpoint], list[ModelDeployment]]:
+    """The hand-written endpoints and the (replicated) deployments a service's entries can
+    select: same namespace, labels matched (a deployment's replicas carry its template's
+    labels and `modelplane.ai/deployment`)."""
+    from modelplane.api.names import DEPLOYMENT_LABEL
+
+    ns = svc.metadata.namespace or "default"
+    endpoints: dict[str, ModelEndpoint] = {}
+    deployments: dict[str, ModelDeployment] = {}
+    for entry in svc.spec.endpoints:
+        for key, ep in fleet.endpoints.items():
+            if (ep.metadata.namespace or "default") == ns and entry.selector.matches(
+                dict(ep.metadata.labels)
+            ):
+                endpoints[key] = ep
+        for key, dep in fleet.deployments.items():
+            labels = {**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name}
+            if (
+                (dep.metadata.namespace or "default") == ns
+                and dep.spec.replicas > 0
+                and entry.selector.matches(labels)
+            ):
+                deployments[key] = dep
+    return [endpoints[k] for k in sorted(endpoints)], [deployments[k] for k in sorted(deployments)]
+
+
 def _envoy_splits(fleet: FleetSpec) -> Iterator[SpecError]:
     """On EnvoyGateway a service is one weighted rule with one path rewrite (api.md,
     "InferenceGateway"): the endpoints it can select must agree on it, replicas as '/'."""
     if fleet.gateway is None or fleet.gateway.spec.backend != "EnvoyGateway":
         return
-    from modelplane.api.names import DEPLOYMENT_LABEL
-
     for key, svc in fleet.services.items():
-        ns = svc.metadata.namespace or "default"
         paths: dict[str, str] = {}
-        for entry in svc.spec.endpoints:
-            for ep in fleet.endpoints.values():
-                if (ep.metadata.namespace or "default") == ns and entry.selector.matches(
-                    dict(ep.metadata.labels)
-                ):
-                    paths.setdefault(ep.spec.rewrite_path, f"ModelEndpoint {ep.metadata.name}")
-            for dep in fleet.deployments.values():
-                labels = {**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name}
-                if (
-                    (dep.metadata.namespace or "default") == ns
-                    and dep.spec.replicas > 0
-                    and entry.selector.matches(labels)
-                ):
-                    paths.setdefault("/", f"ModelDeployment {dep.metadata.name}")
+        endpoints, deployments = _selected(fleet, svc)
+        for ep in endpoints:
+            paths.setdefault(ep.spec.rewrite_path, f"ModelEndpoint {ep.metadata.name}")
+        for dep in deployments:
+            paths.setdefault("/", f"ModelDeployment {dep.metadata.name}")
         if len(paths) > 1:
             listed = ", ".join(f"{p!r} ({who})" for p, who in sorted(paths.items()))
             yield _err(
@@ -190,6 +208,63 @@ def _envoy_splits(fleet: FleetSpec) -> Iterator[SpecError]:
                 f"rewritePath, but its endpoints need {listed} (replicas count as '/'); "
                 "use the Traefik backend or one rewritePath",
             )
+
+
+# Gateway API: 16 backendRefs per HTTPRoute rule; Traefik shards a larger service in at most
+# 16 shards (api.md "Large services"; components/workload/routes.py).
+RULE_BACKENDS = 16
+SHARDED_BACKENDS = RULE_BACKENDS * 16
+
+
+def most_endpoints(fleet: FleetSpec, svc: ModelService) -> tuple[int, list[str]]:
+    """The most endpoints a service can route at once, and where they come from: its
+    hand-written endpoints, and per deployment its replicas (autoscaling: `maxReplicas`) plus
+    the surge replicas a rollout or a drain adds (`spec.rollout.maxSurge`)."""
+    endpoints, deployments = _selected(fleet, svc)
+    parts = [f"{len(endpoints)} ModelEndpoint(s)"] if endpoints else []
+    total = len(endpoints)
+    for dep in deployments:
+        auto = dep.spec.autoscaling
+        replicas = max(dep.spec.replicas, auto.max_replicas if auto is not None else 0)
+        _, surge = dep.spec.rollout.budget(replicas)
+        total += replicas + surge
+        parts.append(
+            f"ModelDeployment {dep.metadata.name}: {replicas}"
+            + (f" + {surge} surge" if surge else "")
+        )
+    return total, parts
+
+
+def _route_sizes(fleet: FleetSpec) -> Iterator[SpecError]:
+    """What the front door can route: one rule on EnvoyGateway, 16 shards on Traefik (which
+    need the plain-HTTP listener for their second pass)."""
+    gateway = fleet.gateway
+    if gateway is None:
+        return
+    envoy = gateway.spec.backend == "EnvoyGateway"
+    refuse = gateway.spec.tls is not None and gateway.spec.tls.http == "Refuse"
+    for key, svc in fleet.services.items():
+        total, parts = most_endpoints(fleet, svc)
+        if total <= RULE_BACKENDS:
+            continue
+        if envoy:
+            why = f"the EnvoyGateway backend routes at most {RULE_BACKENDS} (use Traefik)"
+        elif refuse:
+            why = (
+                f"more than {RULE_BACKENDS} need the front door's plain-HTTP listener for their "
+                "second pass, which InferenceGateway spec.tls.http: Refuse removes (use Redirect)"
+            )
+        elif total > SHARDED_BACKENDS:
+            why = f"a service routes at most {SHARDED_BACKENDS}"
+        else:
+            continue
+        yield _err(
+            fleet,
+            "ModelService",
+            key,
+            "spec.endpoints",
+            f"can select up to {total} endpoints ({'; '.join(parts)}), but {why}",
+        )
 
 
 def _cache_storage(fleet: FleetSpec) -> Iterator[SpecError]:
@@ -231,4 +306,5 @@ def check_references(fleet: FleetSpec) -> list[SpecError]:
         *_deployments(fleet),
         *_lws_names(fleet),
         *_envoy_splits(fleet),
+        *_route_sizes(fleet),
     ]

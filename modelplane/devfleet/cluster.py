@@ -102,7 +102,14 @@ class ClusterAddresses:
 
     @property
     def front_door(self) -> str:
+        """The front door as the host sees it (through the bridge) and its Gateway's address."""
         return self.api_host
+
+    @property
+    def front_door_ip(self) -> str:
+        """Where the front door listens inside the namespace: private, so an EndpointSlice can
+        hold it (its own Service, as the Traefik chart's, for a sharded service's second pass)."""
+        return f"10.253.{self.slot}.{10 + self.index}"
 
     @property
     def pod_range(self) -> str:
@@ -339,6 +346,41 @@ RWX_VOLUMES = 8
 RWX_VOLUME_SIZE = "4Ti"
 
 
+# The Traefik chart's Service as modelplane installs the InferenceGateway's controller
+# (components/gateway.py TRAEFIK: release `mp-traefik` in `traefik-system`, `web` on port 80).
+FRONT_DOOR_SERVICE = ("mp-traefik", "traefik-system")
+
+
+def front_door_service(addresses: ClusterAddresses) -> list[dict[str, Any]]:
+    """The front door's own Service, as the chart makes it, with the Traefik process's
+    address as its endpoint: a sharded ModelService's second pass goes through it."""
+    name, namespace = FRONT_DOOR_SERVICE
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "type": "ClusterIP",
+                "ports": [{"name": "web", "port": 80, "targetPort": "web", "protocol": "TCP"}],
+            },
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{name}-dev-fleet",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": name},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [addresses.front_door_ip], "conditions": {"ready": True}}],
+            "ports": [{"name": "web", "port": GATEWAY_PORT, "protocol": "TCP"}],
+        },
+    ]
+
+
 def rwx_storage(cluster: str) -> list[dict[str, Any]]:
     """A ReadWriteMany StorageClass with pre-made volumes (the dev fleet has no provisioner):
     what `existing.cache.storageClassName` names for ModelCache PVCs. The volumes are
@@ -422,11 +464,13 @@ def traefik_argv(
     selector: str,
     front_door: bool = False,
     access_log: Path | None = None,
+    status_address: str | None = None,
 ) -> list[str]:
     """Both with Traefik's Kubernetes CRD provider: the Middlewares routes name (the retry and
     key check of a ModelService route, api.md "Retries and ejection"; the front-door check of
     a replica route, "Private workload gateways"). ``front_door``: also a short dial timeout
-    and the TLS entrypoint."""
+    and the TLS entrypoint. ``status_address``: the Gateway address Traefik publishes (by
+    default the one it listens on)."""
     extra = [
         "--providers.kubernetescrd=true",
         f"--providers.kubernetescrd.endpoint={server}",
@@ -451,7 +495,7 @@ def traefik_argv(
         f"--providers.kubernetesgateway.token={token_file}",
         f"--providers.kubernetesgateway.certAuthFilePath={ca}",
         f"--providers.kubernetesgateway.labelSelector={selector}",
-        f"--providers.kubernetesgateway.statusAddress.ip={address}",
+        f"--providers.kubernetesgateway.statusAddress.ip={status_address or address}",
         "--providers.kubernetesgateway.throttleDuration=0s",
         "--log.level=WARN",
         "--log.noColor=true",
@@ -627,7 +671,7 @@ def start_controllers(
             WORKLOAD_GATEWAY_PORT,
             f"{WORKLOAD_CLASS_LABEL}=workload",
         ),
-        ("traefik-front-door", a.front_door, GATEWAY_PORT, FRONT_DOOR_SELECTOR),
+        ("traefik-front-door", a.front_door_ip, GATEWAY_PORT, FRONT_DOOR_SELECTOR),
     )
     for name, address, port, selector in gateways:
         argv = traefik_argv(
@@ -640,9 +684,11 @@ def start_controllers(
             selector=selector,
             front_door=name == "traefik-front-door",
             access_log=front_door_access_log(cluster.workdir),
+            # Clients reach the front door through the bridge, at the host's address.
+            status_address=a.front_door if name == "traefik-front-door" else None,
         )
         run(name, argv)
-    for manifest in rwx_storage(cluster.name):
+    for manifest in [*rwx_storage(cluster.name), *front_door_service(a)]:
         apply(rest, manifest)
     # The simulated hardware.
     for manifest in simulated.device_classes:

@@ -189,8 +189,8 @@ def bridge_routes(addresses: list[ClusterAddresses]) -> list[Route]:
     routes = []
     for a in addresses:
         routes.append(Route(a.api_host, API_PORT, a.api_host, API_PORT))
-        routes.append(Route(a.front_door, 80, a.front_door, GATEWAY_PORT))
-        routes.append(Route(a.front_door, 443, a.front_door, FRONT_DOOR_TLS_PORT))
+        routes.append(Route(a.front_door, 80, a.front_door_ip, GATEWAY_PORT))
+        routes.append(Route(a.front_door, 443, a.front_door_ip, FRONT_DOOR_TLS_PORT))
     return routes
 
 

@@ -29,9 +29,16 @@ class Counts:
         return {"requests": self.requests, "errors": self.errors, "refused": self.refused}
 
 
+# The second pass of a sharded service (api.md "Large services"): the first pass's line is
+# the one with the caller and the status the client saw; this one is not counted again.
+SHARD_PATH = "_shards"
+
+
 def service_of(path: str) -> str | None:
     """`/<namespace>/<service>/...` -> `<namespace>/<service>` (None: not a service path)."""
     parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == SHARD_PATH:
+        return None
     return f"{parts[0]}/{parts[1]}" if len(parts) >= 2 and parts[0] and parts[1] else None
 
 

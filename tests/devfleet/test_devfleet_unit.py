@@ -264,16 +264,32 @@ def test_bridge_routes_are_loopback_on_the_host() -> None:
     routes = bridge_routes(addresses)
     assert routes == [
         Route("127.77.7.11", 6443, "127.77.7.11", 6443),
-        Route("127.77.7.11", 80, "127.77.7.11", 8000),
-        Route("127.77.7.11", 443, "127.77.7.11", 8443),
+        Route("127.77.7.11", 80, "10.253.7.11", 8000),
+        Route("127.77.7.11", 443, "10.253.7.11", 8443),
         Route("127.77.7.12", 6443, "127.77.7.12", 6443),
-        Route("127.77.7.12", 80, "127.77.7.12", 8000),
-        Route("127.77.7.12", 443, "127.77.7.12", 8443),
+        Route("127.77.7.12", 80, "10.253.7.12", 8000),
+        Route("127.77.7.12", 443, "10.253.7.12", 8443),
     ]
     assert all(r.listen_host.startswith("127.") for r in routes)
     assert Route.from_json(routes[1].to_json()) == routes[1]
-    # private addresses only inside the namespace
+    # private addresses only inside the namespace (the front door's: its Service can hold it)
     assert addresses[0].gateway_ip.startswith("10.") and addresses[0].pod_range.startswith("10.")
+    assert addresses[0].front_door_ip.startswith("10.") and addresses[0].front_door == "127.77.7.11"
+
+
+def test_front_door_service_is_the_charts_with_the_process_as_endpoint() -> None:
+    from components.gateway import TRAEFIK
+    from modelplane.devfleet.cluster import front_door_service
+
+    _, service, endpoints = front_door_service(ClusterAddresses("dev-1", 1, 7))
+    assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (
+        TRAEFIK["release"],
+        TRAEFIK["namespace"],
+    )
+    assert service["spec"]["ports"][0]["port"] == 80
+    assert endpoints["metadata"]["labels"]["kubernetes.io/service-name"] == TRAEFIK["release"]
+    assert endpoints["endpoints"][0]["addresses"] == ["10.253.7.11"]
+    assert endpoints["ports"] == [{"name": "web", "port": TRAEFIK["port"], "protocol": "TCP"}]
 
 
 def test_lws_webhooks_point_at_the_loopback_server() -> None:
