@@ -31,6 +31,9 @@ pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 EXTERNAL_IP = "10.254.0.10"
 EXTERNAL_NAME = "external.modelplane.test"
 EXTERNAL_NAME_IP = "10.254.0.11"
+# A service wider than one route rule (api.md "Large services"): 18 outside endpoints plus
+# the split replicas, sharded by the front door.
+MANY = [(f"many-{i}", f"10.254.1.{i + 1}") for i in range(18)]
 
 
 def partner(name: str, host: str) -> dict[str, Any]:
@@ -61,6 +64,16 @@ metadata: {name: partner, namespace: web}
 spec:
   endpoints:
   - selector: {matchLabels: {provider: partner-name}}
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelService
+metadata: {name: wide, namespace: web}
+spec:
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: split}}
+    weight: 50
+  - selector: {matchLabels: {group: many}}
+    weight: 50
 """
 
 
@@ -80,6 +93,10 @@ def served(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> Iterator[dict
                     "cluster": "outside",
                     "hostname": EXTERNAL_NAME,
                 },
+                *(
+                    {"ip": ip, "port": 9000, "replica": name, "cluster": "outside"}
+                    for name, ip in MANY
+                ),
             ]
         )
     )
@@ -107,7 +124,12 @@ def write_split(fleet_dir: Path, replicas: int) -> None:
         memory="8Gi",
     )
     partners = (partner("partner-ip", EXTERNAL_IP), partner("partner-name", EXTERNAL_NAME))
-    text = fx.specs_yaml(split, *partners) + SERVICES
+    many = []
+    for name, ip in MANY:
+        endpoint = partner(name, ip)
+        endpoint["metadata"]["labels"]["group"] = "many"
+        many.append(endpoint)
+    text = fx.specs_yaml(split, *partners, *many) + SERVICES
     (fleet_dir / "split.yaml").write_text(text)
 
 
@@ -205,6 +227,39 @@ def test_weights_hold_over_2000_requests(served: dict[str, Any]) -> None:
     assert abs(shares.pop("partner-ip") - 20) <= 3, seen
     for share in shares.values():  # 80 split evenly over 3 replicas
         assert abs(share - 80 / 3) <= 3, seen
+
+
+def test_a_service_wider_than_one_route_rule_reaches_every_endpoint_by_weight(
+    served: dict[str, Any],
+) -> None:
+    """21 endpoints (3 replicas through their cluster gateways, 18 outside): more than the 16
+    one HTTPRoute rule holds, so the front door shards them; every endpoint answers, with its
+    share, and no caller reaches a shard past the key check."""
+    url = served["services"]["web/wide"]
+    fx.wait_for("web/wide answering", lambda: answered(url) == 200, timeout=60)
+    n = 1800
+    seen = _shares(url, n)
+    many = {name for name, _ in MANY}
+    assert many <= set(seen), sorted(many - set(seen))
+    replicas = {k: v for k, v in seen.items() if k not in many}
+    assert len(replicas) == 3, seen
+    # 50 % over the replicas, 50 % over the 18 others (Traefik's weighted round robin at
+    # both passes: close to exact).
+    assert abs(100 * sum(replicas.values()) / n - 50) <= 3, seen
+    for name in many:
+        assert abs(100 * seen[name] / n - 50 / 18) <= 1.5, seen
+    # A shard's own path: refused without the front door's credentials, a caller key or not.
+    shard = url.split("/web/wide/")[0] + "/_shards/web/wide/0/"
+    for headers in ({}, fx.caller_headers()):
+        req = urllib.request.Request(
+            shard + "v1/chat/completions",
+            data=b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}',
+            method="POST",
+            headers={"Content-Type": "application/json", **headers},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == 401
 
 
 def test_adding_a_replica_shifts_the_split_without_failed_requests(
