@@ -40,26 +40,27 @@ def keys_path(state: Path) -> Path:
 
 
 def merged_table(clusters: list[FleetCluster]) -> dict[str, str] | None:
-    """Every cluster's `callers.json` merged (only the gateway cluster has one); None when no
-    API server answered (the last table is kept then)."""
+    """Every cluster's `callers.json` merged (only the gateway cluster has one); None unless
+    every API server answered, with the Secret or a 404 (the last table is kept then, as
+    kubelet keeps a mounted Secret it cannot refresh): a busy gateway cluster that times out
+    while the others say "no such Secret" must not read as "no callers" and refuse them all."""
     table: dict[str, str] = {}
-    answered = False
     for cluster in clusters:
         try:
             secret = cluster.rest().get(SECRET_PATH, timeout=2)
         except KubeRestError as exc:
-            answered = answered or exc.status == 404
-            continue
+            if exc.status == 404:
+                continue
+            return None
         except OSError:
-            continue
-        answered = True
+            return None
         raw = (secret.get("data") or {}).get("callers.json")
         if raw:
             try:
                 table.update(json.loads(base64.b64decode(raw)))
             except ValueError:
-                continue
-    return table if answered else None
+                return None
+    return table
 
 
 def write_table(path: Path, table: dict[str, str]) -> bool:

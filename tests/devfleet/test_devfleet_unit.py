@@ -396,3 +396,52 @@ def test_the_agent_names_what_changed_in_a_replaced_stand_in() -> None:
     new = replace(old, ip="10.0.0.2", revision="b")
     assert _changed(old, new) == "ip '10.0.0.1' -> '10.0.0.2', revision '' -> 'b'"
     assert _changed(old, old) == ""
+
+
+class _Answers:
+    """A cluster whose API server answers the callers Secret with ``answer``: a table, a
+    status (an HTTP error, 0: no answer) or an OSError."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def rest(self) -> _Answers:
+        return self
+
+    def get(self, path: str, *, timeout: float) -> Any:
+        import base64
+        import json
+
+        from modelplane.devcluster.rest import KubeRestError
+
+        if isinstance(self.answer, dict):
+            raw = base64.b64encode(json.dumps(self.answer).encode()).decode()
+            return {"data": {"callers.json": raw}}
+        if isinstance(self.answer, int):
+            raise KubeRestError(self.answer, "error")
+        raise OSError("timed out")
+
+
+TABLE = {"callers": {"abc": "dev"}}
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        ([TABLE, 404, 404], TABLE),
+        ([404, TABLE, 404], TABLE),
+        ([404, 404, 404], {}),  # the Secret is gone everywhere: no callers
+        # The gateway cluster does not answer (busy, or a timeout): the last table is kept,
+        # whatever the others say -- it used to read as "no callers" and refuse everyone.
+        ([0, 404, 404], None),
+        ([OSError(), 404, 404], None),
+        ([500, 404, 404], None),
+        ([TABLE, 0, 404], None),
+    ],
+)
+def test_authz_table_is_kept_unless_every_cluster_answered(
+    answers: list[Any], expected: dict[str, Any] | None
+) -> None:
+    from modelplane.devfleet.authz import merged_table
+
+    assert merged_table([_Answers(a) for a in answers]) == expected  # type: ignore[list-item]
