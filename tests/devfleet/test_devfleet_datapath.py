@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from modelplane.cli.call import chat_completion
 from modelplane.devfleet import fleet as devfleet
@@ -317,3 +318,115 @@ def test_prefill_decode_requests_reach_decode_pods(served: dict[str, Any]) -> No
         if headers["x-modelplane-replica"].startswith("mistral-pd"):
             roles[headers["x-modelplane-role"]] += 1
     assert roles and set(roles) == {"decode"}, roles
+
+
+def _route_backends(custom: Any) -> set[str]:
+    route = custom.get_namespaced_custom_object(
+        "gateway.networking.k8s.io", "v1", "demo", "httproutes", "chat"
+    )
+    return {ref["name"] for rule in route["spec"]["rules"] for ref in rule["backendRefs"]}
+
+
+def _role_images(core: Any) -> tuple[dict[str, set[str]], bool]:
+    """mistral-pd's serving pods: their engine's image per role, and whether all are Ready."""
+    images: dict[str, set[str]] = {}
+    ready = True
+    for pod in core.list_namespaced_pod(
+        "demo", label_selector="modelplane.ai/deployment=mistral-pd"
+    ).items:
+        role = pod.metadata.labels.get("modelplane.ai/role", "")
+        if role not in ("prefill", "decode"):
+            continue  # not a serving pod of a role (the replica's routing pieces)
+        images.setdefault(role, set()).update(
+            c.image for c in pod.spec.containers if c.name == "engine"
+        )
+        ready = (
+            ready
+            and pod.metadata.deletion_timestamp is None
+            and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        )
+    return images, ready
+
+
+def test_prefill_decode_rollout_never_routes_a_replica_with_mixed_revisions(
+    served: dict[str, Any], dev_fleet: devfleet.DevFleet
+) -> None:
+    """A new image on both roles of mistral-pd (1P1D): the rollout takes the replica out of
+    `demo/chat`, updates both roles, and routes it again only once both are Ready on the new
+    image. Sampled all along from the API servers: whenever the route names the replica, its
+    prefill and decode pods are all Ready on one image. `demo/chat` (qwen too) fails nothing."""
+    from kubernetes.client import CoreV1Api, CustomObjectsApi
+
+    from modelplane.lock import read_lock
+
+    fleet_dir = Path(served["dir"])
+    [replica] = read_lock(fleet_dir / "modelplane.lock.yaml").replicas_of("demo/mistral-pd")
+    endpoint = f"ep-{replica.name}"
+    custom = CustomObjectsApi(fx.api_client(dev_fleet.cluster("dev-1")))
+    core = CoreV1Api(fx.api_client(dev_fleet.cluster(replica.cluster)))
+    old, new = "vllm/vllm-openai:v0.11.0", "vllm/vllm-openai:v0.11.1"
+    assert endpoint in _route_backends(custom)
+    assert _role_images(core)[0] == {"prefill": {old}, "decode": {old}}
+    models = fleet_dir / "models.yaml"
+    docs = list(yaml.safe_load_all(models.read_text()))
+    for doc in docs:
+        if doc["metadata"]["name"] == "mistral-pd":
+            for role in ("prefill", "decode"):
+                doc["spec"][role]["workers"]["template"]["spec"]["containers"][0]["image"] = new
+    models.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+    url = served["services"]["demo/chat"]
+    samples: list[tuple[bool, dict[str, set[str]], bool]] = []
+    failures: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            before = endpoint in _route_backends(custom)
+            images, ready = _role_images(core)
+            # routed for the whole sample: the route named it before and after the pods read
+            samples.append((before and endpoint in _route_backends(custom), images, ready))
+            time.sleep(0.2)
+
+    def load() -> None:
+        while not stop.is_set():
+            status = answered(url)
+            if status != 200:
+                failures.append(status)
+
+    threads = [
+        threading.Thread(target=watch, daemon=True),
+        threading.Thread(target=load, daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        run = fx.check(Fleet.load(fleet_dir, env=served["env"]).up())
+        fx.wait_for(
+            "mistral-pd routed again", lambda: endpoint in _route_backends(custom), timeout=60
+        )
+        time.sleep(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(15)
+    [outcome] = [r for r in run.rollouts if r["deployment"] == "demo/mistral-pd"]
+    assert outcome["phase"] == "Complete", outcome
+    assert _role_images(core) == ({"prefill": {new}, "decode": {new}}, True)
+    assert any(not routed for routed, _, _ in samples), "the replica never left the routes"
+    mixed = [
+        (images, ready)
+        for routed, images, ready in samples
+        if routed
+        and not (
+            ready
+            and images.get("prefill") == images.get("decode")
+            and len(images.get("decode", ())) == 1
+        )
+    ]
+    assert not mixed, mixed[:3]
+    assert {frozenset(images.get("decode", ())) for routed, images, _ in samples if routed} == {
+        frozenset({old}),
+        frozenset({new}),
+    }
+    assert not failures, Counter(failures)
