@@ -465,12 +465,13 @@ def traefik_argv(
     front_door: bool = False,
     access_log: Path | None = None,
     status_address: str | None = None,
+    tls_address: str | None = None,
 ) -> list[str]:
     """Both with Traefik's Kubernetes CRD provider: the Middlewares routes name (the retry and
     key check of a ModelService route, api.md "Retries and ejection"; the front-door check of
     a replica route, "Private workload gateways"). ``front_door``: also a short dial timeout
-    and the TLS entrypoint. ``status_address``: the Gateway address Traefik publishes (by
-    default the one it listens on)."""
+    and the TLS entrypoint. ``status_address``: the Gateway address Traefik publishes, and
+    ``tls_address`` where its TLS entrypoint listens (both by default ``address``)."""
     extra = [
         "--providers.kubernetescrd=true",
         f"--providers.kubernetescrd.endpoint={server}",
@@ -483,7 +484,7 @@ def traefik_argv(
             # The access log `modelplane usage` counts (api.md "Usage per caller").
             *access_log_arguments(str(access_log) if access_log else None),
             f"--serversTransport.forwardingTimeouts.dialTimeout={FRONT_DOOR_DIAL_TIMEOUT}",
-            f"--entryPoints.websecure.address={address}:{FRONT_DOOR_TLS_PORT}",
+            f"--entryPoints.websecure.address={tls_address or address}:{FRONT_DOOR_TLS_PORT}",
         ]
     return [
         str(traefik),
@@ -684,8 +685,11 @@ def start_controllers(
             selector=selector,
             front_door=name == "traefik-front-door",
             access_log=front_door_access_log(cluster.workdir),
-            # Clients reach the front door through the bridge, at the host's address.
+            # Clients reach the front door through the bridge, at the host's address. Its TLS
+            # entrypoint listens there too: without SNI (a URL with an IP), Traefik picks the
+            # certificate by the address the connection arrived on.
             status_address=a.front_door if name == "traefik-front-door" else None,
+            tls_address=a.front_door if name == "traefik-front-door" else None,
         )
         run(name, argv)
     for manifest in [*rwx_storage(cluster.name), *front_door_service(a)]:

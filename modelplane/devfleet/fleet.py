@@ -184,13 +184,15 @@ def _free_slot(clusters: int) -> int:
 
 
 def bridge_routes(addresses: list[ClusterAddresses]) -> list[Route]:
-    """Host 127.x -> the same address inside: each API server, and each front door on port 80
-    (Traefik's `web` entrypoint listens on 8000, as behind the Helm chart's Service)."""
+    """Host 127.x -> inside: each API server (same address), and each front door on port 80
+    (Traefik's `web` entrypoint on its private address, port 8000, as behind the Helm chart's
+    Service) and 443 (`websecure`, on the host's address: Traefik picks a certificate by the
+    address a connection without SNI arrived on)."""
     routes = []
     for a in addresses:
         routes.append(Route(a.api_host, API_PORT, a.api_host, API_PORT))
         routes.append(Route(a.front_door, 80, a.front_door_ip, GATEWAY_PORT))
-        routes.append(Route(a.front_door, 443, a.front_door_ip, FRONT_DOOR_TLS_PORT))
+        routes.append(Route(a.front_door, 443, a.front_door, FRONT_DOOR_TLS_PORT))
     return routes
 
 

@@ -265,10 +265,10 @@ def test_bridge_routes_are_loopback_on_the_host() -> None:
     assert routes == [
         Route("127.77.7.11", 6443, "127.77.7.11", 6443),
         Route("127.77.7.11", 80, "10.253.7.11", 8000),
-        Route("127.77.7.11", 443, "10.253.7.11", 8443),
+        Route("127.77.7.11", 443, "127.77.7.11", 8443),
         Route("127.77.7.12", 6443, "127.77.7.12", 6443),
         Route("127.77.7.12", 80, "10.253.7.12", 8000),
-        Route("127.77.7.12", 443, "10.253.7.12", 8443),
+        Route("127.77.7.12", 443, "127.77.7.12", 8443),
     ]
     assert all(r.listen_host.startswith("127.") for r in routes)
     assert Route.from_json(routes[1].to_json()) == routes[1]
@@ -445,3 +445,27 @@ def test_authz_table_is_kept_unless_every_cluster_answered(
     from modelplane.devfleet.authz import merged_table
 
     assert merged_table([_Answers(a) for a in answers]) == expected  # type: ignore[list-item]
+
+
+def test_front_door_listens_privately_for_http_and_on_the_hosts_address_for_tls() -> None:
+    """`web` on the private address its Service's EndpointSlice holds; `websecure` where the
+    host's connections arrive (Traefik matches a certificate to that address without SNI);
+    the Gateway's address is the host's."""
+    from modelplane.devfleet.cluster import traefik_argv
+
+    a = ClusterAddresses("dev-1", 1, 7)
+    argv = traefik_argv(
+        Path("traefik"),
+        server="https://127.77.7.11:6443",
+        token_file=Path("token"),
+        ca=Path("ca.crt"),
+        address=a.front_door_ip,
+        port=8000,
+        selector="modelplane.ai/gateway",
+        front_door=True,
+        status_address=a.front_door,
+        tls_address=a.front_door,
+    )
+    assert "--entryPoints.web.address=10.253.7.11:8000" in argv
+    assert "--entryPoints.websecure.address=127.77.7.11:8443" in argv
+    assert "--providers.kubernetesgateway.statusAddress.ip=127.77.7.11" in argv
