@@ -12,6 +12,7 @@ runs beside it, so Pulumi's foreground deletions are completed by the real garba
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,8 +169,11 @@ def check(run: RunResult) -> RunResult:
     return run
 
 
-def objects(api: ApiClient, namespace: str = NS) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every modelplane-managed object of the kinds above: (kind, name) -> object."""
+def objects(
+    api: ApiClient, namespace: str = NS, unserved: list[str] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every modelplane-managed object of the kinds above: (kind, name) -> object.
+    ``unserved`` collects the kinds the API server answered 404 for."""
     custom = CustomObjectsApi(api)
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for kind, (group, version, plural, namespaced) in KINDS.items():
@@ -187,6 +191,8 @@ def objects(api: ApiClient, namespace: str = NS) -> dict[tuple[str, str], dict[s
                 )
         except ApiException as exc:
             if exc.status == 404:
+                if unserved is not None:
+                    unserved.append(kind)
                 continue
             raise
         for item in data.get("items", []):
@@ -235,15 +241,19 @@ def test_apply_update_destroy_on_a_real_api_server(
         "deploy-serve-single": Outcome.SUCCEEDED,
         "gateway": Outcome.SUCCEEDED,
     }
-    objs = objects(api)
-    kinds = {kind for kind, _ in objs}
-    assert {
-        "Deployment",
-        "Service",
-        "HTTPRoute",
-        "ResourceClaimTemplate",
-        "LeaderWorkerSet",
-    } <= kinds
+    expected = {"Deployment", "Service", "HTTPRoute", "ResourceClaimTemplate", "LeaderWorkerSet"}
+    # A custom resource's list can lag its creation on a busy API server (a CI run once
+    # listed no LeaderWorkerSet right after a successful `up`): poll briefly, then say which
+    # kinds were not served (404) and which were served empty.
+    deadline = time.monotonic() + 30
+    while True:
+        unserved: list[str] = []
+        objs = objects(api, unserved=unserved)
+        kinds = {kind for kind, _ in objs}
+        if expected <= kinds or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert expected <= kinds, f"missing {sorted(expected - kinds)}; not served: {unserved}"
     single = [
         o for (k, _), o in objs.items() if k == "Deployment" and "single" in o["metadata"]["name"]
     ]
