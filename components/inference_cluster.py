@@ -195,6 +195,7 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
             subnet_cidrs=tuple(source.networking.subnet_cidrs),
             zones=tuple(source.networking.zones),
             nat_gateways=source.networking.nat_gateways,
+            control_plane_zones=tuple(source.networking.control_plane_zones),
         ),
         cluster_name=cluster.metadata.name,
         admin_principal_arns=tuple(source.admin_principals),

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import pulumi
 from google.protobuf import json_format
 from pulumi.runtime import rpc
-from pulumi.runtime.mocks import MockMonitor, MockResourceArgs, set_mocks
+from pulumi.runtime.mocks import MockMonitor, MockResourceArgs, _resolve_callbacks, set_mocks
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.settings import SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
@@ -88,6 +88,9 @@ class Registered:
     protect: bool = False
     ignore_changes: list[str] = field(default_factory=list)
     custom_timeouts: dict[str, str] = field(default_factory=dict)
+    transforms: list[pulumi.ResourceTransform] = field(default_factory=list)
+    """The resource's ``transforms`` (run by the engine on the children of a packaged
+    component, e.g. pulumi-eks's; the mock monitor runs none: see ``transformed``)."""
 
     def get(self, path: str, default: Any = None) -> Any:
         """A nested input by dotted path (``"spec.listeners.0.port"``), secrets unwrapped."""
@@ -104,6 +107,19 @@ class Registered:
 
     def depends_on(self, other: Registered) -> bool:
         return other.urn in self.dependencies
+
+    def transformed(
+        self, type_: str, props: dict[str, Any] | None = None
+    ) -> pulumi.ResourceOptions:
+        """The options a child of ``type_`` ends up with after this resource's transforms
+        (as the engine applies them to a packaged component's children)."""
+        opts = pulumi.ResourceOptions()
+        for transform in self.transforms:
+            args = pulumi.ResourceTransformArgs(True, type_, "child", dict(props or {}), opts)
+            result = transform(args)
+            if result is not None and not hasattr(result, "__await__"):
+                opts = result.opts
+        return opts
 
 
 def unwrap(value: Any) -> Any:
@@ -332,6 +348,7 @@ class RecordingMonitor(MockMonitor):
                     for op in ("create", "update", "delete")
                     if request.HasField("customTimeouts") and getattr(request.customTimeouts, op)
                 },
+                transforms=_resolve_callbacks(request.transforms),
             )
         )
         return resource_pb2.RegisterResourceResponse(urn=urn, id=id_ or "", object=obj_proto)

@@ -14,7 +14,11 @@ fail on the CIDR conflict and replace node groups and EFS mount targets); new zo
 appended blocks. A pool zone without a block is an error. Each block is halved: the lower
 half is the public subnet (NAT gateway, internet-facing load balancers), the upper half the
 private subnet (nodes and pods). One NAT gateway (in the first block's public subnet) serves
-every private subnet, or (``natGateways: PerZone``) one NAT gateway per zone.
+every private subnet, or (``natGateways: PerZone``) one NAT gateway per zone. The control
+plane uses the blocks of ``controlPlaneZones`` (default the first three) and keeps them: AWS
+refuses control-plane subnets outside the zones a cluster was created in, so appended blocks
+serve node groups only (``keep_control_plane_subnets``); the system node group stays in the
+control-plane zones.
 
 Add-ons are explicit ``aws.eks.Addon`` resources (pulumi-eks's own are switched off, and
 self-managed bootstrap add-ons too): vpc-cni and kube-proxy before any node group, coredns and
@@ -45,6 +49,7 @@ from components.cloud.eks_args import (
     EKSNetworking,
     EKSNodePool,
     SubnetPlan,
+    control_plane_plans,
     plan_subnets,
     system_pool,
 )
@@ -66,6 +71,7 @@ from components.cloud.eks_node_groups import (
     drain_time,
     ignore_desired_size,
     ignore_scheduled_sizes,
+    keep_control_plane_subnets,
     schedule_time,
     update_config,
 )
@@ -89,6 +95,8 @@ __all__ = [
     "SubnetPlan",
     "system_pool",
     "plan_subnets",
+    "control_plane_plans",
+    "keep_control_plane_subnets",
     "AUTOSCALER_NAMESPACE",
     "AUTOSCALER_SERVICE_ACCOUNT",
     "CLUSTER_ADMIN_POLICY",
@@ -142,6 +150,7 @@ class EKSCluster(pulumi.ComponentResource):
     ) -> None:
         pools = with_system_pool("EKSCluster", name, args.node_pools, system_pool)
         plans = plan_subnets(args.region, pools, args.networking)
+        control_plane = control_plane_plans(plans, args.networking)
         super().__init__("modelplane:cloud:EKSCluster", name, None, opts)
         cluster_name = args.cluster_name or name
         self._protect_stateful = args.protect
@@ -265,8 +274,9 @@ class EKSCluster(pulumi.ComponentResource):
             name=cluster_name,
             version=args.kubernetes_version,
             vpc_id=vpc.id,
-            public_subnet_ids=[self.public_subnets[p.zone].id for p in plans],
-            private_subnet_ids=[self.private_subnets[p.zone].id for p in plans],
+            # Only the control-plane blocks: a zone added later is for node groups.
+            public_subnet_ids=[self.public_subnets[p.zone].id for p in control_plane],
+            private_subnet_ids=[self.private_subnets[p.zone].id for p in control_plane],
             endpoint_private_access=True,
             endpoint_public_access=True,
             public_access_cidrs=list(args.public_access_cidrs),
@@ -301,9 +311,11 @@ class EKSCluster(pulumi.ComponentResource):
                 providers={"aws": provider},
                 depends_on=[*nats.values(), *associations],
                 protect=args.protect,
+                transforms=[keep_control_plane_subnets],
             ),
         )
         self.cluster = cluster
+        self.control_plane_zones = [p.zone for p in control_plane]
 
         def addon(
             addon_name: str,
@@ -525,7 +537,10 @@ class EKSCluster(pulumi.ComponentResource):
         if gpu:
             assert pool.gpu is not None
             labels[GPU_LABEL] = pool.gpu.accelerator_type
-        zones = pool.zones or tuple(self.private_subnets)
+        # A pool without zones (the system pool) stays in the control plane's zones: a managed
+        # node group's subnets cannot change in place, so following every block would replace
+        # it whenever a zone is added.
+        zones = pool.zones or tuple(self.control_plane_zones)
         subnet_ids = [self.private_subnets[z].id for z in zones]
 
         launch_template = None

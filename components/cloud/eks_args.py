@@ -83,6 +83,11 @@ class EKSNetworking:
     zones: tuple[str, ...] = ()
     """The zone of each block, by position (default ``<region>a``, ``<region>b``, ...)."""
     nat_gateways: Literal["Single", "PerZone"] = "Single"
+    control_plane_zones: tuple[str, ...] = ()
+    """The zones whose subnets the control plane uses (default: the first three blocks')."""
+
+
+CONTROL_PLANE_BLOCKS = 3
 
 
 @dataclass(frozen=True)
@@ -139,3 +144,20 @@ def plan_subnets(
         public, private = ipaddress.ip_network(block).subnets(prefixlen_diff=1)
         plans.append(SubnetPlan(zone, str(public), str(private)))
     return plans
+
+
+def control_plane_plans(plans: Sequence[SubnetPlan], networking: EKSNetworking) -> list[SubnetPlan]:
+    """The blocks whose subnets the control plane uses: ``networking.control_plane_zones``,
+    else the first three. AWS refuses control-plane subnets outside the Availability Zones the
+    cluster was created in (EKS user guide, "View Amazon EKS networking requirements for VPC
+    and subnets"), so a zone added later must not reach the cluster's ``vpcConfig``."""
+    if not networking.control_plane_zones:
+        return list(plans[:CONTROL_PLANE_BLOCKS])
+    by_zone = {p.zone: p for p in plans}
+    missing = [z for z in networking.control_plane_zones if z not in by_zone]
+    if missing or len(networking.control_plane_zones) < 2:
+        raise ValueError(
+            f"EKS networking: controlPlaneZones {list(networking.control_plane_zones)} need "
+            f"two or more zones with a subnetCidrs block (blocks in {', '.join(by_zone)})"
+        )
+    return [by_zone[z] for z in networking.control_plane_zones]

@@ -1,5 +1,6 @@
-"""EKS node group helpers: the size transforms (the autoscaler and Capacity Block schedules own
-the sizes after creation), Capacity Block schedule times, and a group's Auto Scaling group."""
+"""EKS node group and cluster helpers: the control-plane subnet and size transforms (the
+autoscaler and Capacity Block schedules own the sizes after creation), Capacity Block schedule
+times, and a group's Auto Scaling group."""
 
 from __future__ import annotations
 
@@ -16,6 +17,27 @@ CAPACITY_BLOCK_DRAIN = timedelta(minutes=40)
 NODE_GROUP_TYPE = "aws:eks/nodeGroup:NodeGroup"
 DESIRED_SIZE = "scalingConfig.desiredSize"
 MIN_SIZE = "scalingConfig.minSize"
+CLUSTER_TYPE = "aws:eks/cluster:Cluster"
+"""The EKS cluster pulumi-eks's ``eks.Cluster`` creates (its ``vpcConfig`` holds the subnets)."""
+CONTROL_PLANE_SUBNETS = "vpcConfig.subnetIds"
+
+
+def keep_control_plane_subnets(
+    args: pulumi.ResourceTransformArgs,
+) -> pulumi.ResourceTransformResult | None:
+    """The control plane keeps the subnets it was created with: AWS refuses subnets outside
+    the cluster's original Availability Zones (EKS user guide, "View Amazon EKS networking
+    requirements for VPC and subnets"; aws/containers-roadmap#2330), so no later `up` may
+    send it others (applied to the ``aws.eks.Cluster`` inside pulumi-eks's Cluster, whose
+    ``vpcConfig.subnetIds`` are the public and private subnet ids it is given)."""
+    if args.type_ != CLUSTER_TYPE:
+        return None
+    return pulumi.ResourceTransformResult(
+        args.props,
+        pulumi.ResourceOptions.merge(
+            args.opts, pulumi.ResourceOptions(ignore_changes=[CONTROL_PLANE_SUBNETS])
+        ),
+    )
 
 
 def ignore_desired_size(

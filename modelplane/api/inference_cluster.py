@@ -50,6 +50,21 @@ def eks_block_zones(region: str, networking: EKSNetworking) -> list[str]:
     return [f"{region}{chr(ord('a') + i)}" for i in range(len(networking.subnet_cidrs))]
 
 
+DEFAULT_CONTROL_PLANE_BLOCKS = 3
+"""Without `controlPlaneZones`, the control plane uses the first three blocks' zones."""
+
+
+def eks_control_plane_zones(region: str, networking: EKSNetworking) -> list[str]:
+    """The zones whose subnets the EKS control plane uses: `networking.controlPlaneZones`, else
+    the first three blocks' zones. AWS keeps a cluster in the Availability Zones it was
+    created in ("All subnets that you add must be in the same set of AZs as originally
+    provided", EKS user guide, "View Amazon EKS networking requirements for VPC and subnets";
+    aws/containers-roadmap#2330), so a block added later serves node groups only."""
+    if networking.control_plane_zones:
+        return list(networking.control_plane_zones)
+    return eks_block_zones(region, networking)[:DEFAULT_CONTROL_PLANE_BLOCKS]
+
+
 def _cidr(value: str) -> str:
     try:
         ipaddress.ip_network(value, strict=True)
@@ -104,6 +119,9 @@ class EKSNetworking(Strict):
     `<region>a`, `<region>b`, ...). Set it where those letters are not the zones to use."""
     nat_gateways: Literal["Single", "PerZone"] = "Single"
     """Single (default): one NAT gateway for every private subnet; PerZone: one per zone."""
+    control_plane_zones: list[str] = Field(default_factory=list, max_length=6)
+    """The zones whose subnets the EKS control plane uses, fixed when the cluster is created
+    (default: the first three blocks' zones). Blocks added later serve node groups only."""
 
     @model_validator(mode="after")
     def _subnets_inside_vpc(self) -> EKSNetworking:
@@ -166,6 +184,30 @@ class EKSSource(Strict):
     false, `up`, then `destroy` to tear it down."""
 
     _check_version = field_validator("kubernetes_version")(lambda v: _kubernetes_version(v))
+
+    @model_validator(mode="after")
+    def _control_plane_zones_have_blocks(self) -> EKSSource:
+        chosen = self.networking.control_plane_zones
+        if not chosen:
+            return self
+        field = "networking.controlPlaneZones"
+        problems: list[tuple[str, str]] = []
+        zones = eks_block_zones(self.region, self.networking)
+        missing = [z for z in chosen if z not in zones]
+        if missing:
+            problems.append(
+                (
+                    field,
+                    f"{', '.join(missing)} has no subnet block (the blocks of "
+                    f"networking.subnetCidrs are in {', '.join(zones)}, by position)",
+                )
+            )
+        if len(set(chosen)) != len(chosen):
+            problems.append((field, "must not repeat"))
+        elif len(chosen) < 2:
+            problems.append((field, "needs at least two zones (EKS: two Availability Zones)"))
+        raise_if(problems)
+        return self
 
     @field_validator("admin_principals")
     @classmethod

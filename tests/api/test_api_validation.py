@@ -120,6 +120,28 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
         "zones has 1 entries but subnetCidrs has 2 blocks",
     ),
     (
+        "eks-control-plane-zone-without-a-block",
+        _eks(
+            _set(
+                "InferenceCluster:spec.cluster.eks.networking.controlPlaneZones",
+                ["us-west-2a", "us-west-2d"],
+            )
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.eks.networking.controlPlaneZones",
+        "us-west-2d has no subnet block (the blocks of networking.subnetCidrs are in "
+        "us-west-2a, us-west-2b",
+    ),
+    (
+        "eks-control-plane-needs-two-zones",
+        _eks(
+            _set("InferenceCluster:spec.cluster.eks.networking.controlPlaneZones", ["us-west-2a"])
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.eks.networking.controlPlaneZones",
+        "needs at least two zones",
+    ),
+    (
         "eks-dra-pool-min-zero",
         _eks(_set("InferenceCluster:spec.nodePools.0.minNodeCount", 0)),
         "InferenceCluster c1",
