@@ -8,12 +8,10 @@ so the recorded inputs of every Kubernetes resource are its manifest.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from modelplane.api.names import child_name
 
@@ -105,25 +103,52 @@ def namespace_manifest(namespace: str) -> Manifest:
     }
 
 
-_TYPED: dict[tuple[str, str], Any] = {
-    ("v1", "Namespace"): k8s.core.v1.Namespace,
-    ("v1", "Service"): k8s.core.v1.Service,
-    ("v1", "Secret"): k8s.core.v1.Secret,
-    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
-    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
-    ("v1", "PersistentVolumeClaim"): k8s.core.v1.PersistentVolumeClaim,
-    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
-    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
-    ("batch/v1", "Job"): k8s.batch.v1.Job,
-    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
-    ("resource.k8s.io/v1", "ResourceClaimTemplate"): k8s.resource.v1.ResourceClaimTemplate,
-    ("discovery.k8s.io/v1", "EndpointSlice"): k8s.discovery.v1.EndpointSlice,
+def type_token(api_version: str, kind: str) -> str:
+    """The Kubernetes provider's type token of a kind: ``kubernetes:<group>/<version>:<kind>``
+    (the core group is ``core``): ``v1/Service`` -> ``kubernetes:core/v1:Service``."""
+    group_version = api_version if "/" in api_version else f"core/{api_version}"
+    return f"kubernetes:{group_version}:{kind}"
+
+
+#: Kinds whose values the provider must keep secret (as the SDK's typed classes do).
+_SECRET_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("v1", "Secret"): ("data", "stringData"),
 }
 
 
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+class KubernetesObject(pulumi.CustomResource):
+    """One Kubernetes object, registered by its manifest under the provider's own type token.
+
+    The same registration the SDK's generated classes make (type token, inputs, version, the
+    secret fields of a Secret), without importing them: their modules (``core.v1._inputs``
+    alone is 2.6 MB) cost about a second of every engine run of a deployment or gateway stack
+    (docs/benchmarks.md, "Engine runs"). The URN and the recorded inputs are those of the typed
+    class, so stacks made with either see no change. Not registered: the typed classes'
+    aliases to pre-v1 API versions, which modelplane never used.
+    """
+
+    def __init__(
+        self,
+        resource_name: str,
+        manifest: Manifest,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        token: str | None = None,
+    ) -> None:
+        from pulumi_kubernetes._utilities import get_resource_opts_defaults
+
+        api_version, kind = manifest["apiVersion"], manifest["kind"]
+        props: dict[str, Any] = dict(manifest)
+        secret = _SECRET_FIELDS.get((api_version, kind), ())
+        for key in secret:
+            if props.get(key) is not None:
+                props[key] = pulumi.Output.secret(props[key])
+        merged = pulumi.ResourceOptions.merge(get_resource_opts_defaults(), opts)
+        if secret:
+            merged = pulumi.ResourceOptions.merge(
+                merged, pulumi.ResourceOptions(additional_secret_outputs=list(secret))
+            )
+        super().__init__(token or type_token(api_version, kind), resource_name, props, merged)
 
 
 def resource_name(scope: str, manifest: Manifest) -> str:
@@ -140,19 +165,9 @@ def register(
     scope: str = "",
     name: str | None = None,
 ) -> pulumi.CustomResource:
-    """Register one manifest as its pulumi-kubernetes resource (typed when the SDK has it)."""
-    api_version, kind = manifest["apiVersion"], manifest["kind"]
-    body = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
-    logical = name or resource_name(scope, manifest)
-    cls = _TYPED.get((api_version, kind))
-    if cls is None:
-        return k8s.apiextensions.CustomResource(
-            logical, api_version=api_version, kind=kind, opts=opts, **body
-        )
-    typed: pulumi.CustomResource = cls(
-        logical, opts=opts, **{_snake(k): v for k, v in body.items()}
-    )
-    return typed
+    """Register one manifest as a Kubernetes resource of the provider (:class:`KubernetesObject`:
+    the type token and inputs of the SDK's class for its kind, or of a CustomResource)."""
+    return KubernetesObject(name or resource_name(scope, manifest), manifest, opts)
 
 
 def ensure_namespace(
@@ -171,6 +186,9 @@ def ensure_namespace(
     if namespace in PREEXISTING_NAMESPACES:
         return None
     manifest = namespace_manifest(namespace)
-    return k8s.core.v1.NamespacePatch(
-        resource_name(scope, manifest), metadata=manifest["metadata"], opts=opts
+    return KubernetesObject(
+        resource_name(scope, manifest),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": manifest["metadata"]},
+        opts,
+        token="kubernetes:core/v1:NamespacePatch",
     )

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from modelplane.driver.engine_calls import CallLog, engine_command
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.settings import SecretsSettings, engine_environment, local_state_dir
 
@@ -143,6 +144,8 @@ class EngineSession:
         self._program: Path | None = None
         self._tmp: Path | None = None
         self._lock = threading.Lock()
+        # Every CLI process this session starts (modelplane.driver.engine_calls).
+        self.calls = CallLog.from_env(self._environ)
 
     # -- engine ---------------------------------------------------------------------------
 
@@ -167,11 +170,10 @@ class EngineSession:
                 base_env = engine_env()
             except (EngineNotFound, EngineBuildFailed) as exc:
                 raise EngineUnavailable(str(exc)) from None
-            from pulumi.automation import PulumiCommand
             from pulumi.automation.errors import InvalidVersionError
 
             try:
-                self._command = PulumiCommand(root=str(root))
+                self._command = engine_command(root, engine_cli_version(root), self.calls)
             except (InvalidVersionError, OSError) as exc:
                 raise EngineUnavailable(f"the Pulumi CLI in {root} does not start: {exc}") from None
             env = engine_environment(base_env, self.backend, self._environ)
@@ -268,6 +270,16 @@ class EngineSession:
         work_dir = self.work_dir(stack)
         if work_dir.is_dir() and work_dir.parent == self.work_root:
             shutil.rmtree(work_dir)
+
+
+def engine_cli_version(root: Path) -> str | None:
+    """The CLI version the engine cache recorded for ``root`` (None: ask the CLI)."""
+    from modelplane.gobuild import cache
+
+    try:
+        return cache.read_manifest(root, "engine").versions.get("pulumi") or None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_stack_config(work_dir: Path, stack: str) -> dict[str, Any]:
