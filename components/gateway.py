@@ -30,6 +30,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import modelplane.authz as authz_module
+from components.load_balancers import client_traffic_policy, service_annotations
+from components.serving_stack import load_balancer_namespace
 from components.workload import front_door
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
@@ -81,9 +83,15 @@ def backend_settings(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, A
     return TRAEFIK if backend == "Traefik" else ENVOY
 
 
-def release_values(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, Any]:
+def release_values(
+    backend: Literal["Traefik", "EnvoyGateway"], cloud: str | None = None
+) -> dict[str, Any]:
+    """The controller's Helm values; on ``cloud`` (GKE, EKS) Traefik's Service holds a silent
+    request for the longest request (components.load_balancers)."""
     if backend == "Traefik":
+        annotations = service_annotations(cloud, internal=False)
         return {
+            **({"service": {"annotations": annotations}} if annotations else {}),
             "providers": {
                 "kubernetesGateway": {
                     "enabled": True,
@@ -134,14 +142,18 @@ def gateway_manifest(
     *,
     await_address: bool = True,
     tls: Literal["Redirect", "Refuse"] | None = None,
+    cloud: str | None = None,
 ) -> Manifest:
     """``tls``: a `websecure` HTTPS listener with the front door's certificate (Secret
-    `TLS_SECRET`); `web` stays for the redirect to https (`Redirect`) or goes (`Refuse`)."""
+    `TLS_SECRET`); `web` stays for the redirect to https (`Redirect`) or goes (`Refuse`).
+    ``cloud``: Envoy Gateway puts `spec.infrastructure.annotations` on the proxy's Service
+    (its load balancer's idle timeout; Traefik's Service takes them from the chart values)."""
     s = backend_settings(backend)
     # When a controller is known to program the Gateway, wait for it to publish an address
     # (as the serving stack's Gateway does), so service URLs are known at the end of the
     # same `up`. Without one, waiting could only time out.
-    annotations = WAIT_FOR_ADDRESS if await_address else None
+    wait = WAIT_FOR_ADDRESS if await_address else None
+    annotations = service_annotations(cloud, internal=False) if backend == "EnvoyGateway" else {}
     listeners: list[dict[str, Any]] = []
     if tls != "Refuse":
         listeners.append(
@@ -168,8 +180,12 @@ def gateway_manifest(
     return {
         "apiVersion": f"{GATEWAY_GROUP}/v1",
         "kind": "Gateway",
-        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, annotations),
-        "spec": {"gatewayClassName": s["class"], "listeners": listeners},
+        "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, wait),
+        "spec": {
+            **({"infrastructure": {"annotations": annotations}} if annotations else {}),
+            "gatewayClassName": s["class"],
+            "listeners": listeners,
+        },
     }
 
 
@@ -379,6 +395,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         caller_keys: pulumi.Input[Mapping[str, str]] | None = None,
         front_door_key: pulumi.Input[str] | None = None,
         tls_material: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None,
+        cloud: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -393,6 +410,13 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         deps: list[pulumi.Resource] = []
         if install_controller:
             repo = k8s.helm.v3.RepositoryOptsArgs(repo=s["repo"]) if s["repo"] else None
+            # On a cloud the controller's namespace is this stack's, so destroy waits for the
+            # front door's load balancer to be gone (serving_stack.load_balancer_namespace).
+            lb_namespace = (
+                load_balancer_namespace("gateway", s["namespace"], child)
+                if cloud is not None
+                else None
+            )
             deps.append(
                 k8s.helm.v3.Release(
                     s["release"],
@@ -401,9 +425,14 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                     version=gateway.spec.version or s["version"],
                     repository_opts=repo,
                     namespace=s["namespace"],
-                    create_namespace=True,
-                    values=release_values(backend),
-                    opts=child,
+                    create_namespace=lb_namespace is None,
+                    values=release_values(backend, cloud),
+                    opts=pulumi.ResourceOptions.merge(
+                        child,
+                        pulumi.ResourceOptions(
+                            depends_on=[lb_namespace] if lb_namespace is not None else None
+                        ),
+                    ),
                 )
             )
         ns = ensure_namespace(SYSTEM_NAMESPACE, child, scope="gateway")
@@ -418,13 +447,23 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                 raise ValueError("InferenceGateway spec.tls needs the certificate and key")
             gw_deps.append(register(tls_secret(*tls_material), after, scope="gateway"))
         gw_manifest = gateway_manifest(
-            backend, await_address=await_address, tls=tls.http if tls is not None else None
+            backend,
+            await_address=await_address,
+            tls=tls.http if tls is not None else None,
+            cloud=cloud,
         )
         gw = _GatewayObject(
             f"gateway/{SYSTEM_NAMESPACE}/{GATEWAY_NAME}",
             gw_manifest,
             pulumi.ResourceOptions(parent=self, provider=provider, depends_on=gw_deps),
         )
+        if backend == "EnvoyGateway":
+            # Envoy resets a stream silent for 5 minutes (components.load_balancers).
+            register(
+                client_traffic_policy(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+                after,
+                scope="gateway",
+            )
         if tls is not None and tls.http == "Redirect":
             register(
                 redirect_route(),

@@ -44,6 +44,11 @@ from components.charts import (
     crd_files,
     resolve_chart,
 )
+from components.load_balancers import (
+    INTERNAL_LB_ANNOTATIONS,
+    client_traffic_policy,
+    service_annotations,
+)
 from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
 from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_cluster import ServingStackOptions
@@ -272,23 +277,6 @@ def workload_gateway_class(name: str, opts: pulumi.ResourceOptions) -> pulumi.Cu
     )
 
 
-# The workload gateway's load balancer is internal where modelplane owns the network
-# (api.md "Private workload gateways"): the front door reaches it over the VPC (or peering).
-INTERNAL_LB_ANNOTATIONS: dict[str, dict[str, str]] = {
-    "GKE": {
-        "networking.gke.io/load-balancer-type": "Internal",
-        # A front door in another region of the same VPC still reaches it.
-        "networking.gke.io/internal-load-balancer-allow-global-access": "true",
-    },
-    "EKS": {
-        # The in-tree AWS service controller (internal subnets: kubernetes.io/role/internal-elb)
-        # and the AWS Load Balancer Controller alike.
-        "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
-    },
-}
-
-
 def workload_gateway(
     name: str,
     class_name: str,
@@ -301,8 +289,9 @@ def workload_gateway(
     """The cluster's workload Gateway `modelplane-system/inference-gateway` of ``class_name``:
     a plain CustomResource so that `status` is an output, and Pulumi waits for an address
     (unless ``await_address`` is false: rendered manifests have no controller to wait for).
-    ``cloud`` (GKE, EKS): its load balancer is internal (`spec.infrastructure.annotations`,
-    which Envoy Gateway puts on the proxy's Service)."""
+    ``cloud`` (GKE, EKS): its load balancer is internal and holds a silent request for the
+    longest request (`spec.infrastructure.annotations`, which Envoy Gateway puts on the
+    proxy's Service; components.load_balancers)."""
     meta: dict[str, Any] = {
         "name": GATEWAY_NAME,
         "namespace": SYSTEM_NAMESPACE,
@@ -319,7 +308,7 @@ def workload_gateway(
             "metadata": meta,
             "spec": {
                 **(
-                    {"infrastructure": {"annotations": dict(INTERNAL_LB_ANNOTATIONS[cloud])}}
+                    {"infrastructure": {"annotations": service_annotations(cloud, internal=True)}}
                     if cloud in INTERNAL_LB_ANNOTATIONS
                     else {}
                 ),
@@ -489,6 +478,22 @@ class ServingStack(pulumi.ComponentResource):
                     self.releases["envoyAiGateway"],
                 ]
             ),
+        )
+        # Envoy resets a stream silent for 5 minutes: the listener holds one for the longest
+        # request, and keeps its client connections alive (components.load_balancers).
+        timeouts = client_traffic_policy(
+            GATEWAY_NAME,
+            SYSTEM_NAMESPACE,
+            app_labels("inference-gateway", GATEWAY_NAME, "gateway-timeouts"),
+        )
+        self.gateway_timeouts = kubernetes.apiextensions.CustomResource(
+            f"{name}-gateway-timeouts",
+            api_version=timeouts["apiVersion"],
+            kind=timeouts["kind"],
+            metadata=timeouts["metadata"],
+            spec=timeouts["spec"],
+            # Before the Gateway has an address, so no request meets Envoy's defaults.
+            opts=self._opts(depends_on=[self.gateway_class, *([namespace] if namespace else [])]),
         )
         self.gateway_address = gateway_address(self.gateway)
         self.release_names = {key: CHARTS[key].release_name for key in self.releases}

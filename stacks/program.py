@@ -469,10 +469,14 @@ async def run_gateway(ctx: Context) -> None:
     # Wait for the Gateway's address when something is known to program it: the controller
     # modelplane installs, or a cluster whose platform declares its gateway controller.
     await_address = True
+    # The cloud whose load balancer the front door's Service gets (idle timeout, teardown).
+    cloud: str | None = None
     if ref is not None:
         conn = await cluster_connection(up, ref)
         provider = provider_for("gateway-k8s", conn)
         cluster = ctx.fleet.clusters[ref]
+        if cluster.spec.cluster.source in ("GKE", "EKS") and not conn.render_to:
+            cloud = cluster.spec.cluster.source
         if not cluster.spec.serving_stack.install:
             await_address = cluster.spec.serving_stack.gateway is not None
         if conn.render_to:
@@ -548,6 +552,7 @@ async def run_gateway(ctx: Context) -> None:
         caller_keys=caller_keys,
         front_door_key=hop_key,
         tls_material=tls_material,
+        cloud=cloud,
     )
     front_door = FrontDoor(
         listener=service_listener(gateway),

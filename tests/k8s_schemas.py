@@ -31,6 +31,9 @@ K8S_VERSION = "1.35.0"
 OBJECT_META = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class SchemaMissing(LookupError):
     pass
 
@@ -87,7 +90,8 @@ def _strict(schema: Any) -> Any:
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for path in [*sorted(CRDS.rglob("*.yaml")), *sorted(TEST_CRDS.glob("*.yaml"))]:
-        for doc in yaml.safe_load_all(path.read_text()):
+        # libyaml's loader where PyYAML has it: the CRDs are megabytes of YAML.
+        for doc in yaml.load_all(path.read_text(), Loader=_SAFE_LOADER):
             if not doc or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]

@@ -19,9 +19,14 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from components.load_balancers import (
+    AWS_IDLE_TIMEOUT,
+    INTERNAL_LB_ANNOTATIONS,
+    LONGEST_REQUEST_SECONDS,
+    duration_seconds,
+)
 from components.model_deployment import ModelDeploymentComponent
 from components.model_service import EndpointInfo, ModelServiceComponent
-from components.serving_stack import INTERNAL_LB_ANNOTATIONS
 from components.workload import front_door
 from components.workload.targets import ClusterTarget
 from modelplane import authz
@@ -350,11 +355,36 @@ def test_security_render_gke_eks_workload_gateways_are_internal(multicloud: Path
         gateways["gke-us-central"]["spec"]["infrastructure"]["annotations"]
         == (INTERNAL_LB_ANNOTATIONS["GKE"])
     )
-    assert (
-        gateways["eks-us-west"]["spec"]["infrastructure"]["annotations"]
-        == (INTERNAL_LB_ANNOTATIONS["EKS"])
-    )
+    eks = gateways["eks-us-west"]["spec"]["infrastructure"]["annotations"]
+    assert INTERNAL_LB_ANNOTATIONS["EKS"].items() <= eks.items()
     assert "infrastructure" not in gateways["onprem-east"]["spec"]  # the platform's network
+
+
+def test_cloud_render_multicloud_gateways_outlast_the_longest_request(multicloud: Path) -> None:
+    """Every gateway `modelplane render specs/multicloud` writes holds a silent request for
+    the longest request (components/load_balancers.py): the EKS Classic LB's idle timeout,
+    and every Envoy listener's stream idle timeout (Envoy's default is 5 minutes)."""
+    docs = _docs(multicloud)
+    gateways = {
+        p.name.split("-k8s_")[0]: d
+        for p, d in docs
+        if d["kind"] == "Gateway" and d["metadata"]["name"] == "inference-gateway"
+    }
+    assert set(gateways) == {"gke-us-central", "eks-us-west", "onprem-east"}
+    eks = gateways["eks-us-west"]["spec"]["infrastructure"]["annotations"]
+    assert int(eks[AWS_IDLE_TIMEOUT]) >= LONGEST_REQUEST_SECONDS
+    policies = {p.name.split("-k8s_")[0]: d for p, d in docs if d["kind"] == "ClientTrafficPolicy"}
+    assert set(policies) == set(gateways)  # every Envoy workload gateway, the installed stack's
+    for cluster_name, policy in policies.items():
+        assert policy["spec"]["targetRefs"][0]["name"] == "inference-gateway", cluster_name
+        http = policy["spec"]["timeout"]["http"]
+        assert duration_seconds(http["streamIdleTimeout"]) >= LONGEST_REQUEST_SECONDS
+    # The front door is Traefik on GKE: a passthrough LB (no idle timeout to raise) and no
+    # response timeout in Traefik; on EKS its Service would carry the idle timeout too.
+    [front_door] = [
+        d for p, d in docs if d["kind"] == "Gateway" and d["metadata"]["name"] == "modelplane"
+    ]
+    assert front_door["spec"]["gatewayClassName"] == "traefik"
 
 
 def test_security_render_has_the_checks_and_no_secret_value(multicloud: Path) -> None:
