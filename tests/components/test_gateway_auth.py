@@ -86,7 +86,7 @@ def test_auth_key_rotation_is_picked_up_without_restart(service: str, keys_file:
     rotated = {authz.key_hash("key-a2"): "team-a", authz.key_hash("key-b"): "b"}
     keys_file.write_text(json.dumps(rotated))
     os.utime(keys_file, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10  # the file is checked every second
     while ask(service, {"x-api-key": "key-a"})[0] != 401:
         assert time.monotonic() < deadline, "the old key still works"
         time.sleep(0.1)
@@ -97,9 +97,9 @@ def test_auth_key_rotation_is_picked_up_without_restart(service: str, keys_file:
 def test_auth_unreadable_keys_fail_closed(service: str, keys_file: Path) -> None:
     keys_file.write_text("{not json")
     os.utime(keys_file, ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10  # the file is checked every second
     while ask(service, {"x-api-key": "key-a"})[0] != 401:
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, "an unreadable keys file still lets key-a in"
         time.sleep(0.1)
 
 

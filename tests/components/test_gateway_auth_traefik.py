@@ -112,7 +112,7 @@ def test_auth_rotation_through_traefik_fails_no_other_caller(
         keys.write_text(json.dumps(rotated))
         deadline = time.monotonic() + 10
         while post(port, {"x-api-key": "sk-team-a-new"})[0] != 200:
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, "the rotated key is not let in"
             time.sleep(0.1)
         assert post(port, {"x-api-key": KEYS["team-a"]})[0] == 401
         time.sleep(0.5)

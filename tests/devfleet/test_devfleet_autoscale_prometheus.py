@@ -104,7 +104,7 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
         seen = fx.wait_for(
             "a round reading qwen's load from Prometheus",
             lambda: from_prometheus(0),
-            timeout=6 * INTERVAL,
+            timeout=6 * INTERVAL + UP_SLACK,
             interval=1.0,
         )
         assert seen["ok"], seen
@@ -122,7 +122,10 @@ def test_autoscaling_reads_prometheus_then_falls_back_to_the_pod_proxy(
             return None
 
         fell_back = fx.wait_for(
-            "a round reading the pod proxy", from_pod_proxy, timeout=4 * INTERVAL, interval=1.0
+            "a round reading the pod proxy",
+            from_pod_proxy,
+            timeout=4 * INTERVAL + UP_SLACK,
+            interval=1.0,
         )
         auto = fell_back["autoscale"][QWEN]
         [why] = auto["metricsFallback"].values()

@@ -41,7 +41,9 @@ SEEDS = range(12)  # 3 per cluster: the shapes vary enough, and each seed costs 
 WORKERS = 4  # seeds run on this many dev-fleet clusters at once
 CLUSTER = "dev-1"
 MEM = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("{}Gi")) >= 0'
-BIND_TIMEOUT = 30.0
+# Generous (binding takes seconds): a pod still unbound after it is the scheduler's answer,
+# not a slow machine's.
+BIND_TIMEOUT = 120.0
 SETTLE = 4.0  # how long a forced pod must stay unbound
 FORCED_POOL = "any-pool"
 

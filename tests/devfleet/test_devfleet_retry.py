@@ -309,9 +309,10 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
     assert requests > 50, report
     assert not failed, report
     # A stream dev-3 had started is cut, not replayed elsewhere; every other stream completes,
-    # but for the gateway race (cut before its first token, TOKEN_TIME after the headers).
+    # but for the gateway race: cut before its first token (at most the role chunk the
+    # stand-in sends with the headers; when it was cut is in the report's `truncated`).
     assert len(cut) > len(raced), report
-    assert all(s.chunks <= 1 and s.ended - s.started < TOKEN_TIME for s in raced), report
+    assert all(s.chunks <= 1 for s in raced), report
     assert all(s.error or s.chunks for s in cut), report
     assert len(cut) - len(raced) <= len(on_dead), report
     assert streams.refused == 0, report

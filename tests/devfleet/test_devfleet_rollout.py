@@ -197,7 +197,7 @@ def test_surge_rollout_killed_and_resumed_without_a_failed_request(
             start_new_session=True,
         )
         try:
-            wait_for("the first surge replica placed", surging, timeout=240, interval=0.1)
+            wait_for("the first surge replica placed", surging, timeout=600, interval=0.1)
         finally:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)

@@ -87,6 +87,7 @@ def test_sync_wrapper_from_many_threads(host):
 
 
 def test_remove_lets_in_flight_requests_finish(host):
+    grace = 120.0  # far beyond the two requests (2 s): returning before it is their doing
     port = sh.serve(host, StandinConfig(service_time=1.0, concurrency=1))
     with ThreadPoolExecutor(2) as pool:
         futures = [
@@ -94,13 +95,16 @@ def test_remove_lets_in_flight_requests_finish(host):
         ]
         sh.wait_for(lambda: host.stats("s").waiting == 1, what="one running, one waiting")
         start = time.monotonic()
-        assert host.remove("s", grace=10.0) is True
+        assert host.remove("s", grace=grace) is True
         took = time.monotonic() - start
         results = [f.result() for f in futures]
-    # Both the running and the queued request were answered, and remove waited only for them.
+    print(f"\nremove with two requests in flight (1 s each, one slot): {took:.2f}s")
+    # Both the running and the queued request were answered (remove waited for them: at
+    # least the queued one's service time), and remove waited only for them, not the grace.
     assert [r[0] for r in results] == [200, 200]
     assert all(r[1]["x-modelplane-replica"] == "r-east-0" for r in results)
-    assert 1.0 <= took < 6.0
+    assert took >= 1.0, took
+    assert took < grace, f"remove waited out its {grace:g} s grace ({took:.1f}s)"
     assert sh.refuses(port)
 
 
@@ -124,9 +128,9 @@ def test_grace_bounds_the_wait(host):
     with ThreadPoolExecutor(1) as pool:
         stuck = pool.submit(sh.call, port, "POST", "/v1/chat/completions", sh.CHAT)
         sh.wait_for(lambda: host.stats("s").running == 1, what="a running request")
-        start = time.monotonic()
         host.remove("s", grace=0.3)
-        assert time.monotonic() - start < 5.0
+        # Cut, not answered: remove did not wait for the 30 s request (waiting for it, the
+        # request would have been answered with a 200).
         with pytest.raises((http.client.HTTPException, ConnectionError)):
             stuck.result()
     assert sh.refuses(port)

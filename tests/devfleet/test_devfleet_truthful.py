@@ -104,7 +104,8 @@ def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.
     cluster = dev_fleet.cluster("dev-1")
     core = CoreV1Api(fx.api_client(cluster))
     http = [{"name": "http", "containerPort": 8000}]
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "initialDelaySeconds": 30}
+    # an initial delay far beyond the load and the waits below: Ready before it is the load's
+    probe = {"httpGet": {"path": "/health", "port": "http"}, "initialDelaySeconds": 300}
     load = [{"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": "4"}]
     pods = [
         raw_pod("loads", http, readinessProbe=probe, env=load),
@@ -135,8 +136,8 @@ def test_kwok_and_the_agent_make_readiness_follow_the_probe(dev_fleet: devfleet.
     assert status("never") == ("Running", "False")
     fx.wait_for("no-probe Ready", lambda: status("no-probe") == ("Running", "True"), timeout=10)
     assert status("no-serving-port") == ("Running", "True")
-    fx.wait_for("loads Ready", lambda: status("loads") == ("Running", "True"), timeout=30)
-    assert time.monotonic() - started >= 2  # about the 4 s load, not the 30 s initial delay
+    fx.wait_for("loads Ready", lambda: status("loads") == ("Running", "True"), timeout=120)
+    assert time.monotonic() - started >= 2  # about the 4 s load, not the 300 s initial delay
     loaded = core.read_namespaced_pod("loads", "default")
     assert condition(loaded, "ContainersReady").status == "True"
     assert all(c.ready for c in loaded.status.container_statuses)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,8 +115,20 @@ def test_backend_runtime_state_written_by_one_process_read_by_another(
 
 
 def test_backend_store_round_trip_cost(postgres_url: str, tmp_path: Path) -> None:
-    """The cost of one document write and read (docs/benchmarks.md)."""
+    """The cost of one document write and read (docs/benchmarks.md): printed, not bounded
+    (a benchmark; a loaded machine is slower, not wrong). What is asserted: each write reads
+    back intact, all on one kept connection (the first version opened one per call: a
+    connection is a server process)."""
     store = PostgresStore(new_database(postgres_url), "bench")
+    connects = 0
+    connect = store._connect
+
+    def counted() -> Any:
+        nonlocal connects
+        connects += 1
+        return connect()
+
+    store._connect = counted  # type: ignore[method-assign]
     document = {
         "history": {f"ns/d{i}": [[1700000000.0 + j, 3] for j in range(20)] for i in range(20)}
     }
@@ -129,7 +142,7 @@ def test_backend_store_round_trip_cost(postgres_url: str, tmp_path: Path) -> Non
     print(
         f"\npostgres runtime state: save+load of a {len(json.dumps(document))}-byte document: {each * 1000:.1f} ms"
     )
-    assert each < 2.0
+    assert connects == 1, f"{connects} connections for {n + 1} saves and {n} loads"
 
 
 def _lock(**counts: int | None) -> PlacementLock:

@@ -437,7 +437,12 @@ def test_progress_lines_without_a_terminal() -> None:
     progress.stack_queued(unit)
     import time
 
-    time.sleep(0.3)
+    # Two heartbeats, however long a loaded machine takes to give the thread them (a
+    # generous wait: it fails only when the heartbeat never comes).
+    deadline = time.monotonic() + 30
+    while buffer.getvalue().count("up deploy-demo-qwen: running") < 2:
+        assert time.monotonic() < deadline, "no two heartbeat lines in 30 s (every 0.05 s)"
+        time.sleep(0.05)
     progress.stack_finished(StackResult(unit.name, unit.tier, Outcome.SUCCEEDED))
     progress.run_finished(RunResult("up", "file:///s", []))
     lines = buffer.getvalue().splitlines()
