@@ -414,7 +414,8 @@ def up(
             if expect_no_changes and _has_changes(previewed):
                 raise _fail(f"--expect-no-changes: {_changed_list(previewed)} would change")
             what = ", ".join(stack) if stack else f"the stacks of {fleet}"
-            if not typer.confirm(f"Apply these changes to {what} on {f.backend}?", default=False):
+            where = f.backend_display
+            if not typer.confirm(f"Apply these changes to {what} on {where}?", default=False):
                 raise _fail("not confirmed; nothing was changed")
         run = _run(
             output,
@@ -501,7 +502,7 @@ def destroy(
             if not sys.stdin.isatty():
                 raise _fail("destroy deletes every resource of the fleet; pass --yes to confirm")
             what = ", ".join(stack) if stack else f"every stack of {fleet}"
-            if not typer.confirm(f"Destroy {what} on {f.backend}?", default=False):
+            if not typer.confirm(f"Destroy {what} on {f.backend_display}?", default=False):
                 raise typer.Exit(EXIT_FAILED)
         run = _run(
             output,

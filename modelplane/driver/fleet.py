@@ -43,9 +43,17 @@ from modelplane.driver.plugins import missing_for_stack
 from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
-from modelplane.driver.settings import resolve_backend, resolve_secrets, state_root
+from modelplane.driver.settings import (
+    redact_url,
+    resolve_backend,
+    resolve_secrets,
+    scrub,
+    state_root,
+    url_secrets,
+)
 from modelplane.driver.state import RuntimeState, is_shared
 from modelplane.driver.workspace import EngineSession
+from modelplane.errors import ModelplaneError
 from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
@@ -98,7 +106,7 @@ class FleetStatus:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "backend": self.backend,
+            "backend": redact_url(self.backend),
             "placement": {
                 key: [r.model_dump(mode="json") for r in dep.replicas]
                 for key, dep in self.lock.deployments.items()
@@ -217,6 +225,15 @@ class Fleet:
     @property
     def state_dir(self) -> Path:
         return state_root(self.path)
+
+    @property
+    def backend_display(self) -> str:
+        """The backend URL as shown to people: its password masked (``user:****@host``)."""
+        return redact_url(self.backend)
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the backend URL's credentials (engine messages quote the URL)."""
+        return scrub(text, url_secrets(self.backend))
 
     @property
     def runtime(self) -> RuntimeState:
@@ -414,7 +431,7 @@ class Fleet:
             existing = session.list_stacks()
             names = {u.name for u in self.stacks()}
             orphans = [self._orphan_unit(n) for n in existing if n not in names]
-            run = RunResult("destroy", self.backend, lock_path=str(self.lock_path))
+            run = RunResult("destroy", self.backend_display, lock_path=str(self.lock_path))
             if not orphans:
                 return run
             ctx = self._context(session, self.previous, self.lock_path, observer)
@@ -515,7 +532,7 @@ class Fleet:
 
             run_tiers(units, one, parallel=parallel, blocking=lambda r: False)
             return FleetStatus(
-                self.backend,
+                self.backend_display,
                 self.previous,
                 [statuses[u.name] for u in units],
                 sorted(existing - {u.name for u in units}),
@@ -636,6 +653,11 @@ class Fleet:
         try:
             session.start()
             yield session
+        except ModelplaneError as exc:  # the engine's messages may quote the backend URL
+            text = str(exc)
+            if self.scrub(text) != text:
+                exc.args = (self.scrub(text),)
+            raise
         finally:
             session.close()
 
@@ -697,7 +719,10 @@ class Fleet:
             blocking=blocking,
             on_skip=observer.stack_skipped,
         )
-        run_result = RunResult(operation, self.backend, results)
+        for r in results:  # the engine's messages may quote the backend URL
+            r.error = self.scrub(r.error) if r.error else r.error
+            r.warnings = [self.scrub(w) for w in r.warnings]
+        run_result = RunResult(operation, self.backend_display, results)
         run_result.duration = time.monotonic() - started
         observer.run_finished(run_result)
         return run_result

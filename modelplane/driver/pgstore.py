@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from modelplane.driver.errors import BackendError
+from modelplane.driver.settings import redact_url
 
 TABLE = "modelplane_runtime"
 CONNECT_TIMEOUT = 10.0
@@ -37,12 +38,8 @@ _SCHEMA = (
 
 
 def redact(url: str) -> str:
-    """The URL without its password (for messages)."""
-    parsed = urlparse(url)
-    if parsed.password is None:
-        return url
-    netloc = parsed.netloc.replace(f":{parsed.password}@", ":****@")
-    return parsed._replace(netloc=netloc).geturl()
+    """The URL without its password (for messages): :func:`settings.redact_url`."""
+    return redact_url(url)
 
 
 def connect_args(url: str) -> dict[str, Any]:
@@ -51,10 +48,17 @@ def connect_args(url: str) -> dict[str, Any]:
     if parsed.scheme not in ("postgres", "postgresql"):
         raise BackendError(f"{redact(url)} is not a postgres:// URL")
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    try:
+        port = parsed.port  # a password holding "/" unencoded ends up here: never quoted
+    except ValueError:
+        raise BackendError(
+            f"{redact(url)} is not a valid postgres:// URL (percent-encode the password's "
+            "special characters, e.g. / as %2F)"
+        ) from None
     args: dict[str, Any] = {
         "user": unquote(parsed.username or "postgres"),
         "host": parsed.hostname or "127.0.0.1",
-        "port": parsed.port or 5432,
+        "port": port or 5432,
         "database": unquote(parsed.path.lstrip("/")) or "postgres",
         "timeout": CONNECT_TIMEOUT,
     }

@@ -14,6 +14,7 @@ from rich.text import Text
 from modelplane.driver.events import StackProgress, urn_type_and_name
 from modelplane.driver.observer import Observer
 from modelplane.driver.results import Outcome, RunResult, StackResult
+from modelplane.driver.settings import redact_url
 from modelplane.stacks import StackUnit
 
 STYLE = {
@@ -264,7 +265,7 @@ def status_tables(status: Any, *, wide: bool = False, headers: bool = True) -> l
         for i, r in enumerate(dep.replicas):
             pools = ", ".join(f"{k}={v}" for k, v in r.pools.items())
             placement.add_row(key if i == 0 else "", r.name, r.cluster, pools)
-    stacks = _table(f"stacks ({status.backend})", headers)
+    stacks = _table(f"stacks ({redact_url(status.backend)})", headers)
     for col in ("stack", "last operation", "result", "when", "in sync", "outputs"):
         stacks.add_column(col)
     for s in status.stacks:

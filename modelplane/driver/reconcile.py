@@ -47,7 +47,7 @@ from modelplane.driver.orphans import delete_orphans, orphan_of
 from modelplane.driver.plan import Plan
 from modelplane.driver.results import Outcome, RunResult
 from modelplane.driver.rollouts import unfinished
-from modelplane.driver.settings import resolve_backend, state_root
+from modelplane.driver.settings import resolve_backend, scrub, state_root, url_secrets
 from modelplane.driver.state import RuntimeState
 from modelplane.health.observation import Observation
 from modelplane.health.rules import DEFAULT_GRACE, HealthView
@@ -189,8 +189,20 @@ class Reconciler:
             )
         except DriverError as exc:
             current.error = str(exc)
+        if current.error or current.orphan_errors:  # a message may quote the backend URL
+            secrets = self._backend_secrets()
+            current.error = scrub(current.error, secrets) if current.error else current.error
+            current.orphan_errors = [scrub(e, secrets) for e in current.orphan_errors]
         current.duration = time.monotonic() - started
         return current
+
+    def _backend_secrets(self) -> tuple[str, ...]:
+        """The credentials of the backend URL (its password), which no log line shows."""
+        env = dict(os.environ if self.env is None else self.env)
+        try:
+            return url_secrets(resolve_backend(self.fleet_dir, self.backend, env))
+        except DriverError:
+            return url_secrets(self.backend)
 
     def close(self) -> None:
         """Stop: forget the replicas this reconciler kept out of the routes until Ready

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from modelplane.driver.settings import redact_url
 from modelplane.stacks import StackUnit, Tier
 
 CHANGE_KINDS = ("create", "update", "replace", "delete")
@@ -107,7 +108,7 @@ class RunResult:
     """The result of preview/up/destroy/refresh over a fleet's stacks."""
 
     operation: str
-    backend: str
+    backend: str  # as shown to people: its password masked (settings.redact_url)
     results: list[StackResult] = field(default_factory=list)
     lock_path: str | None = None
     lock_written: bool = False
@@ -139,7 +140,7 @@ class RunResult:
     def as_json(self) -> dict[str, Any]:
         return {
             "operation": self.operation,
-            "backend": self.backend,
+            "backend": redact_url(self.backend),
             "ok": self.ok,
             "lock": self.lock_path,
             "lockWritten": self.lock_written,

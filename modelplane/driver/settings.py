@@ -7,6 +7,9 @@
   ``PULUMI_CONFIG_PASSPHRASE`` or ``PULUMI_CONFIG_PASSPHRASE_FILE``. Without either, the
   driver stops before any stack runs. Pulumi Cloud (``https://``) uses its own provider; an
   explicit provider URL (``awskms://...``, ``gcpkms://...``) needs no passphrase either.
+- Shown to people: :func:`redact_url` (``postgres://user:****@host/db``) wherever a backend URL
+  is printed, logged or quoted in an error; :func:`scrub` removes the URL's secrets from text
+  that did not come from modelplane (the engine's errors).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from modelplane.driver.errors import BackendError, PassphraseMissing
 
@@ -37,6 +40,96 @@ PASSPHRASE_HELP = (
 )
 
 
+MASK = "****"
+#: Query parameters whose value is a credential (libpq's ``password``/``sslpassword``, an
+#: Azure SAS ``sig``, tokens and keys): masked like the password.
+SECRET_QUERY_KEYS = frozenset(
+    {
+        "password",
+        "sslpassword",
+        "passwd",
+        "pwd",
+        "secret",
+        "token",
+        "access_token",
+        "sig",
+        "secret_key",
+        "secretkey",
+        "aws_secret_access_key",
+        "credentials",
+    }
+)
+#: Shorter secrets are not scrubbed from free text (they would mask ordinary words); a
+#: URL's password is masked whatever its length.
+MIN_SCRUB = 4
+
+
+def _split_url(url: str) -> tuple[str, str | None, str, str, str]:
+    """(``scheme://``, userinfo or None, host and path, ``?`` or "", query) by plain string
+    rules that never raise: the userinfo ends at the last ``@`` before the first ``/`` that
+    follows an ``@``, so a password holding ``/``, ``@`` or ``?`` unencoded stays in it (a
+    URL that is not one is masked on the safe side)."""
+    scheme, sep, rest = url.partition("://")
+    head = scheme + sep if sep else ""
+    if not sep:
+        rest = url
+    userinfo: str | None = None
+    first = rest.find("@")
+    if first >= 0:
+        slash = rest.find("/", first)
+        at = rest.rfind("@", 0, len(rest) if slash < 0 else slash)
+        userinfo, rest = rest[:at], rest[at + 1 :]
+    hostpath, qmark, query = rest.partition("?")
+    return head, userinfo, hostpath, qmark, query
+
+
+def redact_url(url: str) -> str:
+    """``url`` as shown to people: the password (``user:****@host``) and the credential query
+    parameters (:data:`SECRET_QUERY_KEYS`) masked; everything else as written. Never raises."""
+    head, userinfo, hostpath, qmark, query = _split_url(str(url))
+    shown = head
+    if userinfo is not None:
+        user, colon, _password = userinfo.partition(":")
+        shown += f"{user}{':' + MASK if colon else ''}@"
+    shown += hostpath
+    if qmark:
+        pairs = []
+        for pair in query.split("&"):
+            key, eq, _value = pair.partition("=")
+            secret = eq and unquote(key).lower() in SECRET_QUERY_KEYS
+            pairs.append(f"{key}={MASK}" if secret else pair)
+        shown += "?" + "&".join(pairs)
+    return shown
+
+
+def url_secrets(url: str | None) -> tuple[str, ...]:
+    """The credentials in ``url`` (its password, credential query values), as written and
+    percent-decoded, longest first: what :func:`scrub` removes."""
+    if not url:
+        return ()
+    _head, userinfo, _hostpath, _qmark, query = _split_url(str(url))
+    found: list[str] = []
+    _user, colon, password = (userinfo or "").partition(":")
+    if colon and password:
+        found.append(password)
+    for pair in query.split("&") if query else []:
+        key, eq, value = pair.partition("=")
+        if eq and value and unquote(key).lower() in SECRET_QUERY_KEYS:
+            found.append(value)
+    both = {v for s in found for v in (s, unquote(s))}
+    return tuple(sorted(both, key=lambda v: (-len(v), v)))
+
+
+def scrub(text: str, secrets: tuple[str, ...] | list[str]) -> str:
+    """``text`` with every secret of :func:`url_secrets` (of at least :data:`MIN_SCRUB`
+    characters) replaced by ``****``: for messages modelplane did not write itself (the
+    engine's errors quote the backend URL)."""
+    for secret in secrets:
+        if len(secret) >= MIN_SCRUB:
+            text = text.replace(secret, MASK)
+    return text
+
+
 def state_root(fleet_dir: str | Path) -> Path:
     """The fleet's private directory: state (default backend), workspaces, plans."""
     return Path(fleet_dir).resolve() / STATE_DIR
@@ -54,7 +147,7 @@ def resolve_backend(
     scheme = urlparse(url).scheme
     if not scheme:
         raise BackendError(
-            f"backend {url!r} is not a URL; use e.g. file:///abs/dir, s3://bucket, "
+            f"backend {redact_url(url)!r} is not a URL; use e.g. file:///abs/dir, s3://bucket, "
             "gs://bucket or https://api.pulumi.com"
         )
     return url
@@ -105,7 +198,7 @@ def resolve_secrets(
             raise PassphraseMissing(f"{PASSPHRASE_FILE} {file!r} cannot be read: {exc}") from None
         return SecretsSettings("passphrase", uses_passphrase=True)
     raise PassphraseMissing(
-        f"no passphrase for the secrets of backend {backend_url}.\n{PASSPHRASE_HELP}"
+        f"no passphrase for the secrets of backend {redact_url(backend_url)}.\n{PASSPHRASE_HELP}"
     )
 
 
