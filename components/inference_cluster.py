@@ -59,7 +59,7 @@ from components.serving_stack import (
 from components.workload.objects import app_labels, ensure_namespace
 from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster, InferenceClusterSpec, NodePool
-from modelplane.api.maintenance import EKS_DEFAULT_UNAVAILABLE, PoolUpgrade
+from modelplane.api.maintenance import DEFAULT_GKE_WINDOW, EKS_DEFAULT_UNAVAILABLE, PoolUpgrade
 
 GKE_STORAGE_CLASS = "modelplane-rwx"
 EKS_STORAGE_CLASS = "modelplane-rwx-efs"
@@ -127,7 +127,10 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         )
     net = source.networking
     maintenance = cluster.spec.maintenance
+    manual = maintenance is None or maintenance.manual_node_upgrades
     window = maintenance.window if maintenance is not None else None
+    if window is None and manual:
+        window = DEFAULT_GKE_WINDOW  # GKE needs a window beside the exclusion
     return GKEClusterArgs(
         project=source.project,
         region=source.region,
@@ -139,6 +142,7 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         maintenance_window=(
             GKEMaintenanceWindow(window.start, window.end, window.recurrence) if window else None
         ),
+        manual_node_upgrades=manual,
         protect=source.protect,
     )
 

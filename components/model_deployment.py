@@ -17,7 +17,7 @@ the placement lock and the clusters they are on; it creates one
   which cannot route to an InferencePool, the route goes to the decode Service.
 
 Per cluster hosting replicas, one PodDisruptionBudget per role (`maxUnavailable: 0` over
-the role's serving pods, the group leaders of a LeaderWorkerSet; components/workload/budgets.py):
+the role's pods, every pod of a LeaderWorkerSet's groups; components/workload/budgets.py):
 voluntary disruption of serving pods goes through modelplane, which keeps the fleet's budget.
 
 Namespaces: the deployment's namespace is ensured on each cluster as a

@@ -131,6 +131,10 @@ class GKEClusterArgs:
     release_channel: str = "REGULAR"
     maintenance_window: GKEMaintenanceWindow | None = None
     """None: GKE may upgrade any time (still surge-first, see GKEUpgrade)."""
+    manual_node_upgrades: bool = False
+    """A maintenance exclusion (NO_MINOR_OR_NODE_UPGRADES, until the minor's end of support)
+    keeps GKE from upgrading the nodes: the operator does, after draining the cluster. Needs
+    ``maintenance_window`` (GKE's provider requires a window in a maintenance policy)."""
     protect: bool = True
     """GKE deletion protection plus Pulumi ``protect`` on the cluster and its network."""
 
@@ -260,7 +264,9 @@ class GKECluster(pulumi.ComponentResource):
             deletion_protection=args.protect,
             min_master_version=args.kubernetes_version,
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
-            maintenance_policy=_maintenance_policy(args.maintenance_window),
+            maintenance_policy=_maintenance_policy(
+                args.maintenance_window, args.manual_node_upgrades
+            ),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                 workload_pool=f"{args.project}.svc.id.goog"
             ),
@@ -395,15 +401,41 @@ class GKECluster(pulumi.ComponentResource):
         )
 
 
+MANUAL_NODE_UPGRADES = "modelplane-manual-node-upgrades"
+"""The maintenance exclusion that keeps GKE from upgrading the nodes (nodeUpgrades: Manual)."""
+NO_NODE_UPGRADES = "NO_MINOR_OR_NODE_UPGRADES"
+UNTIL_END_OF_SUPPORT = "UNTIL_END_OF_SUPPORT"
+
+
 def _maintenance_policy(
-    window: GKEMaintenanceWindow | None,
+    window: GKEMaintenanceWindow | None, manual_node_upgrades: bool = False
 ) -> gcp.container.ClusterMaintenancePolicyArgs | None:
+    """The recurring window, and with ``manual_node_upgrades`` a persistent exclusion: GKE
+    neither upgrades nor force-evicts serving nodes by itself (it respects a
+    PodDisruptionBudget for an hour only, then evicts), until the minor's end of support;
+    control-plane patches still happen inside the window."""
     if window is None:
+        if manual_node_upgrades:
+            raise ValueError("manual node upgrades need a maintenance window (GKE requires one)")
         return None
+    exclusions = None
+    if manual_node_upgrades:
+        Exclusion = gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs
+        Options = gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs
+        exclusions = [
+            Exclusion(
+                exclusion_name=MANUAL_NODE_UPGRADES,
+                start_time=window.start,
+                exclusion_options=Options(
+                    scope=NO_NODE_UPGRADES, end_time_behavior=UNTIL_END_OF_SUPPORT
+                ),
+            )
+        ]
     return gcp.container.ClusterMaintenancePolicyArgs(
         recurring_window=gcp.container.ClusterMaintenancePolicyRecurringWindowArgs(
             start_time=window.start, end_time=window.end, recurrence=window.recurrence
-        )
+        ),
+        maintenance_exclusions=exclusions,
     )
 
 

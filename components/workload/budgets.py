@@ -8,10 +8,12 @@ rollout, `modelplane drain`), which keeps that budget across clusters, and each 
 to leave serving pods alone:
 
 - one PodDisruptionBudget per deployment and role on each cluster hosting it, `maxUnavailable:
-  0` over the role's serving pods (for a LeaderWorkerSet role: the group leaders, the pods with
-  worker index 0). Evictions wait; deletes and updates (what modelplane does) are not affected.
-  `unhealthyPodEvictionPolicy: AlwaysAllow`: a pod that is not Ready serves nothing, so it
-  never blocks a node drain;
+  0` over all the role's pods -- for a LeaderWorkerSet role the leaders *and* the workers:
+  evicting any pod of a group makes the LWS controller recreate the whole group
+  (`RecreateGroupOnPodRestart`), so the budget must hold every one. Evictions wait; deletes and
+  updates (what modelplane does) are not affected. `unhealthyPodEvictionPolicy: AlwaysAllow`:
+  a pod that is not Ready serves nothing, so it never blocks a node drain (a worker has no
+  probe, so it is Ready while it runs and held even while its group loads);
 - the annotation `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` on every serving
   pod (`pods.py`), so the cluster autoscaler does not scale their nodes down.
 
@@ -31,7 +33,6 @@ from components.workload.objects import (
     labels,
     metadata,
 )
-from components.workload.pods import LWS_WORKER_INDEX
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import child_name
 
@@ -54,10 +55,9 @@ def disruption_budgets(
     spec_roles = deployment.spec.roles
     out: list[Manifest] = []
     for role_name in sorted(roles if roles is not None else spec_roles):
-        role = spec_roles[role_name]
+        # Every pod of the role: for a LeaderWorkerSet the workers too (a worker's eviction
+        # restarts its whole group, leader included).
         selector = {DEPLOYMENT: model, ROLE: role_name}
-        if role.workers.topology.shape.nodes_per_worker > 1:
-            selector[LWS_WORKER_INDEX] = "0"  # LeaderWorkerSet: the group leaders
         object_labels = labels(
             app_labels(model, model, BUDGET_COMPONENT), {DEPLOYMENT: model, ROLE: role_name}
         )

@@ -103,7 +103,24 @@ class MaintenanceWindow(Strict):
 
 class Maintenance(Strict):
     window: MaintenanceWindow | None = None
-    """GKE only: when GKE may upgrade the control plane and the nodes (absent: any time)."""
+    """GKE only: when GKE may upgrade the control plane (and, with nodeUpgrades: Automatic,
+    the nodes); absent: any time (Automatic) or DEFAULT_GKE_WINDOW (Manual)."""
+    node_upgrades: Literal["Manual", "Automatic"] | None = None
+    """GKE only. Manual (default): a maintenance exclusion keeps GKE from upgrading the nodes
+    (and the control plane's minor) until the minor's end of support; the operator upgrades
+    them through `modelplane drain` (docs/api.md). Automatic: GKE upgrades the nodes inside
+    the window, force-evicting a serving pod its PodDisruptionBudget holds for an hour."""
+
+    @property
+    def manual_node_upgrades(self) -> bool:
+        return self.node_upgrades != "Automatic"
+
+
+DEFAULT_GKE_WINDOW = MaintenanceWindow(
+    start="2026-01-03T01:00:00Z", duration="6h", recurrence="FREQ=WEEKLY;BYDAY=SA,SU"
+)
+"""With nodeUpgrades: Manual and no window: the window GKE needs beside an exclusion (only
+control-plane patch upgrades happen in it: Saturdays and Sundays, 01:00-07:00 UTC)."""
 
 
 class PoolUpgrade(Strict):
@@ -144,6 +161,14 @@ def cloud_problems(
             problems.append(("maintenance", why))
         problems += [(f"nodePools[{i}].upgrade", why) for i, u in enumerate(upgrades) if u]
         return problems
+    if source == "EKS" and maintenance is not None and maintenance.node_upgrades is not None:
+        problems.append(
+            (
+                "maintenance.nodeUpgrades",
+                "GKE only: EKS never upgrades a node group by itself (`up` changes its "
+                "version); remove it",
+            )
+        )
     if source == "EKS" and maintenance is not None and maintenance.window is not None:
         problems.append(
             (
@@ -172,4 +197,10 @@ def cloud_problems(
     return problems
 
 
-__all__ = ["Maintenance", "MaintenanceWindow", "PoolUpgrade", "cloud_problems"]
+__all__ = [
+    "DEFAULT_GKE_WINDOW",
+    "Maintenance",
+    "MaintenanceWindow",
+    "PoolUpgrade",
+    "cloud_problems",
+]

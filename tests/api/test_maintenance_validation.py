@@ -55,6 +55,8 @@ def _errors(tmp_path: Path, cluster: dict[str, Any]) -> list[Any]:
         ("GKE", {"upgrade": {"strategy": "BlueGreen"}}),
         ("EKS", {"upgrade": {"maxUnavailable": 2}}),
         ("EKS", {"maintenance": {}}),
+        ("GKE", {"maintenance": {"nodeUpgrades": "Manual"}}),
+        ("GKE", {"maintenance": {"nodeUpgrades": "Automatic", "window": WINDOW}}),
     ],
 )
 def test_valid_settings(tmp_path: Path, source: str, spec: dict[str, Any]) -> None:
@@ -88,6 +90,18 @@ W = "spec.maintenance.window"
         ("GKE", _window(recurrence="FREQ=WEEKLY;BYDAY=SA,XX"), f"{W}.recurrence", "distinct days"),
         ("GKE", _window(recurrence="FREQ=WEEKLY;BYDAY=SU"), W, "at least 48h"),
         ("EKS", {"maintenance": {"window": WINDOW}}, W, "EKS has no maintenance window"),
+        (
+            "EKS",
+            {"maintenance": {"nodeUpgrades": "Manual"}},
+            "spec.maintenance.nodeUpgrades",
+            "GKE only: EKS never upgrades a node group by itself",
+        ),
+        (
+            "GKE",
+            {"maintenance": {"nodeUpgrades": "Sometimes"}},
+            "spec.maintenance.nodeUpgrades",
+            "'Manual' or 'Automatic'",
+        ),
         ("EKS", {"upgrade": {"maxSurge": 1}}, f"{P}.maxSurge", "not settable on EKS"),
         ("EKS", {"upgrade": {"maxUnavailable": 0}}, f"{P}.maxUnavailable", "at least 1"),
         ("EKS", {"upgrade": {"strategy": "BlueGreen"}}, f"{P}.strategy", "GKE only"),

@@ -56,8 +56,62 @@ def test_gke_gpu_pools_surge_one_node_and_never_take_one_down_first() -> None:
         }
         # a release channel keeps auto-upgrade on (GKE rejects turning it off there)
         assert pool.inputs["management"] == {"autoRepair": True, "autoUpgrade": True}
-    # no window set: none rendered (GKE may upgrade any time, surge-first)
-    assert "maintenancePolicy" not in run.one(CLUSTER).inputs
+
+
+# The exclusion nodeUpgrades: Manual renders (issue 36, N6): GKE neither upgrades the nodes nor
+# force-evicts a pod a PodDisruptionBudget holds (GKE's grace is one hour) until the minor's end
+# of support; the operator upgrades them after `modelplane drain`.
+EXCLUSION = {
+    "exclusionName": "modelplane-manual-node-upgrades",
+    "exclusionOptions": {
+        "scope": "NO_MINOR_OR_NODE_UPGRADES",
+        "endTimeBehavior": "UNTIL_END_OF_SUPPORT",
+    },
+}
+DEFAULT_WINDOW = {
+    "startTime": "2026-01-03T01:00:00Z",
+    "endTime": "2026-01-03T07:00:00Z",
+    "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
+}
+
+
+@pytest.mark.parametrize(
+    ("maintenance", "policy"),
+    [
+        # the default: Manual, with the default window GKE requires beside an exclusion
+        (
+            None,
+            {
+                "recurringWindow": DEFAULT_WINDOW,
+                "maintenanceExclusions": [{**EXCLUSION, "startTime": "2026-01-03T01:00:00Z"}],
+            },
+        ),
+        # Manual with the user's window: the exclusion starts with it
+        (
+            {"window": {**WINDOW, "start": "2026-02-07T22:00:00Z", "duration": "8h"}},
+            {
+                "recurringWindow": {
+                    "startTime": "2026-02-07T22:00:00Z",
+                    "endTime": "2026-02-08T06:00:00Z",
+                    "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
+                },
+                "maintenanceExclusions": [{**EXCLUSION, "startTime": "2026-02-07T22:00:00Z"}],
+            },
+        ),
+        # Automatic: no exclusion; without a window no policy (GKE upgrades any time)
+        ({"nodeUpgrades": "Automatic"}, None),
+        (
+            {"nodeUpgrades": "Automatic", "window": WINDOW},
+            {"recurringWindow": {**DEFAULT_WINDOW, "startTime": WINDOW["start"]}},
+        ),
+    ],
+    ids=["default-manual", "manual-with-window", "automatic", "automatic-with-window"],
+)
+def test_gke_node_upgrades_are_manual_unless_automatic(
+    maintenance: dict[str, Any] | None, policy: dict[str, Any] | None
+) -> None:
+    run = _gke(**({"maintenance": maintenance} if maintenance is not None else {}))
+    assert run.one(CLUSTER).inputs.get("maintenancePolicy") == policy
 
 
 @pytest.mark.parametrize(
@@ -91,12 +145,10 @@ def test_gke_pool_upgrade_settings_come_from_the_spec(
 
 def test_gke_maintenance_window_is_the_clusters_recurring_window() -> None:
     run = _gke(maintenance={"window": WINDOW})
-    assert run.one(CLUSTER).inputs["maintenancePolicy"] == {
-        "recurringWindow": {
-            "startTime": "2026-01-03T01:00:00Z",
-            "endTime": "2026-01-03T07:00:00Z",
-            "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
-        }
+    assert run.one(CLUSTER).inputs["maintenancePolicy"]["recurringWindow"] == {
+        "startTime": "2026-01-03T01:00:00Z",
+        "endTime": "2026-01-03T07:00:00Z",
+        "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU",
     }
     assert gke_args(gke_cluster(maintenance={"window": WINDOW}), {"h100-gke": gke_class()})
 

@@ -23,6 +23,7 @@ from tests.pulumi_mocks import MockRun
 SPECS = {"CODER": CODER, "PD": PD, "SMALL": SMALL}
 """The deployment texts the parametrized cases name."""
 SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+LWS = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
 
 BUDGETS = [
     # (name, spec, pools, replicas, expected {pdb name: selector})
@@ -41,17 +42,12 @@ BUDGETS = [
         {"small-unified": {"modelplane.ai/deployment": "small", "modelplane.ai/role": "unified"}},
     ),
     (
-        "multi-node-on-the-group-leaders",
+        # Leaders and workers alike (issue 36, N6): a worker's eviction restarts its group.
+        "multi-node-every-pod-of-the-groups",
         "CODER",
         {"unified": "h200"},
         1,
-        {
-            "coder-unified": {
-                "modelplane.ai/deployment": "coder",
-                "modelplane.ai/role": "unified",
-                "leaderworkerset.sigs.k8s.io/worker-index": "0",
-            }
-        },
+        {"coder-unified": {"modelplane.ai/deployment": "coder", "modelplane.ai/role": "unified"}},
     ),
     (
         "prefill-decode-one-per-role",
@@ -60,11 +56,7 @@ BUDGETS = [
         1,
         {
             "kimi-prefill": {"modelplane.ai/deployment": "kimi", "modelplane.ai/role": "prefill"},
-            "kimi-decode": {
-                "modelplane.ai/deployment": "kimi",
-                "modelplane.ai/role": "decode",
-                "leaderworkerset.sigs.k8s.io/worker-index": "0",
-            },
+            "kimi-decode": {"modelplane.ai/deployment": "kimi", "modelplane.ai/role": "decode"},
         },
     ),
 ]
@@ -88,12 +80,41 @@ def test_disruption_budget_per_deployment_and_role_on_each_cluster(
         assert budget.get("spec.unhealthyPodEvictionPolicy") == "AlwaysAllow"
         assert budget.parent_type == "modelplane:deployment:ModelDeployment"
         assert budget.get("metadata.labels")["app.kubernetes.io/managed-by"] == "modelplane"
-    # every budget selects serving pods the deployment renders (LWS adds the worker index)
+    # every budget selects serving pods the deployment renders
     templates = pod_templates(run)
     for budget in budgets:
         selector = budget.get("spec.selector.matchLabels")
-        plain = {k: v for k, v in selector.items() if not k.startswith("leaderworkerset")}
-        assert any(plain.items() <= t["metadata"]["labels"].items() for t in templates), selector
+        assert any(selector.items() <= t["metadata"]["labels"].items() for t in templates)
+
+
+@pytest.mark.parametrize(
+    ("spec", "pools", "role"),
+    [
+        ("CODER", {"unified": "h200"}, "unified"),
+        ("PD", {"prefill": "h200", "decode": "h200"}, "decode"),
+    ],
+)
+def test_multi_node_budget_holds_every_pod_of_every_group(
+    spec: str, pools: dict[str, str], role: str
+) -> None:
+    """No pod of a serving LeaderWorkerSet group may be evicted: its budget selects the leader
+    and the worker templates alike (a worker's eviction recreates the group, leader included,
+    under RecreateGroupOnPodRestart)."""
+    run, _ = deploy(SPECS[spec], pools)
+    [lws] = [
+        w
+        for w in run.of_type(LWS)
+        if w.get("spec.leaderWorkerTemplate.leaderTemplate.metadata.labels")["modelplane.ai/role"]
+        == role
+    ]
+    template = lws.get("spec.leaderWorkerTemplate")
+    assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert template["size"] > 1
+    [budget] = [b for b in run.of_type(PDB) if b.get("metadata.name").endswith(f"-{role}")]
+    selector = budget.get("spec.selector.matchLabels").items()
+    assert budget.get("spec.maxUnavailable") == 0
+    for part in ("leaderTemplate", "workerTemplate"):
+        assert selector <= template[part]["metadata"]["labels"].items(), part
 
 
 def test_budgets_follow_the_clusters_hosting_replicas() -> None:
