@@ -205,6 +205,7 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         admin_principal_arns=tuple(source.admin_principals),
         public_access_cidrs=tuple(source.public_access_cidrs),
         protect=source.protect,
+        ami_release_version=source.ami_release_version,
     )
 
 

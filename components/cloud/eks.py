@@ -361,6 +361,8 @@ class EKSCluster(pulumi.ComponentResource):
                 opts=self._opts(),
             )
         self.efa_security_group = efa_sg
+        self._kubernetes_version = args.kubernetes_version
+        self._ami_release_version = args.ami_release_version
         self.launch_templates: dict[str, aws.ec2.LaunchTemplate] = {}
         self.capacity_block_schedules: dict[str, list[aws.autoscaling.Schedule]] = {}
         self.node_groups: dict[str, eks.ManagedNodeGroup] = {}
@@ -576,6 +578,13 @@ class EKSCluster(pulumi.ComponentResource):
             labels=labels,
             taints=[GPU_TAINT] if gpu else None,
             tags=tags,
+            # Every group follows the cluster's Kubernetes version: pulumi-eks sets it only for
+            # groups without a launch template (nodes/nodegroup.ts), so EFA and Capacity Block
+            # groups stayed on their first minor. EKS takes a version with a launch template
+            # that names no AMI, as ours. The AMI release: EKS' latest for the version when the
+            # version changes, or `amiReleaseVersion` where given (a bump rolls every group).
+            version=self._kubernetes_version,
+            release_version=self._ami_release_version,
             # a PodDisruptionBudget that refuses an eviction fails the update, never forced
             force_update_version=False,
             opts=pulumi.ResourceOptions(

@@ -104,6 +104,9 @@ class EKSClusterArgs:
     """Who may reach the public API endpoint."""
     protect: bool = True
     """``protect`` the cluster, VPC and EFS file system against delete and replace."""
+    ami_release_version: str | None = None
+    """The EKS-optimized AMI release of every node group (``1.36.1-20260801``); None: EKS'
+    latest for ``kubernetes_version`` whenever the version changes."""
 
 
 @dataclass(frozen=True)

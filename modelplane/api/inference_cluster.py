@@ -182,8 +182,30 @@ class EKSSource(Strict):
     protect: bool = True
     """Protect the cluster, VPC and file system from delete and replace (default true); set
     false, `up`, then `destroy` to tear it down."""
+    ami_release_version: str | None = Field(
+        default=None, pattern=r"^1\.[0-9]+\.[0-9]+-[0-9]{8}$", max_length=32
+    )
+    """The EKS-optimized AMI release of every node group, e.g. "1.36.1-20260801" (default:
+    EKS' latest for kubernetesVersion, taken whenever the version changes). Bumping it rolls
+    every group to that release (drain the cluster first: docs/api.md)."""
 
     _check_version = field_validator("kubernetes_version")(lambda v: _kubernetes_version(v))
+
+    @model_validator(mode="after")
+    def _ami_release_of_the_version(self) -> EKSSource:
+        release = self.ami_release_version
+        if release is not None and not release.startswith(f"{self.kubernetes_version}."):
+            raise_if(
+                [
+                    (
+                        "amiReleaseVersion",
+                        f"{release} is not a release of Kubernetes {self.kubernetes_version} "
+                        f"(kubernetesVersion): an AMI release starts with "
+                        f"{self.kubernetes_version}.",
+                    )
+                ]
+            )
+        return self
 
     @model_validator(mode="after")
     def _control_plane_zones_have_blocks(self) -> EKSSource:

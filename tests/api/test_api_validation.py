@@ -142,6 +142,20 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
         "needs at least two zones",
     ),
     (
+        "eks-ami-release-of-another-minor",
+        _eks(_set("InferenceCluster:spec.cluster.eks.amiReleaseVersion", "1.35.4-20260801")),
+        "InferenceCluster c1",
+        "spec.cluster.eks.amiReleaseVersion",
+        "1.35.4-20260801 is not a release of Kubernetes 1.36 (kubernetesVersion)",
+    ),
+    (
+        "eks-ami-release-format",
+        _eks(_set("InferenceCluster:spec.cluster.eks.amiReleaseVersion", "v20260801")),
+        "InferenceCluster c1",
+        "spec.cluster.eks.amiReleaseVersion",
+        "should match pattern",
+    ),
+    (
         "eks-dra-pool-min-zero",
         _eks(_set("InferenceCluster:spec.nodePools.0.minNodeCount", 0)),
         "InferenceCluster c1",

@@ -183,3 +183,37 @@ def test_eks_update_config_lands_on_the_inner_node_group(type_: str, changed: bo
     assert result is not None
     assert result.props == {"scalingConfig": {"minSize": 1}, "updateConfig": {"maxUnavailable": 2}}
     assert result.opts.ignore_changes == ["scalingConfig.desiredSize"]  # other transforms kept
+
+
+# --- EKS: every node group follows kubernetesVersion and the AMI release (issue 36, N4) -------
+
+
+def _eks_groups(**eks: Any) -> dict[str, dict[str, Any]]:
+    cluster = eks_cluster()
+    doc = cluster.model_dump(by_alias=True, exclude_none=True)
+    doc["spec"]["cluster"]["eks"].update(eks)
+    run = MockRun.of(
+        lambda: InferenceClusterComponent(
+            "eks-west", type(cluster).model_validate(doc), EKS_CLASSES
+        )
+    )
+    launch_templates = {t.name for t in run.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    assert launch_templates == {"eks-west-gpu-h100"}  # the EFA + Capacity Block group's
+    return {g.name: g.inputs for g in run.of_type(MNG)}
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36"])
+def test_eks_every_node_group_follows_the_kubernetes_version(version: str) -> None:
+    groups = _eks_groups(kubernetesVersion=version)
+    assert set(groups) == {"eks-west-system", "eks-west-gpu-a10g", "eks-west-gpu-h100"}
+    # pulumi-eks sets a version only without a launch template: the EFA/Capacity Block group
+    # (which has one) stayed on its first minor; now every group carries the cluster's.
+    assert "launchTemplate" in groups["eks-west-gpu-h100"]
+    assert {name: g.get("version") for name, g in groups.items()} == dict.fromkeys(groups, version)
+    # Without amiReleaseVersion EKS takes its latest release for the version when it changes.
+    assert all("releaseVersion" not in g for g in groups.values())
+
+
+def test_eks_ami_release_version_reaches_every_node_group() -> None:
+    groups = _eks_groups(kubernetesVersion="1.36", amiReleaseVersion="1.36.1-20260801")
+    assert {g["releaseVersion"] for g in groups.values()} == {"1.36.1-20260801"}
