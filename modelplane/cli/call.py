@@ -31,6 +31,7 @@ from modelplane.cli.engine_verbs import (
     _expected_failures,
     _load,
 )
+from modelplane.observe.kube import no_redirect_opener
 from modelplane.secrets import SecretNotFound, resolve_secret
 
 EXIT_NO_URL = 3
@@ -139,16 +140,20 @@ def _request(
     if data is not None:
         req.add_header("Content-Type", "application/json")
     if key:
-        req.add_header("Authorization", f"Bearer {key}")
+        req.add_unredirected_header("Authorization", f"Bearer {key}")
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        # The key goes to `url` only: a redirect is reported, never followed (NoRedirects).
+        with no_redirect_opener().open(req, timeout=timeout) as resp:
             body = resp.read().decode(errors="replace")
             headers = {k.lower(): v for k, v in resp.headers.items()}
             return CallResult(url, resp.status, body, headers, time.monotonic() - started)
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")
         headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+        if 300 <= exc.code < 400:
+            where = headers.get("location", "(no Location)")
+            body = f"a redirect to {where}: not followed (the key is sent to {url} only)"
         return CallResult(url, exc.code, body, headers, time.monotonic() - started)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

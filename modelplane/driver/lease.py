@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
+from modelplane.observe.kube import KubeError, KubeReader, http_error_text, parse_kubeconfig
 
 LEASE_DURATION = 15.0
 RENEW_DEADLINE = 10.0
@@ -76,10 +76,10 @@ class LeaseClient(KubeReader):
             headers["Authorization"] = f"Bearer {self._token}"
         req = urllib.request.Request(self.server + path, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, context=self._context, timeout=self.timeout) as resp:
+            with self._open(req) as resp:  # never follows a redirect (KubeReader)
                 return dict(json.loads(resp.read() or b"{}"))
         except urllib.error.HTTPError as exc:
-            raise KubeError(exc.code, f"{method} {path}: HTTP {exc.code} {exc.reason}") from None
+            raise KubeError(exc.code, f"{method} {path}: {http_error_text(exc)}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise KubeError(0, f"cannot reach {self.server}: {reason}") from None

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from modelplane.driver.state import Orphan, RuntimeState
-from modelplane.observe.kube import KubeError, KubeReader
+from modelplane.observe.kube import KubeError, KubeReader, http_error_text
 
 __all__ = ["KubeDeleter", "Orphan", "delete_orphans", "orphan_of"]
 
@@ -101,12 +101,12 @@ class KubeDeleter(KubeReader):
             self.server + path, data=json.dumps(body).encode(), method="DELETE", headers=headers
         )
         try:
-            with urllib.request.urlopen(request, context=self._context, timeout=self.timeout):
+            with self._open(request):  # never follows a redirect (KubeReader)
                 return "deleted"
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 409):  # absent, or the uid is another object's now
                 return "gone"
-            raise KubeError(exc.code, f"{path}: HTTP {exc.code} {exc.reason}") from None
+            raise KubeError(exc.code, f"{path}: {http_error_text(exc)}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise KubeError(0, f"cannot reach {self.server}: {reason}") from None

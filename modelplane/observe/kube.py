@@ -200,14 +200,44 @@ def ssl_context(target: KubeTarget) -> ssl.SSLContext:
     return context
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: urllib would send the request's headers -- the bearer token,
+    a caller's key -- to whatever ``Location`` names, any host, plain ``http://`` included.
+    The 3xx answer is an ``HTTPError`` like any other error status."""
+
+    def redirect_request(self, *_args: Any, **_kwargs: Any) -> None:
+        return None
+
+
+def no_redirect_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
+    """An opener like ``urlopen``'s (proxies from the environment) that follows no redirect."""
+    handlers: list[Any] = [NoRedirects()]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
+
+
+def http_error_text(exc: urllib.error.HTTPError) -> str:
+    """``HTTP 404 Not Found``; a redirect says it was not followed (never where to: the
+    ``Location`` is the answering side's text)."""
+    text = f"HTTP {exc.code} {exc.reason}"
+    return f"{text} (a redirect: not followed)" if 300 <= exc.code < 400 else text
+
+
 class KubeReader:
-    """GETs JSON from one API server; every call bounded by ``timeout`` seconds."""
+    """GETs JSON from one API server; every call bounded by ``timeout`` seconds. Its token
+    goes to that server only: redirects are never followed (``NoRedirects``)."""
 
     def __init__(self, target: KubeTarget, timeout: float = 5.0) -> None:
         self.server = target.server
         self.timeout = timeout
         self._token = target.token
         self._context = ssl_context(target) if target.server.startswith("https") else None
+        self._opener = no_redirect_opener(self._context)
+
+    def _open(self, request: urllib.request.Request) -> Any:
+        """The response to ``request`` (a 3xx raises ``HTTPError``: never followed)."""
+        return self._opener.open(request, timeout=self.timeout)
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
         body = self._fetch(path, "application/json", query)
@@ -233,16 +263,14 @@ class KubeReader:
         request = urllib.request.Request(url, headers=headers)
         for attempt in range(RETRIES + 1):
             try:
-                with urllib.request.urlopen(
-                    request, context=self._context, timeout=self.timeout
-                ) as resp:
+                with self._open(request) as resp:
                     return bytes(resp.read() if max_bytes is None else resp.read(max_bytes))
             except urllib.error.HTTPError as exc:
                 # Throttled or a version not yet established (a CRD just installed): retry.
                 if exc.code in (429, 503) and attempt < RETRIES:
                     time.sleep(RETRY_PAUSE * (attempt + 1))
                     continue
-                raise KubeError(exc.code, f"{path}: HTTP {exc.code} {exc.reason}") from None
+                raise KubeError(exc.code, f"{path}: {http_error_text(exc)}") from None
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 reason = getattr(exc, "reason", None) or exc
                 raise KubeError(0, f"cannot reach {self.server}: {reason}") from None
