@@ -4,8 +4,9 @@ Composes the cloud cluster from the cluster's GPU pools and their InferenceClass
 pool is injected by the cloud component), builds the one explicit Kubernetes provider for the
 cluster, the ReadWriteMany StorageClass model caches use, and the serving stack.
 
-- GKE: GKECluster; StorageClass ``modelplane-rwx`` (Filestore, enterprise tier, on the
-  cluster's VPC); DRA driver root ``/home/kubernetes/bin/nvidia``.
+- GKE: GKECluster; StorageClasses ``modelplane-rwx`` (Filestore zonal tier) and
+  ``modelplane-rwx-regional`` (regional), on the cluster's VPC; DRA driver root
+  ``/home/kubernetes/bin/nvidia``.
 - EKS: EKSCluster; StorageClass ``modelplane-rwx-efs`` (EFS access points on its file system).
 - Existing: nothing provisioned; the provider comes from ``kubeconfig`` (resolved from the
   secretRef by the stack program, passed as a secret) or, with ``renderTo``, writes manifests
@@ -46,6 +47,7 @@ from components.cloud.gke import (
     GKENodePool,
     GKEUpgrade,
 )
+from components.model_cache import FILESTORE_CSI_TIERS, FILESTORE_STORAGE_CLASSES
 from components.providers import cluster_provider
 from components.serving_stack import (
     GATEWAY_CLASS_NAME,
@@ -300,19 +302,28 @@ class InferenceClusterComponent(pulumi.ComponentResource):
 
         self.storage_class: kubernetes.storage.v1.StorageClass | None = None
         if isinstance(self.cloud, GKECluster):
-            self.storage_class = kubernetes.storage.v1.StorageClass(
-                f"{name}-{GKE_STORAGE_CLASS}",
-                metadata={
-                    "name": GKE_STORAGE_CLASS,
-                    "labels": app_labels("model-cache", GKE_STORAGE_CLASS, "storage-class"),
-                },
-                provisioner="filestore.csi.storage.gke.io",
-                parameters={"tier": "enterprise", "network": self.cloud.network_name},
-                reclaim_policy="Delete",
-                volume_binding_mode="Immediate",
-                allow_volume_expansion=True,
-                opts=k8s_child,
-            )
+            # One class per Filestore tier a ModelCache may ask for (model_cache.py sizes each
+            # cache's instance for its throughput); Zonal keeps the historical name.
+            self.filestore_classes = {
+                tier: kubernetes.storage.v1.StorageClass(
+                    f"{name}-{class_name}",
+                    metadata={
+                        "name": class_name,
+                        "labels": app_labels("model-cache", class_name, "storage-class"),
+                    },
+                    provisioner="filestore.csi.storage.gke.io",
+                    parameters={
+                        "tier": FILESTORE_CSI_TIERS[tier],
+                        "network": self.cloud.network_name,
+                    },
+                    reclaim_policy="Delete",
+                    volume_binding_mode="Immediate",
+                    allow_volume_expansion=True,
+                    opts=k8s_child,
+                )
+                for tier, class_name in FILESTORE_STORAGE_CLASSES.items()
+            }
+            self.storage_class = self.filestore_classes["Zonal"]
             self.storage_class_name = GKE_STORAGE_CLASS
         elif isinstance(self.cloud, EKSCluster):
             self.storage_class = kubernetes.storage.v1.StorageClass(

@@ -10,6 +10,12 @@ same PVC read-only at `/mnt/models` (`cache_claim_name`) and wait, in an init co
 the marker names their cache's `repo@revision` (`hydrated_marker`), instead of crash-looping
 on a half-filled volume.
 
+On GKE the PVC is a Filestore instance of the cache's tier (`filestore.tier`, StorageClass
+`modelplane-rwx` for Zonal, `modelplane-rwx-regional` for Regional) whose capacity is sized
+for the weights and the `throughputMiBps` hint (modelplane.api.cache_storage: Filestore's read
+throughput scales with capacity); on EKS an access point on the elastic-throughput EFS file
+system, of `sizeGiB`.
+
 The PVC is not awaited (`skipAwait`): on GKE each PVC provisions a Filestore instance, which
 often takes longer than pulumi-kubernetes' wait for `Bound`; the Job's pod waits for the volume
 to mount anyway.
@@ -34,6 +40,7 @@ from components.workload.objects import (
 )
 from components.workload.pods import CACHE_MARKER, CACHE_MOUNT
 from components.workload.targets import ClusterTarget
+from modelplane.api.cache_storage import CacheVolume, efs_volume, filestore_volume
 from modelplane.api.model_cache import ModelCache
 from modelplane.api.names import child_name
 
@@ -69,9 +76,35 @@ def cache_labels(cache: ModelCache) -> dict[str, str]:
     return labels(app_labels(name, name, "model-cache"), {MODEL_CACHE: name})
 
 
+FILESTORE_STORAGE_CLASSES: dict[str, str] = {
+    "Zonal": "modelplane-rwx",
+    "Regional": "modelplane-rwx-regional",
+}
+"""GKE: the StorageClass of each Filestore tier (InferenceCluster creates both)."""
+FILESTORE_CSI_TIERS: dict[str, str] = {"Zonal": "zonal", "Regional": "regional"}
+"""The Filestore CSI driver's `tier` parameter of each (pkg/csi_driver/controller.go)."""
+
+
+def cache_volume(cache: ModelCache, cloud: str | None) -> CacheVolume | None:
+    """The cache's volume on a provisioned cluster (None on an Existing one): GKE a Filestore
+    instance sized for the bytes and the throughput hint, EKS an elastic EFS access point."""
+    spec = cache.spec
+    if cloud == "GKE":
+        return filestore_volume(spec.size_gib, spec.throughput_mibps, spec.filestore.tier)
+    if cloud == "EKS":
+        return efs_volume(spec.size_gib)
+    return None
+
+
 def pvc_manifest(
-    cache: ModelCache, storage_class: Any, object_labels: Mapping[str, str]
+    cache: ModelCache,
+    storage_class: Any,
+    object_labels: Mapping[str, str],
+    capacity_gib: int | None = None,
 ) -> Manifest:
+    """``capacity_gib``: the volume's size where the cloud sizes it (Filestore), else
+    ``sizeGiB``."""
+    size = capacity_gib if capacity_gib is not None else cache.spec.size_gib
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -84,7 +117,7 @@ def pvc_manifest(
         "spec": {
             "accessModes": ["ReadWriteMany"],
             "storageClassName": storage_class,
-            "resources": {"requests": {"storage": f"{cache.spec.size_gib}Gi"}},
+            "resources": {"requests": {"storage": f"{size}Gi"}},
         },
     }
 
@@ -205,8 +238,16 @@ class ModelCacheComponent(pulumi.ComponentResource):
             after = pulumi.ResourceOptions(
                 parent=self, provider=target.provider, depends_on=[ns] if ns else None
             )
+            # GKE: the tier's class, at the capacity that gives the throughput asked for.
+            volume = cache_volume(cache, target.cloud)
+            storage_class = (
+                FILESTORE_STORAGE_CLASSES[cache.spec.filestore.tier]
+                if target.cloud == "GKE"
+                else target.storage_class_name
+            )
+            capacity = volume.capacity_gib if volume is not None and target.cloud == "GKE" else None
             pvc = register(
-                pvc_manifest(cache, target.storage_class_name, object_labels), after, scope=cluster
+                pvc_manifest(cache, storage_class, object_labels, capacity), after, scope=cluster
             )
             deps: list[pulumi.Resource] = [pvc]
             if with_token:

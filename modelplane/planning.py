@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from modelplane.api.cache_storage import CacheTooLarge, CacheVolume, efs_volume, filestore_volume
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet, no_specs
@@ -63,6 +64,48 @@ class PlanOutcome:
             out["survive"] = self.survive.as_dict()
         if self.explain:
             out["explain"] = self.explain
+        caches = self.caches()
+        if caches:
+            out["caches"] = {
+                key: {
+                    cluster: {
+                        "storage": volume.storage,
+                        "capacityGiB": volume.capacity_gib,
+                        "readMiBps": volume.read_mibps,
+                        "loadSeconds": round(
+                            volume.load_seconds(self.fleet.caches[key].spec.size_gib)
+                        ),
+                    }
+                    for cluster, volume in per_cluster.items()
+                }
+                for key, per_cluster in caches.items()
+            }
+        return out
+
+    def caches(self) -> dict[str, dict[str, CacheVolume]]:
+        """Per ModelCache, per provisioned cluster it covers: its volume there and the read
+        throughput a loading replica can expect (api.md "ModelCache"; plan shows the load
+        time). Existing clusters' storage is the platform's: not estimated."""
+        out: dict[str, dict[str, CacheVolume]] = {}
+        for key, cache in self.fleet.caches.items():
+            per_cluster = {}
+            for name, cluster in self.fleet.clusters.items():
+                source = cluster.spec.cluster.source
+                if source == "Existing" or not cache.spec.cluster_selector.matches(
+                    dict(cluster.metadata.labels)
+                ):
+                    continue
+                spec = cache.spec
+                try:
+                    per_cluster[name] = (
+                        filestore_volume(spec.size_gib, spec.throughput_mibps, spec.filestore.tier)
+                        if source == "GKE"
+                        else efs_volume(spec.size_gib)
+                    )
+                except CacheTooLarge:
+                    continue  # a validation error already
+            if per_cluster:
+                out[key] = per_cluster
         return out
 
     def rollouts(self) -> dict[str, Progress]:

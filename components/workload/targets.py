@@ -38,6 +38,9 @@ class ClusterTarget:
     # the Secret the check reads (refusing everything until the platform adds it).
     front_door_key: pulumi.Input[str] | None = None
     render_only: bool = False
+    # GKE or EKS where modelplane provisions the cluster (its RWX storage: Filestore, EFS);
+    # None for an Existing cluster (its StorageClass is the platform's).
+    cloud: Literal["GKE", "EKS"] | None = None
 
     @classmethod
     def from_spec(
@@ -67,6 +70,7 @@ class ClusterTarget:
             front_door=workload_controller(cluster),
             front_door_key=front_door_key,
             render_only=render_only,
+            cloud=source if (source := cluster.spec.cluster.source) != "Existing" else None,
         )
 
     @property

@@ -25,13 +25,26 @@ class HuggingFaceSource(Strict):
     """The token for gated or private repositories."""
 
 
+class FilestoreOptions(Strict):
+    tier: Literal["Zonal", "Regional"] = "Zonal"
+    """GKE: the Filestore tier of the cache's instance on each GKE cluster. Zonal (default):
+    260 MiB/s read per TiB; Regional: replicated across zones, 120 MiB/s per TiB up to
+    9,984 GiB, 260 above (docs/api.md, "ModelCache")."""
+
+
 class ModelCacheSpec(Strict):
     source: Literal["HuggingFace"]
     """Where the weights come from: HuggingFace; the block of that name is required."""
     hugging_face: HuggingFaceSource | None = None
     """The Hugging Face repository to stage."""
     size_gib: int = Field(alias="sizeGiB", ge=1, le=100_000)
-    """The volume's size in GiB (1..100000)."""
+    """The weights' size in GiB (1..100000): the volume holds at least this much."""
+    throughput_mibps: int | None = Field(default=None, alias="throughputMiBps", ge=1, le=100_000)
+    """The read throughput (MiB/s) a replica loading the weights should get. GKE sizes the
+    Filestore instance for it (throughput scales with capacity); EKS's elastic EFS scales on
+    its own (up to 1,500 MiB/s per pod). Absent: the volume is sized for the bytes alone."""
+    filestore: FilestoreOptions = Field(default_factory=FilestoreOptions)
+    """GKE: the Filestore tier."""
     cluster_selector: LabelSelector = Field(default_factory=LabelSelector)
     """Which InferenceClusters get a copy, by their labels; empty: all."""
 

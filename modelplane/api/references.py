@@ -267,9 +267,40 @@ def _route_sizes(fleet: FleetSpec) -> Iterator[SpecError]:
         )
 
 
+def _filestore_fits(fleet: FleetSpec) -> Iterator[SpecError]:
+    """On a GKE cluster a cache is one Filestore instance sized for its bytes and its
+    throughput hint: above the tier's maximum it would never provision (api.md
+    "ModelCache")."""
+    from modelplane.api.cache_storage import CacheTooLarge, filestore_volume
+
+    gke = {n: c for n, c in fleet.clusters.items() if c.spec.cluster.source == "GKE"}
+    if not gke:
+        return
+    for key, cache in fleet.caches.items():
+        spec = cache.spec
+        covered = [
+            n for n, c in gke.items() if spec.cluster_selector.matches(dict(c.metadata.labels))
+        ]
+        if not covered:
+            continue
+        try:
+            filestore_volume(spec.size_gib, spec.throughput_mibps, spec.filestore.tier)
+        except CacheTooLarge as exc:
+            field = "spec.throughputMiBps" if spec.throughput_mibps is not None else "spec.sizeGiB"
+            yield _err(
+                fleet,
+                "ModelCache",
+                key,
+                field,
+                f"on GKE cluster(s) {', '.join(covered[:5])} the cache is one Filestore "
+                f"instance and {exc}; lower it, or narrow the clusterSelector",
+            )
+
+
 def _cache_storage(fleet: FleetSpec) -> Iterator[SpecError]:
     """Every cluster a ModelCache covers needs RWX storage (api.md "ModelCache"): GKE and
     EKS clusters get theirs; an Existing cluster names it in `existing.cache`."""
+    yield from _filestore_fits(fleet)
     bare = {
         name: cluster for name, cluster in fleet.clusters.items() if not cluster.has_rwx_storage
     }

@@ -227,6 +227,14 @@ def plan(
                 f"[yellow]removed[/] {escape(key)}: {escape(removed.note)}",
                 highlight=False,
             )
+        for key, volumes in outcome.caches().items():
+            size = outcome.fleet.caches[key].spec.size_gib
+            for cluster, volume in volumes.items():
+                get_console().print(
+                    f"[cyan]cache[/] {escape(key)} on {escape(cluster)}: "
+                    f"{escape(volume.describe(size))}",
+                    highlight=False,
+                )
         for name, problem in health.items():
             get_console().print(
                 f"[yellow]unhealthy[/] {escape(name)}: {escape(problem)}", highlight=False

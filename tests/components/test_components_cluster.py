@@ -92,10 +92,16 @@ def test_gke_cluster_network_cluster_and_node_pools() -> None:
     assert gpu.inputs["initialNodeCount"] == 1  # ceil(1 node / 2 zones), per zone
     assert gpu.inputs["cluster"] == cluster.state["name"]
 
-    storage = run.one(STORAGE_CLASS)
-    assert storage.get("metadata.name") == "modelplane-rwx"
-    assert storage.inputs["provisioner"] == "filestore.csi.storage.gke.io"
-    assert storage.get("parameters.network") == network.state["name"]
+    # One Filestore class per tier a ModelCache may ask for (issue 36, N7).
+    classes = {s.get("metadata.name"): s for s in run.of_type(STORAGE_CLASS)}
+    assert {n: s.get("parameters.tier") for n, s in classes.items()} == {
+        "modelplane-rwx": "zonal",
+        "modelplane-rwx-regional": "regional",
+    }
+    for storage in classes.values():
+        assert storage.inputs["provisioner"] == "filestore.csi.storage.gke.io"
+        assert storage.get("parameters.network") == network.state["name"]
+        assert storage.inputs["allowVolumeExpansion"] is True
 
     provider = run.one(K8S_PROVIDER)
     assert isinstance(provider.inputs["kubeconfig"], Secret)

@@ -412,3 +412,17 @@ def test_security_render_has_the_checks_and_no_secret_value(multicloud: Path) ->
     callers = multicloud / "gateway" / "manifests"
     [table] = [p for p in callers.glob("*_secret_modelplane-system_modelplane-callers.yaml")]
     assert yaml.safe_load(table.read_text())["stringData"] == {"callers.json": "[secret]"}
+
+
+def test_cloud_render_multicloud_caches_are_sized_per_cloud(multicloud: Path) -> None:
+    """`render specs/multicloud`: llama-70b's Filestore instance on GKE is sized for its
+    1,000 MiB/s hint (4 TiB of Zonal), the EFS volume on EKS is the spec's size."""
+    claims = {
+        p.name.split("-k8s_")[0]: d["spec"]
+        for p, d in _docs(multicloud)
+        if d["kind"] == "PersistentVolumeClaim" and p.parent.parent.name.endswith("llama-70b")
+    }
+    assert claims["gke-us-central"]["storageClassName"] == "modelplane-rwx"
+    assert claims["gke-us-central"]["resources"]["requests"]["storage"] == "4096Gi"
+    assert claims["eks-us-west"]["storageClassName"] == "modelplane-rwx-efs"
+    assert claims["eks-us-west"]["resources"]["requests"]["storage"] == "300Gi"
