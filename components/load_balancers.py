@@ -92,6 +92,9 @@ def client_traffic_policy(
         "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": gateway}],
         "timeout": {"http": {"streamIdleTimeout": LONGEST_REQUEST, "idleTimeout": LONGEST_REQUEST}},
         "tcpKeepalive": {"idleTime": keepalive, "interval": keepalive},
+        # A header spelled with `_` (x_modelplane_caller) is refused, never passed on to an
+        # engine that folds `_` into `-` (Envoy Gateway's default, pinned: api.md "Callers").
+        "headers": {"withUnderscoresAction": "RejectRequest"},
     }
     return {
         "apiVersion": f"{ENVOY_GROUP}/v1alpha1",

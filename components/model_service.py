@@ -43,6 +43,7 @@ from components.workload.routes import (
     EndpointBackend,
     SplitError,
     auth_name,
+    client_headers_name,
     endpoint_slice,
     envoy_backend,
     envoy_retry_policy,
@@ -53,6 +54,7 @@ from components.workload.routes import (
     sharded_service_routes,
     strip_key_name,
     traefik_auth_middleware,
+    traefik_client_headers_middleware,
     traefik_retry_middleware,
     traefik_strip_key_middleware,
 )
@@ -257,6 +259,7 @@ class FrontDoor:
 def _first_pass_middlewares(name: str, backend: Backend, door: FrontDoor) -> list[str]:
     middlewares: list[str] = []
     if backend == "Traefik":
+        middlewares.append(client_headers_name(name))  # a client's x-modelplane-* go first
         if door.authz_address:
             middlewares += [auth_name(name), strip_key_name(name)]
         middlewares.append(retry_name(name))
@@ -366,8 +369,9 @@ def service_route_manifest(
 def service_policy_manifests(
     service: ModelService, backend: Backend, front_door: FrontDoor | None = None
 ) -> list[Manifest]:
-    """What the service route's rule runs before its backends: on Traefik the key check
-    (forwardAuth, then the key removed) with `spec.auth`, and the retries, as Middlewares
+    """What the service route's rule runs before its backends: on Traefik a client's
+    x-modelplane-* headers removed, the key check (forwardAuth, then the key removed) with
+    `spec.auth`, and the retries, as Middlewares
     the rule references; on Envoy Gateway a BackendTrafficPolicy (retries, passive health)."""
     name, ns = service.metadata.name, service.metadata.namespace or "default"
     object_labels = _route_labels(service)
@@ -378,6 +382,7 @@ def service_policy_manifests(
         if door.credential is not None:
             out += hop.envoy_injection(hop.injection_name(name), ns, object_labels, door.credential)
         return out
+    out.append(traefik_client_headers_middleware(client_headers_name(name), ns, object_labels))
     if door.authz_address:
         address = door.authz_address
         if service.spec.callers is not None:  # only these callers (the service's spec)

@@ -208,6 +208,12 @@ REMOVE_AUTHORIZATION = {
     "type": "RequestHeaderModifier",
     "requestHeaderModifier": {"remove": ["Authorization"]},
 }
+# A backend that is not a replica (an outside provider, a hand-written endpoint) gets neither
+# the front door's credentials nor the caller's name.
+REMOVE_FOR_OUTSIDE = {
+    "type": "RequestHeaderModifier",
+    "requestHeaderModifier": {"remove": ["Authorization", "x-modelplane-caller"]},
+}
 
 
 # --- retries and ejection on the front door (api.md "Retries and ejection") --------------
@@ -301,6 +307,46 @@ def envoy_retry_policy(
 
 # --- callers with keys (api.md "Callers") --------------------------------------------------
 CALLER_HEADER = "x-modelplane-caller"
+# modelplane's own request headers: only the key check sets the caller, only the front door
+# the endpoint. A client's are removed first (api.md "Callers"), in every spelling a server
+# folding `_` and `-` (CGI/WSGI) would read as them.
+OWN_REQUEST_HEADERS = (CALLER_HEADER, "x-modelplane-endpoint")
+
+
+def header_spellings(name: str) -> list[str]:
+    """``name`` with each `-` as `-` or `_`: ``x-a-b`` -> x-a-b, x-a_b, x_a-b, x_a_b."""
+    parts = name.split("-")
+    spellings = [parts[0]]
+    for part in parts[1:]:
+        spellings = [f"{s}{sep}{part}" for s in spellings for sep in ("-", "_")]
+    return spellings
+
+
+def client_headers_name(service_name: str) -> str:
+    return f"{service_name[:48].rstrip('-')}-client-headers"
+
+
+def traefik_client_headers_middleware(
+    name: str, namespace: str, object_labels: Mapping[str, str]
+) -> Manifest:
+    """The first Middleware of a ModelService route: every spelling of modelplane's own
+    request headers a client sent is removed (an empty value removes a header), before the
+    key check sets the caller."""
+    removed = {h: "" for own in OWN_REQUEST_HEADERS for h in header_spellings(own)}
+    return {
+        "apiVersion": f"{TRAEFIK_GROUP}/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(name, namespace, object_labels),
+        "spec": {"headers": {"customRequestHeaders": removed}},
+    }
+
+
+# Envoy Gateway: the rule removes a client's caller header (the front door has no key check
+# there, so nothing sets one; underscore spellings are refused by the ClientTrafficPolicy).
+REMOVE_CLIENT_CALLER = {
+    "type": "RequestHeaderModifier",
+    "requestHeaderModifier": {"remove": [CALLER_HEADER]},
+}
 
 
 def auth_name(service_name: str) -> str:
@@ -385,7 +431,7 @@ def service_route(
         rules = [
             {
                 "matches": [path_match(prefix)],
-                "filters": [prefix_rewrite(path)],
+                "filters": [prefix_rewrite(path), REMOVE_CLIENT_CALLER],
                 "backendRefs": refs,
                 "timeouts": {"request": "0s"},
             }
@@ -405,7 +451,7 @@ def traefik_rule(
                 _rewrite(ep.rewrite_path, ep.host if ep.address_type == "FQDN" else None),
                 # The front door's credentials are for workload gateways only: never to
                 # an outside provider or straight to a replica's Service.
-                *([] if ep.replica else [REMOVE_AUTHORIZATION]),
+                *([] if ep.replica else [REMOVE_FOR_OUTSIDE]),
             ],
         )
         for ep in endpoints

@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from modelplane.api.loader import load_fleet
 from modelplane.errors import UserError
@@ -95,5 +96,12 @@ def usage(
         return
     table = Table("service", "caller", "requests", "errors", "refused")
     for (caller, service), n in rows:
-        table.add_row(service, caller, str(n.requests), str(n.errors), str(n.refused))
+        # The path and a caller name came from the network: text, never markup or a
+        # terminal control sequence.
+        table.add_row(Text(shown(service)), Text(shown(caller)), *map(str, n.as_dict().values()))
     out.print(table)
+
+
+def shown(value: str) -> str:
+    """``value`` with every non-printable character escaped (``\\x1b``), for a terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in value)

@@ -1,11 +1,15 @@
 """Per-caller counts from the front door's access log (api.md "Usage per caller").
 
 The InferenceGateway's Traefik writes one JSON line per request (`--accesslog.format=json`)
-and keeps one request header, `X-Modelplane-Caller`, as the key check set it (a forged one is
-already replaced when the line is written). This module counts, per caller and ModelService,
-the requests, the errors (5xx, or no answer) and the refused (401/403: no key, a wrong key, a
-caller the service does not list). Lines that are not access-log lines (Traefik's own log)
-are skipped. Pure: lines in, counts out.
+and keeps one request header, `X-Modelplane-Caller`. This module counts, per caller and
+ModelService, the requests, the errors (5xx, or no answer) and the refused (401/403: no key,
+a wrong key, a caller the service does not list). The header is the key check's only on a
+request a route took (`RouterName`) that was not refused: forwardAuth
+replaces it only on its yes, so elsewhere it is whatever the client sent: a refused request
+counts for no caller (`-`); a request no route took (no service: its path is the client's
+too) and a redirect to https (the client asks again) are not counted. Lines that are not
+access-log lines (Traefik's own log), and lines whose fields have the wrong types, are
+skipped. Pure: lines in, counts out.
 """
 
 from __future__ import annotations
@@ -15,8 +19,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 CALLER_FIELD = "request_X-Modelplane-Caller"
+ROUTER_FIELD = "RouterName"
 # A request the key check did not let in: Traefik copies the caller header only from its yes.
 NO_CALLER = "-"
+MAX_CALLER = 256  # a longer value is no caller name (names are DNS labels)
+
+
+def trusted_caller(entry: dict[str, object], status: int) -> str:
+    """The caller the key check set on this routed line's request, else ``-``: on a refused
+    request (401/403) forwardAuth keeps whatever header the client sent."""
+    caller = entry.get(CALLER_FIELD)
+    if not isinstance(caller, str) or not caller or len(caller) > MAX_CALLER:
+        return NO_CALLER
+    return NO_CALLER if status in (401, 403) else caller
 
 
 @dataclass
@@ -51,15 +66,21 @@ def count_usage(lines: Iterable[str]) -> dict[tuple[str, str], Counts]:
             continue
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested thousands deep
             continue
         if not isinstance(entry, dict) or "RequestPath" not in entry:
             continue
-        service = service_of(str(entry.get("RequestPath") or ""))
+        path, status = entry.get("RequestPath"), entry.get("DownstreamStatus") or 0
+        if not isinstance(path, str) or not isinstance(status, int) or isinstance(status, bool):
+            continue  # not Traefik's fields: a crafted or broken line
+        if not entry.get(ROUTER_FIELD) or 300 <= status < 400:
+            # No route took it (the path, and any caller header, are the client's), or the
+            # http->https redirect (the client asks again; that request is counted).
+            continue
+        service = service_of(path)
         if service is None:
             continue
-        caller = str(entry.get(CALLER_FIELD) or NO_CALLER)
-        status = int(entry.get("DownstreamStatus") or 0)
+        caller = trusted_caller(entry, status)
         counts = out.setdefault((caller, service), Counts())
         counts.requests += 1
         if status in (401, 403):

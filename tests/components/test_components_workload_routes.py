@@ -136,16 +136,15 @@ def test_retry_traefik_route_runs_the_retry_middleware_before_its_backends() -> 
 
     run, route, _ = route_for("Traefik")
     [rule] = route.get("spec.rules")
-    middleware = run.one(MIDDLEWARE)
+    middlewares = {m.get("metadata.name"): m for m in run.of_type(MIDDLEWARE)}
+    middleware = middlewares["coder-retry"]
+    # A client's x-modelplane-* headers go first (api.md "Callers"), then the retries.
     assert rule["filters"] == [
         {
             "type": "ExtensionRef",
-            "extensionRef": {
-                "group": "traefik.io",
-                "kind": "Middleware",
-                "name": middleware.get("metadata.name"),
-            },
+            "extensionRef": {"group": "traefik.io", "kind": "Middleware", "name": name},
         }
+        for name in ("coder-client-headers", "coder-retry")
     ]
     assert middleware.get("metadata.namespace") == route.get("metadata.namespace") == "ml-team"
     assert middleware.get("spec.retry") == {
@@ -219,7 +218,12 @@ def test_envoy_gateway_one_weighted_rule_replicas_by_header() -> None:
         {
             "type": "URLRewrite",
             "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
-        }
+        },
+        # A client's caller header never reaches an engine (api.md "Callers").
+        {
+            "type": "RequestHeaderModifier",
+            "requestHeaderModifier": {"remove": ["x-modelplane-caller"]},
+        },
     ]
     refs = rule["backendRefs"]
     assert [r["weight"] for r in refs] == [27, 27, 26, 20]

@@ -289,7 +289,7 @@ def test_tls_listener_redirect_and_auth_middlewares_in_order(rendered: Path) -> 
     assert route["spec"]["parentRefs"][0]["sectionName"] == "websecure"
     [rule] = route["spec"]["rules"]
     order = [f["extensionRef"]["name"] for f in rule["filters"]]
-    assert order == ["qwen-auth", "qwen-strip-key", "qwen-retry"]
+    assert order == ["qwen-client-headers", "qwen-auth", "qwen-strip-key", "qwen-retry"]
     auth = found[("Middleware", "qwen-auth")]["spec"]["forwardAuth"]
     assert auth["address"].startswith("http://modelplane-authz.modelplane-system.svc")
     # The caller's name, and the front door's credentials in place of the caller's key.
@@ -477,7 +477,9 @@ def test_auth_service_callers_valid_spec_and_its_route_names_them(tmp_path: Path
     assert not result.errors, result.errors
     service = result.fleet.services["demo/chat"]
     assert service.spec.callers == ["ops"]
-    [auth, *_] = service_policy_manifests(service, "Traefik", FrontDoor(authz_address="http://a/"))
+    [_headers, auth, *_] = service_policy_manifests(
+        service, "Traefik", FrontDoor(authz_address="http://a/")
+    )
     assert auth["spec"]["forwardAuth"]["address"] == "http://a/?callers=ops"
 
 

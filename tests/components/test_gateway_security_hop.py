@@ -266,9 +266,10 @@ def test_security_traefik_front_door_sends_no_credentials_to_an_outside_provider
         FrontDoor(authz_address="http://authz/"),
     )
     assert route is not None
+    # ... nor the caller's name (L7: an outside provider learns no internal caller).
     remove = {
         "type": "RequestHeaderModifier",
-        "requestHeaderModifier": {"remove": ["Authorization"]},
+        "requestHeaderModifier": {"remove": ["Authorization", "x-modelplane-caller"]},
     }
     replica_ref, outside_ref = route["spec"]["rules"][0]["backendRefs"]
     assert remove not in replica_ref["filters"] and remove in outside_ref["filters"]

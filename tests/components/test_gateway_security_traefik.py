@@ -10,6 +10,7 @@ Secret's `users` become the inline `users`). Select with `pytest -k "security or
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,13 @@ import pytest
 
 from components.gateway import callers_table
 from components.workload import front_door
-from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
+from components.workload.routes import (
+    OWN_REQUEST_HEADERS,
+    header_spellings,
+    traefik_auth_middleware,
+    traefik_client_headers_middleware,
+    traefik_strip_key_middleware,
+)
 from modelplane.observe.usage import Counts, access_log_arguments, count_usage
 from tests.components.traefik_helpers import (
     HeadersEcho,
@@ -35,6 +42,22 @@ KEYS = {"team-a": "sk-team-a-4e1b", "batch": "sk-batch-90d3"}
 HOP_KEY = "front-door-key-5b7c2d"
 
 
+class OwnHeadersEcho(HeadersEcho):
+    """HeadersEcho, plus `others`: any other spelling of modelplane's own headers that
+    reached the engine (only when there is one, so the usual answer is HeadersEcho's)."""
+
+    def answer(self, status: int, body: bytes, **headers: str) -> None:
+        others = sorted(
+            name.lower()
+            for name in self.headers
+            if name.lower().replace("_", "-").startswith("x-modelplane-")
+            and name.lower() != "x-modelplane-caller"
+        )
+        if others and status == 200:
+            body = json.dumps({**json.loads(body), "others": others}).encode()
+        super().answer(status, body, **headers)
+
+
 @pytest.fixture
 def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
     """(front door port, workload gateway port)."""
@@ -44,7 +67,7 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
     keys.write_text(callers_table(KEYS, HOP_KEY))
     service = authz.serve(keys, "127.0.0.1", 0)
     threading.Thread(target=service.serve_forever, daemon=True).start()
-    echo = serve_http(HeadersEcho)
+    echo = serve_http(OwnHeadersEcho)
     workload_port, front_port = free_port(), free_port()
     check = front_door.traefik_check("qwen-front-door", "demo", {})["spec"]["basicAuth"]
     check = {**check, "users": [front_door.htpasswd(HOP_KEY).strip()]}
@@ -73,6 +96,7 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
     limited = address + "?" + urlencode({"callers": "team-a"})
     routers: dict[str, Any] = {}
     middlewares: dict[str, Any] = {
+        "client-headers": traefik_client_headers_middleware("x", "demo", {})["spec"],
         "strip": traefik_strip_key_middleware("x", "demo", {})["spec"],
         "auth": traefik_auth_middleware("x", "demo", {}, address)["spec"],
         "auth-limited": traefik_auth_middleware("x", "demo", {}, limited)["spec"],
@@ -81,7 +105,7 @@ def gateways(tmp_path: Path) -> Iterator[tuple[int, int]]:
         routers[name] = {
             "rule": f"PathPrefix(`/demo/{name}/`)",
             "entryPoints": ["web"],
-            "middlewares": [auth, "strip", f"{name}-rewrite"],
+            "middlewares": ["client-headers", auth, "strip", f"{name}-rewrite"],
             "service": "workload",
         }
         middlewares[f"{name}-rewrite"] = {
@@ -217,3 +241,37 @@ def test_auth_usage_per_caller_from_the_front_doors_access_log(
         ("-", "demo/chat"): Counts(requests=2, refused=2),
     }, counts
     assert HOP_KEY not in log.read_text() and KEYS["team-a"] not in log.read_text()
+
+
+# Every spelling of modelplane's own request headers, forged as the caller `batch`.
+FORGED = {h: "batch" for own in OWN_REQUEST_HEADERS for h in header_spellings(own)}
+
+
+def test_hostile_forged_caller_headers_stripped_and_never_counted(
+    gateways: tuple[int, int], tmp_path: Path
+) -> None:
+    """M1, L7: a client's `x-modelplane-caller` / `x-modelplane-endpoint`, in every spelling
+    (`x_modelplane_caller`, ...), never reaches the engine, and `usage` never counts the
+    forged caller, whether the key check says yes or no."""
+    front, _ = gateways
+    log = tmp_path / "access.log"
+    start = len(log.read_text().splitlines()) if log.exists() else 0
+    sent = [(KEYS["team-a"], 200), (None, 401), ("sk-wrong", 401)]
+    for key, status in sent:
+        headers = {**FORGED, **({"x-api-key": key} if key else {})}
+        got, body = post(front, "/demo/chat/v1/chat/completions", headers)
+        assert got == status, body
+        if status == 200:  # the key's caller, nothing of what the client sent
+            assert body == {
+                "x-modelplane-caller": "team-a",
+                "authorization": None,
+                "x-api-key": None,
+            }
+    deadline = time.monotonic() + 10
+    while len(log.read_text().splitlines()) < start + len(sent):
+        assert time.monotonic() < deadline, "the access log did not get every request"
+        time.sleep(0.1)
+    assert count_usage(log.read_text().splitlines()[start:]) == {
+        ("team-a", "demo/chat"): Counts(requests=1),
+        ("-", "demo/chat"): Counts(requests=2, refused=2),
+    }

@@ -145,6 +145,7 @@ def test_the_first_pass_runs_the_key_check_and_goes_to_the_front_doors_own_servi
     assert first["spec"]["parentRefs"][0]["sectionName"] == "web"
     [rule] = first["spec"]["rules"]
     assert [f["extensionRef"]["name"] for f in rule["filters"]] == [
+        "big-client-headers",
         "big-auth",
         "big-strip-key",
         "big-retry",
@@ -330,8 +331,8 @@ def test_limits_agree_between_validation_and_rendering() -> None:
 
 
 def test_usage_counts_a_sharded_request_once() -> None:
-    first = '{"RequestPath": "/team/big/v1/chat/completions", "DownstreamStatus": 200, "request_X-Modelplane-Caller": "alice"}'
-    second = '{"RequestPath": "/_shards/team/big/1/v1/chat/completions", "DownstreamStatus": 200, "request_X-Modelplane-Caller": "alice"}'
+    first = '{"RequestPath": "/team/big/v1/chat/completions", "DownstreamStatus": 200, "RouterName": "big", "request_X-Modelplane-Caller": "alice"}'
+    second = '{"RequestPath": "/_shards/team/big/1/v1/chat/completions", "DownstreamStatus": 200, "RouterName": "big-shard-1", "request_X-Modelplane-Caller": "alice"}'
     counts = usage.count_usage([first, second])
     assert {k: v.as_dict() for k, v in counts.items()} == {
         ("alice", "team/big"): {"requests": 1, "errors": 0, "refused": 0}
