@@ -145,6 +145,9 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
             GKEMaintenanceWindow(window.start, window.end, window.recurrence) if window else None
         ),
         manual_node_upgrades=manual,
+        public_access_cidrs=(
+            tuple(source.public_access_cidrs) if source.public_access_cidrs is not None else None
+        ),
         protect=source.protect,
     )
 

@@ -268,8 +268,13 @@ DEFAULT_CALLS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
 class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks answering every resource with its inputs plus per-type outputs."""
 
-    def __init__(self, outputs: Mapping[str, OutputHook] | None = None) -> None:
+    def __init__(
+        self,
+        outputs: Mapping[str, OutputHook] | None = None,
+        answers: Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]] | None = None,
+    ) -> None:
         self.outputs = dict(outputs or {})
+        self.answers = {**DEFAULT_CALLS, **(answers or {})}
         self.calls: list[pulumi.runtime.MockCallArgs] = []
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
@@ -284,7 +289,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
         self.calls.append(args)
-        answer = DEFAULT_CALLS.get(args.token)
+        answer = self.answers.get(args.token)
         return (answer(dict(args.args)) if answer else {}, [])
 
 
@@ -376,11 +381,12 @@ class MockRun:
         self,
         outputs: Mapping[str, OutputHook] | None = None,
         *,
+        answers: Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]] | None = None,
         project: str = "modelplane",
         stack: str = "test",
         preview: bool = False,
     ) -> None:
-        self.mocks = RecordingMocks(outputs)
+        self.mocks = RecordingMocks(outputs, answers)
         self.monitor = RecordingMonitor(self.mocks)
         set_mocks(self.mocks, project=project, stack=stack, preview=preview, monitor=self.monitor)
 

@@ -27,6 +27,7 @@ the EFS CSI driver (with its IAM role bound through EKS Pod Identity) after the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Literal
 
@@ -34,6 +35,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 
+from components.cloud import eks_node_groups as node_groups
 from components.cloud.eks_args import (
     EFA_INTERFACES,
     GPU_AMI_TYPE,
@@ -68,6 +70,7 @@ from components.cloud.eks_node_groups import (
     MIN_SIZE,
     NODE_GROUP_TYPE,
     asg_name,
+    block_actions,
     drain_time,
     ignore_desired_size,
     ignore_scheduled_sizes,
@@ -112,6 +115,10 @@ __all__ = [
     "drain_time",
     "update_config",
 ]
+
+
+EFS_CSI_CONFIGURATION: dict[str, object] = {"controller": {"deleteAccessPointRootDir": True}}
+"""The EFS CSI add-on's configuration: deleting a PVC deletes its access point's directory."""
 
 
 def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderResource | None:
@@ -322,6 +329,7 @@ class EKSCluster(pulumi.ComponentResource):
             depends_on: Sequence[pulumi.Resource],
             pod_identity_associations: Sequence[aws.eks.AddonPodIdentityAssociationArgs]
             | None = None,
+            configuration: dict[str, object] | None = None,
         ) -> aws.eks.Addon:
             # Pinned: the add-on's default version for the cluster's Kubernetes version (not
             # whatever was current at creation), so a kubernetesVersion bump upgrades it.
@@ -339,6 +347,9 @@ class EKSCluster(pulumi.ComponentResource):
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 pod_identity_associations=pod_identity_associations,
+                configuration_values=(
+                    json.dumps(configuration, sort_keys=True) if configuration else None
+                ),
                 tags=tags,
                 opts=self._opts(depends_on=[cluster, *depends_on]),
             )
@@ -382,6 +393,9 @@ class EKSCluster(pulumi.ComponentResource):
                     role_arn=efs_csi_role.arn, service_account="efs-csi-controller-sa"
                 )
             ],
+            # A deleted cache's access point takes its data along (the driver keeps it by
+            # default, billed): kubernetes-sigs/aws-efs-csi-driver#1171, add-on >= v1.7.6.
+            configuration=EFS_CSI_CONFIGURATION,
         )
 
         # --- cluster-autoscaler identity (EKS Pod Identity) --------------------------------
@@ -614,39 +628,39 @@ class EKSCluster(pulumi.ComponentResource):
         paid-for node) from the block's start, and scale it to 0 before the block ends."""
         assert pool.capacity_block is not None
         reservation = pool.capacity_block.capacity_reservation_id
-        block = aws.ec2.get_capacity_block_reservation_output(
-            id=reservation, opts=pulumi.InvokeOutputOptions(provider=provider, parent=self)
+        # The block's dates and zone as plain values: which actions exist depends on them.
+        block = aws.ec2.get_capacity_block_reservation(
+            id=reservation, opts=pulumi.InvokeOptions(provider=provider, parent=self)
         )
+        zone = block.availability_zone
+        if zone and pool.zones and zone not in pool.zones:
+            # m3: the group's subnets are in the pool's zones; instances of a block in another
+            # zone can never launch there.
+            raise ValueError(
+                f"EKS node pool {pool.name!r}: Capacity Block {reservation} is in {zone}, but "
+                f"the pool's zones are {', '.join(pool.zones)}; set its zones to [{zone}]"
+            )
         asg: pulumi.Output[str] = group.node_group.apply(asg_name)
+        sizes = {"start": pool.node_count, "end": 0}
+        actions = (
+            block_actions(block.start_date, block.end_date, node_groups.now())
+            if block.start_date and block.end_date
+            else []
+        )
         self.capacity_block_schedules[pool.name] = [
             aws.autoscaling.Schedule(
-                f"{name}-{pool.name}-{reservation}-start",
+                f"{name}-{pool.name}-{reservation}-{action.kind}",
                 autoscaling_group_name=asg,
-                scheduled_action_name=f"modelplane-{pool.name}-block-start",
-                start_time=block.start_date.apply(lambda d: schedule_time(d) if d else None),
-                min_size=pool.node_count,
-                desired_capacity=pool.node_count,
-                max_size=-1,
-                # A block that is already active is scaled two minutes after the first `up`;
-                # later runs must not move that time.
-                opts=self._opts(depends_on=[group]).merge(
-                    pulumi.ResourceOptions(ignore_changes=["startTime"])
-                ),
-            ),
-            aws.autoscaling.Schedule(
-                f"{name}-{pool.name}-{reservation}-end",
-                autoscaling_group_name=asg,
-                scheduled_action_name=f"modelplane-{pool.name}-block-end",
-                start_time=block.end_date.apply(
-                    lambda d: schedule_time(drain_time(d)) if d else None
-                ),
-                min_size=0,
-                desired_capacity=0,
+                scheduled_action_name=f"modelplane-{pool.name}-block-{action.kind}",
+                start_time=action.at,
+                min_size=sizes[action.kind],
+                desired_capacity=sizes[action.kind],
                 max_size=-1,
                 opts=self._opts(depends_on=[group]).merge(
-                    pulumi.ResourceOptions(ignore_changes=["startTime"])
+                    pulumi.ResourceOptions(ignore_changes=["startTime"] if action.pinned else None)
                 ),
-            ),
+            )
+            for action in actions
         ]
 
     def _launch_template(

@@ -5,7 +5,9 @@ times, and a group's Auto Scaling group."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -87,6 +89,11 @@ def update_config(max_unavailable: int) -> pulumi.ResourceTransform:
     return transform
 
 
+def now() -> datetime:
+    """The current time (a function, so tests can move it)."""
+    return datetime.now(UTC)
+
+
 def _utc(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
 
@@ -97,6 +104,42 @@ def schedule_time(at: str, now: datetime | None = None) -> str:
     earliest = (now or datetime.now(UTC)) + timedelta(minutes=2)
     when = max(_utc(at), earliest)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class BlockAction:
+    """A scheduled action of a Capacity Block group: ``start`` holds the group at the block's
+    size, ``end`` scales it to 0. ``pinned``: its time was "two minutes from now" (the moment
+    had passed), so later runs must not move it (``ignore_changes: [startTime]``)."""
+
+    kind: Literal["start", "end"]
+    at: str
+    pinned: bool
+
+
+def block_actions(start: str, end: str, now: datetime | None = None) -> list[BlockAction]:
+    """The scheduled actions a block of ``start``..``end`` needs at ``now``:
+
+    - before the drain time (40 minutes before the end): ``start`` at the block's start (two
+      minutes from now once it is active, pinned) and ``end`` at the drain time, never pinned,
+      so a block extended in EC2 moves its drain (m1);
+    - inside the drain window: only ``end``, two minutes from now (pinned);
+    - after the end: none. Auto Scaling deletes a one-time action once it ran, so a refresh
+      drops it from the state; recreating both for an ended block would set min = desired =
+      the block and 0 in the same minute, and launch into an expired reservation (m2).
+    """
+    now = now or datetime.now(UTC)
+    soon = now + timedelta(minutes=2)
+    begins, ends = _utc(start), _utc(end)
+    drain = ends - CAPACITY_BLOCK_DRAIN
+    if ends <= now:
+        return []
+    if drain <= soon:
+        return [BlockAction("end", schedule_time(drain_time(end), now), pinned=True)]
+    return [
+        BlockAction("start", schedule_time(start, now), pinned=begins < soon),
+        BlockAction("end", drain_time(end), pinned=False),
+    ]
 
 
 def drain_time(end: str) -> str:

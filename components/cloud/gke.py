@@ -137,6 +137,8 @@ class GKEClusterArgs:
     ``maintenance_window`` (GKE's provider requires a window in a maintenance policy)."""
     protect: bool = True
     """GKE deletion protection plus Pulumi ``protect`` on the cluster and its network."""
+    public_access_cidrs: tuple[str, ...] | None = None
+    """Master authorized networks: who may reach the public endpoint (None: anyone)."""
 
 
 def system_pool() -> GKENodePool:
@@ -267,6 +269,18 @@ class GKECluster(pulumi.ComponentResource):
             maintenance_policy=_maintenance_policy(
                 args.maintenance_window, args.manual_node_upgrades
             ),
+            master_authorized_networks_config=(
+                gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+                    cidr_blocks=[
+                        gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                            cidr_block=cidr, display_name=f"modelplane-{i}"
+                        )
+                        for i, cidr in enumerate(args.public_access_cidrs)
+                    ]
+                )
+                if args.public_access_cidrs is not None
+                else None
+            ),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                 workload_pool=f"{args.project}.svc.id.goog"
             ),
@@ -391,11 +405,17 @@ class GKECluster(pulumi.ComponentResource):
                 ),
             ),
             # nodeCount is the initial size; afterwards the autoscaler owns it. GKE replaces a
-            # pool whose initial count changes, and the name is fixed, so delete first.
+            # pool whose initial count changes, and the name is fixed, so delete first. The
+            # system pool keeps the zone it was created in: a GPU pool added later in an
+            # earlier-lettered zone would move it (and its node) otherwise.
             opts=pulumi.ResourceOptions.merge(
                 opts,
                 pulumi.ResourceOptions(
-                    ignore_changes=["initialNodeCount"], delete_before_replace=True
+                    ignore_changes=[
+                        "initialNodeCount",
+                        *(["nodeLocations"] if pool.role == "System" else []),
+                    ],
+                    delete_before_replace=True,
                 ),
             ),
         )

@@ -27,6 +27,10 @@ MIN_KUBERNETES_MINOR = 34
 """DRA's `resource.k8s.io/v1` API (ResourceClaimTemplates, DeviceClasses) is on by default
 from Kubernetes 1.34; an older cluster fails only at deploy."""
 IAM_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$"
+EKS_AUTOSCALED_MINORS: tuple[str, ...] = ("1.34", "1.35", "1.36")
+"""The Kubernetes minors an EKS cluster may run: those with a pinned cluster-autoscaler
+release (components/charts.py CLUSTER_AUTOSCALER_IMAGES; a test keeps both equal).
+cluster-autoscaler supports only its own minor, and the chart's default image is one minor."""
 
 
 def _kubernetes_version(value: str) -> str:
@@ -158,11 +162,19 @@ class GKESource(Strict):
     """The Kubernetes minor version (default "1.35"; at least 1.34, for DRA)."""
     networking: GKENetworking = Field(default_factory=GKENetworking)
     """The cluster's network ranges."""
+    public_access_cidrs: list[str] | None = Field(default=None, min_length=1, max_length=50)
+    """The CIDR blocks that may reach the public control-plane endpoint (GKE's master
+    authorized networks); absent: any address (the endpoint still needs Google credentials)."""
     protect: bool = True
     """Protect the cluster and its network from delete and replace (default true); set false,
     `up`, then `destroy` to tear it down."""
 
     _check_version = field_validator("kubernetes_version")(lambda v: _kubernetes_version(v))
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_cidrs(cls, cidrs: list[str] | None) -> list[str] | None:
+        return None if cidrs is None else [_cidr(c) for c in cidrs]
 
 
 class EKSSource(Strict):
@@ -190,6 +202,21 @@ class EKSSource(Strict):
     every group to that release (drain the cluster first: docs/api.md)."""
 
     _check_version = field_validator("kubernetes_version")(lambda v: _kubernetes_version(v))
+
+    @model_validator(mode="after")
+    def _autoscaler_for_the_version(self) -> EKSSource:
+        if self.kubernetes_version not in EKS_AUTOSCALED_MINORS:
+            raise_if(
+                [
+                    (
+                        "kubernetesVersion",
+                        f"no cluster-autoscaler release is pinned for Kubernetes "
+                        f"{self.kubernetes_version} (it supports only its own minor); EKS "
+                        f"clusters run {', '.join(EKS_AUTOSCALED_MINORS)}",
+                    )
+                ]
+            )
+        return self
 
     @model_validator(mode="after")
     def _ami_release_of_the_version(self) -> EKSSource:

@@ -156,6 +156,13 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
         "should match pattern",
     ),
     (
+        "eks-kubernetes-minor-without-an-autoscaler-pin",
+        _eks(_set("InferenceCluster:spec.cluster.eks.kubernetesVersion", "1.37")),
+        "InferenceCluster c1",
+        "spec.cluster.eks.kubernetesVersion",
+        "no cluster-autoscaler release is pinned for Kubernetes 1.37",
+    ),
+    (
         "eks-dra-pool-min-zero",
         _eks(_set("InferenceCluster:spec.nodePools.0.minNodeCount", 0)),
         "InferenceCluster c1",
@@ -187,6 +194,23 @@ CASES: list[tuple[str, Callable[[Docs], None], str, str, str]] = [
         _eks(_set("InferenceCluster:spec.cluster.eks.publicAccessCidrs", ["203.0.113.0/33"])),
         "InferenceCluster c1",
         "spec.cluster.eks.publicAccessCidrs",
+        "is not a CIDR block",
+    ),
+    (
+        "gke-public-access-cidr",
+        _set(
+            "InferenceCluster:spec.cluster",
+            {
+                "source": "GKE",
+                "gke": {
+                    "project": "p",
+                    "region": "us-central1",
+                    "publicAccessCidrs": ["10.0.0.1/8"],
+                },
+            },
+        ),
+        "InferenceCluster c1",
+        "spec.cluster.gke.publicAccessCidrs",
         "is not a CIDR block",
     ),
     (

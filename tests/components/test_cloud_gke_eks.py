@@ -7,6 +7,7 @@ with DEFAULT_CALLS there. Names carry gke/eks/cloud: `pytest -k "gke or eks or c
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +17,9 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
+from components.cloud import eks_node_groups as node_groups
 from components.cloud.eks import drain_time, schedule_time
+from components.cloud.eks_node_groups import block_actions
 from components.inference_cluster import InferenceClusterComponent
 from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
 from components.model_cache import (
@@ -170,7 +173,11 @@ def test_eks_dra_node_groups_never_go_below_one_node():
     assert group.inputs["scalingConfig"] == {"minSize": 1, "desiredSize": 1, "maxSize": 4}
 
 
-def test_eks_capacity_block_group_starts_at_zero_and_is_scheduled_to_the_block():
+BEFORE_THE_BLOCK = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
+
+
+def test_eks_capacity_block_group_starts_at_zero_and_is_scheduled_to_the_block(monkeypatch):
+    monkeypatch.setattr(node_groups, "now", lambda: BEFORE_THE_BLOCK)
     run = eks_run("eks-west", eks_cluster())
     group = run.one(MNG, name="eks-west-gpu-h100")
     assert group.get("scalingConfig.desiredSize") == 0
@@ -192,11 +199,84 @@ def test_eks_capacity_block_group_starts_at_zero_and_is_scheduled_to_the_block()
     # autoscaler cannot remove a paid-for node, and the group is at 0 outside the block.
     assert start.inputs["startTime"] == CAPACITY_BLOCK_START
     assert (start.inputs["minSize"], start.inputs["desiredCapacity"]) == (1, 1)
-    assert "startTime" in start.ignore_changes
     assert end.inputs["startTime"] == drain_time(CAPACITY_BLOCK_END) == "2026-12-15T10:50:00Z"
     assert (end.inputs["minSize"], end.inputs["desiredCapacity"]) == (0, 0)
+    # Both times are the block's own: nothing pinned, so an extended block moves its drain.
+    assert not start.ignore_changes and not end.ignore_changes
     # The on-demand group has no schedule.
     assert all("a10g" not in s.name for s in run.of_type(SCHEDULE))
+
+
+# (now, expected actions: (kind, time, pinned)) for the mock block 2026-12-01..12-15 11:30Z
+BLOCK_ACTIONS = [
+    (
+        "before-the-block",
+        BEFORE_THE_BLOCK,
+        [("start", "2026-12-01T11:30:00Z", False), ("end", "2026-12-15T10:50:00Z", False)],
+    ),
+    (
+        # Active: the start two minutes from now, pinned; the drain still the block's.
+        "active",
+        datetime(2026, 12, 5, 8, 0, tzinfo=UTC),
+        [("start", "2026-12-05T08:02:00Z", True), ("end", "2026-12-15T10:50:00Z", False)],
+    ),
+    (
+        # m2: inside the drain window only the scale to 0, never min = desired = block again.
+        "draining",
+        datetime(2026, 12, 15, 11, 0, tzinfo=UTC),
+        [("end", "2026-12-15T11:02:00Z", True)],
+    ),
+    # m2: after the end (a refresh dropped the actions Auto Scaling deleted): none again.
+    ("ended", datetime(2026, 12, 15, 11, 30, tzinfo=UTC), []),
+]
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"), [c[1:] for c in BLOCK_ACTIONS], ids=[c[0] for c in BLOCK_ACTIONS]
+)
+def test_eks_capacity_block_actions_follow_the_block(monkeypatch, now, expected):
+    monkeypatch.setattr(node_groups, "now", lambda: now)
+    run = eks_run("eks-west", eks_cluster())
+    got = [
+        (
+            s.inputs["scheduledActionName"].rsplit("-", 1)[1],
+            s.inputs["startTime"],
+            "startTime" in s.ignore_changes,
+        )
+        for s in run.of_type(SCHEDULE)
+    ]
+    assert sorted(got) == sorted(expected)  # registered in either order
+
+
+def test_eks_an_extended_capacity_block_moves_its_drain():
+    # m1: the end action's time follows the reservation's end date (not pinned).
+    before = block_actions(CAPACITY_BLOCK_START, CAPACITY_BLOCK_END, BEFORE_THE_BLOCK)
+    later = block_actions(CAPACITY_BLOCK_START, "2026-12-22T11:30:00Z", BEFORE_THE_BLOCK)
+    assert [a.at for a in before if a.kind == "end"] == ["2026-12-15T10:50:00Z"]
+    assert [a.at for a in later if a.kind == "end"] == ["2026-12-22T10:50:00Z"]
+
+
+def test_eks_capacity_block_in_another_zone_fails_the_up():
+    # m3: the reservation's zone must be one of the pool's (its group's subnets).
+    def answer(args):
+        return {
+            "id": args.get("id"),
+            "startDate": CAPACITY_BLOCK_START,
+            "endDate": CAPACITY_BLOCK_END,
+            "availabilityZone": "us-west-2a",
+        }
+
+    token = "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation"
+    with pytest.raises(Exception, match=r"Capacity Block cr-0123456789abcdef0 is in us-west-2a"):
+        MockRun.of(
+            lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES),
+            answers={token: answer},
+        )
+    ok = {token: lambda a: {**answer(a), "availabilityZone": "us-west-2c"}}
+    run = MockRun.of(
+        lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES), answers=ok
+    )
+    assert run.of_type(SCHEDULE)
 
 
 def test_eks_capacity_block_schedule_times():
@@ -777,3 +857,63 @@ def test_cloud_lws_manifests_use_only_fields_of_the_dev_fleets_lws_crd():
         body = {k: lws.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
         assert body["apiVersion"] == f"leaderworkerset.x-k8s.io/{version['name']}"
         assert _unknown_fields(body, schema) == [], lws.name
+
+
+def test_eks_kubernetes_minors_are_those_with_a_pinned_cluster_autoscaler():
+    # m4: a minor without a pinned image fell back to the chart's default (another minor).
+    from components.charts import CLUSTER_AUTOSCALER_IMAGES
+    from modelplane.api.inference_cluster import EKS_AUTOSCALED_MINORS
+
+    assert set(EKS_AUTOSCALED_MINORS) == set(CLUSTER_AUTOSCALER_IMAGES)
+
+
+def test_eks_a_deleted_cache_takes_its_efs_data_along():
+    # m6: the EFS CSI add-on keeps an access point's directory by default (billed forever).
+    run = eks_run("eks-west", eks_cluster())
+    addons = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
+    config = json.loads(addons["aws-efs-csi-driver"].inputs["configurationValues"])
+    assert config == {"controller": {"deleteAccessPointRootDir": True}}
+    assert all(
+        "configurationValues" not in a.inputs
+        for n, a in addons.items()
+        if n != "aws-efs-csi-driver"
+    )
+
+
+def test_gke_system_pool_keeps_its_zone_once_created():
+    # m13 / previous 17: a GPU pool added in an earlier zone changes the rendered zone, but the
+    # system pool ignores nodeLocations after creation, so its node never moves.
+    run = _gke_run()
+    system = run.one(NODE_POOL, name="gke-central-system")
+    assert "nodeLocations" in system.ignore_changes
+    gpu = run.one(NODE_POOL, name="gke-central-gpu-h100")
+    assert "nodeLocations" not in gpu.ignore_changes  # a GPU pool's zones are the spec's
+
+
+@pytest.mark.parametrize(
+    ("cidrs", "config"),
+    [
+        (None, None),
+        (
+            ["203.0.113.0/24", "198.51.100.7/32"],
+            {
+                "cidrBlocks": [
+                    {"cidrBlock": "203.0.113.0/24", "displayName": "modelplane-0"},
+                    {"cidrBlock": "198.51.100.7/32", "displayName": "modelplane-1"},
+                ]
+            },
+        ),
+    ],
+)
+def test_gke_public_endpoint_admits_only_the_authorized_networks(cidrs, config):
+    # Previous 5: GKE's control plane had no authorized networks at all.
+    spec = gke_cluster().model_dump(by_alias=True, exclude_none=True)
+    if cidrs is not None:
+        spec["spec"]["cluster"]["gke"]["publicAccessCidrs"] = cidrs
+    run = MockRun.of(
+        lambda: InferenceClusterComponent(
+            "gke-central", InferenceCluster.model_validate(spec), {"h100-gke": gke_class()}
+        )
+    )
+    cluster = run.one("gcp:container/cluster:Cluster")
+    assert cluster.inputs.get("masterAuthorizedNetworksConfig") == config
