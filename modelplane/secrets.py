@@ -2,10 +2,11 @@
 
 Order: the stack config secret `modelplane:secrets.<name>.<key>`, then the
 environment variable `MODELPLANE_SECRET_<NAME>_<KEY>` (upper-cased, `-` and `.`
-as `_`), then, for a name written `file:<path>`, the file's content (a relative
-path is relative to the fleet directory; `$VAR` and `${VAR}` in the path are
-environment variables, and `MODELPLANE_DEV_FLEET_STATE` defaults to the dev
-fleet's default state directory, `.modelplane/dev-fleet` of the current directory).
+as `_`), then, for a name written `file:<path>`, the file's content: a path relative
+to the fleet directory that stays inside it, or one below a leading
+`${MODELPLANE_DEV_FLEET_STATE}/` (the dev fleet's state, default
+`.modelplane/dev-fleet` of the current directory); anything else is refused
+(modelplane/api/secret_refs.py, docs/architecture.md "Secrets").
 
 Pure: no Pulumi import. The caller passes a config lookup (the stack program
 hands in Pulumi's raw config getter) and wraps the value as a secret output.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modelplane.api import secret_refs
 from modelplane.errors import UserError
 
 if TYPE_CHECKING:
@@ -96,8 +98,13 @@ def config_key(name: str, key: str) -> str:
 
 def env_var(name: str, key: str) -> str:
     """`MODELPLANE_SECRET_<NAME>_<KEY>`: upper-cased, `-` and `.` (and `/`, `:`) as `_`."""
-    raw = f"{name}_{key}".upper()
-    return "MODELPLANE_SECRET_" + re.sub(r"[-./:]", "_", raw)
+    return secret_refs.env_var(name, key)
+
+
+def dev_fleet_state(env: Mapping[str, str]) -> Path:
+    """The dev fleet's state directory: `MODELPLANE_DEV_FLEET_STATE`, else its default."""
+    found = env.get(DEV_FLEET_STATE_ENV)
+    return Path(found) if found else Path.cwd() / ".modelplane" / "dev-fleet"
 
 
 def resolve_secret(
@@ -129,13 +136,12 @@ def resolve_secret(
     if value:
         return ResolvedSecret(value, "env")
     if name.startswith(FILE_PREFIX):
-        expanded, missing = expand_path_variables(name[len(FILE_PREFIX) :], env)
-        if missing:
-            tried.append(f"a file, once the environment variable(s) {', '.join(missing)} are set")
-            raise SecretNotFound(name, key, tried)
-        path = Path(expanded).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
+        raw = name[len(FILE_PREFIX) :]
+        try:
+            path = secret_refs.confined_file(raw, base_dir or Path.cwd(), dev_fleet_state(env))
+        except ValueError as exc:  # validation says so first; refused here all the same
+            tried.append(f"no file: {raw!r} {exc}")
+            raise SecretNotFound(name, key, tried) from None
         tried.append(f"file {path} (a regular file of at most {MAX_SECRET_FILE_BYTES} bytes)")
         value = _read_secret_file(path)
         if value is not None:

@@ -18,6 +18,7 @@ from modelplane.api.notices import fleet_warnings
 from modelplane.api.paths import format_path, join_path
 from modelplane.api.problems import FieldProblems
 from modelplane.api.references import check_references
+from modelplane.api.secret_refs import secret_ref_errors
 from modelplane.api.yamlread import MAX_FILE_BYTES, YamlDocument, read_yaml
 
 LOCK_FILE = "modelplane.lock.yaml"
@@ -410,6 +411,7 @@ def load_fleet(root: str | Path) -> LoadResult:
             getattr(fleet, attr)[key] = model
     fleet.sort()
     errors.extend(check_references(fleet))
+    errors.extend(secret_ref_errors(fleet))  # what a secretRef may reach (M7)
     warnings = with_marks(fleet_warnings(fleet), sources)
     return LoadResult(fleet, sorted(set(with_marks(errors, sources))), warnings)
 

@@ -415,26 +415,37 @@ def _secret_case(tmp_path: Path, case: str) -> str:
     if case == "fifo":
         os.mkfifo(path)
     elif case == "device":
-        return "/dev/zero"
+        path.symlink_to("/dev/zero")  # a device outside the fleet folder: refused by the path
     elif case == "folder":
         path.mkdir()
     elif case == "too large":
         path.write_bytes(b"x" * (MAX_SECRET_FILE_BYTES + 1))
     elif case == "regular":
         path.write_text("v")
-    return str(path)
+    return "s"
 
 
-@pytest.mark.parametrize("case", ["fifo", "device", "folder", "too large", "regular"])
-def test_file_secrets_are_regular_bounded_files(tmp_path, case):
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("fifo", "regular file"),
+        ("device", "leaves the fleet folder"),
+        ("folder", "regular file"),
+        ("too large", "regular file"),
+        ("regular", None),
+    ],
+)
+def test_file_secrets_are_regular_bounded_files(tmp_path, case, why):
     name = "file:" + _secret_case(tmp_path, case)
     # Refused before any read (a FIFO would block, /dev/zero never end): the outcome says
     # so, no wall-clock bound.
-    if case == "regular":
-        assert resolve_secret(name, "k", config=lambda _: None, env={}).value == "v"
+    if why is None:
+        assert (
+            resolve_secret(name, "k", config=lambda _: None, env={}, base_dir=tmp_path).value == "v"
+        )
     else:
-        with pytest.raises(SecretNotFound, match="regular file"):
-            resolve_secret(name, "k", config=lambda _: None, env={})
+        with pytest.raises(SecretNotFound, match=why):
+            resolve_secret(name, "k", config=lambda _: None, env={}, base_dir=tmp_path)
 
 
 # --- Kubernetes rules for fields that pass through, all at once ---------------------------------

@@ -49,8 +49,10 @@ def test_env_then_file(tmp_path: Path) -> None:
         "file:kube.yaml", "kubeconfig", config=no_config, env={}, base_dir=tmp_path
     )
     assert (got.value, got.source) == ("file-content", "file")
+    # Only inside the fleet folder (M7): an absolute path to the same file is refused.
     absolute = str(tmp_path / "kube.yaml")
-    assert resolve_secret(f"file:{absolute}", "k", config=no_config, env={}).value == "file-content"
+    with pytest.raises(SecretNotFound, match="relative to the fleet folder"):
+        resolve_secret(f"file:{absolute}", "k", config=no_config, env={}, base_dir=tmp_path)
 
 
 def test_env_beats_file(tmp_path: Path) -> None:

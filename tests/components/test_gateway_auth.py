@@ -333,13 +333,14 @@ def test_auth_on_envoy_gateway_is_refused(tmp_path: Path) -> None:
 def test_auth_call_picks_the_named_or_first_readable_caller_key(tmp_path: Path) -> None:
     from modelplane.cli.call import caller_key
 
-    (tmp_path / "batch.key").write_text("sk-batch\n")
     target = gateway_fleet(
         tmp_path,
         "  auth:\n    callers:\n"
         "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
-        f"    - {{name: batch, secretRef: {{name: 'file:{tmp_path}/batch.key', key: k}}}}\n",
+        "    - {name: batch, secretRef: {name: 'file:keys/batch.key', key: k}}\n",
     )
+    (target / "keys").mkdir()
+    (target / "keys" / "batch.key").write_text("sk-batch\n")  # inside the fleet folder
     gateway = load_fleet(target).fleet.gateway
     env = {"MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a"}
     assert caller_key(gateway, None, env=env, base_dir=target) == ("team-a", "sk-a", "")
@@ -492,13 +493,13 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
     from modelplane.driver.fleet import Fleet
     from modelplane.errors import UserError
 
-    (tmp_path / "team-a.key").write_text("sk-a\n")
     target = gateway_fleet(
         tmp_path,
         "  auth:\n    callers:\n"
-        f"    - {{name: team-a, secretRef: {{name: 'file:{tmp_path}/team-a.key', key: k}}}}\n"
+        "    - {name: team-a, secretRef: {name: 'file:team-a.key', key: k}}\n"
         "    - {name: ops, secretRef: {name: missing-keys, key: ops}}\n",
     )
+    (target / "team-a.key").write_text("sk-a\n")
     runner = CliRunner()
     plain = runner.invoke(app, ["validate", str(target), "-o", "json"], env={"COLUMNS": "500"})
     assert plain.exit_code == 0, plain.output

@@ -112,7 +112,9 @@ def objects(dev_cluster: DevCluster) -> Iterator[DevCluster]:
 
 @pytest.mark.apiserver
 def test_observe_a_real_cluster(objects: DevCluster, tmp_path: Path) -> None:
-    f = _fleet_with_secret("c1", f"file:{objects.kubeconfig_path}")
+    # A `file:` secretRef stays inside the fleet folder (tmp_path here).
+    (tmp_path / "kc").write_text(objects.kubeconfig_path.read_text())
+    f = _fleet_with_secret("c1", "file:kc")
     private = tmp_path / "tmp"
     private.mkdir()
     saved, tempfile.tempdir = tempfile.tempdir, str(private)
