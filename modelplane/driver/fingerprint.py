@@ -6,7 +6,8 @@ successful update. The fingerprint covers:
 - the spec objects the stack owns and the ones its components read (classes of its pools,
   the clusters a deployment is placed on, ...), in canonical JSON;
 - its placement in the lock (a deployment's replicas; the gateway reads the whole lock);
-- the outputs of the stacks it depends on (values, secrets included, only hashed);
+- the outputs of the stacks it depends on, as the digest of their plain values (secrets
+  included, only hashed: :func:`modelplane.driver.stack_cache.outputs_digest`);
 - the secrets it resolves outside the state (``MODELPLANE_SECRET_*`` variables and
   ``file:`` references), hashed, and its own extra stack config (``pulumi config set``);
 - the program itself (the source of the ``stacks`` and ``components`` packages);
@@ -198,7 +199,7 @@ def stack_fingerprint(
     fleet: FleetSpec,
     lock: PlacementLock,
     unit: StackUnit,
-    upstream_outputs: Mapping[str, Mapping[str, Any]],
+    upstream_outputs: Mapping[str, Any],
     *,
     extra_config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,

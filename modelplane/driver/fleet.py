@@ -51,6 +51,7 @@ from modelplane.driver.settings import (
     state_root,
     url_secrets,
 )
+from modelplane.driver.stack_cache import StackCache
 from modelplane.driver.state import RuntimeState, is_shared
 from modelplane.driver.workspace import EngineSession
 from modelplane.errors import ModelplaneError
@@ -650,6 +651,7 @@ class Fleet:
             observer.message,
             config_dir=self.path,
         )
+        session.cache = StackCache(self.runtime.store, {})
         try:
             session.start()
             yield session
@@ -659,6 +661,10 @@ class Fleet:
                 exc.args = (self.scrub(text),)
             raise
         finally:
+            try:
+                session.cache.save()
+            except Exception as exc:  # a memory, never a reason to fail the run
+                observer.message(f"could not save the stack cache: {exc}")
             session.close()
 
     def _context(
@@ -689,6 +695,9 @@ class Fleet:
             check=check,
             plan_dir=self.state_dir / "plan",
             unroutable=unroutable,
+            cache=session.cache,
+            existing=session.existing,
+            digests=session.digests,
         )
 
     def _run(

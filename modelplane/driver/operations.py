@@ -26,6 +26,7 @@ from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_me
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
+from modelplane.driver.stack_cache import StackCache, outputs_digest
 from modelplane.driver.workspace import EngineSession
 from modelplane.errors import Retryable
 from modelplane.stacks import StackUnit
@@ -68,6 +69,12 @@ class RunContext:
     # locked at once, e.g. reconcile retries next round). `say` tells the user.
     lock_wait: float = 0.0
     say: Callable[[str], None] | None = None
+    # What the driver remembers of each stack between runs (modelplane.driver.stack_cache);
+    # None: every stack is checked through its history.
+    cache: StackCache | None = None
+    # The stacks this run's `stack ls` listed (None: not listed; select each stack).
+    existing: set[str] | None = None
+    digests: dict[str, str] = field(default_factory=dict)  # outputs_digest per stack
 
     def problem(self, unit: StackUnit, started: float) -> StackResult | None:
         """A failed result when the stack cannot run on this machine, else None."""
@@ -98,6 +105,26 @@ class RunContext:
             masked[key] = SECRET_MASK if out.secret else out.value
         self.outputs[name] = plain
         self.masked[name] = masked
+        self.digests[name] = outputs_digest(plain)
+
+    def exists(self, name: str) -> bool:
+        return self.existing is not None and name in self.existing
+
+    def output_digest(self, name: str) -> str:
+        """The digest of a stack's outputs: from this run, the stack cache, else the backend
+        (one CLI process; a stack that does not exist has no outputs)."""
+        if name in self.digests:
+            return self.digests[name]
+        entry = self.cache.valid(name) if self.cache is not None else None
+        if entry is not None:
+            self.digests[name] = entry.outputs
+            return entry.outputs
+        if self.existing is not None and name not in self.existing:
+            plain: dict[str, Any] | None = None
+        else:
+            plain = self.session.plain_outputs(name)
+        self.digests[name] = outputs_digest(plain)
+        return self.digests[name]
 
 
 def locked_message(stack: str, backend: str) -> str:
@@ -208,12 +235,6 @@ def _read_outputs(ctx: RunContext, names: Sequence[str]) -> None:
             ctx.remember(name, outputs)
 
 
-def upstream_outputs(ctx: RunContext, unit: StackUnit) -> dict[str, dict[str, Any]]:
-    """The outputs of the stacks ``unit`` reads (fetched when this run did not touch them)."""
-    _read_outputs(ctx, unit.depends_on)
-    return {dep: ctx.outputs[dep] for dep in unit.depends_on}
-
-
 def deployed_outputs(ctx: RunContext, name: str) -> tuple[dict[str, Any], frozenset[str]]:
     """A deployed stack's outputs (plain values) and the names of its secret outputs."""
     _read_outputs(ctx, [name])
@@ -226,7 +247,7 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         ctx.fleet,
         ctx.lock,
         unit,
-        upstream_outputs(ctx, unit),
+        {dep: ctx.output_digest(dep) for dep in unit.depends_on},
         extra_config=ctx.session.extra_config(unit.name),
         environ=ctx.session.env,
         base_dir=ctx.fleet_dir,
@@ -274,6 +295,7 @@ class EngineOp:
         self.started = time.monotonic()
         self.extra_env: dict[str, str] = {}
         self.recovered = False  # a stale stack lock was broken
+        self.window = (0.0, 0.0)  # when the engine ran the verb (Unix seconds)
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -296,6 +318,10 @@ class EngineOp:
     def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
         """After a successful operation: outputs, notes, clean-up."""
 
+    def invoke(self, stack: Stack, on_event: Callable[[Any], None], **options: Any) -> Any:
+        """Run the verb through the Automation API (``stack.<verb>(...)``)."""
+        return getattr(stack, self.verb)(on_event=on_event, **options)
+
     # -- the template ----------------------------------------------------------------------
 
     def result(self, outcome: Outcome, **fields: Any) -> StackResult:
@@ -316,16 +342,23 @@ class EngineOp:
             return stopped
         progress: StackProgress | None = None
         try:
-            stack = ctx.session.stack(unit.name, create=self.create, extra_env=self.extra_env)
+            stack = ctx.session.stack(
+                unit.name,
+                create=self.create,
+                extra_env=self.extra_env,
+                exists=ctx.exists(unit.name),
+            )
             skipped = self.skip(stack)
             if skipped is not None:
                 return skipped
             deadline = time.monotonic() + ctx.lock_wait
             while True:
                 progress = ctx.progress(unit)
+                self.window = (time.time(), self.window[1])
                 try:
-                    outcome = getattr(stack, self.verb)(
-                        on_event=ctx.listener(unit, progress),
+                    outcome = self.invoke(
+                        stack,
+                        ctx.listener(unit, progress),
                         color="never",
                         suppress_progress=True,
                         **self.options(),
@@ -334,6 +367,7 @@ class EngineOp:
                 except CommandError as exc:
                     if not self.locked_again(stack, exc, deadline):
                         raise
+            self.window = (self.window[0], time.time())
             result = self.result(
                 Outcome.SUCCEEDED,
                 changes=progress.change_counts(),
@@ -380,7 +414,8 @@ LOCK_POLL = 5.0
 
 
 class UpOp(EngineOp):
-    """``pulumi up``; skipped when the inputs equal those of the last successful update."""
+    """``pulumi up``; skipped when the inputs equal those of the last successful update
+    (known from the stack cache without any CLI process, else from the stack's history)."""
 
     verb = "up"
     create = True
@@ -389,29 +424,136 @@ class UpOp(EngineOp):
         super().__init__(ctx, unit)
         self.force = force
         self.message = ""
+        self.fingerprint = ""
+        self.known_changed = False
+
+    def prepare(self) -> StackResult | None:
+        self.fingerprint = fingerprint_of(self.ctx, self.unit)
+        self.message = update_message(self.fingerprint)
+        if self.force or self.ctx.up_options.get("refresh") or self.ctx.cache is None:
+            return None
+        entry = self.ctx.cache.valid(self.unit.name)
+        if entry is None:
+            return None
+        if entry.fingerprint != self.fingerprint:
+            self.known_changed = True  # the last update had other inputs: no history to read
+            return None
+        name = self.unit.name
+        self.ctx.masked[name] = dict(entry.masked)
+        self.ctx.digests[name] = entry.outputs
+        return self.result(
+            Outcome.UNCHANGED,
+            outputs=dict(entry.masked),
+            note="inputs unchanged since its last successful update",
+        )
 
     def skip(self, stack: Stack) -> StackResult | None:
-        fingerprint = fingerprint_of(self.ctx, self.unit)
-        self.message = update_message(fingerprint)
-        if self.force or self.ctx.up_options.get("refresh"):
+        if self.force or self.ctx.up_options.get("refresh") or self.known_changed:
             return None
         last = stack.history(page_size=1, show_secrets=False)
         entry = last[0] if last else None
-        if entry is None or not can_skip(fingerprint, entry.kind, entry.result, entry.message):
+        if entry is None or not can_skip(self.fingerprint, entry.kind, entry.result, entry.message):
             return None
-        self.ctx.remember(self.unit.name, stack.outputs())
+        name = self.unit.name
+        self.ctx.remember(name, stack.outputs())
+        if self.ctx.cache is not None:
+            self.ctx.cache.seen(
+                name, self.fingerprint, self.ctx.outputs[name], self.ctx.masked[name]
+            )
         return self.result(
             Outcome.UNCHANGED,
-            outputs=self.ctx.masked[self.unit.name],
+            outputs=self.ctx.masked[name],
             note="inputs unchanged since its last successful update",
         )
 
     def options(self) -> dict[str, Any]:
         return {"message": self.message, **self.ctx.up_options}
 
+    def invoke(self, stack: Stack, on_event: Callable[[Any], None], **options: Any) -> Any:
+        return run_up(stack, on_event, options)
+
     def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
-        self.ctx.remember(self.unit.name, outcome.outputs)
-        result.outputs = self.ctx.masked[self.unit.name]
+        name = self.unit.name
+        self.ctx.remember(name, outcome.outputs)
+        result.outputs = self.ctx.masked[name]
+        if self.ctx.existing is not None:
+            self.ctx.existing.add(name)
+        if self.ctx.cache is not None:
+            if self.ctx.up_options.get("refresh"):
+                # A refresh inside the update may change the state without the program.
+                self.ctx.cache.forget(name)
+            else:
+                self.ctx.cache.updated(
+                    name,
+                    self.fingerprint,
+                    self.ctx.outputs[name],
+                    self.ctx.masked[name],
+                    self.window,
+                )
+
+
+@dataclass
+class UpOutcome:
+    """What :func:`run_up` returns: the stack's outputs after the update."""
+
+    outputs: dict[str, Any]
+    stdout: str = ""
+    stderr: str = ""
+
+
+STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def _masked(value: Any) -> bool:
+    """A secret as the engine's events show it (a secret signature, ciphertext hidden)."""
+    return isinstance(value, dict) and SECRET_SIG in value
+
+
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's secret signature key
+
+
+def run_up(stack: Stack, on_event: Callable[[Any], None], options: Mapping[str, Any]) -> UpOutcome:
+    """``pulumi up`` of ``stack`` (as ``Stack.up`` runs it), and its outputs without the three
+    CLI processes ``Stack.up`` starts after every update (``stack output`` twice, ``stack
+    history --show-secrets``): the engine's own events carry the stack's outputs, secrets
+    masked; only a stack with secret outputs needs one ``stack output --show-secrets``.
+    """
+    from pulumi.automation import OutputValue
+    from pulumi.automation._stack import ExecKind, _cleanup, _parse_extra_args
+
+    shown: dict[str, Any] = {}
+    seen: list[bool] = []
+
+    def listen(event: Any) -> None:
+        outputs_event = getattr(event, "res_outputs_event", None)
+        if outputs_event is not None and outputs_event.metadata.type == STACK_TYPE:
+            new = outputs_event.metadata.new
+            shown.clear()
+            shown.update(dict(new.outputs or {}) if new is not None else {})
+            seen.append(True)
+        on_event(event)
+
+    args = ["up", "--yes", "--skip-preview", *_parse_extra_args(**options)]
+    args += ["--exec-kind", ExecKind.LOCAL.value]
+    log, thread, stop, tmp, server = stack._setup_event_log(
+        "up", listen, stack.workspace.pulumi_version or ""
+    )
+    args += ["--event-log", log]
+    try:
+        result = stack._run_pulumi_cmd_sync(args)
+    finally:
+        _cleanup(tmp, thread, stop, None, server)  # every event handled after this
+    secret = {k for k, v in shown.items() if _masked(v)}
+    plain: dict[str, Any] = dict(shown)
+    if not seen:  # an engine that sent no outputs event for the stack: ask the backend
+        read = stack.workspace.stack_outputs(stack.name)
+        plain = {k: v.value for k, v in read.items()}
+        secret = {k for k, v in read.items() if v.secret}
+    elif secret:  # the secret values themselves: one process
+        text = stack._run_pulumi_cmd_sync(["stack", "output", "--json", "--show-secrets"]).stdout
+        plain = dict(json.loads(text or "{}"))
+    outputs = {k: OutputValue(value=v, secret=k in secret) for k, v in plain.items()}
+    return UpOutcome(outputs, result.stdout, result.stderr)
 
 
 class PreviewOp(EngineOp):
@@ -495,6 +637,8 @@ class DestroyOp(EngineOp):
         self.remove = remove
 
     def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
+        if self.ctx.cache is not None:
+            self.ctx.cache.forget(self.unit.name)
         if self.remove:
             stack.workspace.remove_stack(self.unit.name)
             self.ctx.session.remove_work_dir(self.unit.name)

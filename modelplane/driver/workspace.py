@@ -19,6 +19,7 @@ which fleet and lock to use through the environment (``MODELPLANE_FLEET_DIR``,
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -34,6 +35,7 @@ import yaml
 from modelplane.driver.engine_calls import CallLog, engine_command
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.settings import SecretsSettings, engine_environment, local_state_dir
+from modelplane.driver.stack_cache import Marker, StackCache
 
 if TYPE_CHECKING:
     from pulumi.automation import LocalWorkspace, PulumiCommand, Stack
@@ -146,6 +148,11 @@ class EngineSession:
         self._lock = threading.Lock()
         # Every CLI process this session starts (modelplane.driver.engine_calls).
         self.calls = CallLog.from_env(self._environ)
+        # What the driver remembers of each stack (set by the fleet), the stacks the last
+        # `stack ls` listed, and the digests of stack outputs this session has seen.
+        self.cache: StackCache | None = None
+        self.existing: set[str] | None = None
+        self.digests: dict[str, str] = {}
 
     # -- engine ---------------------------------------------------------------------------
 
@@ -231,18 +238,56 @@ class EngineSession:
         )
 
     def stack(
-        self, name: str, *, create: bool = True, extra_env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        *,
+        create: bool = True,
+        extra_env: Mapping[str, str] | None = None,
+        exists: bool = False,
     ) -> Stack:
-        """Select the stack (creating it when ``create``); raises StackNotFoundError."""
+        """Select the stack (creating it when ``create``); raises StackNotFoundError.
+
+        ``exists``: the caller knows the stack is in the backend (this run's ``stack ls``):
+        no ``pulumi stack select`` process is started, since every command the driver runs
+        names its stack (``--stack``) anyway.
+        """
         from pulumi.automation import Stack
 
         ws = self.workspace(name, extra_env)
+        if exists:
+            return existing_stack(name, ws)
         return Stack.create_or_select(name, ws) if create else Stack.select(name, ws)
+
+    def stack_markers(self) -> dict[str, Marker]:
+        """Every stack of project ``modelplane`` in the backend, with the backend's record of
+        its last update (one ``pulumi stack ls``)."""
+        ws = self.workspace(".project")
+        markers = {s.name.rsplit("/", 1)[-1]: Marker.of(s) for s in ws.list_stacks()}
+        self.existing = set(markers)
+        if self.cache is not None:
+            self.cache.markers = dict(markers)
+        return markers
 
     def list_stacks(self) -> list[str]:
         """The names of project ``modelplane``'s stacks in the backend."""
-        ws = self.workspace(".project")
-        return sorted(s.name.rsplit("/", 1)[-1] for s in ws.list_stacks())
+        return sorted(self.stack_markers())
+
+    def plain_outputs(self, name: str) -> dict[str, Any] | None:
+        """A stack's outputs, secrets in plaintext (one CLI process; None: no such stack)."""
+        from pulumi.automation.errors import StackNotFoundError
+
+        ws = self.workspace(name)
+        try:
+            home = {"PULUMI_HOME": ws.pulumi_home} if ws.pulumi_home else {}
+            result = ws.pulumi_command.run(
+                ["stack", "output", "--json", "--show-secrets", "--stack", name],
+                ws.work_dir,
+                {**home, **ws.env_vars},
+            )
+        except StackNotFoundError:
+            return None
+        data = json.loads(result.stdout or "{}")
+        return dict(data) if isinstance(data, dict) else {}
 
     def set_program_inputs(
         self, fleet_dir: Path, lock: Path, unroutable: Sequence[str] = (), templates: str = ""
@@ -270,6 +315,17 @@ class EngineSession:
         work_dir = self.work_dir(stack)
         if work_dir.is_dir() and work_dir.parent == self.work_root:
             shutil.rmtree(work_dir)
+
+
+def existing_stack(name: str, workspace: LocalWorkspace) -> Stack:
+    """A ``Stack`` of a stack known to exist, made without ``pulumi stack select``."""
+    from pulumi.automation import Stack
+    from pulumi.automation._stack import StackInitMode
+
+    stack = Stack.__new__(Stack)
+    # What Stack.__init__ sets before it selects (pulumi/automation/_stack.py).
+    stack.name, stack.workspace, stack._mode = name, workspace, StackInitMode.SELECT
+    return stack
 
 
 def engine_cli_version(root: Path) -> str | None:
