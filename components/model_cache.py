@@ -234,7 +234,10 @@ class ModelCacheComponent(pulumi.ComponentResource):
                     "(set existing.cache.storageClassName on an Existing cluster)"
                 )
             child = pulumi.ResourceOptions(parent=self, provider=target.provider)
-            ns = ensure_namespace(cache.metadata.namespace or "default", child, scope=cluster)
+            namespace = cache.metadata.namespace or "default"
+            ns = ensure_namespace(
+                namespace, child, scope=cluster, pod_security=target.pod_security(namespace)
+            )
             after = pulumi.ResourceOptions(
                 parent=self, provider=target.provider, depends_on=[ns] if ns else None
             )

@@ -369,7 +369,9 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
         for cluster in sorted({r.cluster for r in replicas}):
             target = targets[cluster]
             on_cluster = pulumi.ResourceOptions(parent=self, provider=target.provider)
-            ensured = ensure_namespace(ns, on_cluster, scope=cluster)
+            ensured = ensure_namespace(
+                ns, on_cluster, scope=cluster, pod_security=target.pod_security(ns)
+            )
             namespaces[cluster] = ensured
             roles = {role for r in replicas if r.cluster == cluster for role in r.pools}
             budget_opts = pulumi.ResourceOptions.merge(

@@ -460,6 +460,7 @@ async def run_gateway(ctx: Context) -> None:
     from components.workload.front_door import basic_credentials, htpasswd
     from components.workload.objects import SYSTEM_NAMESPACE, ensure_namespace
     from components.workload.routes import MAX_BACKENDS
+    from modelplane.api.pod_security import namespace_level
 
     gateway = ctx.fleet.gateway
     assert gateway is not None
@@ -576,7 +577,9 @@ async def run_gateway(ctx: Context) -> None:
         | {s.metadata.namespace or "default" for s in ctx.fleet.services.values()}
     ):
         if ns != SYSTEM_NAMESPACE:
-            namespaces[ns] = ensure_namespace(ns, in_namespace, scope="gateway")
+            # The level every stack co-owning the namespace on this cluster says (M8).
+            level = namespace_level(ctx.fleet.clusters.get(ref or ""), ns)
+            namespaces[ns] = ensure_namespace(ns, in_namespace, scope="gateway", pod_security=level)
     providers = [provider]
     ep_components: dict[str, ModelEndpointComponent] = {}
     for ep in sorted(endpoints, key=lambda e: e.key):

@@ -14,6 +14,7 @@ from typing import Any
 import pulumi
 
 from modelplane.api.names import child_name
+from modelplane.api.pod_security import namespace_labels
 
 Manifest = dict[str, Any]
 
@@ -95,11 +96,15 @@ def dns1035(*parts: str) -> str:
     return name
 
 
-def namespace_manifest(namespace: str) -> Manifest:
+def namespace_manifest(namespace: str, pod_security: str | None = None) -> Manifest:
+    """A namespace; ``pod_security``: the Pod Security level it enforces (a workload namespace:
+    `baseline`, or `privileged` where a cluster's allowlist names a deployment of it; None: a
+    system namespace, not labelled)."""
+    extra = namespace_labels(pod_security) if pod_security else {}
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": metadata(namespace, None, labels(NAMESPACE_LABELS)),
+        "metadata": metadata(namespace, None, labels(NAMESPACE_LABELS, extra)),
     }
 
 
@@ -171,7 +176,7 @@ def register(
 
 
 def ensure_namespace(
-    namespace: str, opts: pulumi.ResourceOptions, *, scope: str
+    namespace: str, opts: pulumi.ResourceOptions, *, scope: str, pod_security: str | None = None
 ) -> pulumi.CustomResource | None:
     """The namespace, shared by every stack that puts objects in it.
 
@@ -181,11 +186,12 @@ def ensure_namespace(
     would fail with AlreadyExists in the second stack (pulumi-kubernetes creates
     client-side since v4.29), and deleting it with one stack would delete every
     other stack's objects in it; deleting a patch only gives up its fields.
-    Built-in namespaces are not touched.
+    Built-in namespaces are not touched. ``pod_security``: the level a workload namespace
+    enforces (every stack that co-owns it says the same: `ClusterTarget.pod_security`).
     """
     if namespace in PREEXISTING_NAMESPACES:
         return None
-    manifest = namespace_manifest(namespace)
+    manifest = namespace_manifest(namespace, pod_security)
     return KubernetesObject(
         resource_name(scope, manifest),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": manifest["metadata"]},

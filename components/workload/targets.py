@@ -10,6 +10,7 @@ import pulumi
 
 from modelplane.api.inference_class import ClassDevice, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
+from modelplane.api.pod_security import BASELINE, PRIVILEGED, exempt_deployments
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class ClusterTarget:
     # GKE or EKS where modelplane provisions the cluster (its RWX storage: Filestore, EFS);
     # None for an Existing cluster (its StorageClass is the platform's).
     cloud: Literal["GKE", "EKS"] | None = None
+    # The namespaces of the deployments this cluster's allowlist lets run outside Pod Security
+    # "baseline" (spec.podSecurity.exemptDeployments): they enforce `privileged` here.
+    privileged_namespaces: frozenset[str] = frozenset()
 
     @classmethod
     def from_spec(
@@ -71,7 +75,14 @@ class ClusterTarget:
             front_door_key=front_door_key,
             render_only=render_only,
             cloud=source if (source := cluster.spec.cluster.source) != "Existing" else None,
+            privileged_namespaces=frozenset(
+                k.split("/", 1)[0] for k in exempt_deployments(cluster)
+            ),
         )
+
+    def pod_security(self, namespace: str) -> str:
+        """The Pod Security level a workload namespace enforces here (namespace_level)."""
+        return PRIVILEGED if namespace in self.privileged_namespaces else BASELINE
 
     @property
     def routable(self) -> bool:

@@ -19,6 +19,7 @@ from modelplane.api.base import (
 )
 from modelplane.api.limits import MAX_CLUSTER_NODES, PoolNodes, Port
 from modelplane.api.maintenance import Maintenance, PoolUpgrade, cloud_problems
+from modelplane.api.pod_security import PodSecurityOptions
 from modelplane.api.problems import raise_if
 
 Effect = Literal["NoSchedule", "NoExecute"]
@@ -505,6 +506,9 @@ class InferenceClusterSpec(Strict):
     """Overrides of the per-cluster serving stack."""
     maintenance: Maintenance | None = None
     """GKE and EKS: when the cloud may upgrade the cluster (a GKE maintenance window)."""
+    pod_security: PodSecurityOptions | None = None
+    """The platform's allowlist here: deployments that may run outside Pod Security
+    "baseline" (docs/api.md "Pod Security and namespaces")."""
 
     @field_validator("node_pools")
     @classmethod

@@ -16,6 +16,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.kinds import KINDS, NAMESPACED
 from modelplane.api.notices import fleet_warnings
 from modelplane.api.paths import format_path, join_path
+from modelplane.api.pod_security import pod_security_errors
 from modelplane.api.problems import FieldProblems
 from modelplane.api.references import check_references
 from modelplane.api.secret_refs import secret_ref_errors
@@ -412,6 +413,7 @@ def load_fleet(root: str | Path) -> LoadResult:
     fleet.sort()
     errors.extend(check_references(fleet))
     errors.extend(secret_ref_errors(fleet))  # what a secretRef may reach (M7)
+    errors.extend(pod_security_errors(fleet))  # reserved namespaces, Pod Security (M8)
     warnings = with_marks(fleet_warnings(fleet), sources)
     return LoadResult(fleet, sorted(set(with_marks(errors, sources))), warnings)
 
