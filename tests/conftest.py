@@ -2,8 +2,12 @@
 tests/fixtures."""
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
+
+from modelplane.driver.engine_calls import LOG_ENV, read_log
 
 pytest_plugins = [
     "tests.fixtures.apiserver",
@@ -17,6 +21,7 @@ pytest_plugins = [
 # test-prometheus`, which builds it and sets this variable. Deselected otherwise, and said so.
 PROMETHEUS_ENV = "MODELPLANE_TEST_PROMETHEUS"
 _LEFT = pytest.StashKey[int]()
+_CALLS = pytest.StashKey[Path]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -30,7 +35,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[_LEFT] = len(left)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Every Pulumi CLI process the driver starts during the run (in this process and in the
+    # `modelplane` processes tests start, which inherit the variable) is appended to one file,
+    # so the summary can say how many engine runs the suite took (issue 32).
+    if LOG_ENV not in os.environ:
+        fd, path = tempfile.mkstemp(prefix="modelplane-engine-calls-", suffix=".jsonl")
+        os.close(fd)
+        os.environ[LOG_ENV] = path
+        config.stash[_CALLS] = Path(path)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    path = terminalreporter.config.stash.get(_CALLS, None)
+    if path is not None:
+        calls = read_log(path)
+        runs = [c for c in calls if c.engine_run]
+        verbs: dict[str, int] = {}
+        for call in runs:
+            verbs[call.verb] = verbs.get(call.verb, 0) + 1
+        per_verb = ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())) or "none"
+        terminalreporter.write_line(
+            f"engine runs: {len(runs)} ({per_verb}; {sum(c.seconds for c in runs):.0f} s), "
+            f"other Pulumi CLI calls: {len(calls) - len(runs)} "
+            f"({sum(c.seconds for c in calls if not c.engine_run):.0f} s)"
+        )
+        path.unlink(missing_ok=True)
     left = terminalreporter.config.stash.get(_LEFT, 0)
     if left:
         terminalreporter.write_line(

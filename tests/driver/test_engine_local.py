@@ -22,6 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from modelplane.driver.engine_calls import LOG_ENV, Call, read_log
 from modelplane.driver.events import event_to_json
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.observer import Observer
@@ -47,7 +48,15 @@ pytestmark = pytest.mark.engine
 def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> None:
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     rendered = fleet_dir / "rendered"
+    calls = tmp_path / "calls.jsonl"  # every CLI process the driver starts
+    env = {**env, LOG_ENV: str(calls)}
     fleet = Fleet.load(fleet_dir, env=env)
+
+    def cli_calls() -> list[Call]:
+        """The calls since the last look."""
+        found = read_log(calls)
+        calls.unlink(missing_ok=True)
+        return found
 
     first = check(fleet.up())
     assert outcomes(first) == {
@@ -72,13 +81,33 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert "services" in first.result("gateway").outputs
     assert all(r.count("create") > 0 for r in first.results)
 
-    # Second up: nothing changed, nothing runs; forced, the engine reports no changes.
+    assert [(c.verb, c.stack) for c in cli_calls() if c.engine_run] == [
+        ("up", "cluster-local"),
+        ("up", "deploy-demo-qwen"),
+        ("up", "gateway"),
+    ]
+
+    # Second up: nothing changed, nothing runs -- not even a CLI process per stack: one
+    # `stack ls` says every stack is as the driver left it (issue 32: the guard on the count).
     second = check(fleet.up())
     assert set(outcomes(second).values()) == {Outcome.UNCHANGED}
+    assert [c.verb for c in cli_calls()] == ["stack ls"]
+    # Forced, the engine runs each stack once and reports no changes.
     forced = check(fleet.up(all_stacks=True))
     assert set(outcomes(forced).values()) == {Outcome.SUCCEEDED}
     assert not any(r.changed for r in forced.results), [r.changes for r in forced.results]
     assert manifests(rendered) == before
+    forced_calls = cli_calls()
+    assert sorted(c.stack or "" for c in forced_calls if c.engine_run) == [
+        "cluster-local",
+        "deploy-demo-qwen",
+        "gateway",
+    ]
+    # Only the cluster stack has a secret output (its kubeconfig) to read after its update.
+    assert [c.stack for c in forced_calls if not c.engine_run] == [None, "cluster-local"]
+    # The forced updates are recognised as the driver's own: the next up starts nothing.
+    check(fleet.up())
+    assert [c.verb for c in cli_calls()] == ["stack ls"]
 
     # Scale to two replicas: only the deployment stack (and the gateway's routes) change.
     qwen = fleet_dir / "qwen.yaml"
@@ -108,6 +137,13 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
         assert new_name in after[name] and new_name not in before[name], name
     assert not any(replica["name"] in name for name in changed)
     deploy, gateway = third.result("deploy-demo-qwen"), third.result("gateway")
+    # As many engine runs as stacks that changed, and nothing read that the run knew.
+    third_calls = cli_calls()
+    assert sorted(c.stack or "" for c in third_calls if c.engine_run) == [
+        "deploy-demo-qwen",
+        "gateway",
+    ]
+    assert [c.verb for c in third_calls if not c.engine_run] == ["stack ls"]
     assert deploy.count("update") == 1  # the front-door SecurityPolicy's targets
     assert deploy.count("delete") == deploy.count("replace") == 0
     assert gateway.count("update") == 1 and gateway.count("delete") == 0
