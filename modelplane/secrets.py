@@ -172,6 +172,28 @@ def expand_path_variables(text: str, env: Mapping[str, str]) -> tuple[str, list[
     return _VARIABLE.sub(value, text), missing
 
 
+GITIGNORE = "# modelplane's own: state, keys, workspaces. Never committed.\n*\n"
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` (a fleet's `.modelplane/`, holding keys and state) made when missing, mode
+    0700 (narrowed to it when this user owns a wider one), with a `.gitignore` of `*` so that
+    `git add .` in a fleet repository never commits it (docs/architecture.md)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        info = path.stat()
+        if info.st_uid == os.getuid() and info.st_mode & 0o077:
+            path.chmod(0o700)
+        fd = os.open(path / ".gitignore", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    except OSError:
+        return path  # a directory of another user, a read-only checkout: left as it is
+    with os.fdopen(fd, "w") as handle:
+        handle.write(GITIGNORE)
+    return path
+
+
 def ensure_caller_key_files(
     fleet_spec: object, place: Callable[[str], Path | None], inside: Path
 ) -> list[Path]:
@@ -190,6 +212,7 @@ def ensure_caller_key_files(
         path = place(name[len(FILE_PREFIX) :]) if name.startswith(FILE_PREFIX) else None
         if path is None or path.exists() or not path.resolve().is_relative_to(inside.resolve()):
             continue
+        private_dir(inside)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:

@@ -59,7 +59,7 @@ from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
-from modelplane.secrets import gateway_secret_errors
+from modelplane.secrets import gateway_secret_errors, private_dir
 from modelplane.stacks import (
     GATEWAY_STACK,
     StackUnit,
@@ -643,6 +643,7 @@ class Fleet:
         runs), cleans up after the run. ``observer`` hears its progress messages."""
         observer = observer or Observer()
         secrets = resolve_secrets(self.backend, self.secrets_provider, self.env)
+        private_dir(self.state_dir)  # workspaces, a file:// state: 0700, ignoring itself
         session = EngineSession(
             self.state_dir / "workspaces",
             self.backend,

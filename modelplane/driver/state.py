@@ -99,6 +99,9 @@ class FileStore:
             return None
 
     def save(self, name: str, document: Any) -> None:
+        from modelplane.secrets import private_dir
+
+        private_dir(self.root)  # 0700, ignoring itself (docs/architecture.md)
         write_json_atomic(self.path(name), document)
 
     def delete(self, name: str) -> None:

@@ -36,6 +36,7 @@ def test_documents_keep_their_files_and_formats(tmp_path: Path) -> None:
     state.set_autoscale(AutoscaleState(routes_gone={"m-a2": 5.0}))
     state.record_orphans([Orphan("b", "v1", "Service", "ml", "s", "u1", "deploy-ml-m")])
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".gitignore",  # the state directory ignores itself (security L9)
         "autoscale.json",
         "health.json",
         "orphans.json",
