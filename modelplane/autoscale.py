@@ -231,8 +231,8 @@ def replica_values(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
 def parse_metrics(text: str) -> dict[str, float]:
     """Prometheus text exposition -> {metric name: value summed over its label sets}.
 
-    Only the names vLLM exports matter; comments, timestamps and malformed lines are
-    skipped."""
+    Only the names vLLM exports matter; comments, timestamps, malformed lines and values
+    that are negative or not finite are skipped."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         line = line.strip()
@@ -251,8 +251,8 @@ def parse_metrics(text: str) -> dict[str, float]:
             value = float(parts[0])
         except ValueError:
             continue
-        if math.isnan(value):
-            continue
+        if not math.isfinite(value) or value < 0:
+            continue  # NaN, +Inf, a negative gauge: no engine reports them (security M9)
         out[name.strip()] = out.get(name.strip(), 0.0) + value
         if name.strip() == HTTP_REQUESTS and 'status="5' in labels:
             out[HTTP_ERRORS] = out.get(HTTP_ERRORS, 0.0) + value

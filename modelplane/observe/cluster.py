@@ -214,6 +214,14 @@ class ClusterReader:
         names = [str((p.get("metadata") or {}).get("name", "?")) for p in pods]
         fallback = unscraped
         if scraped is not None:
+            # A sample counts only from the pod's own namespace (a pod of that name and label
+            # elsewhere is not this replica's: security M9).
+            spaces = [str((p.get("metadata") or {}).get("namespace", "")) for p in pods]
+            scraped = {
+                n: scraped[n]
+                for n, ns in zip(names, spaces, strict=True)
+                if n in scraped and scraped[n].namespace == ns
+            }
             absent = [n for n in names if n not in scraped]
             if not absent:
                 values = replica_values([scraped[n].values for n in names])

@@ -118,8 +118,9 @@ def parse_samples(body: Any, now: float, stale_after: float) -> dict[str, dict[s
     """The answer of `metrics_query` -> {replica: {pod: its samples}}.
 
     Per series the newest sample counts; samples older than `now - stale_after`, NaN
-    values (Prometheus' staleness markers) and series without a replica or pod label are
-    left out. Raises PrometheusAnswerError on an error status or another result type."""
+    values (Prometheus' staleness markers), negative or infinite ones, series without a
+    replica or pod label, and a pod name seen in two namespaces are left out. Raises
+    PrometheusAnswerError on an error status or another result type."""
     if not isinstance(body, dict):
         raise PrometheusAnswerError("the answer is not a JSON object")
     if body.get("status") != "success":
@@ -131,6 +132,7 @@ def parse_samples(body: Any, now: float, stale_after: float) -> dict[str, dict[s
         raise PrometheusAnswerError(f"expected a matrix result, got {got!r}")
     oldest = now - stale_after
     pods: dict[tuple[str, str], tuple[str, dict[str, float], float]] = {}
+    ambiguous: set[tuple[str, str]] = set()
     for series in data.get("result") or []:
         if not isinstance(series, dict):
             continue
@@ -146,11 +148,16 @@ def parse_samples(body: Any, now: float, stale_after: float) -> dict[str, dict[s
         at, value = newest
         ns = str(labels.get(NAMESPACE_TARGET_LABEL) or "")
         entry = pods.setdefault((str(replica), str(pod)), (ns, {}, at))
+        if entry[0] != ns:
+            ambiguous.add((str(replica), str(pod)))
+            continue
         values = entry[1]
         values[str(name)] = values.get(str(name), 0.0) + value
         pods[(str(replica), str(pod))] = (ns, values, min(entry[2], at))
     out: dict[str, dict[str, PodSamples]] = {}
     for (replica, pod), (ns, values, at) in sorted(pods.items()):
+        if (replica, pod) in ambiguous:
+            continue  # one pod name in two namespaces: neither counts (security M9)
         out.setdefault(replica, {})[pod] = PodSamples(ns, values, at)
     return out
 
@@ -162,8 +169,8 @@ def _newest(values: Iterable[Any]) -> tuple[float, float] | None:
             at, raw = float(point[0]), float(point[1])
         except (TypeError, ValueError, IndexError):
             continue
-        if math.isnan(raw):
-            continue
+        if not math.isfinite(raw) or raw < 0:
+            continue  # a staleness marker (NaN), or no value an engine reports (security M9)
         if best is None or at > best[0]:
             best = (at, raw)
     return best
