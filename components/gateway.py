@@ -227,6 +227,9 @@ def tls_secret(certificate: pulumi.Input[str], private_key: pulumi.Input[str]) -
 AUTHZ_NAME = "modelplane-authz"
 AUTHZ_PORT = 8080
 AUTHZ_IMAGE = "python:3.12-alpine"
+# Threads are bounded (modelplane/authz.py MAX_CONNECTIONS): a leak or a flood is killed, not
+# the node starved.
+AUTHZ_MEMORY_LIMIT = "256Mi"
 CALLERS_SECRET = "modelplane-callers"
 AUTHZ_ADDRESS = f"http://{AUTHZ_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{AUTHZ_PORT}/"
 AUTHZ_LABELS = labels(app_labels("inference-gateway", AUTHZ_NAME, "authz"))
@@ -291,6 +294,9 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
                         },
                     },
                     "spec": {
+                        # It talks to no API server: no token; RuntimeDefault seccomp.
+                        "automountServiceAccountToken": False,
+                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [
                             {
                                 "name": "authz",
@@ -305,12 +311,16 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
                                 ],
                                 "ports": [{"name": "authz", "containerPort": AUTHZ_PORT}],
                                 "readinessProbe": {"tcpSocket": {"port": AUTHZ_PORT}},
-                                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                                "resources": {
+                                    "requests": {"cpu": "50m", "memory": "64Mi"},
+                                    "limits": {"memory": AUTHZ_MEMORY_LIMIT},
+                                },
                                 "securityContext": {
                                     "runAsNonRoot": True,
                                     "runAsUser": 65534,
                                     "allowPrivilegeEscalation": False,
                                     "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
                                 },
                                 "volumeMounts": [
                                     {"name": "code", "mountPath": "/app", "readOnly": True},

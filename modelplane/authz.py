@@ -31,11 +31,17 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 CALLER_HEADER = "x-modelplane-caller"
 ANONYMOUS = "anonymous"
 RELOAD_EVERY = 1.0  # seconds between checks of the keys file
+# A connection silent this long is closed (a slow client holds no thread for good); longer
+# than Go's idle keep-alive (90 s), so Traefik drops an idle connection before it is closed
+# under it. At most MAX_CONNECTIONS at once: another is closed at once, never queued.
+REQUEST_TIMEOUT = 120.0
+MAX_CONNECTIONS = 512
 
 
 def key_hash(key: str) -> str:
@@ -126,7 +132,7 @@ class Keys:
         return None
 
 
-def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
+def make_handler(keys: Keys, timeout: float = REQUEST_TIMEOUT) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms stall
@@ -169,13 +175,46 @@ def make_handler(keys: Keys) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             return  # no access log: the gateway has one (and headers hold keys)
 
+    Handler.timeout = timeout  # the socket's: every read and write of a connection
     return Handler
 
 
-def serve(keys_path: Path, host: str, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), make_handler(Keys(keys_path)))
-    server.daemon_threads = True
-    return server
+class BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``limit`` at once: one more is closed unanswered."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type, limit: int) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(limit)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def serve(
+    keys_path: Path,
+    host: str,
+    port: int,
+    *,
+    timeout: float = REQUEST_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+) -> ThreadingHTTPServer:
+    handler = make_handler(Keys(keys_path), timeout)
+    return BoundedServer((host, port), handler, max_connections)
 
 
 def main(argv: list[str] | None = None) -> int:

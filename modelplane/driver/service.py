@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 
+from modelplane.authz import BoundedServer
+
 STALE_TICK = 120.0  # a loop that has not ticked for this long is not healthy
 
 
@@ -155,6 +157,10 @@ def _replicas(name: str, help_: str, values: Mapping[str, int]) -> list[str]:
     )
 
 
+LISTEN_TIMEOUT = 30.0  # seconds a connection may stay silent
+LISTEN_CONNECTIONS = 64  # at most at once; one more is closed unanswered
+
+
 def serve(listen: str, metrics: Metrics) -> ThreadingHTTPServer:
     """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``host:port`` in a daemon thread."""
     host, _, port = listen.rpartition(":")
@@ -184,7 +190,10 @@ def serve(listen: str, metrics: Metrics) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             return  # scrapes are not log lines
 
-    server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+    Handler.timeout = LISTEN_TIMEOUT  # a silent connection holds no thread for good
+    server = BoundedServer(
+        (host.strip("[]") or "127.0.0.1", int(port)), Handler, LISTEN_CONNECTIONS
+    )
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
 

@@ -101,3 +101,18 @@ def test_security_envoy_gateway_refuses_underscore_headers() -> None:
     policy = client_traffic_policy("modelplane", "modelplane-system", {})
     assert policy["spec"]["headers"]["withUnderscoresAction"] == "RejectRequest"
     assert k8s_schemas.errors(policy) == []
+
+
+def test_security_authz_pod_is_hardened() -> None:
+    """L2: the key check talks to no API server and needs no privilege."""
+    from components.gateway import authz_manifests
+
+    [deployment] = [m for m in authz_manifests("{}") if m["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = pod["containers"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"]["limits"]["memory"]
+    assert k8s_schemas.errors(deployment) == []
