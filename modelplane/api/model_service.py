@@ -19,6 +19,7 @@ from modelplane.api.base import (
     check_no_owned_labels,
 )
 from modelplane.api.limits import MAX_WEIGHT
+from modelplane.api.pod_security import reserved_namespace
 from modelplane.api.problems import raise_if
 
 
@@ -110,6 +111,36 @@ def parse_endpoint_url(url: str) -> ParsedURL:
     return ParsedURL(parts.scheme, host.lower(), port, parts.path or "/", kind)
 
 
+# What no ModelEndpoint may name (docs/api.md "ModelService and ModelEndpoint"; security L5):
+# the front door would expose it to every client.
+_AWS_METADATA_V6 = ipaddress.ip_address("fd00:ec2::254")
+_INTERNAL_NAMES = frozenset({"localhost", "metadata", "metadata.google.internal", "kubernetes"})
+
+
+def internal_problem(parsed: ParsedURL) -> str | None:
+    """Why the front door must not reach this endpoint's host (None: it may)."""
+    if parsed.address_type != "FQDN":
+        ip = ipaddress.ip_address(parsed.host)
+        mapped = getattr(ip, "ipv4_mapped", None)
+        ip = mapped or ip
+        if ip == _AWS_METADATA_V6:
+            return "the cloud's metadata service"
+        if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+            return "a loopback, link-local (cloud metadata), unspecified or multicast address"
+        return None
+    name = parsed.host.rstrip(".")
+    labels = name.split(".")
+    if (
+        name in _INTERNAL_NAMES
+        or labels[-1] == "localhost"
+        or labels[:2] == ["kubernetes", "default"]
+    ):
+        return f"{name!r} is the node, the cluster's API server or the metadata service"
+    if len(labels) >= 2 and reserved_namespace(labels[1]):
+        return f"{name!r} is a Service of the reserved namespace {labels[1]!r}"
+    return None
+
+
 class ModelEndpointSpec(Strict):
     url: str = Field(min_length=1)
     """The endpoint's base URL: http(s), a host (IP, IPv6 or name), an optional port."""
@@ -119,7 +150,9 @@ class ModelEndpointSpec(Strict):
     @field_validator("url")
     @classmethod
     def _valid_url(cls, url: str) -> str:
-        parse_endpoint_url(url)
+        problem = internal_problem(parse_endpoint_url(url))
+        if problem:
+            raise ValueError(f"url {url!r}: {problem}, never a ModelEndpoint")
         return url
 
     @field_validator("rewrite_path")
