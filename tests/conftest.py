@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # `modelplane` processes tests start, which inherit the variable) is appended to one file,
     # so the summary can say how many engine runs the suite took (issue 32).
     if LOG_ENV not in os.environ:
-        fd, path = tempfile.mkstemp(prefix="modelplane-engine-calls-", suffix=".jsonl")
+        fd, path = tempfile.mkstemp(prefix="mp-cli-calls-", suffix=".jsonl")
         os.close(fd)
         os.environ[LOG_ENV] = path
         config.stash[_CALLS] = Path(path)
