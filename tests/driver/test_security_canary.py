@@ -280,9 +280,10 @@ def test_canary_backend_password_through_a_real_up(
     for name, args in runs.items():
         result = CliRunner().invoke(app, args, env=env)
         seen[name] = _outputs(result)
-        if name.startswith("up -o json"):
-            assert result.exit_code == 0, seen[name]
-            assert json.loads(result.stdout)["backend"].startswith(f"postgres://modelplane:{MASK}@")
+        assert result.exit_code == 0, (name, seen[name][-3000:])  # each ran, not an early error
+        if name in ("up -o json", "status -o json"):
+            shown = json.loads(result.stdout)["backend"]
+            assert shown.startswith(f"postgres://modelplane:{MASK}@"), shown
     seen["preview.md"] = (tmp_path / "preview.md").read_text()
     leaks = [k for k, v in seen.items() if PW in v]
     assert not leaks, f"the password appears in: {leaks}"
