@@ -20,7 +20,7 @@ from .installed import find_installed, link_into
 from .official import OfficialUnavailable, install_official, installer_reachable
 from .plugininfo import cli_version
 from .resolve import choose_sources
-from .sources import EngineSources, all_fallback_sources
+from .sources import EngineSources, all_fallback_sources, modelplane_host_digest
 from .versions import EngineVersions, wanted_versions
 
 Progress = Callable[[str], None]
@@ -73,6 +73,10 @@ def _quiet(_: str) -> None:
 def candidate_keys(wanted: EngineVersions) -> list[str]:
     """Cache folders that can serve `wanted`: the exact one, then the pinned fallback builds."""
     keys = [wanted.key]
+    # The exact versions built with modelplane's host (when the host module is not served).
+    with_host = EngineVersions(wanted.pulumi, wanted.kubernetes, host=modelplane_host_digest())
+    if with_host.key not in keys:
+        keys.append(with_host.key)
     for fallback in all_fallback_sources(wanted):
         if fallback.versions.key not in keys:
             keys.append(fallback.versions.key)

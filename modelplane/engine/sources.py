@@ -21,7 +21,9 @@ serve, is used when an exact version is refused:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from importlib import resources
 
 from .versions import EngineVersions, strip_v
 
@@ -64,7 +66,16 @@ class EngineSources:
 
     @property
     def versions(self) -> EngineVersions:
-        return EngineVersions(pulumi=self.cli_version, kubernetes=strip_v(self.provider.stamp))
+        host = "" if self.host_module_version else modelplane_host_digest()
+        return EngineVersions(
+            pulumi=self.cli_version, kubernetes=strip_v(self.provider.stamp), host=host
+        )
+
+
+def modelplane_host_digest() -> str:
+    """The first 8 hex digits of the SHA-256 of modelplane's language host source."""
+    source = resources.files("modelplane.engine").joinpath("gosrc", "langhost", "main.go")
+    return hashlib.sha256(source.read_bytes()).hexdigest()[:8]
 
 
 #: go.sum lines for module versions the checksum database does not know (hashes taken from the

@@ -20,14 +20,18 @@ class VersionNotFound(EnvironmentProblem, RuntimeError):
 
 @dataclass(frozen=True)
 class EngineVersions:
-    """The Pulumi CLI version and the Kubernetes provider plugin version (no leading `v`)."""
+    """The Pulumi CLI version and the Kubernetes provider plugin version (no leading `v`);
+    ``host``: the digest of modelplane's own language host when the engine uses it (a build
+    with a changed host is another engine)."""
 
     pulumi: str
     kubernetes: str
+    host: str = ""
 
     @property
     def key(self) -> str:
-        return cache_key(self.pulumi, self.kubernetes)
+        key = cache_key(self.pulumi, self.kubernetes)
+        return f"{key}-mphost-{self.host}" if self.host else key
 
 
 def cache_key(pulumi: str, kubernetes: str) -> str:

@@ -81,6 +81,15 @@ def test_cache_key_names_both_versions() -> None:
     assert WANTED.key == "pulumi-v3.272.0-k8s-v4.34.2"
 
 
+def test_an_engine_with_modelplanes_host_is_named_by_the_hosts_source(tmp_path: Path) -> None:
+    # A changed host source is another engine: machines with the old one build the new one.
+    digest = sources.modelplane_host_digest()
+    assert len(digest) == 8 and int(digest, 16) >= 0
+    with_host = EngineVersions("3.274.1", "4.25.0", host=digest)
+    assert with_host.key == f"pulumi-v3.274.1-k8s-v4.25.0-mphost-{digest}"
+    assert EngineVersions("3.274.1", "4.25.0").key == "pulumi-v3.274.1-k8s-v4.25.0"
+
+
 def test_wanted_versions_are_the_installed_packages() -> None:
     wanted = wanted_versions()
     assert wanted.pulumi == importlib.metadata.version("pulumi")
@@ -196,9 +205,11 @@ def test_a_failed_build_leaves_no_engine_behind(
 def test_candidate_keys_exact_first_then_pinned_fallbacks_newest_first() -> None:
     keys = candidate_keys(WANTED)
     assert keys[0] == WANTED.key
-    assert keys[1:] == [f.versions.key for f in sources.all_fallback_sources(WANTED)]
-    assert keys[1] == cache_key("3.274.1", sources.FALLBACK_PROVIDER.stamp)
-    assert keys[2] == cache_key("3.259.0", sources.FALLBACK_PROVIDER.stamp)
+    host = f"-mphost-{sources.modelplane_host_digest()}"  # the builds carry modelplane's host
+    assert keys[1] == WANTED.key + host  # the exact versions with modelplane's host
+    assert keys[2:] == [f.versions.key for f in sources.all_fallback_sources(WANTED)]
+    assert keys[2] == cache_key("3.274.1", sources.FALLBACK_PROVIDER.stamp) + host
+    assert keys[3] == cache_key("3.259.0", sources.FALLBACK_PROVIDER.stamp) + host
 
 
 # -- wrapper modules ------------------------------------------------------------------------------
@@ -320,7 +331,10 @@ def test_fallback_sources_are_pinned_and_named_by_what_they_build() -> None:
     fallback = sources.fallback_sources(WANTED)
     assert fallback.exec_shim_sdk_version == WANTED.pulumi  # the shim matches the Python SDK
     assert fallback.host_module_version is None  # modelplane's own host
-    assert fallback.versions.key == cache_key(fallback.cli_version, fallback.provider.stamp)
+    assert fallback.versions.key == (
+        cache_key(fallback.cli_version, fallback.provider.stamp)
+        + f"-mphost-{sources.modelplane_host_digest()}"
+    )
     assert any(fallback.provider.module_version in line for line in fallback.pinned_sums)
 
 
@@ -365,7 +379,12 @@ def test_exact_cli_with_modelplane_host_when_the_host_module_is_refused(tmp_path
 
     served = {k: v for k, v in FULL_PROXY.items() if not k.startswith(sources.HOST_MODULE)}
     chosen = choose_sources(FakeGo(served), WANTED, tmp_path, "auto")  # type: ignore[arg-type]
-    assert chosen.versions == WANTED and chosen.host_module_version is None
+    assert chosen.host_module_version is None
+    assert chosen.versions == EngineVersions(
+        WANTED.pulumi, WANTED.kubernetes, host=sources.modelplane_host_digest()
+    )
+    # ... and such an engine is found where the bootstrap looks (right after the exact one).
+    assert candidate_keys(WANTED)[:2] == [WANTED.key, chosen.versions.key]
 
 
 def test_refused_versions_fall_back_unless_exact_is_demanded(tmp_path: Path) -> None:
@@ -539,8 +558,8 @@ def expected_versions(root: Path) -> EngineVersions:
     if root.name == wanted.key:
         return wanted
     for fallback in sources.all_fallback_sources(wanted):
-        if root.name == fallback.versions.key:
-            return fallback.versions
+        if root.name == fallback.versions.key:  # the manifest names the versions, not the host
+            return EngineVersions(fallback.versions.pulumi, fallback.versions.kubernetes)
     raise AssertionError(f"unexpected engine folder {root}")
 
 

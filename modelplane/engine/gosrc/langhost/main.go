@@ -190,24 +190,42 @@ func toolchainFor(info *pulumirpc.ProgramInfo) (toolchain.Toolchain, error) {
 	return toolchain.ResolveToolchain(opts)
 }
 
-// listPluginsScript prints, as JSON, the pulumi-plugin.json of every installed distribution
-// that declares a resource plugin.
+// listPluginsScript prints, as JSON, the pulumi-plugin.json of every importable top-level
+// package that declares a resource plugin. It looks only where a package keeps that file (its
+// own directory on sys.path), not through every installed distribution's file list: the
+// engine asks at the start of every run, and reading each distribution's RECORD took about a
+// quarter of a second with the cloud SDKs installed (bench/engine_phases.py).
 const listPluginsScript = `
-import importlib.metadata, json, sys
-found = []
-for dist in importlib.metadata.distributions():
-    for file in dist.files or ():
-        if file.name != "pulumi-plugin.json":
+import json, os, sys
+found, seen = [], set()
+for entry in sys.path:
+    try:
+        names = sorted(os.listdir(entry or "."))
+    except OSError:
+        continue
+    for name in names:
+        path = os.path.join(entry or ".", name, "pulumi-plugin.json")
+        if name in seen or not os.path.isfile(path):
             continue
+        seen.add(name)
         try:
-            data = json.loads(file.read_text())
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
         except Exception:
             continue
         if isinstance(data, dict) and data.get("resource"):
-            data.setdefault("version", dist.version)
+            if not data.get("version"):
+                import importlib.metadata as md
+                dists = md.packages_distributions().get(name) or []
+                if dists:
+                    data["version"] = md.version(dists[0])
             found.append(data)
 json.dump(found, sys.stdout)
 `
+
+// aboutScript prints the interpreter's path and version: what About reports, from one process
+// (the toolchain's About starts three, one of them `pip --version`).
+const aboutScript = `import sys; print(sys.executable); print("%d.%d.%d" % sys.version_info[:3])`
 
 type pluginFile struct {
 	Name             string `json:"name"`
@@ -439,14 +457,19 @@ func (h *host) About(ctx context.Context, req *pulumirpc.AboutRequest) (*pulumir
 	if err != nil {
 		return nil, err
 	}
-	about, err := tc.About(ctx)
+	cmd, err := tc.Command(ctx, "-c", aboutScript)
 	if err != nil {
 		return nil, err
 	}
-	return &pulumirpc.AboutResponse{
-		Executable: about.PythonExecutable,
-		Version:    about.PythonVersion.String(),
-	}, nil
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("asking the Python interpreter its version: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		return nil, fmt.Errorf("unexpected answer from the Python interpreter: %q", out)
+	}
+	return &pulumirpc.AboutResponse{Executable: lines[0], Version: strings.TrimSpace(lines[1])}, nil
 }
 
 func (h *host) GetProgramDependencies(
