@@ -432,6 +432,12 @@ class UpOp(EngineOp):
         self.message = update_message(self.fingerprint)
         if self.force or self.ctx.up_options.get("refresh") or self.ctx.cache is None:
             return None
+        here = self.ctx.cache.updated_here(self.unit.name)
+        if here is not None and here != self.fingerprint:
+            # This run updated the stack with other inputs (a rollout's earlier step): it
+            # changes again, whatever the history says.
+            self.known_changed = True
+            return None
         entry = self.ctx.cache.valid(self.unit.name)
         if entry is None:
             return None

@@ -143,6 +143,12 @@ class StackCache:
             if entry is not None:
                 self._entries[name] = entry
         self._dirty = False
+        self._here: dict[str, str] = {}  # stacks this process updated -> their fingerprint
+
+    def updated_here(self, stack: str) -> str | None:
+        """The fingerprint this process last updated the stack with (None: it did not)."""
+        with self._lock:
+            return self._here.get(stack)
 
     def valid(self, stack: str) -> Entry | None:
         """The entry when it still describes the stack (confirmed now if it was pending)."""
@@ -177,6 +183,8 @@ class StackCache:
     ) -> None:
         """This driver updated the stack with ``fingerprint`` between ``window``'s times."""
         self._put(stack, Entry(fingerprint, outputs_digest(plain), dict(masked), window=window))
+        with self._lock:
+            self._here[stack] = fingerprint
 
     def forget(self, stack: str) -> None:
         with self._lock:

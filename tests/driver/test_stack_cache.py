@@ -80,13 +80,16 @@ def test_an_update_is_confirmed_by_the_next_runs_listing_and_survives_a_reload(
     tmp_path: Path,
 ) -> None:
     first = _cache(tmp_path, {})
+    assert first.updated_here("deploy-a") is None
     first.updated("deploy-a", "fp1", {"k": "secret-v"}, {"k": "[secret]"}, (T, T + 2))
     assert first.valid("deploy-a") is None  # this run has no listing of that update yet
+    assert first.updated_here("deploy-a") == "fp1"  # but knows its own inputs
     first.save()
     stored = json.loads((tmp_path / f"{DOCUMENT}.json").read_text())
     assert "secret-v" not in json.dumps(stored)  # masked and hashed only
 
     second = _cache(tmp_path, {"deploy-a": Marker(T + 1.5, 9)})
+    assert second.updated_here("deploy-a") is None  # another process
     entry = second.valid("deploy-a")
     assert entry is not None and entry.fingerprint == "fp1" and entry.marker == Marker(T + 1.5, 9)
     second.save()
