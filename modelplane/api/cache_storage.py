@@ -31,6 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from modelplane.errors import UserError
+
 FilestoreTier = Literal["Zonal", "Regional"]
 TIB_GIB = 1024
 
@@ -81,8 +83,8 @@ def _gib(gib: int) -> str:
     return f"{gib / TIB_GIB:g} TiB" if gib % 256 == 0 and gib >= TIB_GIB else f"{gib} GiB"
 
 
-class CacheTooLarge(ValueError):
-    pass
+class CacheTooLarge(UserError, ValueError):
+    """A cache larger than its storage tier can hold (a spec error)."""
 
 
 def filestore_volume(
