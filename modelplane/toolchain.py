@@ -1,16 +1,18 @@
 """Every Go binary modelplane needs, built concurrently by one command and cached per user.
 
-``python -m modelplane.toolchain install`` (part of ``make setup``) makes sure of four sets:
+``python -m modelplane.toolchain install`` (part of ``make setup``) makes sure of five sets:
 
 - the Pulumi engine (CLI, Python language host, Kubernetes provider): ``modelplane.engine``;
 - the Kubernetes control plane (kube-apiserver, kube-scheduler, kube-controller-manager,
   kubectl, kine): ``modelplane.gobuild.kube``;
 - the dev fleet's kwok, LeaderWorkerSet controller and Traefik: ``modelplane.gobuild.fleet``;
-- the dev fleet's Prometheus (Kubernetes discovery only): ``modelplane.gobuild.prometheus``.
+- the dev fleet's Prometheus (Kubernetes discovery only): ``modelplane.gobuild.prometheus``;
+- actionlint, which the tests run on the GitHub workflows: ``modelplane.gobuild.actionlint``.
 
-Each set is one wrapper module and one ``go build``, and the four run at the same time, so a
-cold machine waits for the longest one rather than the sum (the Go build cache is shared; each
-set has its own lock, so concurrent callers wait instead of building twice). A cached set is
+Each set is one Go build (a wrapper module and one ``go build``; actionlint one ``go install``),
+and they run at the same time, so a cold machine waits for the longest one rather than the sum
+(the Go build cache is shared; each set has its own lock, so concurrent callers wait instead of
+building twice). A cached set is
 found in milliseconds. ``status`` prints what is cached without building anything.
 """
 
@@ -71,15 +73,22 @@ def _prometheus(say: Progress) -> Path:
     return ensure_prometheus(progress=say).parent
 
 
+def _actionlint(say: Progress) -> Path:
+    from modelplane.gobuild.actionlint import ensure_actionlint
+
+    return ensure_actionlint(progress=say).parent
+
+
 SETS: dict[str, Callable[[Progress], Path]] = {
     "engine": _engine,
     "kube": _kube,
     "devfleet": _fleet,
     "prometheus": _prometheus,
+    "actionlint": _actionlint,
 }
 # What `install` builds when no set is named (`make setup`): Prometheus is optional (only
 # `dev-fleet up --prometheus` uses it; a cold build of its module is 25-45 min on 2 cores).
-DEFAULT_SETS = ("engine", "kube", "devfleet")
+DEFAULT_SETS = ("engine", "kube", "devfleet", "actionlint")
 
 
 def _run_one(name: str) -> Outcome:
@@ -99,6 +108,7 @@ def install(names: list[str]) -> list[Outcome]:
 
 def status() -> dict[str, Path | None]:
     from modelplane.engine.bootstrap import find_engine
+    from modelplane.gobuild.actionlint import cached_actionlint
     from modelplane.gobuild.fleet import cached_fleet_binaries
     from modelplane.gobuild.kube import cached_kube_binaries
     from modelplane.gobuild.prometheus import cached_prometheus
@@ -111,6 +121,7 @@ def status() -> dict[str, Path | None]:
         "kube": kube.bin_dir if kube else None,
         "devfleet": fleet.bin_dir if fleet else None,
         "prometheus": prometheus.parent if (prometheus := cached_prometheus()) else None,
+        "actionlint": actionlint.parent if (actionlint := cached_actionlint()) else None,
     }
 
 

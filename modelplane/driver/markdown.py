@@ -132,13 +132,44 @@ def _props(change: ResourceChange) -> str:
     return ", ".join(shown) + (f", and {more} more" if more > 0 else "")
 
 
+OFFLINE = (Outcome.NEW, Outcome.RENDERED)
+"""Outcomes whose resources come from the offline render (the program under Pulumi's mocks)."""
+COUNTED = (Outcome.SUCCEEDED, *OFFLINE)
+OFFLINE_SUFFIX = ": resources from the offline render"
+
+
 def _stack_summary(r: StackResult) -> str:
-    if r.outcome is not Outcome.SUCCEEDED:
+    if r.outcome not in COUNTED:
         return r.outcome.value
     parts = [
         f"{r.count(k)} to {k}" for k in ("create", "update", "replace", "delete") if r.count(k)
     ]
-    return ", ".join(parts) or "no changes"
+    summary = ", ".join(parts) or "no changes"
+    return f"{r.outcome.value} (offline render): {summary}" if r.outcome in OFFLINE else summary
+
+
+def offline_line(r: StackResult) -> str:
+    """The line that says a stack is shown from the offline render, not by the engine, and why."""
+    if r.outcome is Outcome.NEW:
+        why = "no stack in the backend yet"
+    else:
+        why = (r.note or "the engine cannot preview it yet").removesuffix(OFFLINE_SUFFIX)
+    return f"- `{r.stack}`: shown from the offline render ({_cell(why)})"
+
+
+def offline_section(run: RunResult) -> list[str]:
+    """Every stack the engine did not preview, one line each (empty when there is none)."""
+    offline = [r for r in run.results if r.outcome in OFFLINE]
+    if not offline:
+        return []
+    return [
+        "",
+        f"**{len(offline)} stack(s) shown from the offline render**, not previewed by the engine: "
+        "their resources come from the stack's program run under Pulumi's mocks (as "
+        "`modelplane render` runs it), with no deployed state or live cluster to compare with.",
+        "",
+        *[offline_line(r) for r in offline],
+    ]
 
 
 def stacks_section(run: RunResult) -> list[str]:
@@ -148,11 +179,12 @@ def stacks_section(run: RunResult) -> list[str]:
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in run.results:
-        ok = r.outcome is Outcome.SUCCEEDED
+        ok = r.outcome in COUNTED
         counts = [str(r.count(k)) if ok else "" for k in ("create", "update", "replace", "delete")]
         lines.append(f"| `{r.stack}` | {_stack_summary(r)} | " + " | ".join(counts) + " |")
+    lines += offline_section(run)
     for r in run.results:
-        if r.error or (r.outcome is not Outcome.SUCCEEDED and r.note):
+        if r.error or (r.outcome not in COUNTED and r.note):
             lines += [
                 "",
                 f"**`{r.stack}` {r.outcome.value}**",
@@ -211,13 +243,15 @@ def preview_markdown(
         for k in ("create", "update", "replace", "delete")
     }
     failed = [r.stack for r in run.results if not r.ok]
+    offline = [r.stack for r in run.results if r.outcome in OFFLINE]
     head = [
         MARKER,
         f"## {title}",
         "",
         f"{total['create']} to create, {total['update']} to update, "
         f"{total['replace']} to replace, {total['delete']} to delete"
-        + (f"; **{len(failed)} stack(s) did not preview**: {', '.join(failed)}" if failed else ""),
+        + (f"; **{len(failed)} stack(s) did not preview**: {', '.join(failed)}" if failed else "")
+        + (f"; {len(offline)} stack(s) shown from the offline render" if offline else ""),
         "",
     ]
     note = [

@@ -20,7 +20,7 @@ from modelplane.driver.markdown import MARKER, preview_markdown
 from modelplane.driver.operations import error_text, locked_message
 from modelplane.driver.placement_diff import placement_diff
 from modelplane.driver.plan import Plan
-from modelplane.driver.results import Outcome, RunResult, StackResult
+from modelplane.driver.results import Outcome, ResourceChange, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import (
     default_backend,
@@ -517,3 +517,53 @@ def test_markdown_reports_failures_and_shortfalls() -> None:
     assert "No placement changes" in text
     assert "2 of 3 replica(s) not placed" in text and "pool gpu has 0 free nodes" in text
     assert "did not preview**: cluster-a" in text and "error: boom" in text
+
+
+def test_markdown_says_which_stacks_come_from_the_offline_render() -> None:
+    """The comment says, per stack, when its resources are the offline render's (issue 34)."""
+    lock = _lock(ns__m=[_replica("m-1", "a")])
+    created = ResourceChange("create", "urn:x", "kubernetes:apps/v1:Deployment", "m-1")
+    run = RunResult(
+        "preview",
+        "file:///x",
+        [
+            StackResult("cluster-a", Tier.CLUSTERS, Outcome.SUCCEEDED, changes={"same": 4}),
+            StackResult(
+                "deploy-ns-m",
+                Tier.DEPLOYMENTS,
+                Outcome.NEW,
+                changes={"create": 7},
+                resources=[created],
+                note="new stack (not in the backend yet): resources from the offline render",
+            ),
+            StackResult(
+                "cache-ns-c",
+                Tier.CACHES,
+                Outcome.RENDERED,
+                changes={"create": 2},
+                note="needs new cluster stack(s) cluster-b, which do not exist yet: "
+                "resources from the offline render",
+            ),
+        ],
+    )
+    text = preview_markdown(Plan(lock, ScheduleResult(lock, {})), run)
+    assert "9 to create" in text and "2 stack(s) shown from the offline render" in text
+    assert "**2 stack(s) shown from the offline render**, not previewed by the engine" in text
+    assert "- `deploy-ns-m`: shown from the offline render (no stack in the backend yet)" in text
+    assert (
+        "- `cache-ns-c`: shown from the offline render (needs new cluster stack(s) cluster-b, "
+        "which do not exist yet)" in text
+    )
+    assert "| `deploy-ns-m` | new (offline render): 7 to create | 7 | 0 | 0 | 0 |" in text
+    assert "<code>deploy-ns-m</code>: new (offline render): 7 to create" in text
+    assert "`cluster-a`: shown" not in text and "```" not in text  # not shown as an error
+
+
+def test_markdown_without_offline_stacks_says_nothing_of_it() -> None:
+    lock = _lock(ns__m=[_replica("m-1", "a")])
+    run = RunResult(
+        "preview",
+        "file:///x",
+        [StackResult("cluster-a", Tier.CLUSTERS, Outcome.SUCCEEDED, changes={"update": 1})],
+    )
+    assert "offline render" not in preview_markdown(Plan(lock, ScheduleResult(lock, {})), run)

@@ -26,7 +26,8 @@ def run(args: list[str], env: dict[str, str] | None = None) -> subprocess.Comple
 def test_unknown_set_is_refused_with_the_choices() -> None:
     result = run(["-m", "modelplane.toolchain", "install", "gcc"])
     assert result.returncode == 2
-    assert "unknown set(s) gcc; choose from engine, kube, devfleet, prometheus" in result.stderr
+    choices = "engine, kube, devfleet, prometheus, actionlint"
+    assert f"unknown set(s) gcc; choose from {choices}" in result.stderr
 
 
 @pytest.mark.parametrize(
