@@ -90,14 +90,32 @@ def phases_of(
     grp_start = _first(t, "GetRequiredPackages(") or metadata
     grp_end = _last(t, "GetRequiredPackages(") or grp_start
     run_start = _first(t, "langhost[python].Run(") or grp_end
-    first_resource = _first(t, "registering resource:", after=run_start) or run_start
+    # The program's first resource of its own (the SDK registers the Stack before it runs).
+    first_resource = next(
+        (
+            stamp
+            for stamp, msg in t
+            if stamp >= run_start
+            and msg.startswith(("registering resource:", "reading resource:"))
+            and "ty=pulumi:pulumi:Stack," not in msg
+        ),
+        run_start,
+    )
     imported = (program or {}).get("imported", first_resource)
-    refs = 0.0
+    # Stack references: the wall time during which at least one was being read (they are
+    # read concurrently since Upstream.prefetch).
+    spans = []
     for stamp, msg in t:
         if "reading resource: ty=pulumi:pulumi:StackReference" in msg:
             name = msg.split("name=")[-1].split(",")[0]
             done = _first(t, "resource read successful", "StackReference", name, after=stamp)
-            refs += (done or stamp) - stamp
+            spans.append((stamp, done or stamp))
+    refs, covered_to = 0.0, 0.0
+    for begin, end in sorted(spans):
+        begin = max(begin, covered_to)
+        if end > begin:
+            refs += end - begin
+            covered_to = end
     provider_from = _first(t, "GetPluginPath(resource, kubernetes", after=run_start)
     provider_to = _first(t, "loaded provider", "pulumi:providers:kubernetes")
     provider = (provider_to - provider_from) if provider_from and provider_to else 0.0
