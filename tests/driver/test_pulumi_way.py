@@ -562,7 +562,7 @@ def test_the_workflow_has_no_public_passphrase_and_a_backend_per_fleet() -> None
     throwaway = steps["A throw-away passphrase for the empty backend"]
     assert "add-mask" in throwaway["run"] and "secrets.token_hex" in throwaway["run"]
     run = steps["Preview changed fleets"]["run"]
-    assert "--backend ${MODELPLANE_BACKEND_URL%/}/$name" in run
+    assert '--backend "${MODELPLANE_BACKEND_URL%/}/$name"' in run
     assert "--refresh" in run and "--expect-no-changes" in run
 
 
