@@ -14,11 +14,10 @@ Layout (``actionlint_cache_dir()``)::
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from modelplane.gobuild.cache import Manifest, cache_root, ensure_built
-from modelplane.gobuild.gotool import GoError, GoTool, Progress
+from modelplane.gobuild.cache import Manifest, cache_root, cached_executable, ensure_built
+from modelplane.gobuild.gotool import GoTool, Progress
 from modelplane.gobuild.kube import default_progress
 
 ACTIONLINT_MODULE = "github.com/rhysd/actionlint"
@@ -35,14 +34,7 @@ def actionlint_cache_dir() -> Path:
 
 
 def cached_actionlint() -> Path | None:
-    override = os.environ.get(BIN_ENV)
-    if override:
-        path = Path(override).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise GoError(f"{BIN_ENV}={override} is not an executable")
-        return path
-    path = actionlint_cache_dir() / "bin" / "actionlint"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    return cached_executable(BIN_ENV, actionlint_cache_dir() / "bin" / "actionlint")
 
 
 def ensure_actionlint(*, progress: Progress | None = default_progress) -> Path:

@@ -271,3 +271,15 @@ def build_into(root: Path, build: Build, say: Progress, *, what: str) -> Path:
         publish(staging, root, manifest)
     say(f"built {what} in {format_elapsed(elapsed)}: {root / 'bin'}")
     return root
+
+
+def cached_executable(override_env: str, path: Path) -> Path | None:
+    """A single cached binary: ``$override_env`` when set (it must be executable), else
+    ``path`` when it is an executable file, else None."""
+    override = os.environ.get(override_env)
+    if override:
+        given = Path(override).expanduser()
+        if not (given.is_file() and os.access(given, os.X_OK)):
+            raise GoError(f"{override_env}={override} is not an executable")
+        return given
+    return path if path.is_file() and os.access(path, os.X_OK) else None

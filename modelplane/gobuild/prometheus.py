@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from modelplane.gobuild.cache import Manifest, ensure_built
+from modelplane.gobuild.cache import Manifest, cached_executable, ensure_built
 from modelplane.gobuild.fleet_versions import (
     PROMETHEUS_MODULE,
     PROMETHEUS_MODULE_VERSION,
@@ -51,14 +51,7 @@ def render_gomod(prometheus_gomod: str) -> str:
 
 
 def cached_prometheus() -> Path | None:
-    override = os.environ.get(BIN_ENV)
-    if override:
-        path = Path(override).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise GoError(f"{BIN_ENV}={override} is not an executable")
-        return path
-    path = prometheus_cache_dir() / "bin" / "prometheus"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    return cached_executable(BIN_ENV, prometheus_cache_dir() / "bin" / "prometheus")
 
 
 def ensure_prometheus(*, progress: Progress | None = default_progress) -> Path:
