@@ -32,8 +32,9 @@ local: setup
 	@echo "placement:  specs/local/modelplane.lock.yaml"
 	@echo "next:       .venv/bin/modelplane status specs/local   (with PULUMI_CONFIG_PASSPHRASE=modelplane-local)"
 
+# Two lanes (tests/fixtures/lanes.py): the dev-fleet modules in one worker, the rest beside.
 test: setup
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q --durations=30 -n 2 --dist loadgroup --no-loadscope-reorder
 
 # The dev fleet's Prometheus (optional: 25-45 min cold on 2 cores) and the tests that use it
 # (`make test` deselects them and says so).

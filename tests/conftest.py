@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.apiserver",
     "tests.fixtures.devfleet",
     "tests.fixtures.engine",
+    "tests.fixtures.lanes",
     "tests.fixtures.postgres",
 ]
 
@@ -62,8 +63,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
         path.unlink(missing_ok=True)
     left = terminalreporter.config.stash.get(_LEFT, 0)
-    if left:
+    # Under xdist the workers collect (and deselect); the controller only knows it happened.
+    workers = terminalreporter.config.getoption("numprocesses", None)
+    if left or (workers and os.environ.get(PROMETHEUS_ENV) != "1"):
         terminalreporter.write_line(
-            f"{left} test(s) of the dev fleet's Prometheus deselected: "
+            f"{left or 'The'} test(s) of the dev fleet's Prometheus deselected: "
             "`make test-prometheus` builds Prometheus and runs them"
         )

@@ -16,7 +16,7 @@ import yaml
 from modelplane.devfleet import fleet as devfleet
 from tests.fixtures import devfleet as fx
 
-pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine, pytest.mark.dev_fleet_last]
 
 QWEN = "demo/qwen"
 REPLICAS = 6  # of 7 L4 GPUs: every single loss leaves qwen short

@@ -337,7 +337,7 @@ def test_concurrent_update_of_one_stack_is_reported_as_locked(
 
 
 def test_no_plaintext_secret_in_state_lock_logs_or_manifests(
-    tmp_path: Path, env: dict[str, str]
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
 
@@ -374,8 +374,17 @@ contexts:
   context: {{cluster: remote, user: remote}}
 current-context: remote
 """
-    run_env = {**env, "MODELPLANE_SECRET_REMOTE_KUBE_KUBECONFIG": kubeconfig, "COLUMNS": "200"}
-    temp = Path(tempfile.gettempdir())
+    # A temporary directory of this test's own, for the driver and every process it starts:
+    # what appears there came from this run, whatever else runs on the machine.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    run_env = {
+        **env,
+        "MODELPLANE_SECRET_REMOTE_KUBE_KUBECONFIG": kubeconfig,
+        "COLUMNS": "200",
+        "TMPDIR": str(temp),
+    }
     temp_before = {p.name for p in temp.iterdir()}
     events: list[dict[str, Any]] = []
     fleet = Fleet.load(fleet_dir, env=run_env)
