@@ -90,13 +90,24 @@ def bind(route: Route) -> socket.socket:
 
 async def serve(routes: list[tuple[Route, socket.socket]]) -> None:
     servers = []
+    # The event loop holds its tasks weakly: a relay whose two sockets both wait (reading
+    # paused while the other side drains) is otherwise garbage, its task destroyed while
+    # pending ("Task was destroyed but it is pending!") and the connection hangs for good
+    # (an engine run through it never finishes). Every live relay is held here.
+    live: set[asyncio.Task[None]] = set()
     for route, sock in routes:
 
         async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter, route=route) -> None:
-            sock = w.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await _handle(route, r, w)
+            task = asyncio.current_task()
+            if task is not None:
+                live.add(task)
+            try:
+                sock = w.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await _handle(route, r, w)
+            finally:
+                live.discard(task)  # type: ignore[arg-type]
 
         servers.append(await asyncio.start_server(handler, sock=sock))
     stop = asyncio.Event()
