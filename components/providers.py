@@ -11,17 +11,17 @@ import pulumi_kubernetes as kubernetes
 #: Every provider input whose default the Python SDK would read from the environment
 #: (``KUBECONFIG``, ``PULUMI_K8S_*``), set explicitly to the provider's documented default so
 #: that ``modelplane up`` and a plain ``pulumi up -s`` (with whatever the user exported)
-#: record the same inputs and never see a change the other made.
+#: record the same inputs and never see a change the other made. (Provider 4.25, the one the
+#: engine builds and the SDK pinned to it, has no ``enablePatchForce`` or
+#: ``upsertExistingObjects``.)
 EXPLICIT_DEFAULTS: dict[str, Any] = {
     "delete_unreachable": False,
     "enable_config_map_mutable": False,
-    "enable_patch_force": False,
     "enable_secret_mutable": False,
     "enable_server_side_apply": True,
     "skip_update_unreachable": False,
     "suppress_deprecation_warnings": False,
     "suppress_helm_hook_warnings": False,
-    "upsert_existing_objects": False,
 }
 
 
@@ -60,6 +60,7 @@ def cluster_provider(
             opts=opts,
             **EXPLICIT_DEFAULTS,
         )
+    assert kubeconfig is not None  # exactly one of the two was given, and not render_to
     return kubernetes.Provider(
         name,
         kubeconfig=pulumi.Output.secret(kubeconfig),

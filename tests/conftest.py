@@ -36,6 +36,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[_LEFT] = len(left)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets the CLI's consoles made anew, under its own environment: a console is
+    made once per process and keeps the width and terminal-ness it found, so otherwise what
+    one test prints would depend on which tests ran before it in that worker."""
+    from modelplane.cli import output
+
+    monkeypatch.setattr(output, "_log_consoles", {})
+    for name in ("console", "err_console"):
+        if name in vars(output):
+            monkeypatch.delitem(vars(output), name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Every Pulumi CLI process the driver starts during the run (in this process and in the
     # `modelplane` processes tests start, which inherit the variable) is appended to one file,
