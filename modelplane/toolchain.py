@@ -4,7 +4,7 @@
 
 - the Pulumi engine (CLI, Python language host, Kubernetes provider): ``modelplane.engine``;
 - the Kubernetes control plane (kube-apiserver, kube-scheduler, kube-controller-manager,
-  kubectl, kine): ``modelplane.gobuild.kube``;
+  kine): ``modelplane.gobuild.kube``;
 - the dev fleet's kwok, LeaderWorkerSet controller and Traefik: ``modelplane.gobuild.fleet``;
 - the dev fleet's Prometheus (Kubernetes discovery only): ``modelplane.gobuild.prometheus``;
 - actionlint, which the tests run on the GitHub workflows: ``modelplane.gobuild.actionlint``.

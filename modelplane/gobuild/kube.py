@@ -1,5 +1,5 @@
 """Build the Kubernetes control plane (``kube-apiserver``, ``kube-scheduler``,
-``kube-controller-manager``, ``kubectl``) and ``kine`` from Go modules, once, into the cache.
+``kube-controller-manager``) and ``kine`` from Go modules, once, into the cache.
 
 ``k8s.io/kubernetes`` cannot be ``go install``-ed: its go.mod maps every staging module
 (``k8s.io/api``, ``k8s.io/client-go``, ...) to ``./staging/src/...`` at ``v0.0.0``, which is
@@ -12,7 +12,7 @@ stamped through ``-ldflags -X``.
 Layout (``kube_cache_dir()``; `modelplane.gobuild.cache` says how it is built and published)::
 
     <cache>/kube/k8s-v1.35.8-kine-v0.16.4/
-        bin/kube-apiserver, bin/kube-scheduler, bin/kube-controller-manager, bin/kubectl,
+        bin/kube-apiserver, bin/kube-scheduler, bin/kube-controller-manager,
         bin/kine
         src/kube-apiserver/go.mod, go.sum   wrapper modules
         src/kine/go.mod, go.sum
@@ -62,7 +62,6 @@ class KubeBinaries(BinDir):
     kube_apiserver = Binary("kube-apiserver")
     kube_scheduler = Binary("kube-scheduler")
     kube_controller_manager = Binary("kube-controller-manager")
-    kubectl = Binary("kubectl")
     kine = Binary("kine")
 
 
@@ -222,7 +221,7 @@ class KubeBuild:
         self._apiserver(out)
         self._kine(out)
         version = f"v{self.kubernetes_version}"
-        for command in KUBE_COMMANDS[:3]:
+        for command in KUBE_COMMANDS:
             self.go.smoke_test([str(out / command), "--version"], version)
         self.go.smoke_test([str(out / "kine"), "--version"], f"v{self.kine_version}")
         return Manifest(

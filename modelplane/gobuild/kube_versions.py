@@ -19,7 +19,8 @@ KINE_VERSION = "0.16.4"
 
 KUBERNETES_MODULE = "k8s.io/kubernetes"
 KUBE_APISERVER_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
-KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+# No kubectl: nothing modelplane runs or tests needs it (a cold build is shorter without it).
+KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 """The control-plane commands built from one wrapper module (one ``go build``, shared packages)."""
 KUBE_PACKAGES = tuple(f"k8s.io/kubernetes/cmd/{name}" for name in KUBE_COMMANDS)
 KINE_MODULE = "github.com/k3s-io/kine"

@@ -142,7 +142,7 @@ def test_cached_binaries_are_used_without_building(
     monkeypatch.setenv("MODELPLANE_CACHE_DIR", str(tmp_path))
     bin_dir = kube_cache_dir() / "bin"
     bin_dir.mkdir(parents=True)
-    for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "kine"):
+    for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kine"):
         (bin_dir / name).write_text("#!/bin/sh\n")
         (bin_dir / name).chmod(0o755)
     messages: list[str] = []
@@ -171,8 +171,9 @@ def test_apiserver_wrapper_gomod() -> None:
     assert "module modelplane.local/build/kube-apiserver" in lines
     assert "go 1.25.0" in lines
     assert "godebug default=go1.25" in lines  # copied: a dependency's godebug is ignored
-    for command in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"):
+    for command in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
         assert f"k8s.io/kubernetes/cmd/{command}" in lines  # one module, one `go build`
+    assert "k8s.io/kubernetes/cmd/kubectl" not in lines  # nothing uses it
     assert "k8s.io/kubernetes v1.35.8" in lines
     for module in STAGING_1_35:
         assert f"k8s.io/{module} => k8s.io/{module} v0.35.8" in lines
