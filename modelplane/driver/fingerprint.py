@@ -10,7 +10,9 @@ successful update. The fingerprint covers:
   included, only hashed: :func:`modelplane.driver.stack_cache.outputs_digest`);
 - the secrets it resolves outside the state (``MODELPLANE_SECRET_*`` variables and
   ``file:`` references), hashed, and its own extra stack config (``pulumi config set``);
-- the program itself (the source of the ``stacks`` and ``components`` packages);
+- the program itself: the source and vendored files of the ``stacks``, ``components``,
+  ``crds`` and ``modelplane`` packages, and the versions of the Pulumi SDKs (and so of the
+  providers) it registers resources with;
 - for the gateway, the clusters whose endpoints it leaves out of routes (``reconcile``).
 
 The digest is recorded in the update's message (``modelplane-inputs: <digest>``), which
@@ -174,25 +176,57 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
     raise ValueError(f"unknown stack kind {unit.kind!r}")
 
 
-@cache
-def program_digest() -> str:
-    """A digest of the Pulumi program's source: the ``stacks`` and ``components`` packages."""
+#: What a stack's program is made of: its packages (the program, the components, the vendored
+#: CRDs and manifests, and modelplane's own modules it imports), by these file kinds.
+PROGRAM_PACKAGES = ("stacks", "components", "crds", "modelplane")
+PROGRAM_FILES = ("*.py", "*.yaml", "*.yml", "*.json")
+#: The Python SDKs the program registers resources with (their version is each provider's).
+SDK_DISTRIBUTIONS = ("pulumi", "pulumi-kubernetes", "pulumi-gcp", "pulumi-aws", "pulumi-eks")
+
+
+def tree_digest(roots: Mapping[str, Sequence[Path]]) -> str:
+    """A digest of the program files under each named package's folders (path and bytes)."""
     h = hashlib.sha256()
-    for package in ("stacks", "components"):
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
+    for package, locations in roots.items():
+        if not locations:
             h.update(f"{package}:missing".encode())
             continue
-        for location in spec.submodule_search_locations:
+        for location in locations:
             root = Path(location)
-            for path in sorted(root.rglob("*.py")):
-                if "__pycache__" in path.parts:
+            paths = {p for pattern in PROGRAM_FILES for p in root.rglob(pattern)}
+            for path in sorted(paths):
+                if "__pycache__" in path.parts or not path.is_file():
                     continue
-                h.update(str(path.relative_to(root)).encode())
+                h.update(f"{package}/{path.relative_to(root)}".encode())
                 h.update(b"\0")
                 h.update(path.read_bytes())
                 h.update(b"\0")
     return h.hexdigest()
+
+
+def sdk_versions() -> dict[str, str | None]:
+    """The installed versions of the Pulumi SDKs the program uses (None: not installed)."""
+    import importlib.metadata
+
+    out: dict[str, str | None] = {}
+    for dist in SDK_DISTRIBUTIONS:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+@cache
+def program_digest() -> str:
+    """A digest of the Pulumi program: the source and vendored files of its packages and the
+    versions of the provider SDKs (a provider or SDK upgrade is a changed program)."""
+    roots: dict[str, list[Path]] = {}
+    for package in PROGRAM_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        locations = spec.submodule_search_locations if spec is not None else None
+        roots[package] = [Path(p) for p in locations or []]
+    return digest({"files": tree_digest(roots), "sdks": sdk_versions()})
 
 
 def stack_fingerprint(

@@ -1,0 +1,85 @@
+"""The program part of a stack's fingerprint: what changes it (sources, vendored files, SDK
+versions) and what does not (caches, docs). Issue 34, "honest skipping"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from modelplane.driver import fingerprint
+
+
+def _tree(root: Path) -> dict[str, list[Path]]:
+    (root / "components" / "manifests").mkdir(parents=True)
+    (root / "components" / "gateway.py").write_text("X = 1\n")
+    (root / "components" / "manifests" / "installer.yaml").write_text("kind: DaemonSet\n")
+    (root / "components" / "README.md").write_text("docs\n")
+    (root / "crds" / "gateway-api").mkdir(parents=True)
+    (root / "crds" / "gateway-api" / "standard.yaml").write_text("kind: CRD\n")
+    return {"components": [root / "components"], "crds": [root / "crds"]}
+
+
+def _edit(path: str, text: str) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "changes"),
+    [
+        (_edit("components/gateway.py", "X = 2\n"), True),
+        (_edit("components/manifests/installer.yaml", "kind: Job\n"), True),
+        (_edit("crds/gateway-api/standard.yaml", "kind: CRD2\n"), True),
+        (_edit("components/new_module.py", ""), True),
+        (_edit("components/values.json", "{}"), True),
+        (_edit("components/README.md", "other docs\n"), False),
+        (_edit("components/__pycache__/gateway.cpython-311.pyc", "bytes"), False),
+        (_edit("components/__pycache__/stale.py", "X = 3\n"), False),
+    ],
+    ids=[
+        "source",
+        "vendored manifest",
+        "vendored CRD",
+        "new module",
+        "json data",
+        "readme",
+        "bytecode",
+        "pycache",
+    ],
+)
+def test_what_changes_the_program(
+    tmp_path: Path, edit: Callable[[Path], None], changes: bool
+) -> None:
+    roots = _tree(tmp_path)
+    before = fingerprint.tree_digest(roots)
+    edit(tmp_path)
+    assert (fingerprint.tree_digest(roots) != before) is changes
+
+
+def test_a_missing_package_is_part_of_the_digest(tmp_path: Path) -> None:
+    roots = _tree(tmp_path)
+    assert fingerprint.tree_digest({**roots, "stacks": []}) != fingerprint.tree_digest(roots)
+
+
+def test_an_sdk_upgrade_changes_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    fingerprint.program_digest.cache_clear()
+    before = fingerprint.program_digest()
+    versions = {**fingerprint.sdk_versions(), "pulumi-kubernetes": "9.9.9"}
+    monkeypatch.setattr(fingerprint, "sdk_versions", lambda: versions)
+    fingerprint.program_digest.cache_clear()
+    try:
+        assert fingerprint.program_digest() != before
+    finally:
+        fingerprint.program_digest.cache_clear()
+
+
+def test_the_program_covers_the_packages_a_stack_reads() -> None:
+    assert set(fingerprint.PROGRAM_PACKAGES) >= {"stacks", "components", "crds", "modelplane"}
+    assert set(fingerprint.SDK_DISTRIBUTIONS) >= {"pulumi", "pulumi-kubernetes"}
+    assert all(v for k, v in fingerprint.sdk_versions().items() if k == "pulumi")
