@@ -256,16 +256,19 @@ def stack_fingerprint(
     return digest(data)
 
 
-def update_message(fingerprint: str) -> str:
-    return f"{MESSAGE_PREFIX}{fingerprint}"
+def update_message(fingerprint: str, subject: str | None = None) -> str:
+    """The update's message: the commit subject a plain `pulumi up` records (when there is
+    one), then the fingerprint, which :func:`recorded_fingerprint` finds anywhere in it."""
+    tag = f"{MESSAGE_PREFIX}{fingerprint}"
+    return f"{subject} ({tag})" if subject else tag
 
 
 def recorded_fingerprint(message: str | None) -> str | None:
     """The fingerprint recorded in an update message, if any."""
     if not message:
         return None
-    match = _MESSAGE.search(message)
-    return match.group(1) if match else None
+    found = _MESSAGE.findall(message)  # the last: a commit subject before it may quote one
+    return found[-1] if found else None
 
 
 def can_skip(

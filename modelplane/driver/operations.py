@@ -75,6 +75,14 @@ class RunContext:
     # The stacks this run's `stack ls` listed (None: not listed; select each stack).
     existing: set[str] | None = None
     digests: dict[str, str] = field(default_factory=dict)  # outputs_digest per stack
+    _subject: list[str | None] = field(default_factory=list)  # [commit subject], once known
+
+    def commit_subject(self) -> str | None:
+        """The subject of the fleet folder's git commit (what `pulumi up` alone would record
+        as the update's message), or None outside a git work tree; looked up once."""
+        if not self._subject:
+            self._subject.append(commit_subject(self.fleet_dir))
+        return self._subject[0]
 
     def problem(self, unit: StackUnit, started: float) -> StackResult | None:
         """A failed result when the stack cannot run on this machine, else None."""
@@ -413,6 +421,23 @@ class EngineOp:
 LOCK_POLL = 5.0
 
 
+def commit_subject(directory: Path) -> str | None:
+    """The subject line of HEAD's commit of the git work tree holding ``directory``."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(directory), "log", "-1", "--format=%s"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    subject = done.stdout.strip() if done.returncode == 0 else ""
+    return subject or None
+
+
 class UpOp(EngineOp):
     """``pulumi up``; skipped when the inputs equal those of the last successful update
     (known from the stack cache without any CLI process, else from the stack's history)."""
@@ -429,7 +454,7 @@ class UpOp(EngineOp):
 
     def prepare(self) -> StackResult | None:
         self.fingerprint = fingerprint_of(self.ctx, self.unit)
-        self.message = update_message(self.fingerprint)
+        self.message = update_message(self.fingerprint, self.ctx.commit_subject())
         if self.force or self.ctx.up_options.get("refresh") or self.ctx.cache is None:
             return None
         here = self.ctx.cache.updated_here(self.unit.name)

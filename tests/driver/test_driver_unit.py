@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -244,6 +246,38 @@ def test_secret_env_names() -> None:
     assert fp.secret_env_name("onprem-east.kube", "kubeconfig") == (
         "MODELPLANE_SECRET_ONPREM_EAST_KUBE_KUBECONFIG"
     )
+
+
+@pytest.mark.parametrize(
+    ("subject", "message"),
+    [
+        (None, "modelplane-inputs: " + "ab" * 32),
+        ("Add qwen x4", "Add qwen x4 (modelplane-inputs: " + "ab" * 32 + ")"),
+        # A subject quoting another fingerprint: the recorded one is the last.
+        (
+            "Revert modelplane-inputs: " + "cd" * 32,
+            "Revert modelplane-inputs: " + "cd" * 32 + " (modelplane-inputs: " + "ab" * 32 + ")",
+        ),
+    ],
+    ids=["no git", "commit subject kept", "subject quoting a fingerprint"],
+)
+def test_the_update_message_keeps_the_commit_subject(subject: str | None, message: str) -> None:
+    assert fp.update_message("ab" * 32, subject) == message
+    assert fp.recorded_fingerprint(message) == "ab" * 32
+
+
+def test_the_commit_subject_of_a_fleet_folder(tmp_path: Path) -> None:
+    from modelplane.driver.operations import commit_subject
+
+    assert commit_subject(tmp_path) is None  # not a git work tree
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid"}
+    env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    env |= {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    (tmp_path / "fleet").mkdir()
+    (tmp_path / "fleet" / "fleet.yaml").write_text("x: 1\n")
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "Add qwen x4\n\nbody"]):
+        subprocess.run(["git", "-C", str(tmp_path), *argv], env=env, check=True)
+    assert commit_subject(tmp_path / "fleet") == "Add qwen x4"
 
 
 def test_skip_only_after_a_successful_update_with_the_same_inputs() -> None:
