@@ -65,7 +65,6 @@ def ensure_front_door_key(
     lacking = [s for s in wanted if CONFIG_KEY not in read_stack_config(session.config_dir, s)]
     if not lacking:
         return
-    from pulumi.automation import ConfigValue
 
     value = existing_key(session)
     if not write:
@@ -77,7 +76,8 @@ def ensure_front_door_key(
     targets = lacking if value is not None else wanted
     value = value or secrets.token_urlsafe(32)
     for name in targets:
-        session.stack(name).set_config(CONFIG_KEY, ConfigValue(value=value, secret=True))
+        session.stack(name)  # made (or selected) first: config belongs to a stack
+        session.set_secret_config(name, CONFIG_KEY, value)
 
 
 def ensure_fleet_caller_keys(fleet_spec: object, fleet_dir: Path) -> list[Path]:

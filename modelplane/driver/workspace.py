@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from modelplane.driver.engine_calls import CallLog, engine_command
+from modelplane.driver.engine_calls import Call, CallLog, engine_command
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.settings import SecretsSettings, engine_environment, local_state_dir
 from modelplane.driver.stack_cache import Marker, StackCache
@@ -257,6 +257,29 @@ class EngineSession:
         if exists:
             return existing_stack(name, ws)
         return Stack.create_or_select(name, ws) if create else Stack.select(name, ws)
+
+    def set_secret_config(self, stack: str, key: str, value: str) -> None:
+        """``pulumi config set --secret KEY`` with the value on standard input: never on a
+        command line, where ``ps`` and /proc show it to every user of the machine (the
+        Automation API's ``set_config`` passes it as an argument)."""
+        import subprocess
+
+        ws = self.workspace(stack)
+        assert self._command is not None  # started by workspace()
+        home = {"PULUMI_HOME": ws.pulumi_home} if ws.pulumi_home else {}
+        env = {**os.environ, **home, **ws.env_vars, "PULUMI_AUTOMATION_API": "true"}
+        argv = [self._command.command, "--non-interactive", "config", "set", "--secret"]
+        argv += ["--stack", stack, key]  # no value: the CLI reads it from standard input
+        started = time.monotonic()
+        done = subprocess.run(
+            argv, input=value, text=True, capture_output=True, cwd=ws.work_dir, env=env
+        )
+        self.calls.add(Call("config set", stack, time.monotonic() - started, done.returncode == 0))
+        if done.returncode != 0:
+            raise DriverError(
+                f"pulumi config set --secret {key} on stack {stack} failed: "
+                f"{done.stderr.strip()[-1000:]}"
+            )
 
     def stack_markers(self) -> dict[str, Marker]:
         """Every stack of project ``modelplane`` in the backend, with the backend's record of

@@ -287,3 +287,42 @@ def test_canary_backend_password_through_a_real_up(
     seen["preview.md"] = (tmp_path / "preview.md").read_text()
     leaks = [k for k, v in seen.items() if PW in v]
     assert not leaks, f"the password appears in: {leaks}"
+
+
+@pytest.mark.engine
+def test_canary_a_secret_config_value_never_on_a_command_line(
+    tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The front-door key goes into stack config through the CLI's standard input (review
+    L1): no process the driver starts has it in its arguments, and the stack holds it,
+    encrypted."""
+    import subprocess
+
+    from modelplane.driver.fleet import Fleet
+    from modelplane.driver.front_door import CONFIG_KEY
+
+    CANARY = "mp-canary-config-5d1e"
+    argvs: list[list[str]] = []
+    real_run, real_popen = subprocess.run, subprocess.Popen
+
+    def run(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        argvs.append([str(a) for a in argv])
+        return real_run(argv, *args, **kwargs)
+
+    class Popen(real_popen):  # type: ignore[misc, valid-type]
+        def __init__(self, argv: Any, *args: Any, **kwargs: Any) -> None:
+            argvs.append([str(a) for a in argv])
+            super().__init__(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "Popen", Popen)
+    fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
+    with Fleet.load(fleet_dir, env=env).session() as session:
+        session.stack("gateway")
+        session.set_secret_config("gateway", CONFIG_KEY, CANARY)
+        held = session.stack("gateway", exists=True).get_config(CONFIG_KEY)
+    assert held.value == CANARY and held.secret
+    assert any("config" in a and "set" in a for a in argvs), argvs  # it ran the CLI
+    assert not [a for a in argvs if any(CANARY in part for part in a)]
+    config = (fleet_dir / "Pulumi.gateway.yaml").read_text()
+    assert CANARY not in config and "secure:" in config
