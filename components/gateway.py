@@ -258,7 +258,8 @@ def authz_source() -> str:
 
 def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
     """The authorization service behind the routes' forwardAuth: its keys (a Secret of
-    hashes), its code (a ConfigMap run by a stock Python image), Deployment and Service."""
+    hashes), its code (a ConfigMap run by a stock Python image), Deployment, Service and
+    PodDisruptionBudget."""
     source = authz_source()
     selector = {"modelplane.ai/authz": AUTHZ_NAME}  # never a recommended label (immutable)
     return [
@@ -345,6 +346,14 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
                 "selector": selector,
                 "ports": [{"name": "authz", "port": AUTHZ_PORT, "protocol": "TCP"}],
             },
+        },
+        {
+            # Every front-door request waits on the key check: a node drain or upgrade takes
+            # its two pods one at a time.
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
         },
     ]
 

@@ -116,3 +116,9 @@ def test_security_authz_pod_is_hardened() -> None:
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["limits"]["memory"]
     assert k8s_schemas.errors(deployment) == []
+    # A drain takes the key check's pods one at a time.
+    [budget] = [m for m in authz_manifests("{}") if m["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"]["maxUnavailable"] == 1 < deployment["spec"]["replicas"]
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert k8s_schemas.errors(budget) == []
