@@ -108,8 +108,10 @@ def test_crash_kill_9_mid_up_then_up_recovers(tmp_path: Path, pg_env: dict[str, 
     up.wait()
     assert _locks(url), "the killed update left no lock (it finished first?)"
     placed = read_lock(fleet_dir / "modelplane.lock.yaml")  # whole: written atomically
+    # A few seconds of lock wait: on a loaded machine (the suite's two lanes) the first look
+    # has found the killed holder still there; the next poll sees it gone.
     done = subprocess.run(
-        _cli(fleet_dir, pg_env, "up", "--yes", "--lock-wait", "0"),
+        _cli(fleet_dir, pg_env, "up", "--yes", "--lock-wait", "30"),
         env=pg_env,
         capture_output=True,
         text=True,
