@@ -266,8 +266,7 @@ class EngineSession:
 
         ws = self.workspace(stack)
         assert self._command is not None  # started by workspace()
-        home = {"PULUMI_HOME": ws.pulumi_home} if ws.pulumi_home else {}
-        env = {**os.environ, **home, **ws.env_vars, "PULUMI_AUTOMATION_API": "true"}
+        env = {**os.environ, **_cli_env(ws), "PULUMI_AUTOMATION_API": "true"}
         argv = [self._command.command, "--non-interactive", "config", "set", "--secret"]
         argv += ["--stack", stack, key]  # no value: the CLI reads it from standard input
         started = time.monotonic()
@@ -301,11 +300,10 @@ class EngineSession:
 
         ws = self.workspace(name)
         try:
-            home = {"PULUMI_HOME": ws.pulumi_home} if ws.pulumi_home else {}
             result = ws.pulumi_command.run(
                 ["stack", "output", "--json", "--show-secrets", "--stack", name],
                 ws.work_dir,
-                {**home, **ws.env_vars},
+                _cli_env(ws),
             )
         except StackNotFoundError:
             return None
@@ -338,6 +336,12 @@ class EngineSession:
         work_dir = self.work_dir(stack)
         if work_dir.is_dir() and work_dir.parent == self.work_root:
             shutil.rmtree(work_dir)
+
+
+def _cli_env(ws: LocalWorkspace) -> dict[str, str]:
+    """The environment the Automation API gives a CLI call of this workspace."""
+    home = {"PULUMI_HOME": ws.pulumi_home} if ws.pulumi_home else {}
+    return {**home, **ws.env_vars}
 
 
 def existing_stack(name: str, workspace: LocalWorkspace) -> Stack:
