@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,7 +218,7 @@ def pair(name: str, priority: int) -> str:
 
 
 def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
-    fleet_dir: Path, deployer: fx.Deployer, reconciler: fx.ReconcileLoop
+    fleet_dir: Path, deployer: fx.Deployer, reconciler: fx.ReconcileLoop, tmp_path: Path
 ) -> None:
     """hi (priority 10) and lo (priority 0) both under load on the 7 L4 nodes (qwen holds
     one): hi's scale-out takes the free nodes, lo is capped with the shortfall reason."""
@@ -237,24 +236,25 @@ def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
         return services if services.get("demo/hi") and services.get("demo/lo") else None
 
     services = fx.wait_for("hi and lo routed", urls, timeout=UP_SLACK, interval=5.0)
-    seen_before = len(fx.rounds(reconciler))
     # Both loads must be in full flow before a round reads them: a round during the ramp
-    # would scale hi by less than the free room and lawfully give lo the rest. So the
-    # reconcile process is paused (SIGSTOP) while the clients start; a round it was in
-    # the middle of read no load, and changes nothing.
-    process = reconciler.process
+    # would scale hi by less than the free room and lawfully give lo the rest, and a round
+    # that read hi's cluster before the load and lo's after it gives lo everything. So the
+    # loop is stopped (SIGTERM ends it after the round in progress) while the clients
+    # start, and a new loop, which reads both loads from its first round on, is started.
+    reconciler.stop(wait=UP_SLACK)
     loads: list[fx.Load] = []
+    loop: fx.ReconcileLoop | None = None
     try:
-        process.send_signal(signal.SIGSTOP)
-        try:
-            for name in ("hi", "lo"):
-                loads += [fx.Load(services[f"demo/{name}"]).__enter__() for _ in range(6)]
-            fx.wait_for("both loads flowing", lambda: all(x.count() >= 3 for x in loads), 120)
-        finally:
-            process.send_signal(signal.SIGCONT)
+        for name in ("hi", "lo"):
+            loads += [fx.Load(services[f"demo/{name}"]).__enter__() for _ in range(6)]
+        fx.wait_for("both loads flowing", lambda: all(x.count() >= 3 for x in loads), 120)
+        started = fx.start_reconcile(
+            fleet_dir, deployer.env(), tmp_path, interval=INTERVAL, name="priority"
+        )
+        loop = started
 
         def decided() -> dict[str, Any] | None:
-            for r in fx.rounds(reconciler)[seen_before:]:
+            for r in fx.rounds(started):
                 auto = r["autoscale"]
                 if auto.get("demo/hi", {}).get("to", 1) > 1 and r["up"] is not None:
                     return r
@@ -264,6 +264,8 @@ def test_autoscaling_full_fleet_caps_scale_out_and_priority_is_served_first(
             "hi scaled out", decided, timeout=6 * INTERVAL + UP_SLACK, interval=1.0
         )
     finally:
+        if loop is not None:
+            loop.stop(wait=UP_SLACK)
         for load in loads:
             load.__exit__()
     lock = yaml.safe_load((fleet_dir / "modelplane.lock.yaml").read_text())["deployments"]
