@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from modelplane.driver import stacklock
+from modelplane.driver.errors import DriverError
 from modelplane.driver.workspace import read_stack_config
 
 if TYPE_CHECKING:
@@ -59,6 +61,8 @@ def ensure_front_door_key(
 
     ``write``: set it in their config (up); otherwise (preview, which writes no config) the
     key, when some stack holds one, reaches the program through the environment only."""
+    from pulumi.automation.errors import CommandError
+
     if env.get(ENV):
         return
     wanted = [s for s in stacks if needs_key(s)]
@@ -75,9 +79,20 @@ def ensure_front_door_key(
     # A new key goes to every stack (one that held an unreadable one included): one per fleet.
     targets = lacking if value is not None else wanted
     value = value or secrets.token_urlsafe(32)
+    locked = False
     for name in targets:
-        session.stack(name)  # made (or selected) first: config belongs to a stack
-        session.set_secret_config(name, CONFIG_KEY, value)
+        try:
+            session.stack(name)  # made (or selected) first: config belongs to a stack
+            session.set_secret_config(name, CONFIG_KEY, value)
+        except (CommandError, DriverError) as exc:
+            if not stacklock.is_lock_error(exc):
+                raise
+            # Locked by another update (or one a kill left): the stack's own operation meets
+            # the lock (waits, or recovers a stale one); this run's program gets the key
+            # through the environment, and the next `up` writes it into the config.
+            locked = True
+    if locked:
+        session.program_env[ENV] = value
 
 
 def ensure_fleet_caller_keys(fleet_spec: object, fleet_dir: Path) -> list[Path]:

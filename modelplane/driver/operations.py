@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
@@ -24,10 +24,11 @@ from modelplane.driver.errors import DriverError, EngineFailed, StackLocked
 from modelplane.driver.events import StackProgress
 from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
 from modelplane.driver.offline import OfflinePreview
+from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
 from modelplane.driver.stack_cache import StackCache, outputs_digest
-from modelplane.driver.workspace import EngineSession
+from modelplane.driver.workspace import EngineSession, existing_stack
 from modelplane.errors import Retryable
 from modelplane.stacks import StackUnit
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
 EventSink = Callable[[StackUnit, StackProgress, Any], None]
+T = TypeVar("T")
 SECRET_MASK = "[secret]"
 # The engine's closing line after the program's own error message says nothing new.
 _GENERIC = re.compile(
@@ -184,7 +186,7 @@ def classify(
 
     for name, kind in ENGINE_FAILURES:
         if isinstance(exc, getattr(errors, name)):
-            if kind is StackLocked:
+            if kind is StackLocked or stacklock.is_lock_error(exc):
                 return StackLocked(locked_message(stack, backend))
             return kind(error_text(exc, progress))
     return EngineFailed(error_text(exc, progress))
@@ -303,6 +305,8 @@ class EngineOp:
         self.started = time.monotonic()
         self.extra_env: dict[str, str] = {}
         self.recovered = False  # a stale stack lock was broken
+        self.deadline = 0.0  # until when a live lock is waited for
+        self.stack: Stack | None = None  # once selected
         self.window = (0.0, 0.0)  # when the engine ran the verb (Unix seconds)
 
     # -- hooks -----------------------------------------------------------------------------
@@ -349,17 +353,22 @@ class EngineOp:
         if stopped is not None:
             return stopped
         progress: StackProgress | None = None
+        # One lock handler for every CLI call of the operation (`locking`): selecting the
+        # stack, reading its history, the verb itself and what `done` reads.
+        self.deadline = time.monotonic() + ctx.lock_wait
         try:
-            stack = ctx.session.stack(
-                unit.name,
-                create=self.create,
-                extra_env=self.extra_env,
-                exists=ctx.exists(unit.name),
+            stack = self.locking(
+                lambda: ctx.session.stack(
+                    unit.name,
+                    create=self.create,
+                    extra_env=self.extra_env,
+                    exists=ctx.exists(unit.name),
+                )
             )
-            skipped = self.skip(stack)
+            self.stack = stack
+            skipped = self.locking(lambda: self.skip(stack))
             if skipped is not None:
                 return skipped
-            deadline = time.monotonic() + ctx.lock_wait
             while True:
                 progress = ctx.progress(unit)
                 self.window = (time.time(), self.window[1])
@@ -373,7 +382,7 @@ class EngineOp:
                     )
                     break
                 except CommandError as exc:
-                    if not self.locked_again(stack, exc, deadline):
+                    if not self.locked_again(exc):
                         raise
             self.window = (self.window[0], time.time())
             result = self.result(
@@ -382,31 +391,44 @@ class EngineOp:
                 resources=progress.changes(),
                 warnings=list(progress.warnings),
             )
-            self.done(stack, outcome, result)
+            self.locking(lambda: self.done(stack, outcome, result))
             result.duration = time.monotonic() - self.started
             return result
         except CommandError as exc:
             return _failure(unit, exc, progress, self.started, ctx.session.backend)
 
-    def locked_again(self, stack: Stack, exc: Exception, deadline: float) -> bool:
-        """The stack is locked: break a stale lock of a killed update (and clear its pending
-        operations), or wait for a live one until ``deadline``; True to run again."""
-        from pulumi.automation.errors import ConcurrentUpdateError
+    def locking(self, call: Callable[[], T]) -> T:
+        """``call()`` (CLI calls of this operation), run again while :meth:`locked_again`
+        says so: a stale lock broken, or a live one waited for."""
+        from pulumi.automation.errors import CommandError
 
-        if not isinstance(exc, ConcurrentUpdateError) or self.verb == "preview":
+        while True:
+            try:
+                return call()
+            except CommandError as exc:
+                if not self.locked_again(exc):
+                    raise
+
+    def locked_again(self, exc: Exception) -> bool:
+        """``exc`` says the stack is locked: break a stale lock of a killed update (and
+        settle its pending operations, :func:`stacklock.recover`), or wait for a live one
+        until ``self.deadline``; True to run the call again."""
+        if not stacklock.is_lock_error(exc) or self.verb == "preview":
             return False
         say = self.ctx.say or (lambda _m: None)
         text = str(exc)
         gone = stacklock.all_stale(text)
         if gone and not self.recovered:  # once: a lock that stays is not ours to break
             self.recovered = True
-            cleared = stacklock.recover(stack)
+            recovery = stacklock.recover(self.locked_stack(), rendered=self.renders())
+            if recovery.refreshes and self.ctx.cache is not None:
+                self.ctx.cache.forget(self.unit.name)  # its state changed outside an update
             say(
                 f"{self.unit.name}: the update of {gone[0].describe()} was killed; its lock is "
-                f"released and {cleared} pending operation(s) cleared; running again"
+                f"released (pulumi cancel); {recovery.describe()}; running again"
             )
             return True
-        left = deadline - time.monotonic()
+        left = self.deadline - time.monotonic()
         if left <= 0:
             return False
         held = ", ".join(h.describe() for h in stacklock.holders(text)) or "another update"
@@ -416,6 +438,18 @@ class EngineOp:
         )
         time.sleep(min(LOCK_POLL, left))
         return True
+
+    def locked_stack(self) -> Stack:
+        """The stack to recover: the selected one, else (its selection met the lock) one made
+        without a CLI call; a locked stack exists."""
+        if self.stack is not None:
+            return self.stack
+        ws = self.ctx.session.workspace(self.unit.name, self.extra_env)
+        return existing_stack(self.unit.name, ws)
+
+    def renders(self) -> bool:
+        """Every cluster the stack acts on renders manifests (renderTo): nothing to refresh."""
+        return refresh_skip_reason(self.ctx.fleet, self.ctx.lock, self.unit) is not None
 
 
 LOCK_POLL = 5.0
