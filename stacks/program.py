@@ -31,7 +31,7 @@ Config (`pulumi config set -s <stack> modelplane:<key>`, in the fleet directory)
 - `allowMissingSecrets`: `true` turns an unresolvable secret into a warning and a
   placeholder secret value (`modelplane render` sets it; never in production).
 
-Cross-stack inputs come from `StackReference("<org>/modelplane/<stack>")`;
+Cross-stack inputs come from `StackReference("<org>/<project>/<stack>")` (the fleet's project);
 a missing upstream output stops the program naming the stack to run first. A preview may
 lay the offline render's outputs of changed upstream stacks over them
 (`MODELPLANE_UPSTREAM_OUTPUTS`, a JSON file `{stack: {output: value}}`), so a stack
@@ -64,7 +64,7 @@ from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_s
 if TYPE_CHECKING:
     from components.workload.targets import ClusterTarget
 
-PROJECT = "modelplane"
+CONFIG_NAMESPACE = "modelplane"  # the `modelplane:` config keys, whatever the project
 DEFAULT_SPECS = "specs/local"
 DEFAULT_ORGANIZATION = "organization"
 FLEET_ENV = "MODELPLANE_FLEET_DIR"
@@ -160,7 +160,7 @@ def organization(cfg: pulumi.Config) -> str:
 
 
 def load_context(stack: str | None = None) -> Context:
-    cfg = pulumi.Config(PROJECT)
+    cfg = pulumi.Config(CONFIG_NAMESPACE)
     fleet_dir, lock_path = fleet_location(cfg)
     if not fleet_dir.exists():
         _fail(f"modelplane:specs: fleet directory {fleet_dir} does not exist")
@@ -240,7 +240,8 @@ class Upstream:
 
     def ref(self, stack: str) -> pulumi.StackReference:
         if stack not in self._refs:
-            self._refs[stack] = pulumi.StackReference(f"{self.organization}/{PROJECT}/{stack}")
+            name = f"{self.organization}/{pulumi.get_project()}/{stack}"  # the fleet's project
+            self._refs[stack] = pulumi.StackReference(name)
         return self._refs[stack]
 
     async def get(self, stack: str, name: str) -> Any:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from modelplane.cli.output import log_console, print_json
+from modelplane.cli.output import get_console, log_console, print_json
 
 if TYPE_CHECKING:
     from modelplane.driver.fleet import Fleet
@@ -628,6 +628,43 @@ def _rollout_lines(f: Fleet) -> list[dict[str, Any]]:
     return out
 
 
+def migrate(
+    fleet: FleetDir,
+    lock: LockOpt = None,
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+    from_project: Annotated[
+        str,
+        typer.Option("--from", help="The project the stacks are in now."),
+    ] = "modelplane",
+    output: OutputOpt = Output.table,
+) -> None:
+    """Move the fleet's stacks to its own Pulumi project (`pulumi stack rename`).
+
+    Every fleet is a Pulumi project of its own: the `name` in DIR/Pulumi.yaml, else
+    modelplane-<directory name>. Stacks made before that are in project `modelplane`,
+    which all fleets shared; this moves the stacks this fleet derives (state, history,
+    resource URNs) to its project, and on a postgres:// backend its runtime state to the
+    project's key. Nothing in the clouds changes. On the fleet's own default state
+    (.modelplane/state) `up` does this by itself.
+    """
+    with _expected_failures():
+        f = _load(fleet, lock, backend, secrets_provider)
+        done = f.migrate(from_project)
+    if output is Output.json:
+        print_json(done.as_json())
+        return
+    console = get_console()
+    moved = ", ".join(done.moved) or "none"
+    console.print(
+        f"moved from project {done.old_project} to {done.project}: {moved}", highlight=False
+    )
+    for name, why in done.kept.items():
+        console.print(f"kept {name}: {why}", highlight=False)
+    if done.runtime_documents:
+        console.print(f"runtime state: {done.runtime_documents} document(s) moved", highlight=False)
+
+
 def stacks(
     fleet: FleetDir,
     lock: LockOpt = None,
@@ -713,5 +750,5 @@ def register(app: typer.Typer) -> None:
     """Mount the engine verbs (and `--version`) on the `modelplane` app."""
     if app.registered_callback is None:
         app.callback()(_root)
-    for command in (preview, up, destroy, refresh, status, stacks):
+    for command in (preview, up, destroy, refresh, status, stacks, migrate):
         app.command(command.__name__, help=_help(command.__doc__))(command)

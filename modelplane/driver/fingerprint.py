@@ -240,9 +240,11 @@ def stack_fingerprint(
     base_dir: Path | None = None,
     program: str | None = None,
     unroutable: Sequence[str] = (),
+    project: str = "",
 ) -> str:
     """The digest of every input of one stack (see the module docstring); ``unroutable``:
-    the clusters the gateway leaves out of routes (an input of the gateway stack only)."""
+    the clusters the gateway leaves out of routes (an input of the gateway stack only);
+    ``project``: the fleet's Pulumi project (its stack references name it)."""
     data: dict[str, Any] = {
         "stack": unit.name,
         "inputs": owned_inputs(fleet, lock, unit),
@@ -253,6 +255,8 @@ def stack_fingerprint(
     }
     if unit.kind == "InferenceGateway" and unroutable:
         data["unroutable"] = sorted(unroutable)
+    if project:
+        data["project"] = project
     return digest(data)
 
 

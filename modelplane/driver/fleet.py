@@ -36,14 +36,17 @@ from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
 from modelplane.driver.front_door import ensure_fleet_caller_keys, ensure_front_door_key
+from modelplane.driver.migrate import Migration
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
 from modelplane.driver.plugins import missing_for_stack
+from modelplane.driver.project import LEGACY_PROJECT, fleet_project_name
 from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import (
+    default_backend,
     redact_url,
     resolve_backend,
     resolve_secrets,
@@ -169,6 +172,8 @@ class Fleet:
         self.previous = previous
         self.lock_path = lock_path.resolve()
         self.env = dict(os.environ if env is None else env)
+        # The fleet's own Pulumi project: its stacks are never another fleet's.
+        self.project = fleet_project_name(self.path)
         self.backend = resolve_backend(self.path, backend, self.env)
         self.secrets_provider = secrets_provider
         # Before each stack's engine run: why this process must not act now (a reconcile
@@ -637,6 +642,26 @@ class Fleet:
             why = f": {o.reason}" if o.reason else ""
             observer.message(f"{o.key}: {o.progress} ({o.phase}{why})")
 
+    def migrate(
+        self, old_project: str = LEGACY_PROJECT, observer: Observer | None = None
+    ) -> Migration:
+        """Move this fleet's stacks from ``old_project`` (the one project every fleet shared
+        before) to the fleet's own (``pulumi stack rename``), and its runtime documents on
+        ``postgres://`` from the old key (the directory's name) to the project's."""
+        from modelplane.driver.migrate import migrate_stacks
+        from modelplane.driver.state import FLEET_ID_ENV
+
+        with self.session(observer) as session:
+            session.auto_migrate = False
+            session._legacy_checked = True  # this is the move itself
+            done = migrate_stacks(session, old_project)
+        store = self.runtime.store
+        if is_shared(self.backend) and not self.env.get(FLEET_ID_ENV):
+            adopt = getattr(store, "adopt", None)
+            if adopt is not None:
+                done.runtime_documents = adopt(self.path.name)
+        return done
+
     @contextmanager
     def session(self, observer: Observer | None = None) -> Iterator[EngineSession]:
         """An engine session for this fleet: checks secrets and the engine (before any stack
@@ -651,7 +676,11 @@ class Fleet:
             self.env,
             observer.message,
             config_dir=self.path,
+            project=self.project,
         )
+        session.expected = {u.name for u in stack_units(self.spec, self.previous)}
+        session.fleet_label = str(self.path)
+        session.auto_migrate = self.backend == default_backend(self.path)
         session.cache = StackCache(self.runtime.store, {})
         try:
             session.start()

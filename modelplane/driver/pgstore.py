@@ -170,6 +170,18 @@ class PostgresStore:
     def delete(self, name: str) -> None:
         self._run(f"delete from {TABLE} where fleet = :f and name = :n", f=self.fleet, n=name)
 
+    def adopt(self, old_fleet: str) -> int:
+        """Move the documents kept under another fleet key (the fleet's key before it had a
+        project name of its own) to this fleet's, unless this fleet has one of that name;
+        how many moved. One statement."""
+        rows = self._run(
+            f"update {TABLE} set fleet = :f where fleet = :o and name not in "
+            f"(select name from {TABLE} where fleet = :f) returning name",
+            f=self.fleet,
+            o=old_fleet,
+        )
+        return len(rows)
+
     def names(self) -> list[str]:
         """The fleet's documents (for `status` and tests)."""
         rows = self._run(f"select name from {TABLE} where fleet = :f order by name", f=self.fleet)

@@ -11,11 +11,19 @@ the root project seen from the fleet: its paths re-anchored to the fleet directo
 config next to the file (no ``stackConfigDir``) and its state the fleet's own
 (``file://./.modelplane/state``). ``modelplane project DIR`` writes it; the tests check that
 every committed ``specs/*/Pulumi.yaml`` is exactly this derivation.
+
+Every fleet is a Pulumi project of its own name, so that fleets sharing one backend (a
+Pulumi Cloud organization, a bucket, a PostgreSQL database) never share a stack: the
+``name`` of ``<fleet>/Pulumi.yaml`` when the fleet has one (set it there to choose), else
+``modelplane-<directory name>`` (:func:`fleet_project_name`). The root project is the
+embedded default fleet's, ``modelplane-local``. Stacks of the one project every fleet used
+before, ``modelplane``, move to the fleet's own with ``modelplane migrate DIR``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +37,11 @@ PROJECT_FILE = "Pulumi.yaml"
 # The fields that name the fleet (the root's are the embedded default's): re-derived per fleet.
 FLEET_FIELDS = ("stackConfigDir", "backend")
 FLEET_BACKEND = f"file://./{STATE_DIR}/state?create_dir=true"  # made when missing
+# The project every fleet's stacks belonged to before fleets had names of their own.
+LEGACY_PROJECT = "modelplane"
+NAME_PREFIX = "modelplane-"
+# Pulumi's rule for project names (pkg/workspace: alphanumerics, `-`, `_`, `.`; 100 at most).
+_PROJECT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 class ProjectError(DriverError):
@@ -58,6 +71,41 @@ def read_project(root_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not data.get("name") or not data.get("main"):
         raise ProjectError(f"{path}: not a Pulumi project (needs `name` and `main`)")
     return data
+
+
+def derived_project_name(fleet_dir: Path) -> str:
+    """``modelplane-<directory name>``, every character Pulumi refuses in a project name
+    replaced by ``-``."""
+    base = re.sub(r"[^A-Za-z0-9_.-]", "-", fleet_dir.resolve().name).strip("-.") or "fleet"
+    return (NAME_PREFIX + base)[:100]
+
+
+def project_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a usable Pulumi project name, else None."""
+    if not isinstance(name, str) or not _PROJECT_NAME.match(name):
+        return (
+            f"{name!r} is not a Pulumi project name (letters, digits, `-`, `_` and `.`, "
+            "at most 100)"
+        )
+    return None
+
+
+def fleet_project_name(fleet_dir: Path) -> str:
+    """The fleet's Pulumi project: ``name`` in ``<fleet>/Pulumi.yaml`` when the fleet has
+    one, else :func:`derived_project_name`. Raises ProjectError naming the file and field."""
+    path = fleet_dir / PROJECT_FILE
+    if not path.is_file():
+        return derived_project_name(fleet_dir)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProjectError(f"cannot read {path}: {exc}") from None
+    name = data.get("name") if isinstance(data, dict) else None
+    problem = project_name_problem(name)
+    if problem is not None:
+        raise ProjectError(f"{path}: field `name`: {problem}")
+    assert isinstance(name, str)
+    return name
 
 
 def _anchored(value: str, root_dir: Path, fleet_dir: Path) -> str:
@@ -94,7 +142,9 @@ def fleet_project(root: Mapping[str, Any], root_dir: Path, fleet_dir: Path) -> d
     for key, value in root.items():
         if key in FLEET_FIELDS:
             continue
-        if key == "description":
+        if key == "name":  # the fleet's own: kept when its file names one
+            value = fleet_project_name(fleet_dir)
+        elif key == "description":
             value = f"modelplane fleet {fleet_label(root_dir, fleet_dir)}"
         elif key == "main":
             value = _anchored(str(value), root_dir, fleet_dir)
@@ -113,8 +163,10 @@ def header(label: str, main: str) -> str:
     program = main.rstrip("/")
     return (
         f"# The Pulumi project of fleet {label}, derived from the repository's root\n"
-        f"# Pulumi.yaml by `modelplane project {label}` (do not edit: change the root file\n"
-        "# and run that again).\n"
+        f"# Pulumi.yaml by `modelplane project {label}` (do not edit but `name`: change the\n"
+        "# root file and run that again).\n"
+        "# `name` is the fleet's Pulumi project, its own on any backend: kept when you set it\n"
+        "# (then `modelplane migrate` moves existing stacks to it).\n"
         f"# The modelplane program ({program}) over the specs in this directory, one stack per\n"
         f"# unit (`modelplane stacks {label}`). Each stack's config is Pulumi.<stack>.yaml next\n"
         "# to this file, committed with the specs, and the state is .modelplane/state here, as\n"

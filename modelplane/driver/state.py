@@ -109,10 +109,13 @@ class FileStore:
 
 
 def fleet_id(fleet_dir: str | Path, environ: Mapping[str, str] | None = None) -> str:
-    """The fleet's key in a shared store: ``MODELPLANE_FLEET_ID``, else the directory's name
-    (set it when hosts check the fleet out under different directory names)."""
+    """The fleet's key in a shared store: ``MODELPLANE_FLEET_ID``, else the fleet's Pulumi
+    project (``modelplane.driver.project.fleet_project_name``: the committed ``name`` of its
+    ``Pulumi.yaml``, else ``modelplane-<directory name>``)."""
+    from modelplane.driver.project import fleet_project_name
+
     environ = os.environ if environ is None else environ
-    return environ.get(FLEET_ID_ENV) or Path(fleet_dir).resolve().name
+    return environ.get(FLEET_ID_ENV) or fleet_project_name(Path(fleet_dir).resolve())
 
 
 def is_shared(backend_url: str | None) -> bool:

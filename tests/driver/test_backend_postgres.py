@@ -62,7 +62,10 @@ def test_backend_unreachable_database_reads_empty_and_fails_writes_clearly() -> 
 
 
 def test_backend_fleet_id(tmp_path: Path) -> None:
-    assert fleet_id(tmp_path / "prod", {}) == "prod"
+    assert fleet_id(tmp_path / "prod", {}) == "modelplane-prod"  # the fleet's project
+    (tmp_path / "named").mkdir()
+    (tmp_path / "named" / "Pulumi.yaml").write_text("name: eu-fleet\nruntime: python\n")
+    assert fleet_id(tmp_path / "named", {}) == "eu-fleet"
     assert fleet_id(tmp_path / "prod", {"MODELPLANE_FLEET_ID": "eu"}) == "eu"
     assert isinstance(store_for("file:///x", tmp_path, tmp_path, {}), FileStore)
 

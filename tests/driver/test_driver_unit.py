@@ -402,8 +402,8 @@ def test_work_dir_points_at_the_repository_program(tmp_path: Path) -> None:
     prepare_work_dir(work, program)
     prepare_work_dir(work, program)  # idempotent
     assert (work / "program").resolve() == program.resolve()
-    settings = project_settings()
-    assert settings["name"] == "modelplane" and settings["main"] == "program"
+    settings = project_settings("modelplane-a")
+    assert settings["name"] == "modelplane-a" and settings["main"] == "program"
     assert settings["runtime"]["name"] == "python"
 
 

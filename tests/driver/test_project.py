@@ -17,6 +17,8 @@ from modelplane.api.loader import load_fleet
 from modelplane.driver.project import (
     FLEET_BACKEND,
     ProjectError,
+    derived_project_name,
+    fleet_project_name,
     fleet_project,
     fleet_project_text,
     read_project,
@@ -38,7 +40,9 @@ def _cli():
 
 def test_the_root_project_runs_the_embedded_default_fleet() -> None:
     root = read_project(REPO)
-    assert root["name"] == "modelplane" and root["runtime"]["name"] == "python"
+    # The embedded default fleet's project: `modelplane up specs/local` runs the same stacks.
+    assert root["name"] == "modelplane-local" == fleet_project_name(SPECS / "local")
+    assert root["runtime"]["name"] == "python"
     assert (REPO / root["main"] / "__main__.py").is_file()
     assert (REPO / root["main"]).resolve() == REPO / "stacks"
     venv = root["runtime"]["options"]["virtualenv"]
@@ -86,7 +90,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
             },
             "repo/fleets/a",
             {
-                "name": "modelplane",
+                "name": "modelplane-a",
                 "description": "modelplane fleet fleets/a",
                 "runtime": {
                     "name": "python",
@@ -104,7 +108,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
             },
             "elsewhere",
             {
-                "name": "modelplane",
+                "name": "modelplane-elsewhere",
                 "runtime": {"name": "python", "options": {"virtualenv": "{tmp}/repo/.venv"}},
                 "main": "{tmp}/repo/stacks",
             },
@@ -112,7 +116,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
         (  # a bare runtime and absolute paths stay as they are
             {"name": "modelplane", "runtime": "python", "main": "/opt/stacks/"},
             "repo/f",
-            {"name": "modelplane", "runtime": "python", "main": "/opt/stacks/"},
+            {"name": "modelplane-f", "runtime": "python", "main": "/opt/stacks/"},
         ),
     ],
 )
@@ -162,3 +166,43 @@ def test_the_project_command_writes_checks_and_explains(tmp_path: Path) -> None:
     nowhere = runner.invoke(app, ["project", str(tmp_path / "nope")], env={"COLUMNS": "300"})
     assert nowhere.exit_code == 2 and "not a directory" in nowhere.output
     assert "Traceback" not in nowhere.output + stale.output + missing.output
+
+
+@pytest.mark.parametrize(
+    ("directory", "file", "expected"),
+    [
+        ("local", None, "modelplane-local"),  # derived from the directory's name
+        ("eu west/prod#2", None, "modelplane-prod-2"),  # refused characters become `-`
+        ("a", "name: team-a-prod\nruntime: python\n", "team-a-prod"),  # set in Pulumi.yaml
+        ("b", "name: modelplane\nruntime: python\n", "modelplane"),  # the old name, kept
+        ("c", "name: 'no spaces'\n", "error: field `name`: 'no spaces' is not a Pulumi project"),
+        ("d", "runtime: python\n", "error: field `name`: None is not a Pulumi project"),
+        ("e", "name: [\n", "error: cannot read"),
+    ],
+)
+def test_each_fleet_has_a_project_name_of_its_own(
+    tmp_path: Path, directory: str, file: str | None, expected: str
+) -> None:
+    fleet = tmp_path / directory
+    fleet.mkdir(parents=True)
+    if file is not None:
+        (fleet / "Pulumi.yaml").write_text(file)
+    if expected.startswith("error: "):
+        with pytest.raises(ProjectError) as caught:
+            fleet_project_name(fleet)
+        assert expected.removeprefix("error: ") in str(caught.value)
+        assert str(fleet / "Pulumi.yaml") in str(caught.value)  # names the file
+        return
+    assert fleet_project_name(fleet) == expected
+    if file is None:
+        assert derived_project_name(fleet) == expected
+
+
+def test_a_fleet_project_keeps_the_name_set_in_it(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    fleet = tmp_path / "repo" / "prod"
+    fleet.mkdir()
+    root = {"name": "modelplane-local", "runtime": "python", "main": "stacks/"}
+    assert fleet_project(root, tmp_path / "repo", fleet)["name"] == "modelplane-prod"
+    (fleet / "Pulumi.yaml").write_text("name: payments-llm\nruntime: python\nmain: x\n")
+    assert fleet_project(root, tmp_path / "repo", fleet)["name"] == "payments-llm"

@@ -165,7 +165,7 @@ def test_install_reports_a_plugin_it_cannot_get(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fleet", ["local", "quickstart", "multicloud", "frontier", "dev"])
 def test_each_fleet_is_a_pulumi_project_without_absolute_paths(fleet: str) -> None:
     project = yaml.safe_load((SPECS / fleet / "Pulumi.yaml").read_text())
-    assert project["name"] == "modelplane"
+    assert project["name"] == f"modelplane-{fleet}"  # a project of its own on any backend
     main = SPECS / fleet / project["main"]
     assert (main / "__main__.py").is_file()
     venv = project["runtime"]["options"]["virtualenv"]
