@@ -24,6 +24,7 @@ from modelplane.driver.errors import DriverError, EngineFailed, StackLocked
 from modelplane.driver.events import StackProgress
 from modelplane.driver.fingerprint import can_skip, stack_fingerprint, update_message
 from modelplane.driver.offline import OfflinePreview
+from modelplane.driver.project import LEGACY_PROJECT
 from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
@@ -137,10 +138,10 @@ class RunContext:
         return self.digests[name]
 
 
-def locked_message(stack: str, backend: str) -> str:
+def locked_message(stack: str, backend: str, project: str = LEGACY_PROJECT) -> str:
     state = local_state_dir(backend)
     where = (
-        f"delete {state}/.pulumi/locks/organization/modelplane/{stack}/"
+        f"delete {state}/.pulumi/locks/organization/{project}/{stack}/"
         if state is not None
         else f"run `pulumi cancel -s {stack}` (Pulumi Cloud) or remove the lock in the backend"
     )
@@ -179,7 +180,11 @@ ENGINE_FAILURES: tuple[tuple[str, type[DriverError]], ...] = (
 
 
 def classify(
-    exc: Exception, stack: str, progress: StackProgress | None, backend: str
+    exc: Exception,
+    stack: str,
+    progress: StackProgress | None,
+    backend: str,
+    project: str = LEGACY_PROJECT,
 ) -> DriverError:
     """The engine failure ``exc`` as a modelplane error with its message for people."""
     from pulumi.automation import errors
@@ -187,15 +192,20 @@ def classify(
     for name, kind in ENGINE_FAILURES:
         if isinstance(exc, getattr(errors, name)):
             if kind is StackLocked or stacklock.is_lock_error(exc):
-                return StackLocked(locked_message(stack, backend))
+                return StackLocked(locked_message(stack, backend, project))
             return kind(error_text(exc, progress))
     return EngineFailed(error_text(exc, progress))
 
 
 def _failure(
-    unit: StackUnit, exc: Exception, progress: StackProgress | None, started: float, backend: str
+    unit: StackUnit,
+    exc: Exception,
+    progress: StackProgress | None,
+    started: float,
+    backend: str,
+    project: str = LEGACY_PROJECT,
 ) -> StackResult:
-    error = classify(exc, unit.name, progress, backend)
+    error = classify(exc, unit.name, progress, backend, project)
     changes = progress.change_counts() if progress else {}
     duration = time.monotonic() - started
     locked = isinstance(error, Retryable)
@@ -262,6 +272,7 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         environ=ctx.session.env,
         base_dir=ctx.fleet_dir,
         unroutable=ctx.unroutable,
+        project=ctx.session.project,
     )
 
 
@@ -395,7 +406,9 @@ class EngineOp:
             result.duration = time.monotonic() - self.started
             return result
         except CommandError as exc:
-            return _failure(unit, exc, progress, self.started, ctx.session.backend)
+            return _failure(
+                unit, exc, progress, self.started, ctx.session.backend, ctx.session.project
+            )
 
     def locking(self, call: Callable[[], T]) -> T:
         """``call()`` (CLI calls of this operation), run again while :meth:`locked_again`

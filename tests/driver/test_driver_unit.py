@@ -411,9 +411,9 @@ def test_work_dir_points_at_the_repository_program(tmp_path: Path) -> None:
 
 
 def test_locked_message_names_the_stack_and_the_lock() -> None:
-    text = locked_message("cluster-a", "file:///fleet/.modelplane/state")
+    text = locked_message("cluster-a", "file:///fleet/.modelplane/state", "modelplane-fleet")
     assert "cluster-a is locked by another update" in text
-    assert "/fleet/.modelplane/state/.pulumi/locks/organization/modelplane/cluster-a" in text
+    assert "/fleet/.modelplane/state/.pulumi/locks/organization/modelplane-fleet/cluster-a" in text
 
 
 def test_error_text_prefers_engine_diagnostics() -> None:

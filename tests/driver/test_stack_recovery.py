@@ -269,7 +269,10 @@ def _ctx(fail_select: list[Exception], said: list[str], lock_wait: float = 0.0) 
         return stacks[-1]
 
     session = SimpleNamespace(
-        stack=select, backend="file:///f/.modelplane/state", workspace=lambda *_a: None
+        stack=select,
+        backend="file:///f/.modelplane/state",
+        project="modelplane-f",
+        workspace=lambda *_a: None,
     )
     return SimpleNamespace(
         session=session,
