@@ -350,7 +350,9 @@ class Fleet:
 
         A stack locked by another live update is waited for up to ``lock_wait`` seconds
         (saying so), else reported as locked; a lock left by a killed update on this host
-        is broken and its pending operations cleared (:mod:`modelplane.driver.stacklock`).
+        is cancelled (``pulumi cancel``) and its pending creates settled by ``pulumi refresh
+        --import-pending-creates`` / ``--clear-pending-creates``
+        (:mod:`modelplane.driver.stacklock`).
 
         Stacks whose inputs did not change since their last successful update are skipped
         unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
