@@ -79,6 +79,7 @@ from components.cloud.eks_node_groups import (
     update_config,
 )
 from components.cloud.pools import with_system_pool
+from components.cloud.provider_config import aws_provider_settings
 
 __all__ = [
     "EKSCluster",
@@ -141,7 +142,8 @@ class EKSCluster(pulumi.ComponentResource):
 
     Outputs: ``kubeconfig`` (secret), ``cluster_name``, ``file_system_id``, ``vpc_id``.
     AWS resources use the ``aws`` provider from ``opts`` if one is given, else a provider for
-    ``args.region`` (credentials from the environment, as the default provider).
+    ``args.region`` with the stack's ``aws:*`` config (profile, assumeRoles, defaultTags...;
+    ``components.cloud.provider_config``) and credentials from the environment otherwise.
     """
 
     kubeconfig: pulumi.Output[str]
@@ -162,8 +164,13 @@ class EKSCluster(pulumi.ComponentResource):
         cluster_name = args.cluster_name or name
         self._protect_stateful = args.protect
 
+        # Its own provider for the spec's region carries the stack's `aws:*` config (profile,
+        # assumed roles, default tags, ...), which a provider made here would otherwise lose.
         provider = _aws_provider_in(opts) or aws.Provider(
-            f"{name}-aws", region=args.region, opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-aws",
+            region=args.region,
+            **aws_provider_settings(),
+            opts=pulumi.ResourceOptions(parent=self),
         )
         self._provider = provider
         tags = {"modelplane.ai/cluster": cluster_name}

@@ -32,7 +32,7 @@ from tests.components.cluster_helpers import (
     inference_cluster,
     release,
 )
-from tests.pulumi_mocks import MockRun
+from tests.pulumi_mocks import MockRun, Secret
 
 
 def gpu_pool(
@@ -352,3 +352,80 @@ def test_eks_efa_pools_get_the_efa_device_plugin() -> None:
     )
     run = eks_run("eks-plain", plain)
     assert not [r for r in run.of_type(RELEASE) if "efa" in r.name]
+
+
+@pytest.mark.parametrize(
+    ("config", "secrets", "expected"),
+    [
+        ({}, [], {"region": "eu-west-1"}),  # no aws:* config: the region alone
+        (  # profile, roles, tags, account guard: carried over in the provider's spelling
+            {
+                "aws:profile": "prod",
+                "aws:region": "us-east-1",  # the spec's region wins
+                "aws:assumeRoles": json.dumps(
+                    [{"roleArn": "arn:aws:iam::123456789012:role/deployer", "sessionName": "mp"}]
+                ),
+                "aws:defaultTags": json.dumps({"tags": {"team": "ml-platform", "costCenter": "7"}}),
+                "aws:allowedAccountIds": json.dumps(["123456789012"]),
+                "aws:skipMetadataApiCheck": "false",
+            },
+            [],
+            {
+                "region": "eu-west-1",
+                "profile": "prod",
+                "assumeRoles": [
+                    {"roleArn": "arn:aws:iam::123456789012:role/deployer", "sessionName": "mp"}
+                ],
+                "defaultTags": {"tags": {"team": "ml-platform", "costCenter": "7"}},
+                "allowedAccountIds": ["123456789012"],
+                "skipMetadataApiCheck": False,
+            },
+        ),
+        (  # the one-role form of older stacks, and a secret key that stays secret
+            {
+                "aws:assumeRole": json.dumps({"roleArn": "arn:aws:iam::1:role/r"}),
+                "aws:secretKey": "s3cr3t-canary",
+                "aws:accessKey": "AKIACANARY",
+            },
+            ["aws:secretKey"],
+            {
+                "region": "eu-west-1",
+                "assumeRoles": [{"roleArn": "arn:aws:iam::1:role/r"}],
+                "secretKey": "s3cr3t-canary",
+                "accessKey": "AKIACANARY",
+            },
+        ),
+    ],
+)
+def test_eks_own_provider_honours_the_stacks_aws_config(
+    config: dict[str, str], secrets: list[str], expected: dict[str, Any]
+) -> None:
+    from pulumi.runtime import set_all_config
+
+    args = EKSClusterArgs(
+        region="eu-west-1",
+        node_pools=[gpu_pool("l4", "g6.12xlarge", "nvidia-l4", "eu-west-1a")],
+    )
+    set_all_config(config, secrets)
+    try:
+        run = MockRun()
+        run.run(lambda: EKSCluster("cfg", args))
+    finally:
+        set_all_config({}, [])
+    provider = run.one("pulumi:providers:aws")
+
+    def value(raw: Any) -> Any:  # a provider's inputs reach it as JSON text
+        try:
+            return json.loads(raw)
+        except (TypeError, ValueError):
+            return raw
+
+    got = {k: value(provider.get(k)) for k in provider.inputs}
+    sdk_defaults = {"version", "skipCredentialsValidation", "skipRegionValidation"}
+    assert {k: v for k, v in got.items() if k not in sdk_defaults or k in expected} == expected
+    for key in ("secretKey", "accessKey"):  # credentials are secrets in state, always
+        if key in expected:
+            assert isinstance(provider.inputs[key], Secret), key
+    for r in run:
+        if r.type.startswith("aws:"):
+            assert run.provider_of(r) == provider, r.name
