@@ -313,7 +313,7 @@ def test_concurrent_update_of_one_stack_is_reported_as_locked(
     fleet = Fleet.load(fleet_dir, env=env)
     check(fleet.up(only=["cluster-local"]))
     # Hold the stack's lock the way a running update does (file backend lock file).
-    locks = fleet.state_dir / "state" / ".pulumi" / "locks" / "organization" / "modelplane"
+    locks = fleet.state_dir / "state" / ".pulumi" / "locks" / "organization" / fleet.project
     lock_dir = locks / "cluster-local"
     lock_dir.mkdir(parents=True, exist_ok=True)
     (lock_dir / "held-by-test.json").write_text(

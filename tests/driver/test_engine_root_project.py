@@ -90,7 +90,9 @@ def test_pulumi_up_at_the_root_deploys_the_embedded_default_fleet(
         pulumi(root, cli_env, "up", "-s", stack, "--yes", "--skip-preview")
     # The project's backend: the state `modelplane up specs/local` uses by default.
     state = fleet / ".modelplane" / "state"
-    stored = sorted(p.stem for p in (state / ".pulumi" / "stacks" / "modelplane").glob("*.json"))
+    stored = sorted(
+        p.stem for p in (state / ".pulumi" / "stacks" / "modelplane-local").glob("*.json")
+    )
     assert stored == sorted(STACKS)
     assert default_backend(fleet) == state.resolve().as_uri()
     # Its stack config: the fleet's own files (stackConfigDir), with no path in them.

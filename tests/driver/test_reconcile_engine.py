@@ -23,7 +23,7 @@ pytestmark = pytest.mark.engine
 def hold_stack_lock(fleet_dir: Path, stack: str) -> Path:
     """Hold a stack's lock the way a running update does (file backend lock file)."""
     locks = fleet_dir / ".modelplane" / "state" / ".pulumi" / "locks" / "organization"
-    lock_dir = locks / "modelplane" / stack
+    lock_dir = locks / "modelplane-local" / stack  # the fleet's project (specs/local's name)
     lock_dir.mkdir(parents=True, exist_ok=True)
     (lock_dir / "held-by-ci.json").write_text(
         json.dumps(
