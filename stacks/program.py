@@ -11,8 +11,15 @@ stack's name says what it owns:
   Exports `endpoints` (the composed ModelEndpoints), `replicas`.
 - `gateway`: the InferenceGateway, every ModelEndpoint backend and every
   ModelService route. Exports `address`, `services`, `endpoints`. Replica endpoints
-  are routed only while their replica is in the lock and its cluster is not in
-  `MODELPLANE_UNROUTABLE` (comma-separated cluster names; `reconcile` keeps it).
+  are routed only while their replica is in the lock and its cluster is not unroutable.
+
+What `reconcile` and rollouts decide at run time is stack config the driver sets before an
+`up`, so a hand-run `pulumi up -s` reads what the driver's last `up` read:
+`modelplane:unroutable` on the gateway stack (a JSON list of cluster names and
+`replica:<name>` entries) and `modelplane:revisionTemplates` on a deployment stack during a
+rollout (JSON {revision: pod template} of the older revisions its replicas still run). The
+driver's previews, which write no config, pass the values they show through
+`MODELPLANE_UNROUTABLE` and `MODELPLANE_REVISION_TEMPLATES`, which win when set.
 
 Which fleet: `MODELPLANE_FLEET_DIR` (the driver sets it), else config `modelplane:specs`
 (relative to the repository root), else the project's: its `stackConfigDir` when it has one
@@ -45,7 +52,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pulumi
 import yaml
@@ -72,6 +79,8 @@ LOCK_ENV = "MODELPLANE_LOCK"
 UPSTREAM_ENV = "MODELPLANE_UPSTREAM_OUTPUTS"
 UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"  # modelplane.driver.workspace
 TEMPLATES_ENV = "MODELPLANE_REVISION_TEMPLATES"  # modelplane.driver.workspace
+UNROUTABLE_CONFIG = "unroutable"  # modelplane.driver.workspace.PROGRAM_CONFIG
+TEMPLATES_CONFIG = "revisionTemplates"
 PLACEHOLDER_SECRET = "modelplane-render-placeholder"
 
 
@@ -91,7 +100,7 @@ class Context:
     allow_missing_secrets: bool
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise pulumi.RunError(message)
 
 
@@ -642,9 +651,15 @@ def replicas_at_revision(
     a rollout updates replicas one step at a time, the others keep their pods."""
     from modelplane.rollout import at_revision, revision
 
+    from_env = os.environ.get(TEMPLATES_ENV)
     try:
-        known = json.loads(os.environ.get(TEMPLATES_ENV) or "{}").get(deployment.key) or {}
+        if from_env is not None:
+            known = json.loads(from_env or "{}").get(deployment.key) or {}
+        else:
+            known = json.loads(pulumi.Config(CONFIG_NAMESPACE).get(TEMPLATES_CONFIG) or "{}")
     except (ValueError, AttributeError):
+        known = {}
+    if not isinstance(known, dict):
         known = {}
     current = revision(deployment)
     out: dict[str, ModelDeployment] = {}
@@ -660,10 +675,19 @@ def replicas_at_revision(
 
 
 def unroutable_clusters() -> frozenset[str]:
-    """The clusters whose endpoints stay out of routes (`MODELPLANE_UNROUTABLE`, comma
-    separated; the driver sets it from `.modelplane/routing.json`)."""
-    raw = os.environ.get(UNROUTABLE_ENV, "")
-    return frozenset(c.strip() for c in raw.split(",") if c.strip())
+    """The clusters (and `replica:<name>` entries) whose endpoints stay out of routes: the
+    gateway stack's `modelplane:unroutable` (a JSON list the driver sets from the runtime
+    state), or `MODELPLANE_UNROUTABLE` (comma separated) when the driver passes it."""
+    raw = os.environ.get(UNROUTABLE_ENV)
+    if raw is not None:
+        return frozenset(c.strip() for c in raw.split(",") if c.strip())
+    try:
+        listed = json.loads(pulumi.Config(CONFIG_NAMESPACE).get(UNROUTABLE_CONFIG) or "[]")
+    except ValueError:
+        _fail(f"config {CONFIG_NAMESPACE}:{UNROUTABLE_CONFIG} is not a JSON list")
+    if not isinstance(listed, list):
+        _fail(f"config {CONFIG_NAMESPACE}:{UNROUTABLE_CONFIG} is not a JSON list")
+    return frozenset(str(c) for c in listed)
 
 
 def routable_records(

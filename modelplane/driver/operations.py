@@ -29,7 +29,13 @@ from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, StackResult
 from modelplane.driver.settings import local_state_dir
 from modelplane.driver.stack_cache import StackCache, outputs_digest
-from modelplane.driver.workspace import EngineSession, existing_stack
+from modelplane.driver.workspace import (
+    TEMPLATES_CONFIG,
+    TEMPLATES_ENV,
+    UNROUTABLE_CONFIG,
+    EngineSession,
+    existing_stack,
+)
 from modelplane.errors import Retryable
 from modelplane.stacks import StackUnit
 
@@ -498,8 +504,35 @@ class UpOp(EngineOp):
         self.message = ""
         self.fingerprint = ""
         self.known_changed = False
+        self.synced = False
+
+    def program_config(self) -> dict[str, str | None]:
+        """The run-time decisions this stack's program reads, as its stack config: the
+        gateway's unroutable clusters and replicas, a deployment's older revisions' pod
+        templates during a rollout (None: no such key)."""
+        unit = self.unit
+        if unit.kind == "InferenceGateway":
+            listed = json.dumps(sorted(self.ctx.unroutable)) if self.ctx.unroutable else None
+            return {UNROUTABLE_CONFIG: listed}
+        if unit.kind == "ModelDeployment":
+            every = self.ctx.session.program_env.get(TEMPLATES_ENV) or "{}"
+            mine = json.loads(every).get(unit.key)
+            return {TEMPLATES_CONFIG: json.dumps(mine, sort_keys=True) if mine else None}
+        return {}
+
+    def sync_program_config(self) -> None:
+        """Write :meth:`program_config` into the stack's config (once, the stack existing),
+        so a hand-run `pulumi up -s` reads what this run reads."""
+        if self.synced:
+            return
+        self.synced = True
+        values = self.program_config()
+        if values:
+            self.ctx.session.sync_config(self.unit.name, values)
 
     def prepare(self) -> StackResult | None:
+        if self.ctx.exists(self.unit.name):
+            self.sync_program_config()
         self.fingerprint = fingerprint_of(self.ctx, self.unit)
         self.message = update_message(self.fingerprint, self.ctx.commit_subject())
         if self.force or self.ctx.up_options.get("refresh") or self.ctx.cache is None:
@@ -526,6 +559,7 @@ class UpOp(EngineOp):
         )
 
     def skip(self, stack: Stack) -> StackResult | None:
+        self.sync_program_config()  # a stack this run created
         if self.force or self.ctx.up_options.get("refresh") or self.known_changed:
             return None
         last = stack.history(page_size=1, show_secrets=False)

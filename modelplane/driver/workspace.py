@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     from pulumi.automation import LocalWorkspace, PulumiCommand, Stack
 
 DRIVER_CONFIG = ("modelplane:specs", "modelplane:lock")
+# What `reconcile` and rollouts decide, set by the driver as stack config before an `up`
+# (stacks/program.py): inputs of the fingerprint through the routing state and the lock.
+UNROUTABLE_CONFIG = "modelplane:unroutable"
+TEMPLATES_CONFIG = "modelplane:revisionTemplates"
+PROGRAM_CONFIG = (UNROUTABLE_CONFIG, TEMPLATES_CONFIG)
 FLEET_ENV = "MODELPLANE_FLEET_DIR"
 LOCK_ENV = "MODELPLANE_LOCK"
 # The clusters and `replica:<name>` entries the gateway leaves out of routes
@@ -406,7 +411,27 @@ class EngineSession:
     def extra_config(self, stack: str) -> dict[str, Any]:
         """The stack's config beyond the driver's own keys (encrypted values as stored)."""
         config = read_stack_config(self.config_dir, stack)
-        return {k: v for k, v in config.items() if k not in DRIVER_CONFIG}
+        return {k: v for k, v in config.items() if k not in DRIVER_CONFIG + PROGRAM_CONFIG}
+
+    def sync_config(self, stack: str, values: Mapping[str, str | None]) -> list[str]:
+        """Set (or, for None, remove) plain config values of an existing stack where its
+        config file differs: one ``pulumi config set``/``rm`` per changed key; the keys."""
+        current = read_stack_config(self.config_dir, stack)
+        changed = [k for k, v in values.items() if current.get(k) != v]
+        if not changed:
+            return []
+        ws = self.workspace(stack)
+        for key in changed:
+            value = values[key]
+            argv = ["config", "set", key, value] if value is not None else ["config", "rm", key]
+            started = time.monotonic()
+            ok = False
+            try:
+                ws.pulumi_command.run([*argv, "--stack", stack], ws.work_dir, _cli_env(ws))
+                ok = True
+            finally:
+                self.calls.add(Call(f"config {argv[1]}", stack, time.monotonic() - started, ok))
+        return changed
 
     def remove_work_dir(self, stack: str) -> None:
         work_dir = self.work_dir(stack)

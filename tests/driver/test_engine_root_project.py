@@ -122,3 +122,20 @@ def test_pulumi_up_at_the_root_deploys_the_embedded_default_fleet(
     fresh = modelplane_up(other, root_env(other, env))
     assert {s["stack"]: s["result"] for s in fresh["stacks"]} == dict.fromkeys(STACKS, "succeeded")
     assert manifests(other / "specs" / "local" / "rendered") == by_plain
+
+    # What reconcile decides is stack config: once a round took the cluster out of the
+    # routes, a hand-run `pulumi preview -s gateway` at the root reads the same decision
+    # from Pulumi.gateway.yaml and changes nothing; once it is back, the key goes.
+    from modelplane.driver.fleet import Fleet
+
+    state_of = Fleet.load(fleet, env=cli_env).runtime
+    gateway_config = fleet / "Pulumi.gateway.yaml"
+    for unroutable, listed in (({"local": "unreachable (test)"}, '["local"]'), ({}, None)):
+        state_of.set_routing(unroutable)
+        result = modelplane_up(root, cli_env)
+        gateway = next(s for s in result["stacks"] if s["stack"] == "gateway")
+        # routes to the cluster's replica go, then come back
+        assert gateway["result"] == "succeeded" and any(gateway["changes"].values()), gateway
+        config = yaml.safe_load(gateway_config.read_text()).get("config") or {}
+        assert config.get("modelplane:unroutable") == listed, config
+        pulumi(root, cli_env, "preview", "-s", "gateway", "--expect-no-changes")

@@ -727,3 +727,68 @@ def _demo_app():
         """Values shown as [secret] here."""
 
     return demo
+
+
+# --- run-time decisions as stack config ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "expected"),
+    [
+        ({}, None, frozenset()),  # nothing decided
+        ({"modelplane:unroutable": '["eu-1", "replica:qwen-0"]'}, None, {"eu-1", "replica:qwen-0"}),
+        ({"modelplane:unroutable": '["eu-1"]'}, "us-2", {"us-2"}),  # the driver's preview wins
+        ({"modelplane:unroutable": '["eu-1"]'}, "", frozenset()),  # ... also when empty
+    ],
+)
+def test_pulumi_way_the_program_reads_unroutable_clusters_from_stack_config(
+    monkeypatch: pytest.MonkeyPatch, config: dict[str, str], env: str | None, expected: set[str]
+) -> None:
+    from pulumi.runtime import set_all_config
+
+    from stacks import program
+
+    if env is None:
+        monkeypatch.delenv(program.UNROUTABLE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(program.UNROUTABLE_ENV, env)
+    set_all_config(config, [])
+    try:
+        assert program.unroutable_clusters() == frozenset(expected)
+    finally:
+        set_all_config({}, [])
+
+
+@pytest.mark.parametrize(
+    ("kind", "unroutable", "templates", "expected"),
+    [
+        (
+            "InferenceGateway",
+            ("eu-1", "replica:a"),
+            "",
+            {"modelplane:unroutable": '["eu-1", "replica:a"]'},
+        ),
+        ("InferenceGateway", (), "", {"modelplane:unroutable": None}),  # removed when none
+        (
+            "ModelDeployment",
+            (),
+            '{"demo/qwen":{"r1":{"image":"a"}},"demo/other":{"r9":{}}}',
+            {"modelplane:revisionTemplates": '{"r1": {"image": "a"}}'},  # its own only
+        ),
+        ("ModelDeployment", (), "", {"modelplane:revisionTemplates": None}),
+        ("InferenceCluster", ("eu-1",), "", {}),
+    ],
+)
+def test_pulumi_way_up_sets_what_the_program_reads_as_stack_config(
+    kind: str, unroutable: tuple[str, ...], templates: str, expected: dict[str, str | None]
+) -> None:
+    from types import SimpleNamespace
+
+    from modelplane.driver.operations import UpOp
+    from modelplane.driver.workspace import TEMPLATES_ENV
+
+    session = SimpleNamespace(program_env={TEMPLATES_ENV: templates} if templates else {})
+    ctx = SimpleNamespace(session=session, unroutable=unroutable)
+    unit = SimpleNamespace(name="x", kind=kind, key="demo/qwen", tier=0)
+    op = UpOp(ctx, unit, force=False)  # type: ignore[arg-type]
+    assert op.program_config() == expected
