@@ -38,6 +38,7 @@ from components.workload.objects import (
     Manifest,
     app_labels,
     ensure_namespace,
+    hand_off,
     labels,
     metadata,
     register,
@@ -415,6 +416,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         front_door_key: pulumi.Input[str] | None = None,
         tls_material: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None,
         cloud: str | None = None,
+        render_only: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -464,7 +466,10 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         if tls is not None:
             if tls_material is None:
                 raise ValueError("InferenceGateway spec.tls needs the certificate and key")
-            gw_deps.append(register(tls_secret(*tls_material), after, scope="gateway"))
+            made = tls_secret(*tls_material)
+            # renderTo: the rendered folder gets the Secret's name and keys, never the key.
+            made = hand_off(made) if render_only else made
+            gw_deps.append(register(made, after, scope="gateway"))
         gw_manifest = gateway_manifest(
             backend,
             await_address=await_address,
@@ -504,7 +509,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
             ).apply(lambda args: callers_table(args[0], args[1]))
             table = pulumi.Output.secret(table)
             for manifest in authz_manifests(table):
-                register(manifest, after, scope="gateway")
+                register(hand_off(manifest) if render_only else manifest, after, scope="gateway")
         self.address = gw.status.apply(_first_address)
         self.scheme = pulumi.Output.from_input("https" if tls is not None else "http")
         self.gateway_name = pulumi.Output.from_input(GATEWAY_NAME)

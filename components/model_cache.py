@@ -34,6 +34,7 @@ from components.workload.objects import (
     Manifest,
     app_labels,
     ensure_namespace,
+    hand_off,
     labels,
     metadata,
     register,
@@ -255,10 +256,9 @@ class ModelCacheComponent(pulumi.ComponentResource):
             deps: list[pulumi.Resource] = [pvc]
             if with_token:
                 assert token is not None
+                made = secret_manifest(cache, pulumi.Output.secret(token), object_labels)
                 secret = register(
-                    secret_manifest(cache, pulumi.Output.secret(token), object_labels),
-                    after,
-                    scope=cluster,
+                    hand_off(made) if target.render_only else made, after, scope=cluster
                 )
                 deps.append(secret)
             register(

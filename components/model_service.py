@@ -34,6 +34,7 @@ from components.workload.objects import (
     Manifest,
     app_labels,
     dns1035,
+    hand_off,
     labels,
     register,
 )
@@ -253,6 +254,9 @@ class FrontDoor:
     # of the front door's credentials (a secret Output) the shard routes check, and the
     # plain-HTTP listener the front door's own Service reaches (None: no such listener).
     shard_users: Any = None
+    # The front door's cluster only renders manifests (renderTo): Secrets go to the rendered
+    # folder without their values (objects.hand_off).
+    render_only: bool = False
     shard_listener: str | None = None
 
 
@@ -460,7 +464,7 @@ class ModelServiceComponent(pulumi.ComponentResource):
             # exist yet answers 404 until it does (and never lets a request in unchecked).
             policies = [
                 register(
-                    manifest,
+                    hand_off(manifest) if door.render_only else manifest,
                     pulumi.ResourceOptions(parent=self, depends_on=list(depends_on) or None),
                     scope="gateway",
                 )
@@ -471,7 +475,7 @@ class ModelServiceComponent(pulumi.ComponentResource):
             *others, first = routes
             shard_objects = [
                 register(
-                    manifest,
+                    hand_off(manifest) if door.render_only else manifest,
                     pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, *policies]),
                     scope="gateway",
                 )

@@ -374,7 +374,7 @@ async def run_cache(ctx: Context) -> None:
     up.prefetch(cluster_stack(name) for name in cache_clusters(ctx.fleet, ctx.unit.key))
     for name in cache_clusters(ctx.fleet, ctx.unit.key):
         conn = await cluster_connection(up, name)
-        targets[name] = cluster_target(ctx, name, conn)
+        targets[name] = cluster_target(ctx, name, conn, render_only=bool(conn.render_to))
     token = None
     hf = cache.spec.hugging_face
     if hf is not None and hf.auth_secret is not None:
@@ -493,6 +493,7 @@ async def run_gateway(ctx: Context) -> None:
     gateway_cluster = [cluster_stack(ref)] if ref is not None else []
     up.prefetch([*gateway_cluster, *map(deploy_stack, ctx.fleet.deployments)])
     install = True
+    render_only = False  # the gateway's cluster only renders manifests (renderTo)
     # Wait for the Gateway's address when something is known to program it: the controller
     # modelplane installs, or a cluster whose platform declares its gateway controller.
     await_address = True
@@ -509,6 +510,7 @@ async def run_gateway(ctx: Context) -> None:
         if conn.render_to:
             install = False
             await_address = False
+            render_only = True
         elif gateway.spec.backend == "EnvoyGateway" and cluster.spec.serving_stack.install:
             install = False  # the serving stack's mp-envoy-gateway is already there
         elif not cluster.spec.serving_stack.install:
@@ -580,6 +582,7 @@ async def run_gateway(ctx: Context) -> None:
         front_door_key=hop_key,
         tls_material=tls_material,
         cloud=cloud,
+        render_only=render_only,
     )
     front_door = FrontDoor(
         listener=service_listener(gateway),
@@ -595,6 +598,7 @@ async def run_gateway(ctx: Context) -> None:
         if may_shard and hop_key is not None
         else None,
         shard_listener=None if gateway.spec.tls and gateway.spec.tls.http == "Refuse" else WEB,
+        render_only=render_only,
     )
     in_namespace = pulumi.ResourceOptions(provider=provider)
     namespaces: dict[str, pulumi.Resource | None] = {}

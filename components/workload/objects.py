@@ -88,6 +88,29 @@ def metadata(
     return meta
 
 
+HAND_OFF_ANNOTATION = "modelplane.ai/hand-off"
+
+
+def hand_off(manifest: Manifest) -> Manifest:
+    """``manifest`` as it goes into a renderTo cluster's rendered folder: a Secret keeps its
+    name, type and the keys it must hold, never a value (the Kubernetes provider writes
+    rendered Secrets in plaintext, and the folder is usually committed); the platform team
+    creates its data (api.md, "renderTo"). Anything else is returned as it is."""
+    if manifest.get("kind") != "Secret":
+        return manifest
+    keys = sorted({*(manifest.get("stringData") or {}), *(manifest.get("data") or {})})
+    out = {k: v for k, v in manifest.items() if k not in ("data", "stringData")}
+    meta = dict(out.get("metadata") or {})
+    notes = dict(meta.get("annotations") or {})
+    notes[HAND_OFF_ANNOTATION] = (
+        f"create this Secret's data out of band (keys: {', '.join(keys)}); modelplane writes "
+        "no secret value into rendered files"
+    )
+    meta["annotations"] = notes
+    out["metadata"] = meta
+    return out
+
+
 def dns1035(*parts: str) -> str:
     """A name valid for a Service (DNS-1035: starts with a letter), within 63 characters."""
     name = child_name(*parts)

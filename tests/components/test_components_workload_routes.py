@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -15,6 +16,7 @@ from components.model_service import (
     ModelServiceComponent,
     endpoint_manifests,
 )
+from components.workload.objects import HAND_OFF_ANNOTATION, hand_off
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.model_service import ModelService
 from tests.components.workload_helpers import (
@@ -314,3 +316,78 @@ def test_render_only_gateway_skips_the_helm_release() -> None:
     )
     assert run.of_type("kubernetes:helm.sh/v3:Release") == []
     assert len(run.of_type("kubernetes:gateway.networking.k8s.io/v1:Gateway")) == 1
+
+
+@pytest.mark.parametrize("render_only", [False, True])
+def test_render_only_gateway_hands_off_its_secrets_without_values(render_only: bool) -> None:
+    """H5: on a renderTo cluster the TLS key and the callers table (with the front door's
+    credentials) reach the rendered folder as Secrets that name their keys, without values."""
+    gw = load(
+        InferenceGateway,
+        "metadata: {name: default}\nspec: {backend: Traefik, cluster: {inferenceClusterRef: west},"
+        " tls: {certificate: {name: t, key: crt}, privateKey: {name: t, key: key}},"
+        " auth: {callers: [{name: app, secretRef: {name: app, key: key}}]}}",
+    )
+    run = MockRun.of(
+        lambda: InferenceGatewayComponent(
+            "default",
+            gw,
+            k8s.Provider("gw-k8s", render_yaml_to_directory="/tmp/x"),
+            install_controller=False,
+            caller_keys={"app": "sk-app-key"},
+            front_door_key="door-key",
+            tls_material=("CERT", "PRIVATE-KEY"),
+            render_only=render_only,
+        )
+    )
+    secrets = {r.name: r for r in run.of_type("kubernetes:core/v1:Secret")}
+    assert len(secrets) == 2, sorted(secrets)
+    for secret in secrets.values():
+        if render_only:
+            assert "stringData" not in secret.inputs and "data" not in secret.inputs
+            note = secret.get("metadata.annotations")[HAND_OFF_ANNOTATION]
+            assert "keys: " in note
+        else:
+            assert secret.get("stringData")
+    if render_only:
+        notes = sorted(s.get("metadata.annotations")[HAND_OFF_ANNOTATION] for s in secrets.values())
+        assert any("keys: tls.crt, tls.key" in n for n in notes)
+        assert any("keys: callers.json" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"),
+    [
+        (  # a Secret: its name, type and keys, never a value
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "s", "annotations": {"a": "b"}},
+                "type": "Opaque",
+                "stringData": {"token": "v"},
+                "data": {"ca": "dg=="},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": "s",
+                    "annotations": {
+                        "a": "b",
+                        HAND_OFF_ANNOTATION: "create this Secret's data out of band (keys: "
+                        "ca, token); modelplane writes no secret value into rendered files",
+                    },
+                },
+                "type": "Opaque",
+            },
+        ),
+        (  # anything else as it is
+            {"apiVersion": "v1", "kind": "ConfigMap", "data": {"x": "y"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "data": {"x": "y"}},
+        ),
+    ],
+)
+def test_hand_off_keeps_a_secrets_keys_and_drops_its_values(
+    manifest: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    assert hand_off(manifest) == expected

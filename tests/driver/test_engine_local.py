@@ -7,6 +7,7 @@ directory) and never touches the network: the engine comes from the per-user cac
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from components.workload.front_door import basic_credentials
 from modelplane.driver.engine_calls import LOG_ENV, Call, read_log
 from modelplane.driver.events import event_to_json
 from modelplane.driver.fleet import Fleet
@@ -374,6 +376,43 @@ contexts:
   context: {{cluster: remote, user: remote}}
 current-context: remote
 """
+    # renderTo hand-offs (H5): a ModelCache with a HuggingFace token, the front door's TLS key
+    # and the fleet's front-door key (on the routes' Secrets): none reaches the rendered files.
+    (fleet_dir / "cache.yaml").write_text(
+        """apiVersion: modelplane.ai/v1alpha1
+kind: ModelCache
+metadata: {name: weights, namespace: demo}
+spec:
+  source: HuggingFace
+  huggingFace: {repo: Qwen/Qwen3-0.6B, authSecret: {name: hf-token, key: token}}
+  sizeGiB: 10
+  clusterSelector: {matchLabels: {modelplane.ai/region: local}}
+"""
+    )
+    fleet_yaml = fleet_dir / "fleet.yaml"
+    fleet_yaml.write_text(
+        fleet_yaml.read_text()
+        .replace(
+            "  cluster: {inferenceClusterRef: local}\n",
+            "  cluster: {inferenceClusterRef: local}\n"
+            "  tls:\n"
+            "    certificate: {name: front-tls, key: crt}\n"
+            "    privateKey: {name: front-tls, key: key}\n",
+            1,
+        )
+        .replace(
+            "      renderTo: rendered\n",
+            "      renderTo: rendered\n      cache: {storageClassName: shared-rwx}\n",
+            1,
+        )
+    )
+    assert "privateKey" in fleet_yaml.read_text()
+    hand_offs = {
+        "MODELPLANE_SECRET_HF_TOKEN_TOKEN": f"{CANARY}-hf",
+        "MODELPLANE_SECRET_FRONT_TLS_CRT": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+        "MODELPLANE_SECRET_FRONT_TLS_KEY": f"-----BEGIN PRIVATE KEY-----\n{CANARY}-key\n-----END PRIVATE KEY-----",
+        "MODELPLANE_SECRET_MODELPLANE_FRONT_DOOR_KEY": f"{CANARY}-door",
+    }
     # A temporary directory of this test's own, for the driver and every process it starts:
     # what appears there came from this run, whatever else runs on the machine.
     temp = tmp_path / "tmp"
@@ -382,6 +421,7 @@ current-context: remote
     run_env = {
         **env,
         "MODELPLANE_SECRET_REMOTE_KUBE_KUBECONFIG": kubeconfig,
+        **hand_offs,
         "COLUMNS": "200",
         "TMPDIR": str(temp),
     }
@@ -418,8 +458,26 @@ current-context: remote
         for p in temp.iterdir()
         if p.name.startswith("modelplane-engine-") and p.name not in temp_before
     ]
-    leaks = [where for where, text in places.items() if CANARY in text]
+    encoded = [base64.b64encode(v.encode()).decode() for v in hand_offs.values() if CANARY in v] + [
+        basic_credentials(hand_offs["MODELPLANE_SECRET_MODELPLANE_FRONT_DOOR_KEY"]).split()[1]
+    ]
+    leaks = [
+        where for where, text in places.items() if CANARY in text or any(e in text for e in encoded)
+    ]
     assert not leaks, f"plaintext secret found in: {leaks}"
+    # The rendered Secrets name their keys for the platform team and hold no value.
+    rendered = [
+        doc
+        for path in (fleet_dir / "rendered").rglob("*.yaml")
+        for doc in yaml.safe_load_all(path.read_text())
+        if isinstance(doc, dict) and doc.get("kind") == "Secret"
+    ]
+    names = {d["metadata"]["name"] for d in rendered}
+    assert "modelplane-front-door-tls" in names, names
+    assert any(n.endswith("-auth") for n in names), names  # the cache's token
+    for doc in rendered:
+        assert "data" not in doc and "stringData" not in doc, doc["metadata"]["name"]
+        assert "keys:" in doc["metadata"]["annotations"]["modelplane.ai/hand-off"]
     # The state really holds the secret (encrypted): the stack exports it.
     state_files = [p for p in places if p.startswith(".modelplane/state/")]
     assert any("ciphertext" in places[p] for p in state_files), state_files
