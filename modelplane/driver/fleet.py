@@ -492,7 +492,12 @@ class Fleet:
             return self._run(
                 "destroy",
                 units,
-                lambda u: self._refused(u, refused) or ops.destroy_stack(ctx, u, remove=remove),
+                lambda u: (
+                    self._refused(u, refused)
+                    # The program's providers (today's kubeconfigs), where the fleet still
+                    # derives the stack; an orphan's program is gone: its state's providers.
+                    or ops.destroy_stack(ctx, u, remove=remove, run_program=u.name in names)
+                ),
                 parallel,
                 observer,
                 reverse=True,

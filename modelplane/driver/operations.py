@@ -734,19 +734,29 @@ class RefreshOp(EngineOp):
             return None
         return StackResult(self.unit.name, self.unit.tier, Outcome.UNCHANGED, note=self.skip_reason)
 
+    def options(self) -> dict[str, Any]:
+        # The program's providers, so a refresh reads with today's credentials, not the
+        # kubeconfig frozen in the state.
+        return {"run_program": True}
+
     def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
         self.ctx.remember(self.unit.name, stack.outputs())
         result.outputs = self.ctx.masked[self.unit.name]
 
 
 class DestroyOp(EngineOp):
-    """``pulumi destroy``; with ``remove`` the stack and its workspace are deleted too."""
+    """``pulumi destroy``; with ``remove`` the stack and its workspace are deleted too;
+    ``run_program``: with the program's providers (a stack the fleet still derives)."""
 
     verb = "destroy"
 
-    def __init__(self, ctx: RunContext, unit: StackUnit, remove: bool) -> None:
+    def __init__(self, ctx: RunContext, unit: StackUnit, remove: bool, run_program: bool) -> None:
         super().__init__(ctx, unit)
         self.remove = remove
+        self.run_program = run_program
+
+    def options(self) -> dict[str, Any]:
+        return {"run_program": True} if self.run_program else {}
 
     def done(self, stack: Stack, outcome: Any, result: StackResult) -> None:
         if self.ctx.cache is not None:
@@ -771,8 +781,10 @@ def refresh_stack(ctx: RunContext, unit: StackUnit, skip_reason: str | None = No
     return RefreshOp(ctx, unit, skip_reason).run()
 
 
-def destroy_stack(ctx: RunContext, unit: StackUnit, *, remove: bool = False) -> StackResult:
-    return DestroyOp(ctx, unit, remove).run()
+def destroy_stack(
+    ctx: RunContext, unit: StackUnit, *, remove: bool = False, run_program: bool = False
+) -> StackResult:
+    return DestroyOp(ctx, unit, remove, run_program).run()
 
 
 @dataclass
