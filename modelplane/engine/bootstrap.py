@@ -106,13 +106,28 @@ def find_engine(
 def _record_installed(
     wanted: EngineVersions, binaries: dict[str, Path], base: Path, progress: Progress
 ) -> Path:
+    from .plugininfo import cli_version, plugin_version
+
+    # What was found, which may be newer than wanted: recorded, and said.
+    found = EngineVersions(
+        cli_version(binaries["pulumi"]) or wanted.pulumi,
+        plugin_version(binaries["pulumi-resource-kubernetes"], "resource") or wanted.kubernetes,
+    )
     with cache.locked(lock_path(base), WHAT), cache.staged(base, wanted.key) as staging:
         link_into(staging / "bin", binaries)
         details = {k: str(v) for k, v in binaries.items()}
         root = cache.publish(
-            staging, base / wanted.key, _manifest(wanted, wanted, "installed", details)
+            staging, base / wanted.key, _manifest(wanted, found, "installed", details)
         )
-    progress(f"[engine] using the installed engine ({binaries['pulumi']}), linked into {root}")
+    skew = (
+        ""
+        if (found.pulumi, found.kubernetes) == (wanted.pulumi, wanted.kubernetes)
+        else f" (the SDKs are pulumi {wanted.pulumi}, pulumi-kubernetes {wanted.kubernetes})"
+    )
+    progress(
+        f"[engine] using the installed engine: pulumi {found.pulumi} ({binaries['pulumi']}), "
+        f"kubernetes provider {found.kubernetes}{skew}; linked into {root}"
+    )
     return root
 
 

@@ -66,7 +66,11 @@ def check_engine(root: Path, wanted: EngineVersions, strict: bool = False) -> Ch
         message = (
             f"this engine is pulumi {expect.pulumi} / kubernetes {expect.kubernetes}, the Python "
             f"packages are pulumi {wanted.pulumi} / pulumi-kubernetes {wanted.kubernetes} "
-            f"({manifest.source} build from what the Go module proxy serves)"
+            + (
+                "(the engine installed on this machine, newer than the packages)"
+                if manifest.source == "installed"
+                else f"({manifest.source} build from what the Go module proxy serves)"
+            )
         )
         (problems if strict else notes).append(message)
     return CheckResult(lines=tuple(lines), problems=tuple(problems), notes=tuple(notes))

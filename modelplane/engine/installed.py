@@ -1,8 +1,15 @@
-"""Preference 1: an engine already installed on this machine, of the right versions."""
+"""Preference 1: an engine already installed on this machine: the user's own.
+
+Any `pulumi` at or above the Python SDK's version (the SDK's minimum: an older CLI lacks what
+the SDK asks of it) is used, with the newest Kubernetes provider plugin at or above the SDK's
+(`pulumi_kubernetes`) version; older ones are refused, saying why. The versions used are
+recorded in the engine's manifest and shown by `python -m modelplane.engine check`.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +29,17 @@ def _provider_version(path: Path) -> str | None:
     return plugin_version(path, "resource")
 
 
+def version_key(version: str | None) -> tuple[int, ...] | None:
+    """`3.274.1` (or `v3.274.1-alpha.2`) as comparable numbers; None when not a version."""
+    found = re.match(r"^v?(\d+)\.(\d+)\.(\d+)", version or "")
+    return tuple(int(part) for part in found.groups()) if found else None
+
+
+def at_least(version: str | None, minimum: str) -> bool:
+    have, need = version_key(version), version_key(minimum)
+    return have is not None and need is not None and have >= need
+
+
 def pulumi_home(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     return Path(env.get("PULUMI_HOME") or Path(env.get("HOME") or Path.home()) / ".pulumi")
@@ -38,10 +56,11 @@ def find_installed(
 ) -> dict[str, Path] | None:
     """The binaries of an installed engine matching `wanted`, or None.
 
-    `pulumi` on PATH must print the wanted version, with `pulumi-language-python` and its `-exec`
-    shim beside it (where the CLI looks for bundled plugins) or on PATH; the provider is
-    `pulumi-resource-kubernetes` on PATH of the wanted version, or the plugin cache's
-    `$PULUMI_HOME/plugins/resource-kubernetes-v<version>/`. A `pulumi` that resolves into
+    `pulumi` on PATH must print a version at or above the wanted one, with
+    `pulumi-language-python` and its `-exec` shim beside it (where the CLI looks for bundled
+    plugins) or on PATH; the provider is `pulumi-resource-kubernetes` on PATH at or above the
+    wanted version, else the newest such in the plugin cache
+    (`$PULUMI_HOME/plugins/resource-kubernetes-v<version>/`). A `pulumi` that resolves into
     `skip_under` (modelplane's own cache, e.g. put on PATH by the driver) does not count.
     """
     path = os.environ.get("PATH", "") if path is None else path
@@ -52,8 +71,11 @@ def find_installed(
     if skip_under is not None and cli.resolve().is_relative_to(skip_under.resolve()):
         return None
     version = cli_version_of(cli)
-    if version != wanted.pulumi:
-        progress(f"[engine] {cli}: version {version or 'unknown'}, want {wanted.pulumi}: not used")
+    if not at_least(version, wanted.pulumi):
+        progress(
+            f"[engine] {cli}: version {version or 'unknown'} is below {wanted.pulumi}, the "
+            "Pulumi Python SDK's own version (the least CLI it works with): not used"
+        )
         return None
     real_dir = cli.resolve().parent
     binaries = {"pulumi": cli}
@@ -70,8 +92,8 @@ def find_installed(
     provider = _find_provider(wanted, path, home or pulumi_home(), provider_version_of)
     if provider is None:
         progress(
-            f"[engine] {cli}: no pulumi-resource-kubernetes {wanted.kubernetes} on PATH "
-            "or in the Pulumi plugin cache: not used"
+            f"[engine] {cli}: no pulumi-resource-kubernetes {wanted.kubernetes} or newer on "
+            "PATH or in the Pulumi plugin cache: not used"
         )
         return None
     binaries["pulumi-resource-kubernetes"] = provider
@@ -82,13 +104,17 @@ def _find_provider(
     wanted: EngineVersions, path: str, home: Path, version_of: VersionOf
 ) -> Path | None:
     on_path = shutil.which("pulumi-resource-kubernetes", path=path)
-    if on_path and version_of(Path(on_path)) == wanted.kubernetes:
+    if on_path and at_least(version_of(Path(on_path)), wanted.kubernetes):
         return Path(on_path)
-    cached = home / "plugins" / f"resource-kubernetes-v{wanted.kubernetes}"
-    binary = cached / "pulumi-resource-kubernetes"
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return binary
-    return None
+    cached = []
+    for folder in (home / "plugins").glob("resource-kubernetes-v*"):
+        version = folder.name.removeprefix("resource-kubernetes-v")
+        binary = folder / "pulumi-resource-kubernetes"
+        key = version_key(version)
+        if key and at_least(version, wanted.kubernetes) and binary.is_file():
+            if os.access(binary, os.X_OK):
+                cached.append((key, binary))
+    return max(cached)[1] if cached else None
 
 
 def link_into(bin_dir: Path, binaries: dict[str, Path]) -> None:

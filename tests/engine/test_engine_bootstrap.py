@@ -412,7 +412,9 @@ def test_a_proxy_without_the_newer_cli_gets_the_older_fallback(tmp_path: Path, m
 # -- preference order -----------------------------------------------------------------------------
 
 
-def test_installed_pulumi_of_the_wrong_version_is_rejected(tmp_path: Path) -> None:
+def test_engine_range_installed_pulumi_below_the_sdk_is_refused_with_the_reason(
+    tmp_path: Path,
+) -> None:
     bin_dir = tmp_path / "bin"
     fake_pulumi(bin_dir, "v3.1.0")
     messages: list[str] = []
@@ -420,7 +422,37 @@ def test_installed_pulumi_of_the_wrong_version_is_rejected(tmp_path: Path) -> No
         WANTED, path=str(bin_dir), home=tmp_path / "home", progress=messages.append
     )
     assert found is None
-    assert any("version 3.1.0, want 3.272.0" in m for m in messages)
+    assert any("version 3.1.0 is below 3.272.0" in m and "SDK" in m for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    ("cli", "cached", "expected"),
+    [
+        ("v3.272.0", ["4.34.2"], "4.34.2"),  # exactly the SDKs'
+        ("v3.280.1", ["4.34.2"], "4.34.2"),  # a newer CLI: the user's own, used
+        ("v3.272.0", ["4.30.0", "4.40.1", "4.35.0"], "4.40.1"),  # the newest plugin at or above
+        ("v3.272.0", ["4.30.0"], None),  # only an older plugin: refused
+        ("v3.271.9", ["4.40.1"], None),  # an older CLI: refused
+        ("3.300.0-alpha.1+dirty", ["4.34.2"], "4.34.2"),  # a dev build of a newer CLI
+    ],
+)
+def test_engine_range_any_installed_engine_at_or_above_the_sdks(
+    tmp_path: Path, cli: str, cached: list[str], expected: str | None
+) -> None:
+    bin_dir = tmp_path / "bin"
+    fake_pulumi(bin_dir, cli)
+    home = tmp_path / "home"
+    for version in cached:
+        executable(
+            home / "plugins" / f"resource-kubernetes-v{version}" / "pulumi-resource-kubernetes",
+            "#!/bin/sh\nexit 0\n",
+        )
+    found = find_installed(WANTED, path=str(bin_dir), home=home, progress=lambda _m: None)
+    if expected is None:
+        assert found is None
+        return
+    assert found is not None
+    assert found["pulumi-resource-kubernetes"].parent.name == f"resource-kubernetes-v{expected}"
 
 
 def test_installed_pulumi_of_the_right_version_is_accepted(tmp_path: Path) -> None:
@@ -447,6 +479,8 @@ def test_installed_provider_on_path_must_have_the_right_version(tmp_path: Path) 
     quiet = {"path": str(bin_dir), "home": tmp_path / "home", "progress": lambda _m: None}
     wrong = find_installed(WANTED, provider_version_of=lambda _p: "4.0.0", **quiet)
     assert wrong is None
+    newer = find_installed(WANTED, provider_version_of=lambda _p: "4.40.0", **quiet)
+    assert newer is not None and newer["pulumi-resource-kubernetes"] == provider
     right = find_installed(WANTED, provider_version_of=lambda _p: "4.34.2", **quiet)
     assert right is not None and right["pulumi-resource-kubernetes"] == provider
 
