@@ -19,7 +19,6 @@ a Gateway ``status.addresses``; ...), overridable per type with ``outputs=``.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -388,6 +387,11 @@ class MockRun:
     ) -> None:
         self.mocks = RecordingMocks(outputs, answers)
         self.monitor = RecordingMonitor(self.mocks)
+        # Pulumi's runtime uses the thread's current event loop, and set_mocks registers the
+        # root stack resource at once; an earlier `asyncio.run()` in the same process (a
+        # dev-fleet stand-in test, the engine tests' CLI runs) leaves none set, and then every
+        # later mocked run would fail, whichever test module comes next.
+        _ensure_event_loop()
         set_mocks(self.mocks, project=project, stack=stack, preview=preview, monitor=self.monitor)
 
     @classmethod
@@ -402,12 +406,7 @@ class MockRun:
         SETTINGS.rpc_manager.clear()
         SETTINGS.outputs.clear()
         holder: dict[str, T] = {}
-        # Pulumi's runtime uses the thread's current event loop; an earlier `asyncio.run()` in
-        # the same session (the engine tests' CLI runs) leaves none set.
-        try:
-            asyncio.get_event_loop()
-        except RuntimeError:
-            asyncio.set_event_loop(asyncio.new_event_loop())
+        _ensure_event_loop()  # as in __init__
 
         def main() -> None:
             holder["result"] = program()

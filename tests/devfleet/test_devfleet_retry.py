@@ -141,10 +141,25 @@ class Streams(fx.Clients):
         self.results: list[StreamResult] = []
         self.refused = 0
         self.open: dict[int, str] = {}  # client thread -> the cluster streaming to it now
+        self.opened: dict[int, float] = {}  # client thread -> when its stream's headers came
+
+    def started_on(self, cluster: str, within: float) -> bool:
+        """A stream to ``cluster`` opened less than ``within`` seconds ago (so it still has
+        most of its tokens to send)."""
+        now = time.monotonic()
+        return any(
+            c == cluster and now - self.opened.get(t, 0.0) < within
+            for t, c in list(self.open.items())
+        )
 
     def once(self) -> None:
         me = threading.get_ident()
-        result = stream_once(self.url, lambda cluster: self.open.__setitem__(me, cluster))
+
+        def opened(cluster: str) -> None:
+            self.opened[me] = time.monotonic()
+            self.open[me] = cluster
+
+        result = stream_once(self.url, opened)
         self.open.pop(me, None)
         if result is None:
             self.refused += 1
@@ -238,11 +253,13 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
             assert sum(load.count() for load in loads) > 20 and not before, before[:5]
             served = {r[2] for load in loads for r in load.results if r[1] == 200}
             assert served == {"dev-1", "dev-2", "dev-3"}, served
-            # Kill while a stream is open on dev-3 (the rotation spreads them; wait for it).
+            # Kill while a stream is open on dev-3 (the rotation spreads them; wait for it),
+            # one that started under a second ago: a stream about to end (4 s of tokens)
+            # could finish before the kill lands, and then nothing is cut.
             fx.wait_for(
-                "a stream open on dev-3",
-                lambda: "dev-3" in streams.open.values(),
-                timeout=60,
+                "a stream just opened on dev-3",
+                lambda: streams.started_on("dev-3", within=1.0),
+                timeout=120,
                 interval=0.05,
             )
             down, down_wall = time.monotonic(), time.time()
