@@ -123,7 +123,10 @@ def test_crash_kill_9_mid_up_then_up_recovers(tmp_path: Path, pg_env: dict[str, 
     assert _locks(url), "no kill landed inside an update in three tries"
     placed = read_lock(fleet_dir / "modelplane.lock.yaml")  # whole: written atomically
     done = subprocess.run(
-        _cli(fleet_dir, pg_env, "up", "--yes", "--lock-wait", "0"),
+        # --all: the kill may land after a stack's update wrote its checkpoint but before it
+        # dropped its lock; that stack's inputs are then unchanged and a plain `up` would skip
+        # it without meeting the stale lock.
+        _cli(fleet_dir, pg_env, "up", "--yes", "--all", "--lock-wait", "0"),
         env=pg_env,
         capture_output=True,
         text=True,
