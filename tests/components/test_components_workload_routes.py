@@ -301,19 +301,23 @@ def test_inference_gateway(backend: str, release: str, controller: str, port: in
     assert gateway.depends_on(rel)
 
 
-def test_render_only_gateway_skips_the_helm_release() -> None:
-    gw = load(
-        InferenceGateway,
-        "metadata: {name: default}\nspec: {backend: Traefik, cluster: {inferenceClusterRef: west}}",
-    )
-    run = MockRun.of(
+def rendered_gateway(spec: str, **options: Any) -> MockRun:
+    """A mocked run of an InferenceGateway (``spec``: its spec fields) on a renderTo provider,
+    no controller installed; ``options``: more InferenceGatewayComponent arguments."""
+    gw = load(InferenceGateway, f"metadata: {{name: default}}\nspec: {{{spec}}}")
+    return MockRun.of(
         lambda: InferenceGatewayComponent(
             "default",
             gw,
             k8s.Provider("gw-k8s", render_yaml_to_directory="/tmp/x"),
             install_controller=False,
+            **options,
         )
     )
+
+
+def test_render_only_gateway_skips_the_helm_release() -> None:
+    run = rendered_gateway("backend: Traefik, cluster: {inferenceClusterRef: west}")
     assert run.of_type("kubernetes:helm.sh/v3:Release") == []
     assert len(run.of_type("kubernetes:gateway.networking.k8s.io/v1:Gateway")) == 1
 
@@ -322,23 +326,14 @@ def test_render_only_gateway_skips_the_helm_release() -> None:
 def test_render_only_gateway_hands_off_its_secrets_without_values(render_only: bool) -> None:
     """H5: on a renderTo cluster the TLS key and the callers table (with the front door's
     credentials) reach the rendered folder as Secrets that name their keys, without values."""
-    gw = load(
-        InferenceGateway,
-        "metadata: {name: default}\nspec: {backend: Traefik, cluster: {inferenceClusterRef: west},"
+    run = rendered_gateway(
+        "backend: Traefik, cluster: {inferenceClusterRef: west},"
         " tls: {certificate: {name: t, key: crt}, privateKey: {name: t, key: key}},"
-        " auth: {callers: [{name: app, secretRef: {name: app, key: key}}]}}",
-    )
-    run = MockRun.of(
-        lambda: InferenceGatewayComponent(
-            "default",
-            gw,
-            k8s.Provider("gw-k8s", render_yaml_to_directory="/tmp/x"),
-            install_controller=False,
-            caller_keys={"app": "sk-app-key"},
-            front_door_key="door-key",
-            tls_material=("CERT", "PRIVATE-KEY"),
-            render_only=render_only,
-        )
+        " auth: {callers: [{name: app, secretRef: {name: app, key: key}}]}",
+        caller_keys={"app": "sk-app-key"},
+        front_door_key="door-key",
+        tls_material=("CERT", "PRIVATE-KEY"),
+        render_only=render_only,
     )
     secrets = {r.name: r for r in run.of_type("kubernetes:core/v1:Secret")}
     assert len(secrets) == 2, sorted(secrets)
