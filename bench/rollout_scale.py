@@ -148,6 +148,9 @@ def one_size(specs: Path, env: dict[str, str], n: int, load: float, clients: int
         out[strategy] = {
             "upSeconds": round(took, 1),
             "rollout": run.rollouts[0] if run.rollouts else None,
+            "secondsPerStep": (
+                round(float(run.rollouts[0]["seconds"]) / n, 1) if run.rollouts else None
+            ),
             "requests": len(c.results),
             "failed": sum(failed.values()),
             "statuses": dict(failed),

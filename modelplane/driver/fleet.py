@@ -634,6 +634,7 @@ class Fleet:
                 kubeconfigs=kubeconfigs,
                 timeout=5.0,
                 metrics_of=deployments,
+                only_replicas=True,
             )
 
         world = rollouts.World(

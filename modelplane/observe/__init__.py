@@ -85,6 +85,7 @@ def observe_fleet(
     metrics: bool = False,
     stale_after: float = DEFAULT_STALE_AFTER,
     metrics_of: Iterable[str] = (),
+    only_replicas: bool = False,
 ) -> Observation:
     """Observe every cluster in parallel; at most ``deadline`` seconds in all (default
     4 x timeout). ``lock``: whose namespaces to read replicas in (default: every
@@ -93,7 +94,10 @@ def observe_fleet(
     cluster's Prometheus through its API server's service proxy (samples older than
     ``stale_after`` seconds count as missing), else each serving pod's `/metrics` through
     the pod proxy. ``metrics_of``: deployments whose replicas' metrics are read too (a
-    rollout watching them)."""
+    rollout watching them). ``only_replicas``: the replicas of the deployments in
+    ``metrics_of`` alone, on the clusters that host them in ``lock`` (no pools, gateway
+    address, caches or routes; the other clusters are left out): a rollout's readiness and
+    drain checks."""
     env = os.environ if env is None else env
     fleet_dir = Path(fleet_dir)
     limit = deadline if deadline is not None else 4 * timeout
@@ -112,6 +116,13 @@ def observe_fleet(
             for r in dep.replicas:
                 if key in also or (metrics and (spec.spec.autoscaling is not None or r.draining)):
                     wanted.setdefault(r.cluster, []).append(r.name)
+    hosts: set[str] | None = None
+    if only_replicas:
+        hosts = set()
+        if lock is not None:
+            for key in also:
+                dep = lock.deployments.get(key)
+                hosts.update(r.cluster for r in (dep.replicas if dep else ()))
     routes: list[RoutesObservation] = []
     gateway_ref = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None
     service_namespaces = sorted(
@@ -138,12 +149,13 @@ def observe_fleet(
             name,
             reader,
             _namespaces(fleet, lock, name),
-            caches,
+            [] if only_replicas else caches,
             wanted.get(name, ()),
             now=at,
             stale_after=stale_after,
+            only_replicas=only_replicas,
         )
-        if name == gateway_ref:
+        if name == gateway_ref and not only_replicas:
             if observed.reachable:
                 routes.append(observe_routes(reader, service_namespaces))
             else:
@@ -152,7 +164,7 @@ def observe_fleet(
         if time.monotonic() - started <= limit:
             results[name] = observed
 
-    if fleet.gateway is not None and gateway_ref is None:
+    if fleet.gateway is not None and gateway_ref is None and not only_replicas:
         ref = fleet.gateway.spec.cluster.existing.secret_ref  # type: ignore[union-attr]
         try:
             found = resolve_secret(
@@ -166,6 +178,8 @@ def observe_fleet(
         except SecretNotFound as exc:
             routes.append(RoutesObservation(observed=False, error=f"gateway: no kubeconfig: {exc}"))
     for name in fleet.clusters:
+        if hosts is not None and name not in hosts:
+            continue
         text, why = kubeconfig_for(fleet, name, fleet_dir, env, kubeconfigs or {})
         if text is None:
             results[name] = ClusterObservation(name, observed=False, error=why)
@@ -188,7 +202,7 @@ def observe_fleet(
                 duration=limit,
             )
     seen_routes = None
-    if fleet.gateway is not None:
+    if fleet.gateway is not None and not only_replicas:
         seen_routes = (
             routes[0]
             if routes

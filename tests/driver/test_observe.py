@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from modelplane.api.placement_lock import PlacementLock
+from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.devcluster import DevCluster
 from modelplane.health.observation import PoolObservation
 from modelplane.observe import observe_fleet, probe_reachable
@@ -135,6 +135,37 @@ def test_observe_a_real_cluster(objects: DevCluster, tmp_path: Path) -> None:
     # Replicas are read only in the namespaces the lock has on this cluster.
     empty = observe_fleet(f, tmp_path, env={}, lock=PlacementLock())
     assert empty.clusters["c1"].replicas == {}
+
+
+@pytest.mark.apiserver
+@pytest.mark.parametrize(
+    ("hosted_on", "observed"),
+    [
+        ("c1", ["c1"]),  # the replicas' cluster: replicas alone
+        (None, []),  # the deployment has no replica: nothing is read
+    ],
+)
+def test_a_rollout_observation_reads_the_replicas_alone(
+    objects: DevCluster, tmp_path: Path, hosted_on: str | None, observed: list[str]
+) -> None:
+    (tmp_path / "kc").write_text(objects.kubeconfig_path.read_text())
+    f = _fleet_with_secret("c1", "file:kc")
+    replicas = [
+        LockedReplica(name=f"m-r{i}", cluster=hosted_on, index=i, pools={"unified": "gpu"})
+        for i in range(2)
+        if hosted_on
+    ]
+    lock = PlacementLock(deployments={f"{NS}/m": LockedDeployment(replicas=replicas)})
+    seen = observe_fleet(
+        f, tmp_path, env={}, lock=lock, metrics_of=[f"{NS}/m"], only_replicas=True
+    )
+    assert sorted(seen.clusters) == observed
+    assert seen.routes is None  # no gateway read either
+    for c in seen.clusters.values():
+        assert c.reachable, c.error
+        assert c.pools == {}  # no node or ResourceSlice listed
+        assert (c.replicas["m-r0"].pods, c.replicas["m-r0"].ready_pods) == (1, 1)
+        assert (c.replicas["m-r1"].pods, c.replicas["m-r1"].ready_pods) == (1, 0)
 
 
 @pytest.mark.apiserver
