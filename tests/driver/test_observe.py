@@ -156,9 +156,7 @@ def test_a_rollout_observation_reads_the_replicas_alone(
         if hosted_on
     ]
     lock = PlacementLock(deployments={f"{NS}/m": LockedDeployment(replicas=replicas)})
-    seen = observe_fleet(
-        f, tmp_path, env={}, lock=lock, metrics_of=[f"{NS}/m"], only_replicas=True
-    )
+    seen = observe_fleet(f, tmp_path, env={}, lock=lock, metrics_of=[f"{NS}/m"], only_replicas=True)
     assert sorted(seen.clusters) == observed
     assert seen.routes is None  # no gateway read either
     for c in seen.clusters.values():
