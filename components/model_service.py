@@ -69,6 +69,8 @@ Backend = Literal["Traefik", "EnvoyGateway"]
 LOOP_SERVICE = str(TRAEFIK["release"])
 LOOP_NAMESPACE = str(TRAEFIK["namespace"])
 LOOP_PORT = 80
+# The same Service by its cluster DNS name: where the OpenAI router sends a request on.
+LOOP_URL = f"http://{LOOP_SERVICE}.{LOOP_NAMESPACE}.svc.cluster.local:{LOOP_PORT}"
 
 
 @dataclass(frozen=True)

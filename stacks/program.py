@@ -470,16 +470,20 @@ async def run_deployment(ctx: Context) -> None:
 async def run_gateway(ctx: Context) -> None:
     from components.gateway import (
         AUTHZ_ADDRESS,
+        CALLERS_SECRET,
         GATEWAY_NAME,
         WEB,
         InferenceGatewayComponent,
         service_listener,
     )
+    from components.model_router import ModelRouterComponent
     from components.model_service import (
+        LOOP_URL,
         EndpointInfo,
         FrontDoor,
         ModelEndpointComponent,
         ModelServiceComponent,
+        service_backends,
     )
     from components.workload.front_door import basic_credentials, htpasswd
     from components.workload.objects import SYSTEM_NAMESPACE, ensure_namespace
@@ -640,6 +644,23 @@ async def run_gateway(ctx: Context) -> None:
             opts=pulumi.ResourceOptions(providers=providers),
         )
         addresses[key] = svc.address
+    routed = [s for s in ctx.fleet.services.values() if s.spec.models]
+    if traefik and routed:
+        ModelRouterComponent(
+            "openai",
+            routed,
+            {s.key: bool(service_backends(s, endpoints, backend)) for s in routed},
+            front_door_url=LOOP_URL,
+            keys_secret=CALLERS_SECRET if front_door.authz_address else None,
+            gateway=(GATEWAY_NAME, SYSTEM_NAMESPACE),
+            listener=service_listener(gateway),
+            render_only=render_only,
+            depends_on=[igw],
+            opts=pulumi.ResourceOptions(providers=providers),
+        )
+        pulumi.export(
+            "openai", igw.address.apply(lambda a: f"{front_door.scheme}://{a}/v1/" if a else None)
+        )
     pulumi.export("address", igw.address)
     pulumi.export("services", addresses)
     pulumi.export(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
+from modelplane.api.autoscaling import Duration
 from modelplane.api.base import (
     API_VERSION,
     DNSLabel,
@@ -32,12 +33,54 @@ class ServiceEndpoint(Strict):
     """
 
 
+ModelName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$"),
+]
+"""What a client puts in a request's `model` (`Qwen/Qwen2.5-7B-Instruct`, `gpt-4o-mini`):
+a letter or digit, then letters, digits and `. _ : / @ + -`, at most 200 characters."""
+
+DEFAULT_FIRST_BYTE = 300.0
+DEFAULT_IDLE = 60.0
+
+
+class ServiceTimeouts(Strict):
+    first_byte: Duration = DEFAULT_FIRST_BYTE
+    """How long the front door waits for a backend's first byte (a non-streaming answer is
+    whole by then) before it gives up on that backend: retried once elsewhere while nothing
+    was sent, else `504` (default 5m, at most 1h)."""
+    idle: Duration = DEFAULT_IDLE
+    """How long a started answer (a stream) may send nothing before it is ended with an
+    error event (default 60s, at most 1h)."""
+
+    @field_validator("first_byte", "idle")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("a timeout must be more than 0s")
+        return value
+
+
 class ModelServiceSpec(Strict):
     endpoints: list[ServiceEndpoint] = Field(min_length=1)
     """The weighted entries (1 or more); one mechanism for simple and weighted routing."""
     callers: list[DNSLabel] | None = Field(default=None, min_length=1, max_length=1000)
     """Optional: only these InferenceGateway callers (`spec.auth`) may use the service; any
     other caller with a valid key gets 403."""
+    models: list[ModelName] | None = Field(default=None, min_length=1, max_length=100)
+    """Optional: the model names (and aliases) this service answers to at the fleet's base
+    URL (`POST /v1/chat/completions` with `"model": <name>`); unique across the fleet."""
+    timeouts: ServiceTimeouts = Field(default_factory=ServiceTimeouts)
+    """First-byte and stream-idle timeouts of requests routed by model name."""
+
+    @field_validator("models")
+    @classmethod
+    def _unique_models(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            twice = sorted({m for m in value if value.count(m) > 1})
+            if twice:
+                raise ValueError(f"duplicate model name(s): {', '.join(twice)}")
+        return value
 
     @field_validator("callers")
     @classmethod

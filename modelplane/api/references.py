@@ -90,6 +90,7 @@ def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
                 "spec.callers",
                 f"no InferenceGateway caller named {', '.join(map(repr, unknown))}",
             )
+    yield from _model_names(fleet)
     ref = gw.spec.cluster.inference_cluster_ref
     if ref is not None and not fleet.declared("InferenceCluster", ref):
         yield _err(
@@ -99,6 +100,37 @@ def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
             "spec.cluster.inferenceClusterRef",
             f"InferenceCluster {ref!r} does not exist",
         )
+
+
+def _model_names(fleet: FleetSpec) -> Iterator[SpecError]:
+    """A model name routes to one service: the first (in key order) keeps it, every later
+    one is an error naming the service that has it."""
+    owner: dict[str, str] = {}
+    for key in sorted(fleet.services):
+        service = fleet.services[key]
+        for i, name in enumerate(service.spec.models or ()):
+            if name in owner:
+                yield _err(
+                    fleet,
+                    "ModelService",
+                    key,
+                    f"spec.models[{i}]",
+                    f"model name {name!r} is already served by ModelService {owner[name]}",
+                )
+            else:
+                owner[name] = key
+    gw = fleet.gateway
+    why = None
+    if gw is not None and gw.spec.backend != "Traefik":
+        why = "needs the InferenceGateway's backend Traefik for now (EnvoyGateway: use the path)"
+    elif gw is not None and gw.spec.tls is not None:
+        why = "does not work with the InferenceGateway's spec.tls yet (use the service's path)"
+    if why:
+        for key, service in sorted(fleet.services.items()):
+            if service.spec.models:
+                yield _err(
+                    fleet, "ModelService", key, "spec.models", f"routing by model name {why}"
+                )
 
 
 def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:

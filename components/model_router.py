@@ -1,0 +1,236 @@
+"""The front door's OpenAI endpoint (`modelplane/router.py`): routing by model name.
+
+Rendered on a Traefik front door when a ModelService names `spec.models`: the routing table
+and the code (a ConfigMap run by the same stock Python image as `modelplane-authz`), a
+Deployment of 2, its Service and PodDisruptionBudget, and the HTTPRoute `modelplane-openai`
+sending the base URL's `/v1/` to it. The router sends each request on to the front door's
+own Service at the model's service path, so the service's route keeps doing the key check,
+the caller list, the weights and the retries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pulumi
+
+import modelplane.authz as authz_module
+import modelplane.router as router_module
+from components.workload.objects import (
+    SYSTEM_NAMESPACE,
+    Manifest,
+    app_labels,
+    hand_off,
+    labels,
+    metadata,
+    register,
+)
+from components.workload.routes import GATEWAY_GROUP
+from modelplane.api.model_service import ModelService
+
+ROUTER_NAME = "modelplane-router"
+ROUTE_NAME = "modelplane-openai"
+ROUTER_PORT = 8080
+ROUTER_PORT_NAME = "openai"
+ROUTER_IMAGE = "python:3.12-alpine"
+ROUTER_SELECTOR = {"modelplane.ai/router": ROUTER_NAME}  # never a recommended label
+ROUTER_LABELS = labels(app_labels("inference-gateway", ROUTER_NAME, "router"))
+OPENAI_PREFIX = "/v1/"
+
+
+def routing_table(services: Sequence[ModelService], ready: Mapping[str, bool]) -> str:
+    """models.json: every model name of every service, with where it goes and who may use
+    it (`ready`: the service has an endpoint in its route now)."""
+    models: dict[str, dict[str, object]] = {}
+    for service in sorted(services, key=lambda s: s.key):
+        for name in service.spec.models or ():
+            models[name] = {
+                "service": service.key,
+                "path": service.path_prefix,
+                "owner": service.metadata.namespace or "default",
+                "callers": list(service.spec.callers) if service.spec.callers else None,
+                "ready": bool(ready.get(service.key)),
+                "firstByte": service.spec.timeouts.first_byte,
+                "idle": service.spec.timeouts.idle,
+            }
+    return json.dumps({"models": models}, sort_keys=True)
+
+
+def router_sources() -> dict[str, str]:
+    return {
+        "authz.py": Path(authz_module.__file__).read_text(),
+        "router.py": Path(router_module.__file__).read_text(),
+    }
+
+
+def router_manifests(
+    table: str,
+    front_door_url: str,
+    *,
+    keys_secret: str | None,
+    gateway: tuple[str, str],
+    listener: str | None,
+) -> list[Manifest]:
+    """The router's objects in the order they must exist (the route last). ``keys_secret``:
+    the Secret holding `callers.json` (None: every request is let in, as `anonymous`)."""
+    code = router_sources()
+    digest = hashlib.sha256("\0".join(code[k] for k in sorted(code)).encode()).hexdigest()
+    command = ["python", "/app/router.py", "--models", "/app/models.json"]
+    command += ["--keys", "/keys/callers.json"] if keys_secret else ["--open"]
+    command += ["--front-door", front_door_url, "--listen", f"0.0.0.0:{ROUTER_PORT}"]
+    mounts = [{"name": "code", "mountPath": "/app", "readOnly": True}]
+    volumes: list[dict[str, object]] = [{"name": "code", "configMap": {"name": ROUTER_NAME}}]
+    if keys_secret:
+        mounts.append({"name": "keys", "mountPath": "/keys", "readOnly": True})
+        volumes.append({"name": "keys", "secret": {"secretName": keys_secret}})
+    gateway_name, gateway_namespace = gateway
+    parent: dict[str, object] = {
+        "group": GATEWAY_GROUP,
+        "kind": "Gateway",
+        "name": gateway_name,
+        "namespace": gateway_namespace,
+    }
+    if listener:
+        parent["sectionName"] = listener
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
+            "data": {**code, "models.json": table},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": ROUTER_SELECTOR},
+                "template": {
+                    "metadata": {
+                        "labels": {**ROUTER_LABELS, **ROUTER_SELECTOR},
+                        # New code rolls the pods; a new table does not (the mounted
+                        # ConfigMap is re-read).
+                        "annotations": {"modelplane.ai/router-sha256": digest},
+                    },
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [
+                            {
+                                "name": "router",
+                                "image": ROUTER_IMAGE,
+                                "command": command,
+                                "ports": [{"name": ROUTER_PORT_NAME, "containerPort": ROUTER_PORT}],
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/healthz", "port": ROUTER_PORT}
+                                },
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                                    "limits": {"memory": "256Mi"},
+                                },
+                                "securityContext": {
+                                    "runAsNonRoot": True,
+                                    "runAsUser": 65534,
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                                "volumeMounts": mounts,
+                            }
+                        ],
+                        "volumes": volumes,
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": ROUTER_SELECTOR,
+                "ports": [
+                    {
+                        "name": ROUTER_PORT_NAME,
+                        "port": ROUTER_PORT,
+                        "targetPort": ROUTER_PORT,
+                        "protocol": "TCP",
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": ROUTER_SELECTOR}},
+        },
+        {
+            "apiVersion": f"{GATEWAY_GROUP}/v1",
+            "kind": "HTTPRoute",
+            "metadata": metadata(ROUTE_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
+            "spec": {
+                "parentRefs": [parent],
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "PathPrefix", "value": OPENAI_PREFIX}}],
+                        "backendRefs": [
+                            {
+                                "group": "",
+                                "kind": "Service",
+                                "name": ROUTER_NAME,
+                                "port": ROUTER_PORT,
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    ]
+
+
+class ModelRouterComponent(pulumi.ComponentResource):
+    """`modelplane:gateway:ModelRouter`: the fleet's OpenAI base URL (`/v1/`), routing by
+    the request's `model` to the ModelService that answers to it. Output `models`: each
+    model name's service."""
+
+    models: pulumi.Output[dict[str, str]]
+
+    def __init__(
+        self,
+        name: str,
+        services: Sequence[ModelService],
+        ready: Mapping[str, bool],
+        *,
+        front_door_url: str,
+        keys_secret: str | None,
+        gateway: tuple[str, str],
+        listener: str | None,
+        render_only: bool = False,
+        depends_on: Sequence[pulumi.Resource] = (),
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("modelplane:gateway:ModelRouter", name, None, opts)
+        previous: list[pulumi.Resource] = list(depends_on)
+        for manifest in router_manifests(
+            routing_table(services, ready),
+            front_door_url,
+            keys_secret=keys_secret,
+            gateway=gateway,
+            listener=listener,
+        ):
+            made = register(
+                hand_off(manifest) if render_only else manifest,
+                pulumi.ResourceOptions(parent=self, depends_on=previous or None),
+                scope="gateway",
+            )
+            previous = [*depends_on, made]
+        self.models = pulumi.Output.from_input(
+            {m: s.key for s in services for m in (s.spec.models or ())}
+        )
+        self.register_outputs({"models": self.models})

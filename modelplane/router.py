@@ -1,0 +1,583 @@
+"""The front door's OpenAI endpoint: one base URL for the whole fleet, routed by `model`.
+
+Traefik routes on paths and headers, never on a request body, and reads no response body, so
+`/v1/` at the fleet's base URL goes to this small proxy (the Deployment
+`modelplane-system/modelplane-router`, run from a ConfigMap by a stock Python image, like
+`modelplane-authz`). Per request it:
+
+1. checks the caller's key against the same keys file as `modelplane-authz` (hashes only);
+2. `GET /v1/models`: lists the models that caller may use, in OpenAI's shape;
+3. `POST /v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/responses`: reads
+   the body's `model`, finds the ModelService that answers to it (`spec.models`), and sends
+   the request to the front door itself at that service's path (`/<ns>/<service>/v1/...`),
+   where the service's own route does what it always does (key check, caller list, weights,
+   retries); an unknown model, or one whose service the caller may not use, is a `404`
+   (`model_not_found`, the same answer for both: a caller does not learn what exists);
+4. bounds the wait: no first byte within the service's `timeouts.firstByte` (half of it per
+   try, the request tried twice while nothing was sent) is a `504`; a started stream silent
+   for `timeouts.idle` is ended with an error event;
+5. counts per caller and model the requests, errors, refused requests and the prompt and
+   completion tokens of each answer's `usage` (a stream is asked for its usage in the final
+   chunk, `stream_options.include_usage`, which is dropped again when the client did not ask
+   for it), served as Prometheus metrics at `/metrics`.
+
+The routing table (``models.json``, the ConfigMap the gateway stack writes) and the keys file
+are re-read when they change. Standard library only.
+
+    python -m modelplane.router --models models.json --keys callers.json \\
+        --front-door http://mp-traefik.traefik-system.svc.cluster.local --listen 127.0.0.1:8098
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+try:
+    from modelplane import authz
+except ImportError:  # run from the ConfigMap, beside authz.py
+    import authz  # type: ignore[no-redef]
+
+ROUTED = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+MAX_BODY = 32 * 2**20  # a request body larger than this is refused (413)
+RELOAD_EVERY = 1.0
+DEFAULT_FIRST_BYTE = 300.0
+DEFAULT_IDLE = 60.0
+TRIES = 2
+# Hop-by-hop headers (RFC 9110 7.6.1) and what this proxy sets itself.
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "host",
+    }
+)
+
+
+def error_body(message: str, kind: str, code: str, param: str | None = None) -> bytes:
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    ).encode()
+
+
+def not_found(model: str) -> bytes:
+    # OpenAI's own wording: the same for a model that does not exist and one the caller
+    # may not use.
+    return error_body(
+        f"The model `{model}` does not exist or you do not have access to it.",
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
+
+
+class Table:
+    """models.json: ``{"models": {name: {"service", "path", "owner", "callers", "ready",
+    "firstByte", "idle"}}}``, re-read when the file changes (a bad file keeps the last good
+    table: routes do not vanish on a half-written file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.models: dict[str, dict[str, Any]] = {}
+        self._stamp: tuple[int, int] | None = None
+        self._checked = 0.0
+        self._lock = threading.Lock()
+        self.reload()
+
+    def reload(self) -> None:
+        try:
+            info = self.path.stat()
+            stamp = (info.st_mtime_ns, info.st_size)
+            if stamp == self._stamp:
+                return
+            data = json.loads(self.path.read_text())
+            models = data.get("models") if isinstance(data, dict) else None
+            if not isinstance(models, dict):
+                raise ValueError("no `models` object")
+        except (OSError, ValueError) as exc:
+            print(f"router: cannot read {self.path}: {exc}; keeping the last table", flush=True)
+            return
+        self.models = {str(k): v for k, v in models.items() if isinstance(v, dict)}
+        self._stamp = stamp
+        print(f"router: {len(self.models)} model name(s) loaded", flush=True)
+
+    def current(self) -> dict[str, dict[str, Any]]:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked >= RELOAD_EVERY:
+                self._checked = now
+                self.reload()
+            return self.models
+
+
+def may_use(entry: dict[str, Any], caller: str) -> bool:
+    callers = entry.get("callers")
+    return callers is None or caller in callers
+
+
+class Usage:
+    """Counters per (caller, model), served in Prometheus' text format."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self.tokens: dict[tuple[str, str, str], int] = {}
+
+    def request(self, caller: str, model: str, code: int) -> None:
+        key = (caller, model, str(code))
+        with self._lock:
+            self.requests[key] = self.requests.get(key, 0) + 1
+
+    def add_tokens(self, caller: str, model: str, prompt: int, completion: int) -> None:
+        with self._lock:
+            for kind, n in (("prompt", prompt), ("completion", completion)):
+                if n > 0:
+                    key = (caller, model, kind)
+                    self.tokens[key] = self.tokens.get(key, 0) + n
+
+    def exposition(self) -> bytes:
+        def label(value: str) -> str:
+            return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+        lines = [
+            "# HELP modelplane_router_requests_total Requests by caller, model and status.",
+            "# TYPE modelplane_router_requests_total counter",
+        ]
+        with self._lock:
+            requests = sorted(self.requests.items())
+            tokens = sorted(self.tokens.items())
+        for (caller, model, code), n in requests:
+            lines.append(
+                f'modelplane_router_requests_total{{caller="{label(caller)}",'
+                f'model="{label(model)}",code="{code}"}} {n}'
+            )
+        lines += [
+            "# HELP modelplane_router_tokens_total Tokens by caller, model and kind, from"
+            " each answer's usage.",
+            "# TYPE modelplane_router_tokens_total counter",
+        ]
+        for (caller, model, kind), n in tokens:
+            lines.append(
+                f'modelplane_router_tokens_total{{caller="{label(caller)}",'
+                f'model="{label(model)}",kind="{kind}"}} {n}'
+            )
+        return ("\n".join(lines) + "\n").encode()
+
+
+def usage_counts(usage: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens of an OpenAI `usage` object (chat/completions/embeddings
+    name them prompt/completion, the Responses API input/output)."""
+    if not isinstance(usage, dict):
+        return 0, 0
+
+    def number(*names: str) -> int:
+        for name in names:
+            value = usage.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+        return 0
+
+    return number("prompt_tokens", "input_tokens"), number("completion_tokens", "output_tokens")
+
+
+def stream_usage(event: Any) -> Any:
+    """The usage an SSE event's JSON carries: a chat/completions chunk's `usage`, a
+    Responses `response.completed` event's `response.usage`."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("usage"):
+        return event["usage"]
+    response = event.get("response")
+    if isinstance(response, dict) and event.get("type") == "response.completed":
+        return response.get("usage")
+    return None
+
+
+class Upstream:
+    """Where requests go: the front door itself (its own Service), at the service's path."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"front door {url!r}: an http:// URL")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+
+    def connect(self, timeout: float) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+
+def make_handler(
+    keys: authz.Keys, table: Table, upstream: Upstream, usage: Usage
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        # -- answers of its own ---------------------------------------------------------
+        def _send(self, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _caller(self) -> str | None:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            key = authz.presented_key(headers)
+            caller = keys.caller(key)
+            if caller is None:
+                message = (
+                    "Incorrect API key provided."
+                    if key
+                    else "Missing API key: send `Authorization: Bearer <key>` or `x-api-key`."
+                )
+                self._send(
+                    401,
+                    authz.error_body(message),
+                    {"WWW-Authenticate": 'Bearer realm="modelplane"'},
+                )
+            return caller
+
+        def do_GET(self) -> None:  # noqa: N802
+            path = urlsplit(self.path).path
+            if path == "/healthz":
+                self._send(200, b'{"status":"ok"}')
+                return
+            if path == "/metrics":
+                body = usage.exposition()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            if not (path == "/v1/models" or path.startswith("/v1/models/")):
+                self._send(404, error_body("No such route.", "invalid_request_error", "not_found"))
+                return
+            caller = self._caller()
+            if caller is None:
+                return
+            models = table.current()
+            visible = {n: e for n, e in sorted(models.items()) if may_use(e, caller)}
+            if path == "/v1/models":
+                data = [model_object(n, e) for n, e in visible.items()]
+                self._send(200, json.dumps({"object": "list", "data": data}).encode())
+                return
+            name = path[len("/v1/models/") :]
+            if name in visible:
+                self._send(200, json.dumps(model_object(name, visible[name])).encode())
+            else:
+                self._send(404, not_found(name))
+
+        def do_POST(self) -> None:  # noqa: N802
+            path = urlsplit(self.path).path
+            if path not in ROUTED:
+                self._send(404, error_body("No such route.", "invalid_request_error", "not_found"))
+                return
+            caller = self._caller()
+            if caller is None:
+                return
+            body = self._read_body()
+            if body is None:
+                return
+            try:
+                request = json.loads(body)
+            except ValueError:
+                request = None
+            model = request.get("model") if isinstance(request, dict) else None
+            if not isinstance(model, str) or not model:
+                self._send(
+                    400,
+                    error_body(
+                        "The request body must be JSON with a `model` field.",
+                        "invalid_request_error",
+                        "missing_model",
+                        "model",
+                    ),
+                )
+                return
+            entry = table.current().get(model)
+            if entry is None or not may_use(entry, caller):
+                usage.request(caller, model, 404)
+                self._send(404, not_found(model))
+                return
+            assert isinstance(request, dict)
+            self._forward(caller, model, entry, request, body)
+
+        # -- the forwarded request ------------------------------------------------------
+        def _read_body(self) -> bytes | None:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return bytes(out)
+                    if len(out) + size > MAX_BODY:
+                        break
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length <= MAX_BODY:
+                    return self.rfile.read(length)
+            self.close_connection = True
+            self._send(
+                413,
+                error_body(
+                    f"The request body is larger than {MAX_BODY} bytes.",
+                    "invalid_request_error",
+                    "request_too_large",
+                ),
+            )
+            return None
+
+        def _forward(
+            self,
+            caller: str,
+            model: str,
+            entry: dict[str, Any],
+            request: dict[str, Any],
+            body: bytes,
+        ) -> None:
+            streaming = request.get("stream") is True
+            options = request.get("stream_options")
+            asked = isinstance(options, dict) and options.get("include_usage") is True
+            added = False
+            if streaming and not asked and self.path.split("?")[0] != "/v1/responses":
+                # Ask for the usage chunk; it is dropped again on the way back.
+                request = dict(request)
+                request["stream_options"] = {**(options or {}), "include_usage": True}
+                body = json.dumps(request).encode()
+                added = True
+            first_byte = float(entry.get("firstByte") or DEFAULT_FIRST_BYTE)
+            idle = float(entry.get("idle") or DEFAULT_IDLE)
+            target = str(entry["path"]).rstrip("/") + self.path
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+            headers["Content-Length"] = str(len(body))
+            headers["Host"] = self.headers.get("Host") or upstream.host
+            end = time.monotonic() + first_byte
+            response = None
+            connection = None
+            sock = None
+            for attempt in range(TRIES):
+                left = end - time.monotonic()
+                wait = left if attempt == TRIES - 1 else left / (TRIES - attempt)
+                connection = upstream.connect(max(wait, 0.001))
+                try:
+                    connection.request("POST", target, body=body, headers=headers)
+                    sock = connection.sock  # getresponse() drops it when the answer closes
+                    response = connection.getresponse()
+                    break
+                except TimeoutError:
+                    connection.close()
+                    continue
+                except (OSError, http.client.HTTPException):
+                    connection.close()
+                    usage.request(caller, model, 502)
+                    self._send(
+                        502,
+                        error_body(
+                            "The model's service could not be reached.",
+                            "api_error",
+                            "upstream_unreachable",
+                        ),
+                    )
+                    return
+            if response is None or connection is None:
+                usage.request(caller, model, 504)
+                self._send(
+                    504,
+                    error_body(
+                        f"No answer from the model within {first_byte:g}s.",
+                        "api_error",
+                        "timeout",
+                    ),
+                )
+                return
+            try:
+                if sock is not None:
+                    sock.settimeout(idle)  # from now on: silence between reads
+                self._relay(caller, model, response, added)
+            finally:
+                connection.close()
+
+        def _relay(
+            self, caller: str, model: str, response: http.client.HTTPResponse, added: bool
+        ) -> None:
+            usage.request(caller, model, response.status)
+            self.send_response(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in _HOP:
+                    self.send_header(name, value)
+            kind = (response.getheader("Content-Type") or "").lower()
+            if not kind.startswith("text/event-stream"):
+                try:
+                    data = response.read()
+                except (TimeoutError, OSError, http.client.HTTPException):
+                    data = None
+                if data is None:
+                    # Headers only so far: the answer cannot be sent whole.
+                    self.send_header("Content-Length", "0")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.close_connection = True
+                    return
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                if response.status == 200 and kind.startswith("application/json"):
+                    try:
+                        answer = json.loads(data)
+                    except ValueError:
+                        answer = None
+                    if isinstance(answer, dict):
+                        usage.add_tokens(caller, model, *usage_counts(answer.get("usage")))
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event, counted in sse_events(response):
+                    if counted is not None:
+                        usage.add_tokens(caller, model, *usage_counts(counted))
+                        if added and is_usage_only(event):
+                            continue
+                    self._chunk(event)
+            except TimeoutError:
+                self._chunk(
+                    b"event: error\ndata: "
+                    + error_body(
+                        "The model's stream went silent; it was ended.",
+                        "api_error",
+                        "stream_idle_timeout",
+                    )
+                    + b"\n\n"
+                )
+            except (OSError, http.client.HTTPException):
+                pass  # the upstream cut the stream: the client sees it end
+            self._chunk(b"")
+
+        def _chunk(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            return
+
+    Handler.timeout = authz.REQUEST_TIMEOUT
+    return Handler
+
+
+def model_object(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": str(entry.get("owner") or "modelplane"),
+        "modelplane": {"service": entry.get("service"), "ready": bool(entry.get("ready"))},
+    }
+
+
+def is_usage_only(event: bytes) -> bool:
+    """The usage chunk `include_usage` adds: `choices` empty."""
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            try:
+                data = json.loads(line[5:].strip())
+            except ValueError:
+                return False
+            return isinstance(data, dict) and data.get("choices") == []
+    return False
+
+
+def sse_events(response: http.client.HTTPResponse) -> Iterator[tuple[bytes, Any]]:
+    """Each server-sent event whole (its lines and the blank line ending it), with the usage
+    it carries (None: none)."""
+    lines: list[bytes] = []
+    while True:
+        line = response.readline()
+        if not line:
+            if lines:
+                yield b"".join(lines), None
+            return
+        lines.append(line)
+        if line in (b"\n", b"\r\n"):
+            event = b"".join(lines)
+            lines = []
+            found = None
+            for raw in event.splitlines():
+                if raw.startswith(b"data:") and raw[5:].strip() not in (b"", b"[DONE]"):
+                    try:
+                        found = stream_usage(json.loads(raw[5:].strip()))
+                    except ValueError:
+                        found = None
+            yield event, found
+
+
+class OpenKeys(authz.Keys):
+    """No `spec.auth`: every request is caller `anonymous`."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def caller(self, key: str | None) -> str | None:
+        return authz.ANONYMOUS
+
+
+def serve(
+    models_path: Path,
+    keys_path: Path | None,
+    front_door: str,
+    host: str,
+    port: int,
+    *,
+    max_connections: int = authz.MAX_CONNECTIONS,
+) -> tuple[authz.BoundedServer, Usage]:
+    usage = Usage()
+    keys = authz.Keys(keys_path) if keys_path is not None else OpenKeys()
+    handler = make_handler(keys, Table(models_path), Upstream(front_door), usage)
+    return authz.BoundedServer((host, port), handler, max_connections), usage
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="modelplane-router", description=__doc__.split("\n")[0])
+    parser.add_argument("--models", required=True, type=Path, help="the routing table JSON")
+    keys = parser.add_mutually_exclusive_group(required=True)
+    keys.add_argument("--keys", type=Path, help="the hash -> caller JSON (modelplane-authz's)")
+    keys.add_argument(
+        "--open", action="store_true", help="no keys: every request in, as `anonymous`"
+    )
+    parser.add_argument("--front-door", required=True, help="http://<front door's Service>")
+    parser.add_argument("--listen", default="0.0.0.0:8080", help="host:port")
+    args = parser.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    server, _ = serve(args.models, args.keys, args.front_door, host or "0.0.0.0", int(port))
+    print(f"router ready on {host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Routing by model name (issue 37): `spec.models`, its validation, and the router objects
+the gateway stack renders (components/model_router.py). Select with `pytest -k openai`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane.api.loader import load_fleet
+from tests.components.test_gateway_auth import manifests, without_auth
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTH = (
+    "  auth:\n    callers:\n"
+    "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
+    "    - {name: batch, secretRef: {name: keys, key: batch}}\n"
+)
+KEYS = {"MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a-1f2e", "MODELPLANE_SECRET_KEYS_BATCH": "sk-b-9d8c"}
+MODELS = "  models: [Qwen/Qwen2.5-7B-Instruct, qwen]\n  callers: [batch]\n"
+
+
+def local_fleet(tmp: Path, gateway_spec: str, service_spec: str, name: str = "local") -> Path:
+    target = tmp / name
+    shutil.copytree(ROOT / "specs" / "local", target)
+    fleet = target / "fleet.yaml"
+    anchor = "  cluster: {inferenceClusterRef: local}\n"
+    fleet.write_text(without_auth(fleet.read_text()).replace(anchor, anchor + gateway_spec))
+    models = target / "qwen.yaml"
+    text = models.read_text()
+    assert "  endpoints:\n" in text
+    models.write_text(text.replace("  endpoints:\n", service_spec + "  endpoints:\n"))
+    return target
+
+
+def render(
+    tmp: Path, gateway_spec: str, service_spec: str, name: str
+) -> dict[tuple[str, str], Any]:
+    from modelplane.render import render_fleet
+
+    saved = {k: os.environ.get(k) for k in KEYS}
+    os.environ.update(KEYS)
+    try:
+        fleet = local_fleet(tmp, gateway_spec, service_spec, name)
+        render_fleet(fleet, tmp / f"out-{name}", stacks=["gateway"])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return manifests(tmp / f"out-{name}" / "gateway")
+
+
+@pytest.mark.parametrize(
+    ("auth", "keys_arg"),
+    [(AUTH, ["--keys", "/keys/callers.json"]), ("", ["--open"])],
+    ids=["with-keys", "open"],
+)
+def test_openai_router_renders_its_table_service_and_route(
+    tmp_path: Path, auth: str, keys_arg: list[str]
+) -> None:
+    from tests import k8s_schemas
+
+    callers = MODELS if auth else "  models: [Qwen/Qwen2.5-7B-Instruct, qwen]\n"
+    found = render(tmp_path, auth, callers, "with" if auth else "open")
+    table = json.loads(found[("ConfigMap", "modelplane-router")]["data"]["models.json"])
+    entry = {
+        "service": "demo/qwen",
+        "path": "/demo/qwen/",
+        "owner": "demo",
+        "callers": ["batch"] if auth else None,
+        "ready": True,
+        "firstByte": 300.0,
+        "idle": 60.0,
+    }
+    assert table == {"models": {"Qwen/Qwen2.5-7B-Instruct": entry, "qwen": entry}}
+    code = found[("ConfigMap", "modelplane-router")]["data"]
+    assert "def make_handler" in code["router.py"] and "class Keys" in code["authz.py"]
+    pod = found[("Deployment", "modelplane-router")]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    command = container["command"]
+    assert command[:4] == ["python", "/app/router.py", "--models", "/app/models.json"]
+    assert command[4 : 4 + len(keys_arg)] == keys_arg
+    # Requests go on to the front door's own Service, at the service's path.
+    assert command[-4:-2] == [
+        "--front-door",
+        "http://mp-traefik.traefik-system.svc.cluster.local:80",
+    ]
+    volumes = {v["name"] for v in pod["volumes"]}
+    assert volumes == ({"code", "keys"} if auth else {"code"})
+    assert pod["automountServiceAccountToken"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    route = found[("HTTPRoute", "modelplane-openai")]
+    [rule] = route["spec"]["rules"]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1/"}}]
+    assert rule["backendRefs"] == [
+        {"group": "", "kind": "Service", "name": "modelplane-router", "port": 8080}
+    ]
+    service = found[("Service", "modelplane-router")]
+    assert service["spec"]["selector"] == {"modelplane.ai/router": "modelplane-router"}
+    for key in [
+        ("ConfigMap", "modelplane-router"),
+        ("Deployment", "modelplane-router"),
+        ("Service", "modelplane-router"),
+        ("HTTPRoute", "modelplane-openai"),
+    ]:
+        assert k8s_schemas.errors(found[key]) == [], key
+
+
+def test_openai_router_is_absent_without_model_names(tmp_path: Path) -> None:
+    found = render(tmp_path, "", "", "none")
+    assert not [k for k in found if k[1] in ("modelplane-router", "modelplane-openai")]
+
+
+SECOND = """---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelService
+metadata: {name: other, namespace: demo}
+spec:
+  models: [qwen, other]
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("gateway", "service", "extra", "where", "message"),
+    [
+        ("", "  models: [qwen]\n", SECOND, ("demo/qwen", "spec.models[0]"), "already served"),
+        ("", "  models: [qwen, qwen]\n", "", ("demo/qwen", "spec.models"), "duplicate model"),
+        ("", "  models: [' bad']\n", "", ("demo/qwen", "spec.models[0]"), "pattern"),
+        ("", "  models: []\n", "", ("demo/qwen", "spec.models"), "at least 1"),
+        (
+            "",
+            "  models: [q]\n  timeouts: {firstByte: 0s}\n",
+            "",
+            ("demo/qwen", "spec.timeouts.firstByte"),
+            "more than 0s",
+        ),
+        (
+            "  tls:\n    certificate: {name: t, key: c}\n    privateKey: {name: t, key: k}\n",
+            "  models: [qwen]\n",
+            "",
+            ("demo/qwen", "spec.models"),
+            "spec.tls",
+        ),
+    ],
+)
+def test_openai_model_names_bad_input(
+    tmp_path: Path,
+    gateway: str,
+    service: str,
+    extra: str,
+    where: tuple[str, str],
+    message: str,
+) -> None:
+    target = local_fleet(tmp_path, gateway, service)
+    if extra:
+        models = target / "qwen.yaml"
+        models.write_text(models.read_text() + extra)
+    errors = [e for e in load_fleet(target).errors if e.object.startswith("ModelService")]
+    assert [(e.object, e.path) for e in errors] == [(f"ModelService {where[0]}", where[1])], errors
+    assert message in errors[0].message
+
+
+def test_openai_model_names_on_envoy_gateway_are_refused(tmp_path: Path) -> None:
+    target = local_fleet(tmp_path, "", "  models: [qwen]\n")
+    fleet = target / "fleet.yaml"
+    text = fleet.read_text()
+    assert "backend: Traefik" in text
+    fleet.write_text(text.replace("backend: Traefik", "backend: EnvoyGateway"))
+    errors = [e for e in load_fleet(target).errors if e.path == "spec.models"]
+    assert errors and "backend Traefik" in errors[0].message

@@ -1,0 +1,254 @@
+"""`modelplane/router.py`, the front door's OpenAI endpoint, against a stand-in front door on
+127.0.0.1 (what Traefik's service route would answer: the engine's reply at the service's
+path). Model-name routing, the model list, tokens per caller, the hung backend."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane import authz, router
+
+KEYS = {"key-dev": "dev", "key-batch": "batch"}
+TABLE = {
+    "models": {
+        "qwen": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo", "ready": True},
+        "qwen-alias": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo"},
+        "secret-model": {
+            "service": "lab/secret",
+            "path": "/lab/secret/",
+            "owner": "lab",
+            "callers": ["batch"],
+        },
+        "hangs": {
+            "service": "demo/hang",
+            "path": "/demo/hang/",
+            "owner": "demo",
+            "firstByte": 0.6,
+            "idle": 0.4,
+        },
+        "stalls": {"service": "demo/stall", "path": "/demo/stall/", "owner": "demo", "idle": 0.4},
+    }
+}
+
+
+class FrontDoor(BaseHTTPRequestHandler):
+    """What the front door's service route answers (an engine behind it)."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+    hangs = 0
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        FrontDoor.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        if self.path.startswith("/demo/hang/"):
+            FrontDoor.hangs += 1
+            time.sleep(5)  # accepts, never answers in time
+            return
+        if not body.get("stream"):
+            data = json.dumps({"object": "chat.completion", "choices": [], "usage": usage})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for piece in ("a", "b"):
+            chunk = {"choices": [{"delta": {"content": piece}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            if self.path.startswith("/demo/stall/"):
+                time.sleep(3)  # started, then silent
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunk = {"choices": [], "usage": usage}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *_: object) -> None:
+        return
+
+
+@pytest.fixture
+def door(tmp_path: Path) -> Iterator[tuple[int, router.Usage]]:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), FrontDoor)
+    upstream.daemon_threads = True
+    threading.Thread(target=upstream.serve_forever, args=(0.05,), daemon=True).start()
+    (tmp_path / "callers.json").write_text(
+        json.dumps({"callers": {authz.key_hash(k): c for k, c in KEYS.items()}, "open": False})
+    )
+    (tmp_path / "models.json").write_text(json.dumps(TABLE))
+    server, usage = router.serve(
+        tmp_path / "models.json",
+        tmp_path / "callers.json",
+        f"http://127.0.0.1:{upstream.server_address[1]}",
+        "127.0.0.1",
+        0,
+    )
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    FrontDoor.seen, FrontDoor.hangs = [], 0
+    try:
+        yield server.server_address[1], usage
+    finally:
+        server.shutdown()
+        upstream.shutdown()
+
+
+def call(
+    port: int, method: str, path: str, body: Any = None, key: str | None = "key-dev"
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "key", "status", "code", "sent_to"),
+    [
+        ("/v1/chat/completions", "qwen", "key-dev", 200, None, "/demo/chat/v1/chat/completions"),
+        ("/v1/completions", "qwen-alias", "key-dev", 200, None, "/demo/chat/v1/completions"),
+        ("/v1/embeddings", "qwen", "key-batch", 200, None, "/demo/chat/v1/embeddings"),
+        ("/v1/responses", "secret-model", "key-batch", 200, None, "/lab/secret/v1/responses"),
+        # a model the caller may not use answers exactly like one that does not exist
+        ("/v1/chat/completions", "secret-model", "key-dev", 404, "model_not_found", None),
+        ("/v1/chat/completions", "nope", "key-dev", 404, "model_not_found", None),
+        ("/v1/chat/completions", "qwen", "wrong", 401, "invalid_api_key", None),
+        ("/v1/chat/completions", "qwen", None, 401, "invalid_api_key", None),
+        ("/v1/chat/completions", None, "key-dev", 400, "missing_model", None),
+    ],
+)
+def test_openai_routes_by_model_name(
+    door: tuple[int, router.Usage],
+    path: str,
+    model: str | None,
+    key: str | None,
+    status: int,
+    code: str | None,
+    sent_to: str | None,
+) -> None:
+    port, _ = door
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    if model:
+        body["model"] = model
+    got, _, data = call(port, "POST", path, body, key)
+    assert got == status, data
+    if code:
+        assert json.loads(data)["error"]["code"] == code
+        assert FrontDoor.seen == []  # refused before anything was sent on
+    else:
+        [(where, headers, sent)] = FrontDoor.seen
+        assert where == sent_to
+        assert headers["authorization"] == f"Bearer {key}"  # the service route checks it too
+        assert sent["model"] == model
+
+
+def test_openai_unknown_and_forbidden_models_are_indistinguishable(
+    door: tuple[int, router.Usage],
+) -> None:
+    port, _ = door
+    forbidden = call(port, "POST", "/v1/chat/completions", {"model": "secret-model"})
+    unknown = call(port, "POST", "/v1/chat/completions", {"model": "secret-model"}, "key-dev")
+    assert forbidden[0] == unknown[0] == 404
+    assert forbidden[2] == unknown[2]
+    again = call(port, "GET", "/v1/models/secret-model")
+    assert again[0] == 404 and again[2] == forbidden[2]
+
+
+@pytest.mark.parametrize(
+    ("key", "listed"),
+    [
+        ("key-dev", ["hangs", "qwen", "qwen-alias", "stalls"]),
+        ("key-batch", ["hangs", "qwen", "qwen-alias", "secret-model", "stalls"]),
+    ],
+)
+def test_models_list_shows_the_callers_models(
+    door: tuple[int, router.Usage], key: str, listed: list[str]
+) -> None:
+    port, _ = door
+    status, _, data = call(port, "GET", "/v1/models", key=key)
+    assert status == 200
+    answer = json.loads(data)
+    assert answer["object"] == "list"
+    assert [m["id"] for m in answer["data"]] == listed
+    qwen = next(m for m in answer["data"] if m["id"] == "qwen")
+    assert (qwen["object"], qwen["owned_by"], qwen["modelplane"]["ready"]) == (
+        "model",
+        "demo",
+        True,
+    )
+    assert call(port, "GET", "/v1/models", key=None)[0] == 401
+
+
+def _metrics(port: int) -> dict[str, float]:
+    _, _, data = call(port, "GET", "/metrics", key=None)
+    out = {}
+    for line in data.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def test_tokens_are_counted_per_caller_and_model_streams_included(
+    door: tuple[int, router.Usage],
+) -> None:
+    port, _ = door
+    ask = {"model": "qwen", "messages": []}
+    call(port, "POST", "/v1/chat/completions", ask)  # whole answer: 7 + 3
+    # A stream that did not ask for usage: asked for it on the way, the chunk dropped.
+    status, headers, data = call(port, "POST", "/v1/chat/completions", {**ask, "stream": True})
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert b'"usage"' not in data and data.endswith(b"data: [DONE]\n\n")
+    assert FrontDoor.seen[-1][2]["stream_options"] == {"include_usage": True}
+    # One that asked keeps it.
+    own = {**ask, "stream": True, "stream_options": {"include_usage": True}}
+    _, _, data = call(port, "POST", "/v1/chat/completions", own, key="key-batch")
+    assert b'"usage"' in data
+    call(port, "POST", "/v1/chat/completions", {"model": "nope"})  # refused: no tokens
+    seen = _metrics(port)
+    assert seen['modelplane_router_tokens_total{caller="dev",model="qwen",kind="prompt"}'] == 14
+    assert seen['modelplane_router_tokens_total{caller="dev",model="qwen",kind="completion"}'] == 6
+    assert seen['modelplane_router_tokens_total{caller="batch",model="qwen",kind="prompt"}'] == 7
+    assert seen['modelplane_router_requests_total{caller="dev",model="qwen",code="200"}'] == 2
+    assert seen['modelplane_router_requests_total{caller="dev",model="nope",code="404"}'] == 1
+
+
+def test_hung_backend_gets_a_504_within_the_timeout_after_one_retry(
+    door: tuple[int, router.Usage],
+) -> None:
+    port, _ = door
+    started = time.monotonic()
+    status, _, data = call(port, "POST", "/v1/chat/completions", {"model": "hangs"})
+    took = time.monotonic() - started
+    assert status == 504 and json.loads(data)["error"]["code"] == "timeout"
+    assert FrontDoor.hangs == 2  # tried again while nothing was sent
+    assert took < 5  # the backends still hang: the answer came from the timeout
+
+
+def test_a_silent_stream_is_ended_with_an_error_event(door: tuple[int, router.Usage]) -> None:
+    port, _ = door
+    status, _, data = call(
+        port, "POST", "/v1/chat/completions", {"model": "stalls", "stream": True}
+    )
+    assert status == 200
+    assert b'"content": "a"' in data
+    assert b"event: error" in data and b"stream_idle_timeout" in data
