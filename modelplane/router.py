@@ -316,7 +316,8 @@ def make_handler(
                 return
             entry = table.current().get(model)
             if entry is None or not may_use(entry, caller):
-                usage.request(caller, model, 404)
+                # Counted under "-": a name the client made up is never a metric label.
+                usage.request(caller, "-", 404)
                 self._send(404, not_found(model))
                 return
             assert isinstance(request, dict)

@@ -162,7 +162,13 @@ def _request(
 
 def call(
     fleet: FleetDir,
-    service: Annotated[str, typer.Argument(help="<namespace>/<name> of a ModelService.")],
+    service: Annotated[
+        str | None,
+        typer.Argument(
+            help="<namespace>/<name> of a ModelService (omitted: the fleet's OpenAI base URL, "
+            "routed by --model)."
+        ),
+    ] = None,
     prompt: Annotated[str, typer.Option("--prompt", help="The user message.")] = "Say hello.",
     model: Annotated[
         str | None, typer.Option("--model", help="The model name (default: from /v1/models).")
@@ -180,18 +186,33 @@ def call(
     backend: BackendOpt = None,
     secrets_provider: SecretsOpt = None,
 ) -> None:
-    """Send one chat completion to a ModelService through the fleet's front door and print
-    who answered (exit 0 on HTTP 200)."""
+    """Send one chat completion to a ModelService through the fleet's front door (or, with
+    only --model, to the fleet's OpenAI base URL, routed by the model name) and print who
+    answered (exit 0 on HTTP 200)."""
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
-        if service not in f.spec.services:
+        if service is None:
+            if not model:
+                out.print("error: name a service (<namespace>/<name>) or a --model")
+                raise typer.Exit(2)
+            base = f.status().gateway.get("openai")
+            if not base:
+                out.print(
+                    "error: the fleet has no OpenAI base URL yet: no ModelService names "
+                    "spec.models, the gateway stack has not run, or its Gateway has no address"
+                )
+                raise typer.Exit(EXIT_NO_URL)
+            service = "--model " + model
+            urls = {service: str(base).removesuffix("v1/")}
+        elif service not in f.spec.services:
             known = ", ".join(sorted(f.spec.services)) or "none"
             out.print(
                 f"error: no ModelService {escape(service)} in {escape(str(fleet))} "
                 f"(the fleet has: {escape(known)})"
             )
             raise typer.Exit(2)
-        urls = f.status().gateway.get("services") or {}
+        else:
+            urls = f.status().gateway.get("services") or {}
     name, key, why = caller_key(f.spec.gateway, caller, env=os.environ, base_dir=Path(fleet))
     if why:
         out.print(f"error: {escape(why)}")

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from modelplane.api.loader import load_fleet
 from modelplane.errors import UserError
-from modelplane.observe.usage import count_usage
+from modelplane.observe.usage import ModelCounts, count_usage, model_counts
 from modelplane.secrets import FILE_PREFIX, expand_path_variables
 
 out = Console(highlight=False, soft_wrap=True)
@@ -54,6 +54,45 @@ def dev_fleet_log(fleet_dir: Path) -> Path | None:
     return log if log.is_file() else None
 
 
+ROUTER_PODS = (
+    "/api/v1/namespaces/modelplane-system/pods?labelSelector=modelplane.ai%2Frouter%3D"
+    "modelplane-router"
+)
+
+
+def router_metrics(fleet_dir: Path) -> tuple[list[str], str | None]:
+    """Each OpenAI router pod's `/metrics` on the gateway's cluster (through its API
+    server's pod proxy), and why none could be read (None: read, or no router)."""
+    from modelplane.observe import kubeconfig_for
+    from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
+
+    fleet = load_fleet(fleet_dir).fleet
+    gateway = fleet.gateway
+    if gateway is None or not any(s.spec.models for s in fleet.services.values()):
+        return [], None
+    ref = gateway.spec.cluster.inference_cluster_ref
+    if ref is None or ref not in fleet.clusters:
+        return [], "the gateway's cluster is not an InferenceCluster of the fleet"
+    text, why = kubeconfig_for(fleet, ref, fleet_dir, os.environ, {})
+    if text is None:
+        return [], why
+    try:
+        reader = KubeReader(parse_kubeconfig(text, str(fleet_dir)), timeout=5.0)
+        pods = reader.get(ROUTER_PODS).get("items") or []
+        texts = []
+        for pod in pods:
+            name = (pod.get("metadata") or {}).get("name")
+            if (pod.get("status") or {}).get("phase") == "Running" and name:
+                texts.append(
+                    reader.get_text(
+                        f"/api/v1/namespaces/modelplane-system/pods/{name}:8080/proxy/metrics"
+                    )
+                )
+    except KubeError as exc:
+        return [], f"the OpenAI router's metrics: {exc}"
+    return texts, None
+
+
 def _lines(paths: list[str]) -> Iterator[str]:
     for name in paths:
         if name == "-":
@@ -78,7 +117,8 @@ def usage(
     ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="table | json")] = "table",
 ) -> None:
-    """Requests, errors (5xx, no answer) and refused (401/403) per caller and service."""
+    """Requests, errors (5xx, no answer) and refused (401/403) per caller and service; per
+    caller and model name, also the prompt and completion tokens (the OpenAI router's)."""
     paths = list(access_log or [])
     if not paths:
         found = dev_fleet_log(fleet)
@@ -90,9 +130,17 @@ def usage(
         paths = [str(found)]
     counts = count_usage(_lines(paths))
     rows = sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))
+    texts, why = router_metrics(fleet)
+    by_model: list[tuple[tuple[str, str], ModelCounts]] = sorted(
+        model_counts(texts).items(), key=lambda item: (item[0][1], item[0][0])
+    )
     if output == "json":
         data = [{"caller": c, "service": s, **n.as_dict()} for (c, s), n in rows]
-        sys.stdout.write(json.dumps({"usage": data}, indent=2) + "\n")
+        models = [{"caller": c, "model": m, **n.as_dict()} for (c, m), n in by_model]
+        answer: dict[str, object] = {"usage": data, "models": models}
+        if why:
+            answer["modelsError"] = why
+        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
         return
     table = Table("service", "caller", "requests", "errors", "refused")
     for (caller, service), n in rows:
@@ -100,6 +148,22 @@ def usage(
         # terminal control sequence.
         table.add_row(Text(shown(service)), Text(shown(caller)), *map(str, n.as_dict().values()))
     out.print(table)
+    if by_model:
+        tokens = Table(
+            "model",
+            "caller",
+            "requests",
+            "errors",
+            "refused",
+            "prompt tokens",
+            "completion tokens",
+            title="by model name (the OpenAI base URL)",
+        )
+        for (caller, model), m in by_model:
+            tokens.add_row(Text(shown(model)), Text(shown(caller)), *map(str, m.as_dict().values()))
+        out.print(tokens)
+    if why:
+        out.print(Text(f"by model name: not read ({shown(why)})"))
 
 
 def shown(value: str) -> str:

@@ -233,8 +233,15 @@ class Agent:
         self.state = state
         data = json.loads((state / "fleet.json").read_text())
         self.netns = str(data["netns"])
+        from modelplane.devfleet.cluster import GATEWAY_PORT, ClusterAddresses
+        from modelplane.devfleet.router_pods import RouterPods
+
         self.clusters: list[tuple[str, KubeRest]] = []
+        front_doors: dict[str, str] = {}
         for cluster in data["clusters"]:
+            name = str(cluster["name"])
+            inside = ClusterAddresses(name, int(cluster["index"]), int(data["slot"]))
+            front_doors[str(cluster["name"])] = f"http://{inside.front_door_ip}:{GATEWAY_PORT}"
             workdir = Path(cluster["workdir"])
             pki = workdir / "pki"
             rest = KubeRest(cluster["server"], pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
@@ -242,6 +249,7 @@ class Agent:
         from modelplane.devfleet.standin import StandinHostThread
 
         self.host = StandinHostThread(grace=REMOVE_GRACE).start()
+        self.routers = RouterPods(state, front_doors)
         # Draining a removed stand-in takes up to the grace period: off the sync loop.
         self.removals = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agent-remove")
         self.running: dict[str, PodServer] = {}
@@ -257,6 +265,7 @@ class Agent:
             pods = rest.get("/api/v1/pods", timeout=5).get("items", [])
         except (KubeRestError, OSError):
             return  # a stopped control plane: keep what runs (its pods are not deleted)
+        self.routers.sync(name, rest, pods)
         wanted = {s.key: s for pod in pods for s in pod_servers(name, pod)}
         self._converge(f"{name}/", wanted, name, pod_hosts(pods))
         self._probe_pods(name, rest, pods)
@@ -397,6 +406,7 @@ class Agent:
             self.sync_externals()
             self.stop.wait(POLL_SECONDS)
         self.removals.shutdown(wait=True)
+        self.routers.stop()
         self.host.stop()
 
 

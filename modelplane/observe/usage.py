@@ -44,6 +44,11 @@ class Counts:
         return {"requests": self.requests, "errors": self.errors, "refused": self.refused}
 
 
+# The route sending the base URL's /v1/ to the OpenAI router (components/model_router.py):
+# its line carries no checked caller; the request is counted on its service's route, and by
+# model in the router's own metrics.
+OPENAI_ROUTE = "modelplane-openai"
+
 # The second pass of a sharded service (api.md "Large services"): the first pass's line is
 # the one with the caller and the status the client saw; this one is not counted again.
 SHARD_PATH = "_shards"
@@ -73,10 +78,13 @@ def count_usage(lines: Iterable[str]) -> dict[tuple[str, str], Counts]:
         path, status = entry.get("RequestPath"), entry.get("DownstreamStatus") or 0
         if not isinstance(path, str) or not isinstance(status, int) or isinstance(status, bool):
             continue  # not Traefik's fields: a crafted or broken line
-        if not entry.get(ROUTER_FIELD) or 300 <= status < 400:
+        router = entry.get(ROUTER_FIELD)
+        if not router or 300 <= status < 400:
             # No route took it (the path, and any caller header, are the client's), or the
             # http->https redirect (the client asks again; that request is counted).
             continue
+        if isinstance(router, str) and OPENAI_ROUTE in router:
+            continue  # the OpenAI router's pass: it counts those itself (model_counts)
         service = service_of(path)
         if service is None:
             continue
@@ -101,3 +109,63 @@ def access_log_arguments(path: str | None = None) -> list[str]:
     if path:
         flags.append(f"--accesslog.filepath={path}")
     return flags
+
+
+@dataclass
+class ModelCounts:
+    requests: int = 0
+    errors: int = 0
+    refused: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "refused": self.refused,
+            "promptTokens": self.prompt_tokens,
+            "completionTokens": self.completion_tokens,
+        }
+
+
+def _labels(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in text.split('",'):
+        key, _, value = part.partition('="')
+        out[key.strip()] = value.rstrip('"').replace('\\"', '"').replace("\\\\", "\\")
+    return out
+
+
+def model_counts(texts: Iterable[str]) -> dict[tuple[str, str], ModelCounts]:
+    """(caller, model) -> counts, summed over the OpenAI router replicas' `/metrics`
+    (modelplane/router.py): requests by status, tokens by kind. Other lines are skipped."""
+    out: dict[tuple[str, str], ModelCounts] = {}
+    for text in texts:
+        for line in text.splitlines():
+            if not line.startswith("modelplane_router_") or "{" not in line:
+                continue
+            name, _, rest = line.partition("{")
+            inner, _, value = rest.rpartition("}")
+            try:
+                number = int(float(value.strip()))
+            except ValueError:
+                continue
+            labels = _labels(inner)
+            key = (labels.get("caller", ""), labels.get("model", ""))
+            if not all(key) or number < 0:
+                continue
+            counts = out.setdefault(key, ModelCounts())
+            if name == "modelplane_router_requests_total":
+                code = labels.get("code", "")
+                counts.requests += number
+                if code in ("401", "403", "404", "429"):
+                    counts.refused += number
+                elif code.startswith("5"):
+                    counts.errors += number
+            elif name == "modelplane_router_tokens_total":
+                if labels.get("kind") == "prompt":
+                    counts.prompt_tokens += number
+                elif labels.get("kind") == "completion":
+                    counts.completion_tokens += number
+    return out

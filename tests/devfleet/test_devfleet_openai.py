@@ -1,0 +1,155 @@
+"""One OpenAI base URL for the fleet (issue 37), on the dev fleet: the real Traefik front door
+sends `/v1/` to the OpenAI router (modelplane/router.py, run for the router's pods by the pod
+agent), which routes by `model` through the services' own routes (key check, caller list,
+weights). A copy of specs/dev (callers `dev` and `batch`): `demo/chat` (qwen x2) answers to
+`qwen` and `Qwen/Qwen2.5-0.5B-Instruct`; `demo/batch` (the same replicas) to `batch-qwen`,
+for caller `batch` only; `demo/sleepy` (a stand-in that waits 60 s before its first token)
+to `sleepy`, with a 2 s first-byte timeout. Select with `pytest -k openai`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelplane.devfleet import fleet as devfleet
+from tests.fixtures import devfleet as fx
+
+pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
+
+QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def _service(name: str, deployment: str, **spec: Any) -> dict[str, Any]:
+    doc = fx.model_service(name, deployment)
+    doc["spec"].update(spec)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def deployed(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> tuple[Path, str, dict]:
+    """(fleet dir, the OpenAI base URL, caller -> key)."""
+    sleepy = fx.model_deployment("sleepy", gpu=fx.GPU_16GI)
+    engine = sleepy["spec"]["workers"]["template"]["spec"]["containers"][0]
+    engine["env"] = [{"name": "MODELPLANE_STANDIN_FIRST_TOKEN_DELAY", "value": "60"}]
+    target = deployer.dev_specs(
+        "openai",
+        models=fx.specs_yaml(
+            fx.model_deployment("qwen", replicas=2, gpu=fx.GPU_16GI, model=QWEN),
+            sleepy,
+            _service("chat", "qwen", models=["qwen", QWEN]),
+            _service("batch", "qwen", models=["batch-qwen"], callers=["batch"]),
+            _service("sleepy", "sleepy", models=["sleepy"], timeouts={"firstByte": "2s"}),
+        ),
+    )
+    from modelplane.api.loader import load_fleet
+    from modelplane.devfleet.fleet import ensure_caller_keys
+
+    ensure_caller_keys(load_fleet(target).fleet, dev_fleet.root)
+    keys = {n: (dev_fleet.root / "callers" / n).read_text().strip() for n in ("dev", "batch")}
+    up = deployer.run("up", str(target), "--yes", "--wait", "--timeout", "5m", timeout=900)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    base = deployer.fleet(target).status().gateway["openai"]
+    front = dev_fleet.cluster("dev-1").addresses.front_door
+    assert base == f"http://{front}/v1/", base
+    # The router's pods run once the agent sees them Running: wait for it to answer.
+    fx.wait_for("the OpenAI router", lambda: ask(base + "models", keys["dev"])[0] == 200, 120)
+    return target, base, keys
+
+
+def ask(url: str, key: str | None, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            kind = resp.headers.get("Content-Type", "")
+            return resp.status, json.loads(raw) if "json" in kind else raw.decode()
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw)
+        except ValueError:
+            return exc.code, raw.decode(errors="replace")
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hello"}], **extra}
+
+
+def test_openai_routes_by_model_name_and_lists_each_callers_models(deployed: Any) -> None:
+    _, base, keys = deployed
+    for name in ("qwen", QWEN):
+        status, answer = ask(base + "chat/completions", keys["dev"], chat(name))
+        assert status == 200, answer
+        # The stand-in says which model and replica answered.
+        assert answer["model"] == QWEN and answer["id"].startswith("chatcmpl-qwen-"), answer
+    # batch-qwen is for caller batch: to dev it does not exist.
+    refused = ask(base + "chat/completions", keys["dev"], chat("batch-qwen"))
+    unknown = ask(base + "chat/completions", keys["dev"], chat("no-such-model"))
+    assert refused[0] == unknown[0] == 404
+    assert refused[1]["error"]["code"] == unknown[1]["error"]["code"] == "model_not_found"
+    assert ask(base + "chat/completions", keys["batch"], chat("batch-qwen"))[0] == 200
+    assert ask(base + "chat/completions", "sk-wrong", chat("qwen"))[0] == 401
+    listed = {
+        caller: [m["id"] for m in ask(base + "models", key)[1]["data"]]
+        for caller, key in keys.items()
+    }
+    assert listed == {
+        "dev": [QWEN, "qwen", "sleepy"],
+        "batch": [QWEN, "batch-qwen", "qwen", "sleepy"],
+    }
+    models = {m["id"]: m for m in ask(base + "models", keys["dev"])[1]["data"]}
+    assert models["qwen"]["owned_by"] == "demo" and models["qwen"]["modelplane"]["ready"]
+
+
+def test_openai_hung_backend_answers_504_within_the_timeout(deployed: Any) -> None:
+    _, base, keys = deployed
+    started = time.monotonic()
+    status, answer = ask(base + "chat/completions", keys["dev"], chat("sleepy"), timeout=30)
+    took = time.monotonic() - started
+    assert status == 504, answer
+    assert answer["error"]["code"] == "timeout"
+    assert took < 20, took  # the stand-in would answer after 60 s: the timeout answered
+
+
+def test_openai_tokens_per_caller_in_usage_and_call_by_model(
+    deployed: Any, deployer: fx.Deployer
+) -> None:
+    target, base, keys = deployed
+
+    def tokens() -> dict[tuple[str, str], dict[str, int]]:
+        done = fx.modelplane("usage", str(target), "-o", "json", env=deployer.env(), timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return {(r["caller"], r["model"]): r for r in json.loads(done.stdout)["models"]}
+
+    before = tokens().get(("batch", "qwen"), {"promptTokens": 0, "completionTokens": 0})
+    status, answer = ask(base + "chat/completions", keys["batch"], chat("qwen"))
+    assert status == 200, answer
+    whole = answer["usage"]
+    # A stream that did not ask for usage gets none, and still counts.
+    status, stream = ask(base + "chat/completions", keys["batch"], chat("qwen", stream=True))
+    assert status == 200 and "data: [DONE]" in stream and '"usage"' not in stream, stream
+
+    def grown() -> dict[str, int] | None:
+        now = tokens().get(("batch", "qwen"))
+        if now and now["promptTokens"] >= before["promptTokens"] + 2 * whole["prompt_tokens"]:
+            return now
+        return None
+
+    after = fx.wait_for("usage counting the tokens", grown, timeout=30)
+    assert after["completionTokens"] > before["completionTokens"] + whole["completion_tokens"]
+    done = deployer.run("call", str(target), "--model", "qwen", "--caller", "dev")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "HTTP 200" in done.stdout and "replica=qwen-" in done.stdout, done.stdout
