@@ -228,12 +228,17 @@ def make_handler(
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True
+        _body_read = False
 
         # -- answers of its own ---------------------------------------------------------
         def _send(self, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            if self.command == "POST" and not self._body_read:
+                # A body left unread would be taken for the next request on the connection.
+                self.send_header("Connection", "close")
+                self.close_connection = True
             for name, value in (extra or {}).items():
                 self.send_header(name, value)
             self.end_headers()
@@ -288,6 +293,7 @@ def make_handler(
                 self._send(404, not_found(name))
 
         def do_POST(self) -> None:  # noqa: N802
+            self._body_read = False
             path = urlsplit(self.path).path
             if path not in ROUTED:
                 self._send(404, error_body("No such route.", "invalid_request_error", "not_found"))
@@ -325,6 +331,11 @@ def make_handler(
 
         # -- the forwarded request ------------------------------------------------------
         def _read_body(self) -> bytes | None:
+            body = self._read_body_bounded()
+            self._body_read = body is not None
+            return body
+
+        def _read_body_bounded(self) -> bytes | None:
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                 out = bytearray()
                 while True:

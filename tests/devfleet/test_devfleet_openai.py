@@ -73,7 +73,9 @@ def ask(url: str, key: str | None, body: Any = None, timeout: float = 30) -> tup
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
             kind = resp.headers.get("Content-Type", "")
-            return resp.status, json.loads(raw) if "json" in kind else raw.decode()
+            if "json" in kind:
+                return resp.status, json.loads(raw)
+            return resp.status, f"{kind}: {raw.decode(errors='replace')}"
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         try:
@@ -102,10 +104,9 @@ def test_openai_routes_by_model_name_and_lists_each_callers_models(deployed: Any
     assert refused[1]["error"]["code"] == unknown[1]["error"]["code"] == "model_not_found"
     assert ask(base + "chat/completions", keys["batch"], chat("batch-qwen"))[0] == 200
     assert ask(base + "chat/completions", "sk-wrong", chat("qwen"))[0] == 401
-    listed = {
-        caller: [m["id"] for m in ask(base + "models", key)[1]["data"]]
-        for caller, key in keys.items()
-    }
+    lists = {caller: ask(base + "models", key) for caller, key in keys.items()}
+    assert all(status == 200 for status, _ in lists.values()), lists
+    listed = {caller: [m["id"] for m in answer["data"]] for caller, (_, answer) in lists.items()}
     assert listed == {
         "dev": [QWEN, "qwen", "sleepy"],
         "batch": [QWEN, "batch-qwen", "qwen", "sleepy"],

@@ -254,3 +254,31 @@ def test_a_silent_stream_is_ended_with_an_error_event(door: tuple[int, router.Us
     assert status == 200
     assert b'"content": "a"' in data
     assert b"event: error" in data and b"stream_idle_timeout" in data
+
+
+def test_a_refused_post_never_leaves_its_body_on_a_kept_connection(
+    door: tuple[int, router.Usage],
+) -> None:
+    """A 401 answers before the body is read: the connection closes, so the next request on
+    it is never parsed from the unread body."""
+    port, _ = door
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    body = json.dumps({"model": "qwen", "messages": []})
+    conn.request("POST", "/v1/chat/completions", body=body, headers={"Authorization": "Bearer x"})
+    resp = conn.getresponse()
+    resp.read()
+    assert resp.status == 401 and resp.getheader("Connection") == "close"
+    conn.close()
+    # Answered after reading the body: the connection stays open for the next request.
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    headers = {"Authorization": "Bearer key-dev"}
+    conn.request(
+        "POST", "/v1/chat/completions", body=json.dumps({"model": "nope"}), headers=headers
+    )
+    first = conn.getresponse()
+    first.read()
+    conn.request("GET", "/v1/models", headers=headers)
+    second = conn.getresponse()
+    assert (first.status, second.status) == (404, 200)
+    assert json.loads(second.read())["object"] == "list"
+    conn.close()
