@@ -73,19 +73,37 @@ def router_manifests(
     keys_secret: str | None,
     gateway: tuple[str, str],
     listener: str | None,
+    tls_secret: str | None = None,
 ) -> list[Manifest]:
     """The router's objects in the order they must exist (the route last). ``keys_secret``:
-    the Secret holding `callers.json` (None: every request is let in, as `anonymous`)."""
+    the Secret holding `callers.json` (None: every request is let in, as `anonymous`);
+    ``tls_secret``: the front door's TLS Secret, whose certificate alone (never its key) the
+    router mounts to trust the front door it sends requests on to over https."""
     code = router_sources()
     digest = hashlib.sha256("\0".join(code[k] for k in sorted(code)).encode()).hexdigest()
     command = ["python", "/app/router.py", "--models", "/app/models.json"]
     command += ["--keys", "/keys/callers.json"] if keys_secret else ["--open"]
-    command += ["--front-door", front_door_url, "--listen", f"0.0.0.0:{ROUTER_PORT}"]
+    command += ["--front-door", front_door_url]
+    if tls_secret:
+        command += ["--front-door-ca", "/tls/front-door.crt"]
+    command += ["--listen", f"0.0.0.0:{ROUTER_PORT}"]
     mounts = [{"name": "code", "mountPath": "/app", "readOnly": True}]
     volumes: list[dict[str, object]] = [{"name": "code", "configMap": {"name": ROUTER_NAME}}]
     if keys_secret:
         mounts.append({"name": "keys", "mountPath": "/keys", "readOnly": True})
         volumes.append({"name": "keys", "secret": {"secretName": keys_secret}})
+    if tls_secret:
+        mounts.append({"name": "front-door-tls", "mountPath": "/tls", "readOnly": True})
+        volumes.append(
+            {
+                "name": "front-door-tls",
+                # Only the certificate is projected: the private key never reaches the pod.
+                "secret": {
+                    "secretName": tls_secret,
+                    "items": [{"key": "tls.crt", "path": "front-door.crt"}],
+                },
+            }
+        )
     gateway_name, gateway_namespace = gateway
     parent: dict[str, object] = {
         "group": GATEWAY_GROUP,
@@ -211,6 +229,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         keys_secret: str | None,
         gateway: tuple[str, str],
         listener: str | None,
+        tls_secret: str | None = None,
         render_only: bool = False,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
@@ -223,6 +242,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
             keys_secret=keys_secret,
             gateway=gateway,
             listener=listener,
+            tls_secret=tls_secret,
         ):
             made = register(
                 hand_off(manifest) if render_only else manifest,

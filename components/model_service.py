@@ -71,6 +71,7 @@ LOOP_NAMESPACE = str(TRAEFIK["namespace"])
 LOOP_PORT = 80
 # The same Service by its cluster DNS name: where the OpenAI router sends a request on.
 LOOP_URL = f"http://{LOOP_SERVICE}.{LOOP_NAMESPACE}.svc.cluster.local:{LOOP_PORT}"
+LOOP_TLS_URL = f"https://{LOOP_SERVICE}.{LOOP_NAMESPACE}.svc.cluster.local:443"
 
 
 @dataclass(frozen=True)

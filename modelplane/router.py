@@ -26,13 +26,18 @@ are re-read when they change. Standard library only.
 
     python -m modelplane.router --models models.json --keys callers.json \\
         --front-door http://mp-traefik.traefik-system.svc.cluster.local --listen 127.0.0.1:8098
+
+With the front door's `spec.tls`, requests go on over https to its `websecure` port, trusting
+exactly the front door's certificate (`--front-door-ca`: the TLS Secret's `tls.crt`).
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import ipaddress
 import json
+import ssl
 import sys
 import threading
 import time
@@ -208,18 +213,59 @@ def stream_usage(event: Any) -> Any:
     return None
 
 
+class _PinnedHTTPS(http.client.HTTPSConnection):
+    """HTTPS to the front door's own Service: its certificate is the one trusted (the name
+    the router dials is the Service's, not the certificate's), and the client's host goes
+    as SNI so the front door presents the certificate the client saw."""
+
+    def __init__(self, host: str, port: int, sni: str | None, **kwargs: Any) -> None:
+        super().__init__(host, port, **kwargs)
+        self._sni = sni
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(  # type: ignore[attr-defined]
+            self.sock, server_hostname=self._sni
+        )
+
+
+def pinned_context(certificate: Path) -> ssl.SSLContext:
+    """Trust exactly the front door's certificate (chain): verified, no name check."""
+    context = ssl.create_default_context(cafile=str(certificate))
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the leaf itself is the anchor
+    return context
+
+
 class Upstream:
-    """Where requests go: the front door itself (its own Service), at the service's path."""
+    """Where requests go: the front door itself (its own Service), at the service's path;
+    over https (``certificate``: the front door's, pinned) when the front door has TLS."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, certificate: Path | None = None) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"front door {url!r}: an http:// URL")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"front door {url!r}: an http:// or https:// URL")
+        if parts.scheme == "https" and certificate is None:
+            raise ValueError("an https:// front door needs its certificate (--front-door-ca)")
         self.host = parts.hostname
-        self.port = parts.port or 80
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.certificate = certificate if parts.scheme == "https" else None
+        self._context: ssl.SSLContext | None = None
+        self._stamp: tuple[int, int] | None = None
 
-    def connect(self, timeout: float) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def context(self) -> ssl.SSLContext:
+        assert self.certificate is not None
+        info = self.certificate.stat()
+        stamp = (info.st_mtime_ns, info.st_size)
+        if self._context is None or stamp != self._stamp:  # a renewed certificate
+            self._context, self._stamp = pinned_context(self.certificate), stamp
+        return self._context
+
+    def connect(self, timeout: float, sni: str | None = None) -> http.client.HTTPConnection:
+        if self.certificate is None:
+            return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        return _PinnedHTTPS(self.host, self.port, sni, timeout=timeout, context=self.context())
 
 
 def make_handler(
@@ -394,7 +440,7 @@ def make_handler(
             for attempt in range(TRIES):
                 left = end - time.monotonic()
                 wait = left if attempt == TRIES - 1 else left / (TRIES - attempt)
-                connection = upstream.connect(max(wait, 0.001))
+                connection = upstream.connect(max(wait, 0.001), sni_of(headers["Host"]))
                 try:
                     connection.request("POST", target, body=body, headers=headers)
                     sock = connection.sock  # getresponse() drops it when the answer closes
@@ -499,6 +545,17 @@ def make_handler(
     return Handler
 
 
+def sni_of(host: str) -> str | None:
+    """The server name of a Host header (None for an IP address: no SNI)."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]")
+    try:
+        ipaddress.ip_address(name)
+        return None
+    except ValueError:
+        return name or None
+
+
 def model_object(name: str, entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": name,
@@ -562,11 +619,13 @@ def serve(
     host: str,
     port: int,
     *,
+    front_door_ca: Path | None = None,
     max_connections: int = authz.MAX_CONNECTIONS,
 ) -> tuple[authz.BoundedServer, Usage]:
     usage = Usage()
     keys = authz.Keys(keys_path) if keys_path is not None else OpenKeys()
-    handler = make_handler(keys, Table(models_path), Upstream(front_door), usage)
+    upstream = Upstream(front_door, front_door_ca)
+    handler = make_handler(keys, Table(models_path), upstream, usage)
     return authz.BoundedServer((host, port), handler, max_connections), usage
 
 
@@ -579,10 +638,20 @@ def main(argv: list[str] | None = None) -> int:
         "--open", action="store_true", help="no keys: every request in, as `anonymous`"
     )
     parser.add_argument("--front-door", required=True, help="http://<front door's Service>")
+    parser.add_argument(
+        "--front-door-ca", type=Path, help="the front door's certificate (an https:// one)"
+    )
     parser.add_argument("--listen", default="0.0.0.0:8080", help="host:port")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
-    server, _ = serve(args.models, args.keys, args.front_door, host or "0.0.0.0", int(port))
+    server, _ = serve(
+        args.models,
+        args.keys,
+        args.front_door,
+        host or "0.0.0.0",
+        int(port),
+        front_door_ca=args.front_door_ca,
+    )
     print(f"router ready on {host}:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

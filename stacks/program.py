@@ -472,12 +472,14 @@ async def run_gateway(ctx: Context) -> None:
         AUTHZ_ADDRESS,
         CALLERS_SECRET,
         GATEWAY_NAME,
+        TLS_SECRET,
         WEB,
         InferenceGatewayComponent,
         service_listener,
     )
     from components.model_router import ModelRouterComponent
     from components.model_service import (
+        LOOP_TLS_URL,
         LOOP_URL,
         EndpointInfo,
         FrontDoor,
@@ -650,8 +652,9 @@ async def run_gateway(ctx: Context) -> None:
             "openai",
             routed,
             {s.key: bool(service_backends(s, endpoints, backend)) for s in routed},
-            front_door_url=LOOP_URL,
+            front_door_url=LOOP_TLS_URL if gateway.spec.tls is not None else LOOP_URL,
             keys_secret=CALLERS_SECRET if front_door.authz_address else None,
+            tls_secret=TLS_SECRET if gateway.spec.tls is not None else None,
             gateway=(GATEWAY_NAME, SYSTEM_NAMESPACE),
             listener=service_listener(gateway),
             render_only=render_only,

@@ -123,8 +123,6 @@ def _model_names(fleet: FleetSpec) -> Iterator[SpecError]:
     why = None
     if gw is not None and gw.spec.backend != "Traefik":
         why = "needs the InferenceGateway's backend Traefik for now (EnvoyGateway: use the path)"
-    elif gw is not None and gw.spec.tls is not None:
-        why = "does not work with the InferenceGateway's spec.tls yet (use the service's path)"
     if why:
         for key, service in sorted(fleet.services.items()):
             if service.spec.models:

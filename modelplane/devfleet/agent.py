@@ -233,15 +233,22 @@ class Agent:
         self.state = state
         data = json.loads((state / "fleet.json").read_text())
         self.netns = str(data["netns"])
-        from modelplane.devfleet.cluster import GATEWAY_PORT, ClusterAddresses
+        from modelplane.devfleet.cluster import (
+            FRONT_DOOR_TLS_PORT,
+            GATEWAY_PORT,
+            ClusterAddresses,
+        )
         from modelplane.devfleet.router_pods import RouterPods
 
         self.clusters: list[tuple[str, KubeRest]] = []
-        front_doors: dict[str, str] = {}
+        front_doors: dict[str, tuple[str, str]] = {}
         for cluster in data["clusters"]:
             name = str(cluster["name"])
             inside = ClusterAddresses(name, int(cluster["index"]), int(data["slot"]))
-            front_doors[str(cluster["name"])] = f"http://{inside.front_door_ip}:{GATEWAY_PORT}"
+            front_doors[name] = (
+                f"http://{inside.front_door_ip}:{GATEWAY_PORT}",
+                f"https://{inside.front_door}:{FRONT_DOOR_TLS_PORT}",
+            )
             workdir = Path(cluster["workdir"])
             pki = workdir / "pki"
             rest = KubeRest(cluster["server"], pki / "ca.crt", pki / "admin.crt", pki / "admin.key")

@@ -5,9 +5,11 @@ for each Running pod of the Deployment `modelplane-system/modelplane-router`, on
 and port, as its container would: the routing table is the ConfigMap's `models.json` and the
 keys the Secret's `callers.json` (when the command says `--keys`), read from the cluster's API
 server on every poll and written under the state directory (0600), as kubelet refreshes a
-mounted volume. One stand-in part: the front door the router sends requests on to is the dev
-fleet's Traefik at its private address (`10.253.<slot>.<10+i>:8000`), because the namespace
-has no ClusterIP routing for `mp-traefik.traefik-system.svc` (the command's `--front-door`).
+mounted volume (with the front door's TLS, the certificate of its Secret too). One stand-in
+part: the front door the router sends requests on to is the dev fleet's Traefik at its own
+addresses (`web`: `10.253.<slot>.<10+i>:8000`; `websecure`: `127.77.<slot>.<10+i>:8443`),
+because the namespace has no ClusterIP routing for `mp-traefik.traefik-system.svc` (the
+command's `--front-door`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ ROUTER_LABEL = ("modelplane.ai/router", "modelplane-router")
 NAMESPACE = "modelplane-system"
 CONFIG_PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps/modelplane-router"
 KEYS_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets/modelplane-callers"
+TLS_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets/modelplane-front-door-tls"
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class RouterPod:
     ip: str
     port: int
     with_keys: bool
+    tls: bool = False  # the front door has TLS: requests go on over https
 
 
 def router_pods(cluster: str, pods: list[dict[str, Any]]) -> dict[str, RouterPod]:
@@ -52,7 +57,13 @@ def router_pods(cluster: str, pods: list[dict[str, Any]]) -> dict[str, RouterPod
             ports = [int(p["containerPort"]) for p in container.get("ports") or []]
             if "/app/router.py" in command and ports:
                 key = f"{cluster}/{meta.get('name')}"
-                out[key] = RouterPod(key, str(status["podIP"]), ports[0], "--keys" in command)
+                out[key] = RouterPod(
+                    key,
+                    str(status["podIP"]),
+                    ports[0],
+                    "--keys" in command,
+                    "--front-door-ca" in command,
+                )
     return out
 
 
@@ -68,19 +79,20 @@ def _write(path: Path, text: str) -> None:
 
 
 class RouterPods:
-    def __init__(self, state: Path, front_doors: dict[str, str]) -> None:
+    def __init__(self, state: Path, front_doors: dict[str, tuple[str, str]]) -> None:
         self.state = state
-        self.front_doors = front_doors  # cluster -> http://<front door inside>:<port>
+        # cluster -> (http://<front door inside>:<web port>, https://...:<websecure port>)
+        self.front_doors = front_doors
         self.running: dict[str, tuple[RouterPod, Any]] = {}
         self.lock = threading.Lock()
 
-    def files(self, cluster: str) -> tuple[Path, Path]:
+    def files(self, cluster: str) -> tuple[Path, Path, Path]:
         folder = self.state / "router" / cluster
-        return folder / "models.json", folder / "callers.json"
+        return folder / "models.json", folder / "callers.json", folder / "front-door.crt"
 
-    def _refresh(self, cluster: str, rest: KubeRest, with_keys: bool) -> bool:
+    def _refresh(self, cluster: str, rest: KubeRest, with_keys: bool, tls: bool) -> bool:
         """The mounted volumes' contents now; False when the ConfigMap cannot be read."""
-        models, keys = self.files(cluster)
+        models, keys, certificate = self.files(cluster)
         try:
             config = rest.get(CONFIG_PATH, timeout=2)
             _write(models, str((config.get("data") or {}).get("models.json") or ""))
@@ -88,6 +100,10 @@ class RouterPods:
                 secret = rest.get(KEYS_PATH, timeout=2)
                 raw = (secret.get("data") or {}).get("callers.json") or ""
                 _write(keys, base64.b64decode(raw).decode() if raw else json.dumps({}))
+            if tls:  # the certificate only, as the pod's projected volume
+                secret = rest.get(TLS_PATH, timeout=2)
+                raw = (secret.get("data") or {}).get("tls.crt") or ""
+                _write(certificate, base64.b64decode(raw).decode())
         except (KubeRestError, OSError, ValueError):
             return models.is_file()
         return True
@@ -102,9 +118,11 @@ class RouterPods:
                     server.server_close()
             if not wanted or cluster not in self.front_doors:
                 return
-            if not self._refresh(cluster, rest, any(p.with_keys for p in wanted.values())):
+            with_keys = any(p.with_keys for p in wanted.values())
+            if not self._refresh(cluster, rest, with_keys, any(p.tls for p in wanted.values())):
                 return
-            models, keys = self.files(cluster)
+            models, keys, certificate = self.files(cluster)
+            plain, secure = self.front_doors[cluster]
             for key, pod in sorted(wanted.items()):
                 if key in self.running:
                     continue
@@ -112,11 +130,12 @@ class RouterPods:
                     server, _ = router.serve(
                         models,
                         keys if pod.with_keys else None,
-                        self.front_doors[cluster],
+                        secure if pod.tls else plain,
                         pod.ip,
                         pod.port,
+                        front_door_ca=certificate if pod.tls else None,
                     )
-                except OSError as exc:
+                except (OSError, ValueError, ssl.SSLError) as exc:
                     print(f"agent: cannot run router {key} on {pod.ip}:{pod.port}: {exc}")
                     continue
                 threading.Thread(

@@ -20,7 +20,13 @@ AUTH = (
     "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
     "    - {name: batch, secretRef: {name: keys, key: batch}}\n"
 )
-KEYS = {"MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a-1f2e", "MODELPLANE_SECRET_KEYS_BATCH": "sk-b-9d8c"}
+KEYS = {
+    "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a-1f2e",
+    "MODELPLANE_SECRET_KEYS_BATCH": "sk-b-9d8c",
+    "MODELPLANE_SECRET_FRONT_TLS_CRT": "-----BEGIN CERTIFICATE-----\nfakecert5e1a\n",
+    "MODELPLANE_SECRET_FRONT_TLS_KEY": "-----BEGIN PRIVATE KEY-----\nfakekey0b7d\n",
+}
+TLS = "  tls:\n    certificate: {name: front-tls, key: crt}\n    privateKey: {name: front-tls, key: key}\n"
 MODELS = "  models: [Qwen/Qwen2.5-7B-Instruct, qwen]\n  callers: [batch]\n"
 
 
@@ -142,13 +148,6 @@ spec:
             ("demo/qwen", "spec.timeouts.firstByte"),
             "more than 0s",
         ),
-        (
-            "  tls:\n    certificate: {name: t, key: c}\n    privateKey: {name: t, key: k}\n",
-            "  models: [qwen]\n",
-            "",
-            ("demo/qwen", "spec.models"),
-            "spec.tls",
-        ),
     ],
 )
 def test_openai_model_names_bad_input(
@@ -176,3 +175,25 @@ def test_openai_model_names_on_envoy_gateway_are_refused(tmp_path: Path) -> None
     fleet.write_text(text.replace("backend: Traefik", "backend: EnvoyGateway"))
     errors = [e for e in load_fleet(target).errors if e.path == "spec.models"]
     assert errors and "backend Traefik" in errors[0].message
+
+
+def test_openai_router_behind_tls_trusts_only_the_front_doors_certificate(tmp_path: Path) -> None:
+    """With `spec.tls` the router sends requests on over https to the front door's own Service
+    and mounts the TLS Secret's certificate alone: never its private key."""
+    found = render(tmp_path, AUTH + TLS, MODELS, "tls")
+    pod = found[("Deployment", "modelplane-router")]["spec"]["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    at = command.index("--front-door")
+    assert command[at : at + 4] == [
+        "--front-door",
+        "https://mp-traefik.traefik-system.svc.cluster.local:443",
+        "--front-door-ca",
+        "/tls/front-door.crt",
+    ]
+    [tls] = [v for v in pod["volumes"] if v["name"] == "front-door-tls"]
+    assert tls["secret"] == {
+        "secretName": "modelplane-front-door-tls",
+        "items": [{"key": "tls.crt", "path": "front-door.crt"}],
+    }
+    route = found[("HTTPRoute", "modelplane-openai")]
+    assert route["spec"]["parentRefs"][0]["sectionName"] == "websecure"

@@ -1,7 +1,9 @@
 """One OpenAI base URL for the fleet (issue 37), on the dev fleet: the real Traefik front door
 sends `/v1/` to the OpenAI router (modelplane/router.py, run for the router's pods by the pod
 agent), which routes by `model` through the services' own routes (key check, caller list,
-weights). A copy of specs/dev (callers `dev` and `batch`): `demo/chat` (qwen x2) answers to
+weights). A copy of specs/dev (callers `dev` and `batch`) with TLS on the front door (so the
+router's hop back to it is https, pinned to the front door's certificate): `demo/chat`
+(qwen x2) answers to
 `qwen` and `Qwen/Qwen2.5-0.5B-Instruct`; `demo/batch` (the same replicas) to `batch-qwen`,
 for caller `batch` only; `demo/sleepy` (a stand-in that waits 60 s before its first token)
 to `sleepy`, with a 2 s first-byte timeout. Select with `pytest -k openai`.
@@ -10,6 +12,7 @@ to `sleepy`, with a 2 s first-byte timeout. Select with `pytest -k openai`.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +27,13 @@ from tests.fixtures import devfleet as fx
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
+STATE = "${MODELPLANE_DEV_FLEET_STATE}"
+GATEWAY_TLS = (
+    "  tls:\n"
+    f"    certificate: {{name: 'file:{STATE}/openai-tls/tls.crt', key: crt}}\n"
+    f"    privateKey: {{name: 'file:{STATE}/openai-tls/tls.key', key: key}}\n"
+)
+TRUST: list[ssl.SSLContext] = []  # the test CA, once the module's fleet is up
 
 
 def _service(name: str, deployment: str, **spec: Any) -> dict[str, Any]:
@@ -49,15 +59,27 @@ def deployed(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> tuple[Path,
         ),
     )
     from modelplane.api.loader import load_fleet
+    from modelplane.devcluster.certs import generate_ca, generate_serving_cert
     from modelplane.devfleet.fleet import ensure_caller_keys
 
+    fleet = target / "fleet.yaml"
+    anchor = "  cluster: {inferenceClusterRef: dev-1}\n"
+    fleet.write_text(fleet.read_text().replace(anchor, anchor + GATEWAY_TLS))
+    front = dev_fleet.cluster("dev-1").addresses.front_door
+    ca = generate_ca("openai-test-ca")
+    cert = generate_serving_cert(ca, hosts=(front,), common_name=front)
+    tls_dir = dev_fleet.root / "openai-tls"
+    tls_dir.mkdir(exist_ok=True)
+    (tls_dir / "tls.crt").write_bytes(cert.cert_pem)
+    (tls_dir / "tls.key").write_bytes(cert.key_pem)
+    (tls_dir / "ca.crt").write_bytes(ca.cert_pem)
     ensure_caller_keys(load_fleet(target).fleet, dev_fleet.root)
     keys = {n: (dev_fleet.root / "callers" / n).read_text().strip() for n in ("dev", "batch")}
     up = deployer.run("up", str(target), "--yes", "--wait", "--timeout", "5m", timeout=900)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     base = deployer.fleet(target).status().gateway["openai"]
-    front = dev_fleet.cluster("dev-1").addresses.front_door
-    assert base == f"http://{front}/v1/", base
+    assert base == f"https://{front}/v1/", base
+    TRUST.append(ssl.create_default_context(cafile=str(tls_dir / "ca.crt")))
     # The router's pods run once the agent sees them Running: wait for it to answer.
     fx.wait_for("the OpenAI router", lambda: ask(base + "models", keys["dev"])[0] == 200, 120)
     return target, base, keys
@@ -70,7 +92,7 @@ def ask(url: str, key: str | None, body: Any = None, timeout: float = 30) -> tup
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=TRUST[-1]) as resp:
             raw = resp.read()
             kind = resp.headers.get("Content-Type", "")
             if "json" in kind:
@@ -125,6 +147,10 @@ def test_openai_hung_backend_answers_504_within_the_timeout(deployed: Any) -> No
     assert took < 20, took  # the stand-in would answer after 60 s: the timeout answered
 
 
+def dev_fleet_root(deployer: fx.Deployer) -> Path:
+    return Path(deployer.env()[devfleet.STATE_ENV])
+
+
 def test_openai_tokens_per_caller_in_usage_and_call_by_model(
     deployed: Any, deployer: fx.Deployer
 ) -> None:
@@ -151,6 +177,15 @@ def test_openai_tokens_per_caller_in_usage_and_call_by_model(
 
     after = fx.wait_for("usage counting the tokens", grown, timeout=30)
     assert after["completionTokens"] > before["completionTokens"] + whole["completion_tokens"]
-    done = deployer.run("call", str(target), "--model", "qwen", "--caller", "dev")
+    ca = str(dev_fleet_root(deployer) / "openai-tls" / "ca.crt")
+    done = fx.modelplane(
+        "call",
+        str(target),
+        "--model",
+        "qwen",
+        "--caller",
+        "dev",
+        env={**deployer.env(), "SSL_CERT_FILE": ca},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "HTTP 200" in done.stdout and "replica=qwen-" in done.stdout, done.stdout

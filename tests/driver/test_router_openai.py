@@ -282,3 +282,48 @@ def test_a_refused_post_never_leaves_its_body_on_a_kept_connection(
     assert (first.status, second.status) == (404, 200)
     assert json.loads(second.read())["object"] == "list"
     conn.close()
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["its-certificate", "another"])
+def test_openai_router_reaches_a_tls_front_door_pinned_to_its_certificate(
+    tmp_path: Path, trusted: bool
+) -> None:
+    import ssl
+
+    from modelplane.devcluster.certs import generate_ca, generate_serving_cert
+
+    ca = generate_ca("front-door-ca")
+    cert = generate_serving_cert(ca, hosts=("front.example",), common_name="front.example")
+    (tmp_path / "tls.crt").write_bytes(cert.cert_pem)
+    (tmp_path / "tls.key").write_bytes(cert.key_pem)
+    other = generate_serving_cert(generate_ca("other"), hosts=("x",), common_name="x")
+    (tmp_path / "other.crt").write_bytes(other.cert_pem)
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), FrontDoor)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    upstream.socket = context.wrap_socket(upstream.socket, server_side=True)
+    threading.Thread(target=upstream.serve_forever, args=(0.05,), daemon=True).start()
+    (tmp_path / "models.json").write_text(json.dumps(TABLE))
+    server, _ = router.serve(
+        tmp_path / "models.json",
+        None,
+        f"https://127.0.0.1:{upstream.server_address[1]}",
+        "127.0.0.1",
+        0,
+        # The leaf alone is trusted (no CA): the front door's own certificate, pinned.
+        front_door_ca=tmp_path / ("tls.crt" if trusted else "other.crt"),
+    )
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    FrontDoor.seen = []
+    try:
+        status, _, data = call(
+            server.server_address[1], "POST", "/v1/chat/completions", {"model": "qwen"}, key=None
+        )
+    finally:
+        server.shutdown()
+        upstream.shutdown()
+    if trusted:
+        assert status == 200, data
+        assert FrontDoor.seen[0][0] == "/demo/chat/v1/chat/completions"
+    else:
+        assert status == 502 and FrontDoor.seen == []
