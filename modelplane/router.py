@@ -54,6 +54,8 @@ except ImportError:  # run from the ConfigMap, beside authz.py
 
 ROUTED = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 MAX_BODY = 32 * 2**20  # a request body larger than this is refused (413)
+MAX_LINE = 2**20  # an event-stream line is read at most this much at a time
+MAX_EVENT = 16 * 2**20  # an event larger than this is passed on unparsed
 RELOAD_EVERY = 1.0
 DEFAULT_FIRST_BYTE = 300.0
 DEFAULT_IDLE = 60.0
@@ -70,6 +72,7 @@ _HOP = frozenset(
         "upgrade",
         "content-length",
         "host",
+        "expect",  # answered here (100 Continue): the body goes on whole
     }
 )
 
@@ -582,16 +585,23 @@ def sse_events(response: http.client.HTTPResponse) -> Iterator[tuple[bytes, Any]
     """Each server-sent event whole (its lines and the blank line ending it), with the usage
     it carries (None: none)."""
     lines: list[bytes] = []
+    size = 0
     while True:
-        line = response.readline()
+        line = response.readline(MAX_LINE)  # a longer line arrives in pieces
         if not line:
             if lines:
                 yield b"".join(lines), None
             return
+        ended = not lines or lines[-1].endswith(b"\n")  # a blank line, not a piece's end
         lines.append(line)
-        if line in (b"\n", b"\r\n"):
+        size += len(line)
+        if size > MAX_EVENT:  # never held whole: passed on as it came
+            yield b"".join(lines), None
+            lines, size = [], 0
+            continue
+        if ended and line in (b"\n", b"\r\n"):
             event = b"".join(lines)
-            lines = []
+            lines, size = [], 0
             found = None
             for raw in event.splitlines():
                 if raw.startswith(b"data:") and raw[5:].strip() not in (b"", b"[DONE]"):

@@ -327,3 +327,68 @@ def test_openai_router_reaches_a_tls_front_door_pinned_to_its_certificate(
         assert FrontDoor.seen[0][0] == "/demo/chat/v1/chat/completions"
     else:
         assert status == 502 and FrontDoor.seen == []
+
+
+class _Stream:
+    """What sse_events reads: readline(limit) over bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+    def readline(self, limit: int = -1) -> bytes:
+        return self.buffer.readline(limit)
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    ("data", "line_limit", "events", "usages"),
+    [
+        (b'data: {"choices": [1]}\n\ndata: [DONE]\n\n', None, 2, [None, None]),
+        (
+            b"data: " + json.dumps({"choices": [], "usage": USAGE}).encode() + b"\n\n",
+            None,
+            1,
+            [USAGE],
+        ),
+        (  # the Responses API: usage on response.completed
+            b"event: response.completed\ndata: "
+            + json.dumps({"type": "response.completed", "response": {"usage": USAGE}}).encode()
+            + b"\n\n",
+            None,
+            1,
+            [USAGE],
+        ),
+        # a line longer than one read arrives in pieces and is still one event
+        (b"data: " + b"x" * 50 + b"\n\ndata: y\n\n", 16, 2, [None, None]),
+        # a piece that happens to be a lone newline is no event boundary
+        (b"data: " + b"x" * 10 + b"\n\n", 16, 1, [None]),
+        # the last event without its blank line is still passed on
+        (b"data: a\n\ndata: b\n", None, 2, [None, None]),
+    ],
+)
+def test_sse_events_are_passed_on_whole_with_their_usage(
+    monkeypatch: pytest.MonkeyPatch,
+    data: bytes,
+    line_limit: int | None,
+    events: int,
+    usages: list[Any],
+) -> None:
+    if line_limit:
+        monkeypatch.setattr(router, "MAX_LINE", line_limit)
+    got = list(router.sse_events(_Stream(data)))  # type: ignore[arg-type]
+    assert b"".join(e for e, _ in got) == data  # nothing lost, nothing added
+    assert len(got) == events
+    assert [u for _, u in got] == usages
+
+
+def test_sse_events_never_hold_an_oversized_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(router, "MAX_LINE", 64)
+    monkeypatch.setattr(router, "MAX_EVENT", 256)
+    data = b"data: " + b"z" * 1000 + b"\n\n"
+    got = list(router.sse_events(_Stream(data)))  # type: ignore[arg-type]
+    assert b"".join(e for e, _ in got) == data
+    assert max(len(e) for e, _ in got) <= 256 + 64
