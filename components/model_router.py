@@ -28,7 +28,7 @@ from components.workload.objects import (
     metadata,
     register,
 )
-from components.workload.routes import GATEWAY_GROUP
+from components.workload.routes import GATEWAY_GROUP, MAX_PINNED
 from modelplane.api.model_service import ModelService
 
 ROUTER_NAME = "modelplane-router"
@@ -41,18 +41,27 @@ ROUTER_LABELS = labels(app_labels("inference-gateway", ROUTER_NAME, "router"))
 OPENAI_PREFIX = "/v1/"
 
 
-def routing_table(services: Sequence[ModelService], ready: Mapping[str, bool]) -> str:
+def routing_table(
+    services: Sequence[ModelService], endpoints: Mapping[str, Sequence[tuple[str, int]]]
+) -> str:
     """models.json: every model name of every service, with where it goes and who may use
-    it (`ready`: the service has an endpoint in its route now)."""
+    it; ``endpoints``: per service, the endpoints its route has now and their weights
+    (`ready`: at least one), which a conversation can be kept on (`x-modelplane-pin`) when
+    the route has a rule for each (at most MAX_PINNED)."""
     models: dict[str, dict[str, object]] = {}
     for service in sorted(services, key=lambda s: s.key):
+        selected = list(endpoints.get(service.key) or ())
+        pinnable = (
+            [[key, weight] for key, weight in selected] if len(selected) <= MAX_PINNED else []
+        )
         for name in service.spec.models or ():
             models[name] = {
                 "service": service.key,
                 "path": service.path_prefix,
                 "owner": service.metadata.namespace or "default",
                 "callers": list(service.spec.callers) if service.spec.callers else None,
-                "ready": bool(ready.get(service.key)),
+                "ready": bool(selected),
+                "endpoints": pinnable,
                 "firstByte": service.spec.timeouts.first_byte,
                 "idle": service.spec.timeouts.idle,
             }
@@ -223,7 +232,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         self,
         name: str,
         services: Sequence[ModelService],
-        ready: Mapping[str, bool],
+        endpoints: Mapping[str, Sequence[tuple[str, int]]],
         *,
         front_door_url: str,
         keys_secret: str | None,
@@ -237,7 +246,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         super().__init__("modelplane:gateway:ModelRouter", name, None, opts)
         previous: list[pulumi.Resource] = list(depends_on)
         for manifest in router_manifests(
-            routing_table(services, ready),
+            routing_table(services, endpoints),
             front_door_url,
             keys_secret=keys_secret,
             gateway=gateway,

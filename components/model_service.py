@@ -302,6 +302,8 @@ def service_route_manifests(
                 gateway=gateway,
                 middlewares=middlewares,
                 listener=door.listener,
+                # Model-name routing keeps a conversation on one endpoint (model_router.py).
+                pinned=bool(service.spec.models),
             )
         ]
     problem = _shard_problem(backend, door)

@@ -34,9 +34,11 @@ exactly the front door's certificate (`--front-door-ca`: the TLS Secret's `tls.c
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import ipaddress
 import json
+import math
 import ssl
 import sys
 import threading
@@ -436,6 +438,12 @@ def make_handler(
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
             headers["Content-Length"] = str(len(body))
             headers["Host"] = self.headers.get("Host") or upstream.host
+            # A conversation's turns go to one endpoint (its prefix cache) while the route
+            # has it; the client's own pin header never reaches the front door.
+            headers = {k: v for k, v in headers.items() if k.lower() != PIN_HEADER}
+            pin = pinned_endpoint(
+                session_key(caller, self.headers, request), entry.get("endpoints") or []
+            )
             end = time.monotonic() + first_byte
             response = None
             connection = None
@@ -444,10 +452,17 @@ def make_handler(
                 left = end - time.monotonic()
                 wait = left if attempt == TRIES - 1 else left / (TRIES - attempt)
                 connection = upstream.connect(max(wait, 0.001), sni_of(headers["Host"]))
+                sent = {**headers, PIN_HEADER: pin} if pin and attempt == 0 else headers
                 try:
-                    connection.request("POST", target, body=body, headers=headers)
+                    connection.request("POST", target, body=body, headers=sent)
                     sock = connection.sock  # getresponse() drops it when the answer closes
                     response = connection.getresponse()
+                    if PIN_HEADER in sent and response.status in MOVE_ON and attempt < TRIES - 1:
+                        # Its endpoint refused before answering: any endpoint of the service.
+                        response.read()
+                        connection.close()
+                        response = None
+                        continue
                     break
                 except TimeoutError:
                     connection.close()
@@ -546,6 +561,47 @@ def make_handler(
 
     Handler.timeout = authz.REQUEST_TIMEOUT
     return Handler
+
+
+PIN_HEADER = "x-modelplane-pin"  # components.workload.routes
+SESSION_HEADERS = ("x-session-id", "x-modelplane-session")
+MOVE_ON = frozenset({429, 502, 503})  # a pinned endpoint's refusal: tried unpinned
+
+
+def session_key(caller: str, headers: Any, request: dict[str, Any]) -> str | None:
+    """What keeps a conversation together: the `x-session-id` header, else OpenAI's
+    `prompt_cache_key`, else its `user` field; per caller (None: no session)."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            return f"{caller}\0{value}"
+    for field in ("prompt_cache_key", "user"):
+        value = request.get(field)
+        if isinstance(value, str) and value:
+            return f"{caller}\0{value}"
+    return None
+
+
+def pinned_endpoint(key: str | None, endpoints: list[Any]) -> str | None:
+    """The endpoint a session stays on: weighted rendezvous hashing over the route's
+    endpoints, so a session moves only when its endpoint leaves (or one is added that
+    outscores it), and the sessions spread by weight."""
+    if key is None:
+        return None
+    best, best_score = None, -math.inf
+    for item in endpoints:
+        try:
+            name, weight = str(item[0]), float(item[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if weight <= 0:
+            continue
+        digest = hashlib.sha256(f"{name}\0{key}".encode()).digest()
+        unit = (int.from_bytes(digest[:8], "big") + 1) / (2**64 + 1)  # in (0, 1)
+        score = -weight / math.log(unit)
+        if score > best_score:
+            best, best_score = name, score
+    return best
 
 
 def sni_of(host: str) -> str | None:

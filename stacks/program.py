@@ -651,7 +651,10 @@ async def run_gateway(ctx: Context) -> None:
         ModelRouterComponent(
             "openai",
             routed,
-            {s.key: bool(service_backends(s, endpoints, backend)) for s in routed},
+            {
+                s.key: [(b.key, b.weight) for b in service_backends(s, endpoints, backend)]
+                for s in routed
+            },
             front_door_url=LOOP_TLS_URL if gateway.spec.tls is not None else LOOP_URL,
             keys_secret=CALLERS_SECRET if front_door.authz_address else None,
             tls_secret=TLS_SECRET if gateway.spec.tls is not None else None,

@@ -12,7 +12,7 @@ Request path end to end (original-modelplane §3.7):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from components.workload.objects import (
@@ -403,6 +403,7 @@ def service_route(
     gateway: tuple[str, str],
     middlewares: Sequence[str] = (),
     listener: str | None = None,
+    pinned: bool = False,
 ) -> Manifest:
     """One HTTPRoute for a ModelService.
 
@@ -423,6 +424,8 @@ def service_route(
     """
     if backend == "Traefik":
         rules = [traefik_rule(prefix, endpoints, middlewares)]
+        if pinned and len(endpoints) <= MAX_PINNED:
+            rules += [pinned_rule(prefix, ep, middlewares) for ep in endpoints]
     else:
         path = envoy_path(name, namespace, endpoints)
         # `middlewares` here: HTTPRouteFilters each replica's backendRef runs (the front
@@ -460,6 +463,24 @@ def traefik_rule(
     if middlewares:
         rule["filters"] = [traefik_middleware_filter(m) for m in middlewares]
     return {**rule, "backendRefs": refs, "timeouts": {"request": "0s"}}
+
+
+PIN_HEADER = "x-modelplane-pin"
+"""Set by the OpenAI router to keep a conversation on one endpoint (`<namespace>/<name>`)."""
+MAX_PINNED = 15  # the weighted rule and one per endpoint: Gateway API's 16 rules per route
+
+
+def pinned_rule(
+    prefix: str, endpoint: EndpointBackend, middlewares: Sequence[str]
+) -> dict[str, Any]:
+    """The service's rule for one endpoint alone, taken by a request whose `x-modelplane-pin`
+    names it (a header match is more specific than the weighted rule's path alone): the
+    same checks, that endpoint's rewrite. A client sending the header only picks among the
+    service's own endpoints."""
+    rule = traefik_rule(prefix, [replace(endpoint, weight=1)], middlewares)
+    match = path_match(prefix)
+    match["headers"] = [{"type": "Exact", "name": PIN_HEADER, "value": endpoint.key}]
+    return {**rule, "matches": [match]}
 
 
 def _route(

@@ -4,7 +4,9 @@ whole or streamed as server-sent events, holding a slot of the listener's queue.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import hashlib
 import itertools
 import json
 import time
@@ -18,6 +20,9 @@ from modelplane.devfleet.standin_types import StandinCounters
 from modelplane.errors import UserError
 
 _FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor".split()
+
+
+PREFIX_CACHE_ENTRIES = 10_000
 
 
 class BadRequest(UserError):
@@ -166,9 +171,32 @@ class StandinGeneration(StandinCounters):
             "total_tokens": plan.prompt_tokens + n,
         }
 
+    def _prefix_cache(self, messages: list[Any]) -> int:
+        """A simulated prefix cache: the prompt tokens of the longest earlier conversation on
+        this stand-in that this one continues (0: a miss); this conversation is remembered
+        (the most recent PREFIX_CACHE_ENTRIES)."""
+        seen: collections.OrderedDict[str, None] = self.__dict__.setdefault(
+            "_prefixes", collections.OrderedDict()
+        )
+
+        def digest(part: list[Any]) -> str:
+            return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()
+
+        cached = 0
+        for k in range(len(messages) - 1, 0, -1):
+            if digest(messages[:k]) in seen:
+                cached = _count_words(messages[:k])
+                break
+        seen[digest(messages)] = None
+        seen.move_to_end(digest(messages))
+        while len(seen) > PREFIX_CACHE_ENTRIES:
+            seen.popitem(last=False)
+        return cached
+
     async def _chat(self, request: web.BaseRequest) -> web.StreamResponse:
         body = await self._body(request, "messages")
         plan = self._plan(body, body["messages"])
+        cached = self._prefix_cache(body["messages"])
         rid = f"chatcmpl-{self.identity.replica}-{next(self._ids)}"
         who = self._who(request)
         finish = "length" if plan.truncated else "stop"
@@ -177,7 +205,8 @@ class StandinGeneration(StandinCounters):
         def whole(text: str) -> dict[str, Any]:
             message = {"role": "assistant", "content": text}
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-            usage = self._usage(plan)
+            # OpenAI's field for the prompt tokens a prefix cache served.
+            usage = {**self._usage(plan), "prompt_tokens_details": {"cached_tokens": cached}}
             return {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
 
         def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:

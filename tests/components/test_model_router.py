@@ -75,6 +75,8 @@ def test_openai_router_renders_its_table_service_and_route(
     callers = MODELS if auth else "  models: [Qwen/Qwen2.5-7B-Instruct, qwen]\n"
     found = render(tmp_path, auth, callers, "with" if auth else "open")
     table = json.loads(found[("ConfigMap", "modelplane-router")]["data"]["models.json"])
+    [[replica, weight]] = table["models"]["qwen"]["endpoints"]  # specs/local's one replica
+    assert replica.startswith("demo/qwen-") and weight == 1
     entry = {
         "service": "demo/qwen",
         "path": "/demo/qwen/",
@@ -83,8 +85,20 @@ def test_openai_router_renders_its_table_service_and_route(
         "ready": True,
         "firstByte": 300.0,
         "idle": 60.0,
+        "endpoints": [[replica, 1]],
     }
     assert table == {"models": {"Qwen/Qwen2.5-7B-Instruct": entry, "qwen": entry}}
+    # The service's route: the weighted rule, then one rule per endpoint for a pinned session.
+    weighted, pinned = found[("HTTPRoute", "qwen")]["spec"]["rules"]
+    assert pinned["matches"] == [
+        {
+            "path": {"type": "PathPrefix", "value": "/demo/qwen/"},
+            "headers": [{"type": "Exact", "name": "x-modelplane-pin", "value": replica}],
+        }
+    ]
+    assert pinned["filters"] == weighted["filters"]  # the same checks
+    assert pinned["backendRefs"] == weighted["backendRefs"]  # its one endpoint
+    assert k8s_schemas.errors(found[("HTTPRoute", "qwen")]) == []
     code = found[("ConfigMap", "modelplane-router")]["data"]
     assert "def make_handler" in code["router.py"] and "class Keys" in code["authz.py"]
     pod = found[("Deployment", "modelplane-router")]["spec"]["template"]["spec"]
@@ -121,6 +135,7 @@ def test_openai_router_renders_its_table_service_and_route(
 def test_openai_router_is_absent_without_model_names(tmp_path: Path) -> None:
     found = render(tmp_path, "", "", "none")
     assert not [k for k in found if k[1] in ("modelplane-router", "modelplane-openai")]
+    assert len(found[("HTTPRoute", "qwen")]["spec"]["rules"]) == 1  # no pinned rules
 
 
 SECOND = """---

@@ -3,7 +3,7 @@ sends `/v1/` to the OpenAI router (modelplane/router.py, run for the router's po
 agent), which routes by `model` through the services' own routes (key check, caller list,
 weights). A copy of specs/dev (callers `dev` and `batch`) with TLS on the front door (so the
 router's hop back to it is https, pinned to the front door's certificate): `demo/chat`
-(qwen x2) answers to
+(qwen x3) answers to
 `qwen` and `Qwen/Qwen2.5-0.5B-Instruct`; `demo/batch` (the same replicas) to `batch-qwen`,
 for caller `batch` only; `demo/sleepy` (a stand-in that waits 60 s before its first token)
 to `sleepy`, with a 2 s first-byte timeout. Select with `pytest -k openai`.
@@ -51,7 +51,7 @@ def deployed(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> tuple[Path,
     target = deployer.dev_specs(
         "openai",
         models=fx.specs_yaml(
-            fx.model_deployment("qwen", replicas=2, gpu=fx.GPU_16GI, model=QWEN),
+            fx.model_deployment("qwen", replicas=3, gpu=fx.GPU_16GI, model=QWEN),
             sleepy,
             _service("chat", "qwen", models=["qwen", QWEN]),
             _service("batch", "qwen", models=["batch-qwen"], callers=["batch"]),
@@ -189,3 +189,40 @@ def test_openai_tokens_per_caller_in_usage_and_call_by_model(
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "HTTP 200" in done.stdout and "replica=qwen-" in done.stdout, done.stdout
+
+
+def test_openai_session_turns_stay_on_one_replica_and_hit_its_prefix_cache(
+    deployed: Any,
+) -> None:
+    """Conversations (OpenAI's `user` field as the session key) across 3 replicas: each later
+    turn lands on its first turn's replica, whose stand-in reports the earlier turns as
+    cached prompt tokens (`usage.prompt_tokens_details.cached_tokens`)."""
+    _, base, keys = deployed
+    sessions, turns = 12, 4
+    later = same = hits = 0
+    first_replicas = set()
+    for n in range(sessions):
+        messages: list[dict[str, str]] = [{"role": "user", "content": f"session {n} turn 0"}]
+        first = None
+        for turn in range(turns):
+            body = {"model": "qwen", "messages": messages, "user": f"conversation-{n}"}
+            status, answer = ask(base + "chat/completions", keys["dev"], body)
+            assert status == 200, answer
+            replica = answer["id"].rsplit("-", 1)[0].removeprefix("chatcmpl-")
+            cached = answer["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+            if turn == 0:
+                first = replica
+                first_replicas.add(replica)
+            else:
+                later += 1
+                same += replica == first
+                hits += cached > 0
+            messages = [
+                *messages,
+                answer["choices"][0]["message"],
+                {"role": "user", "content": f"session {n} turn {turn + 1}"},
+            ]
+    print(f"sessions: {same}/{later} later turns on the first replica, {hits} cache hits")
+    assert same / later >= 0.95, (same, later)
+    assert hits / later >= 0.95, (hits, later)
+    assert len(first_replicas) >= 2  # the sessions spread over the replicas

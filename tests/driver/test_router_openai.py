@@ -20,7 +20,13 @@ from modelplane import authz, router
 KEYS = {"key-dev": "dev", "key-batch": "batch"}
 TABLE = {
     "models": {
-        "qwen": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo", "ready": True},
+        "qwen": {
+            "service": "demo/chat",
+            "path": "/demo/chat/",
+            "owner": "demo",
+            "ready": True,
+            "endpoints": [["demo/down", 1], ["demo/r1", 1], ["demo/r2", 1]],
+        },
         "qwen-alias": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo"},
         "secret-model": {
             "service": "lab/secret",
@@ -51,6 +57,11 @@ class FrontDoor(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FrontDoor.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        if self.headers.get("x-modelplane-pin") == "demo/down":
+            self.send_response(503)  # the pinned endpoint refuses before answering
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.startswith("/demo/hang/"):
             FrontDoor.hangs += 1
             time.sleep(5)  # accepts, never answers in time
@@ -392,3 +403,63 @@ def test_sse_events_never_hold_an_oversized_event(monkeypatch: pytest.MonkeyPatc
     got = list(router.sse_events(_Stream(data)))  # type: ignore[arg-type]
     assert b"".join(e for e, _ in got) == data
     assert max(len(e) for e, _ in got) <= 256 + 64
+
+
+def test_session_pinning_is_stable_spreads_by_weight_and_moves_only_when_needed() -> None:
+    three = [["a", 1], ["b", 1], ["c", 1]]
+    keys = [f"dev\0session-{i}" for i in range(3000)]
+    first = {k: router.pinned_endpoint(k, three) for k in keys}
+    assert first == {k: router.pinned_endpoint(k, three) for k in keys}  # deterministic
+    share = {e: sum(1 for v in first.values() if v == e) / len(keys) for e in "abc"}
+    assert all(0.28 < s < 0.39 for s in share.values()), share
+    # b leaves: only its sessions move.
+    moved = {k: router.pinned_endpoint(k, [["a", 1], ["c", 1]]) for k in keys}
+    assert all(moved[k] == first[k] for k in keys if first[k] != "b")
+    # weights: 3:1
+    weighted = [router.pinned_endpoint(k, [["a", 3], ["b", 1]]) for k in keys]
+    assert 0.70 < weighted.count("a") / len(keys) < 0.80
+    assert router.pinned_endpoint(None, three) is None
+    assert router.pinned_endpoint("k", []) is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "key"),
+    [
+        ({"x-session-id": "s1"}, {"user": "u"}, "dev\0s1"),
+        ({"x-modelplane-session": "s2"}, {}, "dev\0s2"),
+        ({}, {"prompt_cache_key": "p", "user": "u"}, "dev\0p"),
+        ({}, {"user": "u"}, "dev\0u"),
+        ({}, {"user": 7}, None),
+        ({}, {}, None),
+    ],
+)
+def test_session_key_precedence(headers: dict[str, str], body: dict[str, Any], key: str) -> None:
+    assert router.session_key("dev", headers, body) == key
+
+
+def test_session_requests_carry_the_pin_and_fall_back_when_it_refuses(
+    door: tuple[int, router.Usage],
+) -> None:
+    port, _ = door
+    endpoints = TABLE["models"]["qwen"]["endpoints"]  # type: ignore[index]
+    sessions = {f"s{i}": router.pinned_endpoint(f"dev\0s{i}", endpoints) for i in range(40)}
+    for session, pin in sessions.items():
+        FrontDoor.seen = []
+        body = {"model": "qwen", "messages": [], "user": session}
+        status, _, data = call(port, "POST", "/v1/chat/completions", body)
+        assert status == 200, data
+        pins = [h.get("x-modelplane-pin") for _, h, _ in FrontDoor.seen]
+        # demo/down answers 503: the same request again without a pin
+        assert pins == ([pin, None] if pin == "demo/down" else [pin])
+    assert {p for p in sessions.values()} == {"demo/down", "demo/r1", "demo/r2"}
+    # No session: no pin; a client's own pin header is dropped.
+    FrontDoor.seen = []
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps({"model": "qwen", "messages": []}),
+        headers={"Authorization": "Bearer key-dev", "x-modelplane-pin": "demo/r2"},
+    )
+    assert conn.getresponse().status == 200
+    assert FrontDoor.seen[0][1].get("x-modelplane-pin") is None
