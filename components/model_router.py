@@ -42,15 +42,20 @@ OPENAI_PREFIX = "/v1/"
 
 
 def routing_table(
-    services: Sequence[ModelService], endpoints: Mapping[str, Sequence[tuple[str, int]]]
+    services: Sequence[ModelService],
+    endpoints: Mapping[str, Sequence[tuple[str, int]]],
+    tiers: Mapping[str, Sequence[int]] | None = None,
 ) -> str:
     """models.json: every model name of every service, with where it goes and who may use
     it; ``endpoints``: per service, the endpoints its route has now and their weights
     (`ready`: at least one), which a conversation can be kept on (`x-modelplane-pin`) when
-    the route has a rule for each (at most MAX_PINNED)."""
+    the route has a rule for each (at most MAX_PINNED, tier rules included); ``tiers``: per
+    service, its overflow tiers."""
     models: dict[str, dict[str, object]] = {}
     for service in sorted(services, key=lambda s: s.key):
         selected = list(endpoints.get(service.key) or ())
+        # The overflow tiers below the serving one (`x-modelplane-tier`).
+        overflow = list((tiers or {}).get(service.key) or ())
         pinnable = (
             [[key, weight] for key, weight in selected] if len(selected) <= MAX_PINNED else []
         )
@@ -61,7 +66,8 @@ def routing_table(
                 "owner": service.metadata.namespace or "default",
                 "callers": list(service.spec.callers) if service.spec.callers else None,
                 "ready": bool(selected),
-                "endpoints": pinnable,
+                "endpoints": pinnable if len(pinnable) + len(overflow) <= MAX_PINNED else [],
+                "tiers": overflow,
                 "firstByte": service.spec.timeouts.first_byte,
                 "idle": service.spec.timeouts.idle,
             }
@@ -233,6 +239,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         name: str,
         services: Sequence[ModelService],
         endpoints: Mapping[str, Sequence[tuple[str, int]]],
+        tiers: Mapping[str, Sequence[int]] | None = None,
         *,
         front_door_url: str,
         keys_secret: str | None,
@@ -246,7 +253,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         super().__init__("modelplane:gateway:ModelRouter", name, None, opts)
         previous: list[pulumi.Resource] = list(depends_on)
         for manifest in router_manifests(
-            routing_table(services, endpoints),
+            routing_table(services, endpoints, tiers),
             front_door_url,
             keys_secret=keys_secret,
             gateway=gateway,

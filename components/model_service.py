@@ -207,11 +207,47 @@ def select_endpoints(
     ]
 
 
+def tiered_backends(
+    service: ModelService, endpoints: Sequence[EndpointInfo], backend: Backend
+) -> list[tuple[int, list[EndpointBackend]]]:
+    """Per tier with an endpoint (ascending), its endpoints weighted among themselves (an
+    endpoint belongs to the first entry that selects it, whatever the tier)."""
+    groups = select_endpoints(service, endpoints)
+    seen: set[str] = set()
+    per_tier: dict[int, list[WeightedGroup]] = {}
+    for entry, group in zip(service.spec.endpoints, groups, strict=True):
+        mine = [k for k in group.endpoints if k not in seen]
+        seen.update(mine)
+        per_tier.setdefault(entry.tier, []).append(WeightedGroup(group.weight, mine))
+    out = []
+    for tier in sorted(per_tier):
+        weights = endpoint_weights(per_tier[tier])
+        if weights:
+            out.append((tier, _backends(weights, endpoints, backend)))
+    return out
+
+
 def service_backends(
     service: ModelService, endpoints: Sequence[EndpointInfo], backend: Backend
 ) -> list[EndpointBackend]:
+    """What the service's weighted rule serves: its first tier that has an endpoint (so a
+    lower tier serves every request once the tiers above it have none in the route)."""
+    tiers = tiered_backends(service, endpoints, backend)
+    return tiers[0][1] if tiers else []
+
+
+def overflow_backends(
+    service: ModelService, endpoints: Sequence[EndpointInfo], backend: Backend
+) -> list[tuple[int, list[EndpointBackend]]]:
+    """The tiers below the serving one: reached by the OpenAI router's `x-modelplane-tier`
+    when the tiers above refuse a request before answering."""
+    return tiered_backends(service, endpoints, backend)[1:]
+
+
+def _backends(
+    weights: Mapping[str, int], endpoints: Sequence[EndpointInfo], backend: Backend
+) -> list[EndpointBackend]:
     by_key = {e.key: e for e in endpoints}
-    weights = endpoint_weights(select_endpoints(service, endpoints))
     out: list[EndpointBackend] = []
     for key, weight in weights.items():
         ep = by_key[key]
@@ -287,6 +323,13 @@ def service_route_manifests(
     backends = service_backends(service, endpoints, backend)
     if not backends:
         return []
+    overflow = overflow_backends(service, endpoints, backend) if backend == "Traefik" else []
+    for tier, eps in overflow:
+        if len(eps) > MAX_BACKENDS:
+            raise SplitError(
+                f"ModelService {service.key}: tier {tier} has {len(eps)} endpoints, more "
+                f"than the {MAX_BACKENDS} one route rule holds"
+            )
     door = front_door or FrontDoor()
     name, ns = service.metadata.name, service.metadata.namespace or "default"
     middlewares = _first_pass_middlewares(name, backend, door)
@@ -304,8 +347,15 @@ def service_route_manifests(
                 listener=door.listener,
                 # Model-name routing keeps a conversation on one endpoint (model_router.py).
                 pinned=bool(service.spec.models),
+                tiers=overflow,
             )
         ]
+    if overflow:
+        raise SplitError(
+            f"ModelService {service.key}: {len(backends)} endpoints in its first tier, more "
+            f"than the {MAX_BACKENDS} one route rule holds, and overflow tiers: not supported "
+            "together (use fewer endpoints per tier, or one tier)"
+        )
     problem = _shard_problem(backend, door)
     if problem:
         raise SplitError(

@@ -61,7 +61,6 @@ MAX_EVENT = 16 * 2**20  # an event larger than this is passed on unparsed
 RELOAD_EVERY = 1.0
 DEFAULT_FIRST_BYTE = 300.0
 DEFAULT_IDLE = 60.0
-TRIES = 2
 # Hop-by-hop headers (RFC 9110 7.6.1) and what this proxy sets itself.
 _HOP = frozenset(
     {
@@ -444,31 +443,37 @@ def make_handler(
             pin = pinned_endpoint(
                 session_key(caller, self.headers, request), entry.get("endpoints") or []
             )
+            # The tries: the pinned endpoint (or the service), the service once more (a
+            # timeout: the rotation's next endpoint), then each overflow tier in order.
+            plan: list[dict[str, str]] = [{PIN_HEADER: pin} if pin else {}, {}]
+            plan += [
+                {TIER_HEADER: str(t)}
+                for t in entry.get("tiers") or []
+                if isinstance(t, int) and not isinstance(t, bool)
+            ]
             end = time.monotonic() + first_byte
             response = None
             connection = None
             sock = None
-            for attempt in range(TRIES):
+            i = 0
+            while i < len(plan):
                 left = end - time.monotonic()
-                wait = left if attempt == TRIES - 1 else left / (TRIES - attempt)
+                wait = left if i == len(plan) - 1 else left / (len(plan) - i)
                 connection = upstream.connect(max(wait, 0.001), sni_of(headers["Host"]))
-                sent = {**headers, PIN_HEADER: pin} if pin and attempt == 0 else headers
                 try:
-                    connection.request("POST", target, body=body, headers=sent)
+                    connection.request("POST", target, body=body, headers={**headers, **plan[i]})
                     sock = connection.sock  # getresponse() drops it when the answer closes
                     response = connection.getresponse()
-                    if PIN_HEADER in sent and response.status in MOVE_ON and attempt < TRIES - 1:
-                        # Its endpoint refused before answering: any endpoint of the service.
-                        response.read()
-                        connection.close()
-                        response = None
-                        continue
-                    break
                 except TimeoutError:
                     connection.close()
+                    i += 1
                     continue
                 except (OSError, http.client.HTTPException):
                     connection.close()
+                    following = move_on(plan, i)
+                    if following is not None:
+                        i = following
+                        continue
                     usage.request(caller, model, 502)
                     self._send(
                         502,
@@ -479,6 +484,14 @@ def make_handler(
                         ),
                     )
                     return
+                following = move_on(plan, i) if response.status in MOVE_ON else None
+                if following is None:
+                    break
+                # Refused before answering: the next endpoint kind (unpinned, a lower tier).
+                response.read()
+                connection.close()
+                response = None
+                i = following
             if response is None or connection is None:
                 usage.request(caller, model, 504)
                 self._send(
@@ -566,6 +579,18 @@ def make_handler(
 PIN_HEADER = "x-modelplane-pin"  # components.workload.routes
 SESSION_HEADERS = ("x-session-id", "x-modelplane-session")
 MOVE_ON = frozenset({429, 502, 503})  # a pinned endpoint's refusal: tried unpinned
+
+
+TIER_HEADER = "x-modelplane-tier"  # components.workload.routes
+
+
+def move_on(plan: list[dict[str, str]], i: int) -> int | None:
+    """Where a request refused by try ``i`` goes next: from a pinned endpoint to the service
+    as a whole; from the service or a tier to the next tier; None: nowhere (the refusal is
+    the answer)."""
+    if PIN_HEADER in plan[i]:
+        return i + 1
+    return next((j for j in range(i + 1, len(plan)) if TIER_HEADER in plan[j]), None)
 
 
 def session_key(caller: str, headers: Any, request: dict[str, Any]) -> str | None:

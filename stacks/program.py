@@ -485,6 +485,7 @@ async def run_gateway(ctx: Context) -> None:
         FrontDoor,
         ModelEndpointComponent,
         ModelServiceComponent,
+        overflow_backends,
         service_backends,
     )
     from components.workload.front_door import basic_credentials, htpasswd
@@ -655,6 +656,7 @@ async def run_gateway(ctx: Context) -> None:
                 s.key: [(b.key, b.weight) for b in service_backends(s, endpoints, backend)]
                 for s in routed
             },
+            {s.key: [n for n, _ in overflow_backends(s, endpoints, backend)] for s in routed},
             front_door_url=LOOP_TLS_URL if gateway.spec.tls is not None else LOOP_URL,
             keys_secret=CALLERS_SECRET if front_door.authz_address else None,
             tls_secret=TLS_SECRET if gateway.spec.tls is not None else None,

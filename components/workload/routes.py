@@ -404,6 +404,7 @@ def service_route(
     middlewares: Sequence[str] = (),
     listener: str | None = None,
     pinned: bool = False,
+    tiers: Sequence[tuple[int, Sequence[EndpointBackend]]] = (),
 ) -> Manifest:
     """One HTTPRoute for a ModelService.
 
@@ -424,7 +425,8 @@ def service_route(
     """
     if backend == "Traefik":
         rules = [traefik_rule(prefix, endpoints, middlewares)]
-        if pinned and len(endpoints) <= MAX_PINNED:
+        rules += [tier_rule(prefix, n, eps, middlewares) for n, eps in tiers]
+        if pinned and len(endpoints) <= MAX_PINNED - len(tiers):
             rules += [pinned_rule(prefix, ep, middlewares) for ep in endpoints]
     else:
         path = envoy_path(name, namespace, endpoints)
@@ -480,6 +482,21 @@ def pinned_rule(
     rule = traefik_rule(prefix, [replace(endpoint, weight=1)], middlewares)
     match = path_match(prefix)
     match["headers"] = [{"type": "Exact", "name": PIN_HEADER, "value": endpoint.key}]
+    return {**rule, "matches": [match]}
+
+
+TIER_HEADER = "x-modelplane-tier"
+"""Set by the OpenAI router to send a request to a service's overflow tier."""
+
+
+def tier_rule(
+    prefix: str, tier: int, endpoints: Sequence[EndpointBackend], middlewares: Sequence[str]
+) -> dict[str, Any]:
+    """The service's rule for one overflow tier, taken by a request whose `x-modelplane-tier`
+    names it: the same checks, that tier's endpoints by their weights."""
+    rule = traefik_rule(prefix, endpoints, middlewares)
+    match = path_match(prefix)
+    match["headers"] = [{"type": "Exact", "name": TIER_HEADER, "value": str(tier)}]
     return {**rule, "matches": [match]}
 
 

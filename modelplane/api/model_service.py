@@ -31,6 +31,11 @@ class ServiceEndpoint(Strict):
     """The entry's share of the traffic (1..1000000, default 1), split over the endpoints it
     selects.
     """
+    tier: int = Field(default=1, ge=1, le=9)
+    """1..9, default 1: the entries of the lowest tier with an endpoint serve the traffic;
+    a higher number is overflow (a provider outside the fleet), taking requests only when
+    the tiers before it have no endpoint in the route, or (requests by model name) refuse
+    one before answering."""
 
 
 ModelName = Annotated[

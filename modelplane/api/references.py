@@ -123,6 +123,17 @@ def _model_names(fleet: FleetSpec) -> Iterator[SpecError]:
     why = None
     if gw is not None and gw.spec.backend != "Traefik":
         why = "needs the InferenceGateway's backend Traefik for now (EnvoyGateway: use the path)"
+    if gw is not None and gw.spec.backend != "Traefik":
+        for key, service in sorted(fleet.services.items()):
+            for i, entry in enumerate(service.spec.endpoints):
+                if entry.tier != 1:
+                    yield _err(
+                        fleet,
+                        "ModelService",
+                        key,
+                        f"spec.endpoints[{i}].tier",
+                        "endpoint tiers need the InferenceGateway's backend Traefik for now",
+                    )
     if why:
         for key, service in sorted(fleet.services.items()):
             if service.spec.models:

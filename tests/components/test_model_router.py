@@ -86,6 +86,7 @@ def test_openai_router_renders_its_table_service_and_route(
         "firstByte": 300.0,
         "idle": 60.0,
         "endpoints": [[replica, 1]],
+        "tiers": [],
     }
     assert table == {"models": {"Qwen/Qwen2.5-7B-Instruct": entry, "qwen": entry}}
     # The service's route: the weighted rule, then one rule per endpoint for a pinned session.
@@ -212,3 +213,96 @@ def test_openai_router_behind_tls_trusts_only_the_front_doors_certificate(tmp_pa
     }
     route = found[("HTTPRoute", "modelplane-openai")]
     assert route["spec"]["parentRefs"][0]["sectionName"] == "websecure"
+
+
+# --------------------------------------------------------------------------- tiers
+
+TIERED = """
+metadata: {name: chat, namespace: team}
+spec:
+  models: [chat]
+  endpoints:
+  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}
+  - selector: {matchLabels: {provider: saas}}
+    tier: 2
+"""
+
+
+def _endpoints(replicas: int) -> list[Any]:
+    from components.model_service import EndpointInfo
+
+    out = [
+        EndpointInfo(
+            f"qwen-{i}",
+            "team",
+            f"http://10.0.0.{i + 1}/",
+            f"/team/qwen-{i}/",
+            {"modelplane.ai/deployment": "qwen"},
+            replica=True,
+        )
+        for i in range(replicas)
+    ]
+    return [
+        *out,
+        EndpointInfo("saas", "team", "https://api.example.com/", "/", {"provider": "saas"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "serving", "overflow"),
+    [
+        (2, ["team/qwen-0", "team/qwen-1"], ["team/saas"]),  # replicas first, SaaS on a header
+        (0, ["team/saas"], []),  # no replica in the route: the SaaS tier serves everything
+    ],
+)
+def test_tiers_route_the_first_tier_and_keep_the_next_behind_a_header(
+    replicas: int, serving: list[str], overflow: list[str]
+) -> None:
+    from components.model_service import FrontDoor, service_route_manifests
+    from modelplane.api.model_service import ModelService
+    from tests import k8s_schemas
+    from tests.components.workload_helpers import load
+
+    service = load(ModelService, TIERED)
+    door = FrontDoor(listener="web", authz_address="http://authz/")
+    [route] = [
+        m
+        for m in service_route_manifests(
+            service, _endpoints(replicas), "Traefik", ("modelplane", "modelplane-system"), door
+        )
+        if m["kind"] == "HTTPRoute"
+    ]
+    rules = route["spec"]["rules"]
+
+    def keys(rule: dict[str, Any]) -> list[str]:
+        return sorted(ref["name"] for ref in rule["backendRefs"])
+
+    assert len(rules[0]["backendRefs"]) == len(serving)
+    assert "headers" not in rules[0]["matches"][0]
+    tier_rules = [
+        r
+        for r in rules
+        if any(h["name"] == "x-modelplane-tier" for h in r["matches"][0].get("headers", []))
+    ]
+    assert [r["matches"][0]["headers"][0]["value"] for r in tier_rules] == (
+        ["2"] if overflow else []
+    )
+    if overflow:
+        assert keys(tier_rules[0]) == ["ep-saas"]
+        assert "ep-saas" not in keys(rules[0])  # the SaaS endpoint takes no share of tier 1
+    assert k8s_schemas.errors(route) == []
+
+
+def test_tiers_need_traefik(tmp_path: Path) -> None:
+    target = local_fleet(tmp_path, "", "")
+    models = target / "qwen.yaml"
+    models.write_text(
+        models.read_text().replace(
+            "  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}\n",
+            "  - selector: {matchLabels: {modelplane.ai/deployment: qwen}}\n    tier: 2\n",
+        )
+    )
+    fleet = target / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("backend: Traefik", "backend: EnvoyGateway"))
+    errors = [e for e in load_fleet(target).errors if e.path.endswith(".tier")]
+    assert [e.path for e in errors] == ["spec.endpoints[0].tier"], load_fleet(target).errors

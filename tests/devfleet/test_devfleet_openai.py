@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from modelplane.devfleet import fleet as devfleet
+from modelplane.devfleet.agent import EXTERNALS_FILE
 from tests.fixtures import devfleet as fx
 
 pytestmark = [pytest.mark.devfleet, pytest.mark.engine]
 
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
+SAAS_IP = "10.254.0.40"
 STATE = "${MODELPLANE_DEV_FLEET_STATE}"
 GATEWAY_TLS = (
     "  tls:\n"
@@ -43,21 +47,41 @@ def _service(name: str, deployment: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def deployed(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> tuple[Path, str, dict]:
+def deployed(
+    deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
+) -> Iterator[tuple[Path, str, dict]]:
     """(fleet dir, the OpenAI base URL, caller -> key)."""
     sleepy = fx.model_deployment("sleepy", gpu=fx.GPU_16GI)
     engine = sleepy["spec"]["workers"]["template"]["spec"]["containers"][0]
     engine["env"] = [{"name": "MODELPLANE_STANDIN_FIRST_TOKEN_DELAY", "value": "60"}]
+    saas = {
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelEndpoint",
+        "metadata": {"name": "saas", "namespace": "demo", "labels": {"provider": "saas"}},
+        "spec": {"url": f"http://{SAAS_IP}:9000/"},
+    }
+    overflow = _service("overflow", "solo", models=["overflow"])
+    overflow["spec"]["endpoints"].append(
+        {"selector": {"matchLabels": {"provider": "saas"}}, "tier": 2}
+    )
     target = deployer.dev_specs(
         "openai",
         models=fx.specs_yaml(
             fx.model_deployment("qwen", replicas=3, gpu=fx.GPU_16GI, model=QWEN),
             sleepy,
+            fx.model_deployment("solo", gpu=fx.GPU_16GI, model=QWEN),
+            saas,
             _service("chat", "qwen", models=["qwen", QWEN]),
             _service("batch", "qwen", models=["batch-qwen"], callers=["batch"]),
             _service("sleepy", "sleepy", models=["sleepy"], timeouts={"firstByte": "2s"}),
+            overflow,
         ),
     )
+    # The SaaS provider outside the fleet: a stand-in the pod agent runs at SAAS_IP.
+    externals = dev_fleet.root / EXTERNALS_FILE
+    entries = json.loads(externals.read_text()) if externals.is_file() else []
+    entries.append({"ip": SAAS_IP, "port": 9000, "replica": "saas", "cluster": "outside"})
+    externals.write_text(json.dumps(entries))
     from modelplane.api.loader import load_fleet
     from modelplane.devcluster.certs import generate_ca, generate_serving_cert
     from modelplane.devfleet.fleet import ensure_caller_keys
@@ -82,7 +106,16 @@ def deployed(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> tuple[Path,
     TRUST.append(ssl.create_default_context(cafile=str(tls_dir / "ca.crt")))
     # The router's pods run once the agent sees them Running: wait for it to answer.
     fx.wait_for("the OpenAI router", lambda: ask(base + "models", keys["dev"])[0] == 200, 120)
-    return target, base, keys
+    try:
+        yield target, base, keys
+    finally:  # the dev fleet is shared: the SaaS stand-in goes with this module
+        externals = dev_fleet.root / EXTERNALS_FILE
+        if externals.is_file():
+            left = [e for e in json.loads(externals.read_text()) if e.get("ip") != SAAS_IP]
+            if left:
+                externals.write_text(json.dumps(left))
+            else:
+                externals.unlink()
 
 
 def ask(url: str, key: str | None, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
@@ -130,8 +163,8 @@ def test_openai_routes_by_model_name_and_lists_each_callers_models(deployed: Any
     assert all(status == 200 for status, _ in lists.values()), lists
     listed = {caller: [m["id"] for m in answer["data"]] for caller, (_, answer) in lists.items()}
     assert listed == {
-        "dev": [QWEN, "qwen", "sleepy"],
-        "batch": [QWEN, "batch-qwen", "qwen", "sleepy"],
+        "dev": [QWEN, "overflow", "qwen", "sleepy"],
+        "batch": [QWEN, "batch-qwen", "overflow", "qwen", "sleepy"],
     }
     models = {m["id"]: m for m in ask(base + "models", keys["dev"])[1]["data"]}
     assert models["qwen"]["owned_by"] == "demo" and models["qwen"]["modelplane"]["ready"]
@@ -226,3 +259,79 @@ def test_openai_session_turns_stay_on_one_replica_and_hit_its_prefix_cache(
     assert same / later >= 0.95, (same, later)
     assert hits / later >= 0.95, (hits, later)
     assert len(first_replicas) >= 2  # the sessions spread over the replicas
+
+
+def _set_ready(dev_fleet: devfleet.DevFleet, deployment: str, ready: bool) -> int:
+    """Mark every serving pod of ``deployment`` (Not)Ready with a reason of the test's own
+    (the pod agent leaves such pods alone): the endpoints controller, the workload gateway
+    and the front door then see the replica gone, or back. The number of pods marked."""
+    marked = 0
+    for cluster in dev_fleet.clusters:
+        rest = cluster.rest()
+        selector = f"modelplane.ai%2Fdeployment%3D{deployment}"
+        pods = rest.get(f"/api/v1/namespaces/demo/pods?labelSelector={selector}").get("items", [])
+        for pod in pods:
+            status = "True" if ready else "False"
+            conditions = [
+                {"type": "Ready", "status": status, "reason": "TestKilled"},
+                {"type": "ContainersReady", "status": status, "reason": "TestKilled"},
+            ]
+            rest.request(
+                "PATCH",
+                f"/api/v1/namespaces/demo/pods/{pod['metadata']['name']}/status",
+                body={"status": {"conditions": conditions}},
+                content_type="application/strategic-merge-patch+json",
+            )
+            marked += 1
+    return marked
+
+
+def test_openai_tiers_overflow_to_saas_only_while_every_replica_is_down(
+    deployed: Any, dev_fleet: devfleet.DevFleet
+) -> None:
+    """`demo/overflow`: its one replica (tier 1), a SaaS endpoint outside the fleet (tier 2).
+    Under load from 4 clients, the replica is killed and brought back: no request fails, the
+    SaaS endpoint answers only while the replica is down."""
+    _, base, keys = deployed
+    results: list[tuple[str, int, str]] = []  # (phase, status, who answered)
+    phase = ["up"]
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            status, answer = ask(base + "chat/completions", keys["dev"], chat("overflow"))
+            who = answer["id"].split("-")[1] if status == 200 else str(answer)[:200]
+            results.append((phase[0], status, who))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(3)
+        phase[0] = "killing"
+        assert _set_ready(dev_fleet, "solo", False) >= 1
+        fx.wait_for(
+            "the SaaS tier answering",
+            lambda: any(p == "killing" and w == "saas" for p, _, w in results),
+            timeout=60,
+        )
+        phase[0] = "down"
+        time.sleep(3)
+        phase[0] = "restoring"
+        _set_ready(dev_fleet, "solo", True)
+        fx.wait_for(
+            "the replica answering again",
+            lambda: any(p == "restoring" and w == "solo" for p, _, w in results),
+            timeout=60,
+        )
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        _set_ready(dev_fleet, "solo", True)
+    failed = [r for r in results if r[1] != 200]
+    by_phase = {p: {w for q, _, w in results if q == p} for p in ("up", "down")}
+    print(f"tiers: {len(results)} requests, {len(failed)} failed, answered by {by_phase}")
+    assert failed == []
+    assert by_phase["up"] == {"solo"}  # no SaaS traffic while the replica is up
+    assert "saas" in by_phase["down"]

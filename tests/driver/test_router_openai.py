@@ -42,6 +42,10 @@ TABLE = {
             "idle": 0.4,
         },
         "stalls": {"service": "demo/stall", "path": "/demo/stall/", "owner": "demo", "idle": 0.4},
+        # tier 1 refuses everything (all its replicas gone): tier 2 answers
+        "overflows": {"service": "demo/full", "path": "/demo/full/", "owner": "demo", "tiers": [2]},
+        # tier 1 answers: tier 2 never sees a request
+        "tiered": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo", "tiers": [2]},
     }
 }
 
@@ -59,6 +63,11 @@ class FrontDoor(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
         if self.headers.get("x-modelplane-pin") == "demo/down":
             self.send_response(503)  # the pinned endpoint refuses before answering
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path.startswith("/demo/full/") and "x-modelplane-tier" not in self.headers:
+            self.send_response(502)  # every tier-1 endpoint is gone
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -187,8 +196,11 @@ def test_openai_unknown_and_forbidden_models_are_indistinguishable(
 @pytest.mark.parametrize(
     ("key", "listed"),
     [
-        ("key-dev", ["hangs", "qwen", "qwen-alias", "stalls"]),
-        ("key-batch", ["hangs", "qwen", "qwen-alias", "secret-model", "stalls"]),
+        ("key-dev", ["hangs", "overflows", "qwen", "qwen-alias", "stalls", "tiered"]),
+        (
+            "key-batch",
+            ["hangs", "overflows", "qwen", "qwen-alias", "secret-model", "stalls", "tiered"],
+        ),
     ],
 )
 def test_models_list_shows_the_callers_models(
@@ -463,3 +475,36 @@ def test_session_requests_carry_the_pin_and_fall_back_when_it_refuses(
     )
     assert conn.getresponse().status == 200
     assert FrontDoor.seen[0][1].get("x-modelplane-pin") is None
+
+
+@pytest.mark.parametrize(
+    ("model", "tiers_sent"),
+    [
+        ("overflows", [None, "2"]),  # tier 1 refused before answering: tier 2, once
+        ("tiered", [None]),  # tier 1 answered: tier 2 gets nothing
+    ],
+)
+def test_tiers_overflow_only_when_the_first_tier_refuses(
+    door: tuple[int, router.Usage], model: str, tiers_sent: list[str | None]
+) -> None:
+    port, _ = door
+    status, _, data = call(port, "POST", "/v1/chat/completions", {"model": model})
+    assert status == 200, data
+    assert [h.get("x-modelplane-tier") for _, h, _ in FrontDoor.seen] == tiers_sent
+
+
+@pytest.mark.parametrize(
+    ("plan", "at", "then"),
+    [
+        ([{"x-modelplane-pin": "a"}, {}], 0, 1),
+        ([{"x-modelplane-pin": "a"}, {}, {"x-modelplane-tier": "2"}], 1, 2),
+        ([{}, {}], 0, None),  # no tier: the refusal is the answer
+        ([{}, {}, {"x-modelplane-tier": "2"}, {"x-modelplane-tier": "3"}], 0, 2),
+        ([{}, {}, {"x-modelplane-tier": "2"}, {"x-modelplane-tier": "3"}], 2, 3),
+        ([{}, {}, {"x-modelplane-tier": "2"}], 2, None),
+    ],
+)
+def test_tiers_a_refusal_moves_to_the_next_kind_of_endpoint(
+    plan: list[dict[str, str]], at: int, then: int | None
+) -> None:
+    assert router.move_on(plan, at) == then
