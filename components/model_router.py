@@ -39,18 +39,20 @@ ROUTER_IMAGE = "python:3.12-alpine"
 ROUTER_SELECTOR = {"modelplane.ai/router": ROUTER_NAME}  # never a recommended label
 ROUTER_LABELS = labels(app_labels("inference-gateway", ROUTER_NAME, "router"))
 OPENAI_PREFIX = "/v1/"
+ROUTER_REPLICAS = 2
 
 
 def routing_table(
     services: Sequence[ModelService],
     endpoints: Mapping[str, Sequence[tuple[str, int]]],
     tiers: Mapping[str, Sequence[int]] | None = None,
+    limits: Mapping[str, Mapping[str, int]] | None = None,
 ) -> str:
     """models.json: every model name of every service, with where it goes and who may use
     it; ``endpoints``: per service, the endpoints its route has now and their weights
     (`ready`: at least one), which a conversation can be kept on (`x-modelplane-pin`) when
     the route has a rule for each (at most MAX_PINNED, tier rules included); ``tiers``: per
-    service, its overflow tiers."""
+    service, its overflow tiers; ``limits``: per caller, its budgets (api.md "Callers")."""
     models: dict[str, dict[str, object]] = {}
     for service in sorted(services, key=lambda s: s.key):
         selected = list(endpoints.get(service.key) or ())
@@ -71,7 +73,9 @@ def routing_table(
                 "firstByte": service.spec.timeouts.first_byte,
                 "idle": service.spec.timeouts.idle,
             }
-    return json.dumps({"models": models}, sort_keys=True)
+    # Each replica enforces its share of a caller's limits (router.Budgets).
+    table = {"models": models, "limits": dict(limits or {}), "replicas": ROUTER_REPLICAS}
+    return json.dumps(table, sort_keys=True)
 
 
 def router_sources() -> dict[str, str]:
@@ -140,7 +144,7 @@ def router_manifests(
             "kind": "Deployment",
             "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
             "spec": {
-                "replicas": 2,
+                "replicas": ROUTER_REPLICAS,
                 "selector": {"matchLabels": ROUTER_SELECTOR},
                 "template": {
                     "metadata": {
@@ -240,6 +244,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         services: Sequence[ModelService],
         endpoints: Mapping[str, Sequence[tuple[str, int]]],
         tiers: Mapping[str, Sequence[int]] | None = None,
+        limits: Mapping[str, Mapping[str, int]] | None = None,
         *,
         front_door_url: str,
         keys_secret: str | None,
@@ -253,7 +258,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         super().__init__("modelplane:gateway:ModelRouter", name, None, opts)
         previous: list[pulumi.Resource] = list(depends_on)
         for manifest in router_manifests(
-            routing_table(services, endpoints, tiers),
+            routing_table(services, endpoints, tiers, limits),
             front_door_url,
             keys_secret=keys_secret,
             gateway=gateway,

@@ -34,6 +34,7 @@ exactly the front door's certificate (`--front-door-ca`: the TLS Secret's `tls.c
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import http.client
 import ipaddress
@@ -97,12 +98,15 @@ def not_found(model: str) -> bytes:
 
 class Table:
     """models.json: ``{"models": {name: {"service", "path", "owner", "callers", "ready",
-    "firstByte", "idle"}}}``, re-read when the file changes (a bad file keeps the last good
-    table: routes do not vanish on a half-written file)."""
+    "firstByte", "idle", "endpoints", "tiers"}}, "limits": {caller: {...}}, "replicas": n}``,
+    re-read when the file changes (a bad file keeps the last good table: routes do not
+    vanish on a half-written file)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.models: dict[str, dict[str, Any]] = {}
+        self.limits: dict[str, dict[str, Any]] = {}
+        self.replicas = 1
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
         self._lock = threading.Lock()
@@ -122,6 +126,14 @@ class Table:
             print(f"router: cannot read {self.path}: {exc}; keeping the last table", flush=True)
             return
         self.models = {str(k): v for k, v in models.items() if isinstance(v, dict)}
+        limits = data.get("limits")
+        self.limits = (
+            {str(k): v for k, v in limits.items() if isinstance(v, dict)}
+            if isinstance(limits, dict)
+            else {}
+        )
+        replicas = data.get("replicas")
+        self.replicas = replicas if isinstance(replicas, int) and replicas >= 1 else 1
         self._stamp = stamp
         print(f"router: {len(self.models)} model name(s) loaded", flush=True)
 
@@ -186,6 +198,59 @@ class Usage:
                 f'model="{label(model)}",kind="{kind}"}} {n}'
             )
         return ("\n".join(lines) + "\n").encode()
+
+
+# (table key, window seconds, bucket seconds, what OpenAI's error calls it)
+LIMITS = (
+    ("requestsPerMinute", 60.0, 1.0, "requests per minute"),
+    ("tokensPerMinute", 60.0, 1.0, "tokens per minute"),
+    ("tokensPerDay", 86400.0, 60.0, "tokens per day"),
+)
+
+
+class Budgets:
+    """Per caller, what it used in each limit's window (counts in buckets, so a day's
+    window holds at most 1,440 of them). Each router replica enforces its share of a
+    limit (the limit divided by the replicas, rounded up: the front door spreads requests
+    over them), so the replicas together hold the limit without a shared counter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used: dict[tuple[str, str], collections.deque[list[float]]] = {}
+
+    def _window(self, caller: str, key: str, now: float) -> collections.deque[list[float]]:
+        window = next(w for k, w, _, _ in LIMITS if k == key)
+        used = self._used.setdefault((caller, key), collections.deque())
+        while used and used[0][0] <= now - window:
+            used.popleft()
+        return used
+
+    def refused(
+        self, caller: str, limits: dict[str, Any], share: int, now: float
+    ) -> tuple[str, float] | None:
+        """(what is exhausted, seconds until it frees up) or None: the request may go."""
+        with self._lock:
+            for key, window, _, what in LIMITS:
+                limit = limits.get(key)
+                if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                    continue
+                allowed = -(-limit // max(1, share))
+                used = self._window(caller, key, now)
+                if sum(amount for _, amount in used) >= allowed:
+                    return what, max(1.0, used[0][0] + window - now) if used else 1.0
+        return None
+
+    def spend(self, caller: str, key: str, amount: float, now: float) -> None:
+        if amount <= 0:
+            return
+        bucket_size = next(b for k, _, b, _ in LIMITS if k == key)
+        bucket = now - now % bucket_size
+        with self._lock:
+            used = self._window(caller, key, now)
+            if used and used[-1][0] == bucket:
+                used[-1][1] += amount
+            else:
+                used.append([bucket, amount])
 
 
 def usage_counts(usage: Any) -> tuple[int, int]:
@@ -275,6 +340,8 @@ class Upstream:
 def make_handler(
     keys: authz.Keys, table: Table, upstream: Upstream, usage: Usage
 ) -> type[BaseHTTPRequestHandler]:
+    budgets = Budgets()
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True
@@ -377,6 +444,25 @@ def make_handler(
                 self._send(404, not_found(model))
                 return
             assert isinstance(request, dict)
+            now = time.time()
+            limits = table.limits.get(caller)
+            if limits:
+                over = budgets.refused(caller, limits, table.replicas, now)
+                if over is not None:
+                    what, wait = over
+                    usage.request(caller, model, 429)
+                    self._send(
+                        429,
+                        error_body(
+                            f"Rate limit reached for caller {caller!r}: {what}. "
+                            f"Try again in {wait:.0f}s.",
+                            "tokens" if "token" in what else "requests",
+                            "rate_limit_exceeded",
+                        ),
+                        {"Retry-After": str(int(math.ceil(wait)))},
+                    )
+                    return
+                budgets.spend(caller, "requestsPerMinute", 1, now)
             self._forward(caller, model, entry, request, body)
 
         # -- the forwarded request ------------------------------------------------------
@@ -540,14 +626,14 @@ def make_handler(
                     except ValueError:
                         answer = None
                     if isinstance(answer, dict):
-                        usage.add_tokens(caller, model, *usage_counts(answer.get("usage")))
+                        self._tokens(caller, model, answer.get("usage"))
                 return
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             try:
                 for event, counted in sse_events(response):
                     if counted is not None:
-                        usage.add_tokens(caller, model, *usage_counts(counted))
+                        self._tokens(caller, model, counted)
                         if added and is_usage_only(event):
                             continue
                     self._chunk(event)
@@ -564,6 +650,13 @@ def make_handler(
             except (OSError, http.client.HTTPException):
                 pass  # the upstream cut the stream: the client sees it end
             self._chunk(b"")
+
+        def _tokens(self, caller: str, model: str, counted: Any) -> None:
+            prompt, completion = usage_counts(counted)
+            usage.add_tokens(caller, model, prompt, completion)
+            now = time.time()
+            for key in ("tokensPerMinute", "tokensPerDay"):
+                budgets.spend(caller, key, prompt + completion, now)
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

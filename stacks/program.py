@@ -657,6 +657,11 @@ async def run_gateway(ctx: Context) -> None:
                 for s in routed
             },
             {s.key: [n for n, _ in overflow_backends(s, endpoints, backend)] for s in routed},
+            {
+                c.name: c.limits.model_dump(by_alias=True, exclude_none=True)
+                for c in (gateway.spec.auth.callers if gateway.spec.auth else [])
+                if c.limits is not None
+            },
             front_door_url=LOOP_TLS_URL if gateway.spec.tls is not None else LOOP_URL,
             keys_secret=CALLERS_SECRET if front_door.authz_address else None,
             tls_secret=TLS_SECRET if gateway.spec.tls is not None else None,

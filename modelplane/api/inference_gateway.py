@@ -28,10 +28,22 @@ class GatewayCluster(Strict):
         return self
 
 
+class CallerLimits(Strict):
+    requests_per_minute: int | None = Field(default=None, ge=1, le=10_000_000)
+    """At most this many requests in any 60 s (optional)."""
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=10_000_000_000)
+    """At most this many prompt + completion tokens in any 60 s (optional)."""
+    tokens_per_day: int | None = Field(default=None, ge=1, le=10_000_000_000_000)
+    """At most this many prompt + completion tokens in any 24 h (optional)."""
+
+
 class GatewayCaller(Strict):
     name: DNSLabel
     """The caller's name: what the engines see in `x-modelplane-caller` (never the key)."""
     secret_ref: SecretKeyRef
+    limits: CallerLimits | None = None
+    """Optional: the caller's request and token budgets at the OpenAI base URL (429 past
+    them, before any backend sees the request)."""
     """Where the caller's API key comes from (architecture.md, "Secrets")."""
 
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AUTH = (
     "  auth:\n    callers:\n"
     "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
-    "    - {name: batch, secretRef: {name: keys, key: batch}}\n"
+    "    - {name: batch, secretRef: {name: keys, key: batch}, limits: {requestsPerMinute: 60}}\n"
 )
 KEYS = {
     "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a-1f2e",
@@ -88,7 +88,9 @@ def test_openai_router_renders_its_table_service_and_route(
         "endpoints": [[replica, 1]],
         "tiers": [],
     }
-    assert table == {"models": {"Qwen/Qwen2.5-7B-Instruct": entry, "qwen": entry}}
+    assert table["models"] == {"Qwen/Qwen2.5-7B-Instruct": entry, "qwen": entry}
+    assert table["replicas"] == 2  # each router replica enforces half a caller's limits
+    assert table["limits"] == ({"batch": {"requestsPerMinute": 60}} if auth else {})
     # The service's route: the weighted rule, then one rule per endpoint for a pinned session.
     weighted, pinned = found[("HTTPRoute", "qwen")]["spec"]["rules"]
     assert pinned["matches"] == [
@@ -306,3 +308,20 @@ def test_tiers_need_traefik(tmp_path: Path) -> None:
     fleet.write_text(fleet.read_text().replace("backend: Traefik", "backend: EnvoyGateway"))
     errors = [e for e in load_fleet(target).errors if e.path.endswith(".tier")]
     assert [e.path for e in errors] == ["spec.endpoints[0].tier"], load_fleet(target).errors
+
+
+@pytest.mark.parametrize(
+    ("limits", "field"),
+    [
+        ("{requestsPerMinute: 0}", "spec.auth.callers[0].limits.requestsPerMinute"),
+        ("{tokensPerDay: -5}", "spec.auth.callers[0].limits.tokensPerDay"),
+        ("{tokensPerHour: 5}", "spec.auth.callers[0].limits.tokensPerHour"),
+    ],
+)
+def test_limits_bad_input_names_the_field(tmp_path: Path, limits: str, field: str) -> None:
+    spec = (
+        "  auth:\n    callers:\n"
+        f"    - {{name: team-a, secretRef: {{name: keys, key: team-a}}, limits: {limits}}}\n"
+    )
+    errors = load_fleet(local_fleet(tmp_path, spec, "")).errors
+    assert [e.path for e in errors if e.object.startswith("InferenceGateway")] == [field], errors

@@ -17,8 +17,11 @@ import pytest
 
 from modelplane import authz, router
 
-KEYS = {"key-dev": "dev", "key-batch": "batch"}
-TABLE = {
+KEYS = {"key-dev": "dev", "key-batch": "batch", "key-rpm": "rpm", "key-tpm": "tpm"}
+TABLE: dict[str, Any] = {
+    # 4 requests a minute over 2 router replicas: 2 for this one; 10 tokens a minute
+    "limits": {"rpm": {"requestsPerMinute": 4}, "tpm": {"tokensPerMinute": 10}},
+    "replicas": 2,
     "models": {
         "qwen": {
             "service": "demo/chat",
@@ -46,7 +49,7 @@ TABLE = {
         "overflows": {"service": "demo/full", "path": "/demo/full/", "owner": "demo", "tiers": [2]},
         # tier 1 answers: tier 2 never sees a request
         "tiered": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo", "tiers": [2]},
-    }
+    },
 }
 
 
@@ -508,3 +511,46 @@ def test_tiers_a_refusal_moves_to_the_next_kind_of_endpoint(
     plan: list[dict[str, str]], at: int, then: int | None
 ) -> None:
     assert router.move_on(plan, at) == then
+
+
+@pytest.mark.parametrize(
+    ("key", "allowed", "kind", "what"),
+    [
+        ("key-rpm", 2, "requests", "requests per minute"),  # its share: 4 / 2 replicas
+        # 10 tokens a minute, shared: 5 here; the first answer spends 10 (7 + 3)
+        ("key-tpm", 1, "tokens", "tokens per minute"),
+    ],
+)
+def test_limits_answer_429_with_retry_after_before_any_backend(
+    door: tuple[int, router.Usage], key: str, allowed: int, kind: str, what: str
+) -> None:
+    port, _ = door
+    ask = {"model": "qwen", "messages": []}
+    for _ in range(allowed):
+        assert call(port, "POST", "/v1/chat/completions", ask, key=key)[0] == 200
+    sent = len(FrontDoor.seen)
+    status, headers, data = call(port, "POST", "/v1/chat/completions", ask, key=key)
+    assert status == 429
+    error = json.loads(data)["error"]
+    assert (error["type"], error["code"]) == (kind, "rate_limit_exceeded")
+    assert what in error["message"]
+    assert 1 <= int(headers["retry-after"]) <= 60
+    assert len(FrontDoor.seen) == sent  # refused before anything was sent on
+    # Another caller is not limited by it.
+    assert call(port, "POST", "/v1/chat/completions", ask, key="key-dev")[0] == 200
+
+
+def test_limits_budgets_free_up_as_the_window_moves() -> None:
+    budgets = router.Budgets()
+    limits = {"requestsPerMinute": 2, "tokensPerDay": 100}
+    assert budgets.refused("c", limits, 1, 1000.0) is None
+    budgets.spend("c", "requestsPerMinute", 1, 1000.0)
+    budgets.spend("c", "requestsPerMinute", 1, 1030.5)
+    what, wait = budgets.refused("c", limits, 1, 1031.0)  # type: ignore[misc]
+    assert what == "requests per minute" and wait == pytest.approx(29.0)
+    assert budgets.refused("c", limits, 1, 1060.0) is None  # the first left the window
+    budgets.spend("c", "tokensPerDay", 100, 2000.0)
+    what, wait = budgets.refused("c", limits, 1, 3000.0)  # type: ignore[misc]
+    # a day's window counts in minutes: the 100 tokens sit in the minute from 1980 s
+    assert what == "tokens per day" and wait == pytest.approx(1980.0 + 86400 - 3000.0)
+    assert budgets.refused("c", limits, 1, 1980.0 + 86400) is None
