@@ -88,8 +88,9 @@ def error_body(message: str, kind: str, code: str, param: str | None = None) -> 
 def not_found(model: str) -> bytes:
     # OpenAI's own wording: the same for a model that does not exist and one the caller
     # may not use.
+    shown = model if len(model) <= 256 else model[:256] + "..."
     return error_body(
-        f"The model `{model}` does not exist or you do not have access to it.",
+        f"The model `{shown}` does not exist or you do not have access to it.",
         "invalid_request_error",
         "model_not_found",
         "model",
@@ -467,7 +468,19 @@ def make_handler(
 
         # -- the forwarded request ------------------------------------------------------
         def _read_body(self) -> bytes | None:
-            body = self._read_body_bounded()
+            try:
+                body = self._read_body_bounded()
+            except ValueError:  # a malformed length or chunk size
+                self.close_connection = True
+                self._send(
+                    400,
+                    error_body(
+                        "The request body's length is malformed.",
+                        "invalid_request_error",
+                        "bad_request",
+                    ),
+                )
+                return None
             self._body_read = body is not None
             return body
 
@@ -486,6 +499,8 @@ def make_handler(
                     self.rfile.readline()
             else:
                 length = int(self.headers.get("Content-Length") or 0)
+                if length < 0:
+                    raise ValueError("negative Content-Length")
                 if length <= MAX_BODY:
                     return self.rfile.read(length)
             self.close_connection = True

@@ -554,3 +554,28 @@ def test_limits_budgets_free_up_as_the_window_moves() -> None:
     # a day's window counts in minutes: the 100 tokens sit in the minute from 1980 s
     assert what == "tokens per day" and wait == pytest.approx(1980.0 + 86400 - 3000.0)
     assert budgets.refused("c", limits, 1, 1980.0 + 86400) is None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Content-Length": "abc"}, {"Content-Length": "-4"}, {"Transfer-Encoding": "chunked"}],
+)
+def test_openai_a_malformed_body_length_is_a_400_not_a_crash(
+    door: tuple[int, router.Usage], headers: dict[str, str]
+) -> None:
+    import socket
+
+    port, _ = door
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    raw = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-dev\r\n"
+        f"{head}\r\n" + ("zz\r\n" if "Transfer-Encoding" in headers else "")
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(raw.encode())
+        got = b""
+        while chunk := sock.recv(65536):  # the answer closes the connection
+            got += chunk
+    answer = got.decode()
+    assert answer.startswith("HTTP/1.1 400"), answer
+    assert "bad_request" in answer
