@@ -59,6 +59,7 @@ ROUTED = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/resp
 MAX_BODY = 32 * 2**20  # a request body larger than this is refused (413)
 MAX_LINE = 2**20  # an event-stream line is read at most this much at a time
 MAX_EVENT = 16 * 2**20  # an event larger than this is passed on unparsed
+MAX_IDLE = 64  # kept connections to the front door (per server name)
 RELOAD_EVERY = 1.0
 DEFAULT_FIRST_BYTE = 300.0
 DEFAULT_IDLE = 60.0
@@ -323,6 +324,8 @@ class Upstream:
         self.certificate = certificate if parts.scheme == "https" else None
         self._context: ssl.SSLContext | None = None
         self._stamp: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        self._idle: dict[str | None, list[http.client.HTTPConnection]] = {}
 
     def context(self) -> ssl.SSLContext:
         assert self.certificate is not None
@@ -332,10 +335,34 @@ class Upstream:
             self._context, self._stamp = pinned_context(self.certificate), stamp
         return self._context
 
-    def connect(self, timeout: float, sni: str | None = None) -> http.client.HTTPConnection:
+    def connect(
+        self, timeout: float, sni: str | None = None
+    ) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection to the front door -- a kept one when there is (True), else new."""
+        key = sni if self.certificate is not None else None
+        with self._lock:
+            idle = self._idle.get(key)
+            while idle:
+                kept = idle.pop()
+                if kept.sock is not None:
+                    kept.timeout = timeout
+                    kept.sock.settimeout(timeout)
+                    return kept, True
         if self.certificate is None:
-            return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        return _PinnedHTTPS(self.host, self.port, sni, timeout=timeout, context=self.context())
+            return http.client.HTTPConnection(self.host, self.port, timeout=timeout), False
+        pinned = _PinnedHTTPS(self.host, self.port, sni, timeout=timeout, context=self.context())
+        return pinned, False
+
+    def release(self, connection: http.client.HTTPConnection, sni: str | None) -> None:
+        """Keep a connection whose last answer was read whole, for the next request (the
+        front door closes one it no longer wants: that request goes again on a new one)."""
+        key = sni if self.certificate is not None else None
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if connection.sock is not None and len(idle) < MAX_IDLE:
+                idle.append(connection)
+                return
+        connection.close()
 
 
 def make_handler(
@@ -556,11 +583,12 @@ def make_handler(
             response = None
             connection = None
             sock = None
+            sni = sni_of(headers["Host"])
             i = 0
             while i < len(plan):
                 left = end - time.monotonic()
                 wait = left if i == len(plan) - 1 else left / (len(plan) - i)
-                connection = upstream.connect(max(wait, 0.001), sni_of(headers["Host"]))
+                connection, kept = upstream.connect(max(wait, 0.001), sni)
                 try:
                     connection.request("POST", target, body=body, headers={**headers, **plan[i]})
                     sock = connection.sock  # getresponse() drops it when the answer closes
@@ -571,6 +599,8 @@ def make_handler(
                     continue
                 except (OSError, http.client.HTTPException):
                     connection.close()
+                    if kept:
+                        continue  # the front door closed a kept connection: a new one
                     following = move_on(plan, i)
                     if following is not None:
                         i = following
@@ -604,16 +634,21 @@ def make_handler(
                     ),
                 )
                 return
+            whole = False
             try:
                 if sock is not None:
                     sock.settimeout(idle)  # from now on: silence between reads
-                self._relay(caller, model, response, added)
+                whole = self._relay(caller, model, response, added)
             finally:
-                connection.close()
+                if whole and not response.will_close:
+                    upstream.release(connection, sni)
+                else:
+                    connection.close()
 
         def _relay(
             self, caller: str, model: str, response: http.client.HTTPResponse, added: bool
-        ) -> None:
+        ) -> bool:
+            """Send the answer on; True when it was read whole (its connection can be kept)."""
             usage.request(caller, model, response.status)
             self.send_response(response.status, response.reason)
             for name, value in response.getheaders():
@@ -631,7 +666,7 @@ def make_handler(
                     self.send_header("Connection", "close")
                     self.end_headers()
                     self.close_connection = True
-                    return
+                    return False
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -642,9 +677,10 @@ def make_handler(
                         answer = None
                     if isinstance(answer, dict):
                         self._tokens(caller, model, answer.get("usage"))
-                return
+                return True
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            whole = False
             try:
                 for event, counted in sse_events(response):
                     if counted is not None:
@@ -652,6 +688,7 @@ def make_handler(
                         if added and is_usage_only(event):
                             continue
                     self._chunk(event)
+                whole = True
             except TimeoutError:
                 self._chunk(
                     b"event: error\ndata: "
@@ -663,8 +700,12 @@ def make_handler(
                     + b"\n\n"
                 )
             except (OSError, http.client.HTTPException):
-                pass  # the upstream cut the stream: the client sees it end
-            self._chunk(b"")
+                pass  # the upstream cut the stream (or the client left): it ends here
+            try:
+                self._chunk(b"")
+            except OSError:
+                return False  # the client is gone
+            return whole
 
         def _tokens(self, caller: str, model: str, counted: Any) -> None:
             prompt, completion = usage_counts(counted)

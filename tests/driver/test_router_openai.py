@@ -58,11 +58,13 @@ class FrontDoor(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+    peers: list[Any] = []
     hangs = 0
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FrontDoor.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        FrontDoor.peers.append(self.client_address)
         usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
         if self.headers.get("x-modelplane-pin") == "demo/down":
             self.send_response(503)  # the pinned endpoint refuses before answering
@@ -579,3 +581,15 @@ def test_openai_a_malformed_body_length_is_a_400_not_a_crash(
     answer = got.decode()
     assert answer.startswith("HTTP/1.1 400"), answer
     assert "bad_request" in answer
+
+
+def test_openai_router_keeps_its_connections_to_the_front_door(
+    door: tuple[int, router.Usage],
+) -> None:
+    """Answers read whole leave their connection for the next request (no new TCP and TLS
+    handshake per request)."""
+    port, _ = door
+    FrontDoor.peers = []
+    for _ in range(5):
+        assert call(port, "POST", "/v1/chat/completions", {"model": "qwen"})[0] == 200
+    assert len(FrontDoor.peers) == 5 and len(set(FrontDoor.peers)) == 1, FrontDoor.peers
