@@ -325,3 +325,47 @@ def test_limits_bad_input_names_the_field(tmp_path: Path, limits: str, field: st
     )
     errors = load_fleet(local_fleet(tmp_path, spec, "")).errors
     assert [e.path for e in errors if e.object.startswith("InferenceGateway")] == [field], errors
+
+
+def test_openai_router_runs_from_its_configmap_files_alone(tmp_path: Path) -> None:
+    """The pod runs `python /app/router.py` with only the ConfigMap's files beside it: no
+    modelplane package (`-S`: no site-packages), authz.py imported as a sibling."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from components.model_router import router_sources
+
+    for name, text in router_sources().items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "models.json").write_text(json.dumps({"models": {}}))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-S",
+            str(tmp_path / "router.py"),
+            "--models",
+            str(tmp_path / "models.json"),
+            "--open",
+            "--front-door",
+            "http://127.0.0.1:9",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(2)]
+        ready = next(line for line in lines if line.startswith("router ready"))
+        port = int(ready.strip().rsplit(":", 1)[1])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as resp:
+            assert json.loads(resp.read()) == {"object": "list", "data": []}
+    finally:
+        proc.terminate()
+        proc.wait(10)
