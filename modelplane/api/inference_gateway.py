@@ -41,10 +41,10 @@ class GatewayCaller(Strict):
     name: DNSLabel
     """The caller's name: what the engines see in `x-modelplane-caller` (never the key)."""
     secret_ref: SecretKeyRef
+    """Where the caller's API key comes from (architecture.md, "Secrets")."""
     limits: CallerLimits | None = None
     """Optional: the caller's request and token budgets at the OpenAI base URL (429 past
     them, before any backend sees the request)."""
-    """Where the caller's API key comes from (architecture.md, "Secrets")."""
 
 
 class GatewayAuth(Strict):

@@ -42,7 +42,13 @@ def check_chat(body):
     assert choice["message"]["role"] == "assistant"
     assert choice["message"]["content"].startswith(ID_SENTENCE)
     assert choice["finish_reason"] == "stop"
-    assert data["usage"] == {"prompt_tokens": 4, "completion_tokens": 16, "total_tokens": 20}
+    # One message: no earlier conversation it continues, so no prefix-cache hit.
+    assert data["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 16,
+        "total_tokens": 20,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
 
 
 def check_completion(body):
@@ -339,3 +345,21 @@ def test_model_names(host, strict, model, status):
     assert got == status
     if got == 404:
         assert json.loads(raw)["error"]["type"] == "not_found_error"
+
+
+def test_chat_session_turns_hit_the_simulated_prefix_cache(host):
+    """A later turn that continues a conversation this stand-in served reports its earlier
+    messages as cached prompt tokens; a conversation it never saw reports none."""
+    port = sh.serve(host)
+    first = sh.CHAT["messages"]
+    answer = json.loads(sh.call(port, "POST", "/v1/chat/completions", sh.CHAT)[2])
+    turn = [*first, answer["choices"][0]["message"], {"role": "user", "content": "and again"}]
+    later = json.loads(
+        sh.call(port, "POST", "/v1/chat/completions", sh.CHAT | {"messages": turn})[2]
+    )
+    assert later["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    other = [{"role": "user", "content": "something else"}, *turn[1:]]
+    fresh = json.loads(
+        sh.call(port, "POST", "/v1/chat/completions", sh.CHAT | {"messages": other})[2]
+    )
+    assert fresh["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
