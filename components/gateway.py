@@ -236,6 +236,17 @@ AUTHZ_ADDRESS = f"http://{AUTHZ_NAME}.{SYSTEM_NAMESPACE}.svc.cluster.local:{AUTH
 AUTHZ_LABELS = labels(app_labels("inference-gateway", AUTHZ_NAME, "authz"))
 
 
+# The container context of modelplane's own standard-library services (authz, the OpenAI
+# router): nobody, no privilege escalation, a read-only root, no capability.
+LOCKED_DOWN: Mapping[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
 def callers_table(keys: Mapping[str, str] | None, front_door_key: str | None = None) -> str:
     """The authorization service's keys file: sha256(key) -> caller, never a caller's key (a
     key read from a file loses its surrounding whitespace, the trailing newline, as clients
@@ -317,13 +328,7 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
                                     "requests": {"cpu": "50m", "memory": "64Mi"},
                                     "limits": {"memory": AUTHZ_MEMORY_LIMIT},
                                 },
-                                "securityContext": {
-                                    "runAsNonRoot": True,
-                                    "runAsUser": 65534,
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
+                                "securityContext": dict(LOCKED_DOWN),
                                 "volumeMounts": [
                                     {"name": "code", "mountPath": "/app", "readOnly": True},
                                     {"name": "keys", "mountPath": "/keys", "readOnly": True},

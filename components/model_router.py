@@ -19,6 +19,7 @@ import pulumi
 
 import modelplane.authz as authz_module
 import modelplane.router as router_module
+from components.gateway import LOCKED_DOWN
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
     Manifest,
@@ -169,13 +170,7 @@ def router_manifests(
                                     "requests": {"cpu": "100m", "memory": "64Mi"},
                                     "limits": {"memory": "256Mi"},
                                 },
-                                "securityContext": {
-                                    "runAsNonRoot": True,
-                                    "runAsUser": 65534,
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
+                                "securityContext": dict(LOCKED_DOWN),
                                 "volumeMounts": mounts,
                             }
                         ],

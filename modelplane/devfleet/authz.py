@@ -65,7 +65,12 @@ def merged_table(clusters: list[FleetCluster]) -> dict[str, str] | None:
 
 def write_table(path: Path, table: dict[str, str]) -> bool:
     """Write atomically (0600); False when unchanged."""
-    text = json.dumps(table, sort_keys=True)
+    return write_private(path, json.dumps(table, sort_keys=True))
+
+
+def write_private(path: Path, text: str) -> bool:
+    """What a mounted Secret or ConfigMap holds, as kubelet writes it: atomically, mode 0600
+    in a 0700 folder; False when unchanged."""
     if path.is_file() and path.read_text() == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import ssl
 import threading
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 
 from modelplane import router
 from modelplane.devcluster.rest import KubeRest, KubeRestError
+from modelplane.devfleet.authz import write_private
 
 ROUTER_LABEL = ("modelplane.ai/router", "modelplane-router")
 NAMESPACE = "modelplane-system"
@@ -67,17 +67,6 @@ def router_pods(cluster: str, pods: list[dict[str, Any]]) -> dict[str, RouterPod
     return out
 
 
-def _write(path: Path, text: str) -> None:
-    if path.is_file() and path.read_text() == text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
 class RouterPods:
     def __init__(self, state: Path, front_doors: dict[str, tuple[str, str]]) -> None:
         self.state = state
@@ -95,15 +84,15 @@ class RouterPods:
         models, keys, certificate = self.files(cluster)
         try:
             config = rest.get(CONFIG_PATH, timeout=2)
-            _write(models, str((config.get("data") or {}).get("models.json") or ""))
+            write_private(models, str((config.get("data") or {}).get("models.json") or ""))
             if with_keys:
                 secret = rest.get(KEYS_PATH, timeout=2)
                 raw = (secret.get("data") or {}).get("callers.json") or ""
-                _write(keys, base64.b64decode(raw).decode() if raw else json.dumps({}))
+                write_private(keys, base64.b64decode(raw).decode() if raw else json.dumps({}))
             if tls:  # the certificate only, as the pod's projected volume
                 secret = rest.get(TLS_PATH, timeout=2)
                 raw = (secret.get("data") or {}).get("tls.crt") or ""
-                _write(certificate, base64.b64decode(raw).decode())
+                write_private(certificate, base64.b64decode(raw).decode())
         except (KubeRestError, OSError, ValueError):
             return models.is_file()
         return True

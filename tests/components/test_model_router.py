@@ -4,7 +4,6 @@ the gateway stack renders (components/model_router.py). Select with `pytest -k o
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -48,17 +47,11 @@ def render(
 ) -> dict[tuple[str, str], Any]:
     from modelplane.render import render_fleet
 
-    saved = {k: os.environ.get(k) for k in KEYS}
-    os.environ.update(KEYS)
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the callers' and TLS secrets, this render only
+        for key, value in KEYS.items():
+            env.setenv(key, value)
         fleet = local_fleet(tmp, gateway_spec, service_spec, name)
         render_fleet(fleet, tmp / f"out-{name}", stacks=["gateway"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return manifests(tmp / f"out-{name}" / "gateway")
 
 
