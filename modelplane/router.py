@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import hashlib
 import http.client
 import ipaddress
@@ -44,7 +45,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -634,21 +635,33 @@ def make_handler(
                     ),
                 )
                 return
-            whole = False
+            released = [False]
+            answered, link = response, connection
+
+            def keep() -> None:
+                """The answer was read whole: its connection serves the next request
+                (released before the client sees the answer, so that request finds it)."""
+                if not answered.will_close:
+                    upstream.release(link, sni)
+                    released[0] = True
+
             try:
                 if sock is not None:
                     sock.settimeout(idle)  # from now on: silence between reads
-                whole = self._relay(caller, model, response, added)
+                self._relay(caller, model, response, added, keep)
             finally:
-                if whole and not response.will_close:
-                    upstream.release(connection, sni)
-                else:
+                if not released[0]:
                     connection.close()
 
         def _relay(
-            self, caller: str, model: str, response: http.client.HTTPResponse, added: bool
-        ) -> bool:
-            """Send the answer on; True when it was read whole (its connection can be kept)."""
+            self,
+            caller: str,
+            model: str,
+            response: http.client.HTTPResponse,
+            added: bool,
+            keep: Callable[[], None],
+        ) -> None:
+            """Send the answer on; ``keep()`` once it was read whole from the front door."""
             usage.request(caller, model, response.status)
             self.send_response(response.status, response.reason)
             for name, value in response.getheaders():
@@ -666,7 +679,8 @@ def make_handler(
                     self.send_header("Connection", "close")
                     self.end_headers()
                     self.close_connection = True
-                    return False
+                    return
+                keep()
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -677,10 +691,9 @@ def make_handler(
                         answer = None
                     if isinstance(answer, dict):
                         self._tokens(caller, model, answer.get("usage"))
-                return True
+                return
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            whole = False
             try:
                 for event, counted in sse_events(response):
                     if counted is not None:
@@ -688,7 +701,7 @@ def make_handler(
                         if added and is_usage_only(event):
                             continue
                     self._chunk(event)
-                whole = True
+                keep()
             except TimeoutError:
                 self._chunk(
                     b"event: error\ndata: "
@@ -701,11 +714,8 @@ def make_handler(
                 )
             except (OSError, http.client.HTTPException):
                 pass  # the upstream cut the stream (or the client left): it ends here
-            try:
+            with contextlib.suppress(OSError):  # the client may be gone
                 self._chunk(b"")
-            except OSError:
-                return False  # the client is gone
-            return whole
 
         def _tokens(self, caller: str, model: str, counted: Any) -> None:
             prompt, completion = usage_counts(counted)
