@@ -681,9 +681,8 @@ def make_handler(
                     self.close_connection = True
                     return
                 keep()
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                # Counted before the client sees the answer: its next request meets the
+                # budget this one spent.
                 if response.status == 200 and kind.startswith("application/json"):
                     try:
                         answer = json.loads(data)
@@ -691,6 +690,9 @@ def make_handler(
                         answer = None
                     if isinstance(answer, dict):
                         self._tokens(caller, model, answer.get("usage"))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
                 return
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
