@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import pulumi
@@ -30,7 +30,9 @@ from components.workload.objects import (
     register,
 )
 from components.workload.routes import GATEWAY_GROUP, MAX_PINNED
+from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_service import ModelService
+from modelplane.api.notices import scalable_to_zero, serves
 
 ROUTER_NAME = "modelplane-router"
 ROUTE_NAME = "modelplane-openai"
@@ -48,12 +50,15 @@ def routing_table(
     endpoints: Mapping[str, Sequence[tuple[str, int]]],
     tiers: Mapping[str, Sequence[int]] | None = None,
     limits: Mapping[str, Mapping[str, int]] | None = None,
+    waking: Collection[str] = (),
 ) -> str:
     """models.json: every model name of every service, with where it goes and who may use
     it; ``endpoints``: per service, the endpoints its route has now and their weights
     (`ready`: at least one), which a conversation can be kept on (`x-modelplane-pin`) when
     the route has a rule for each (at most MAX_PINNED, tier rules included); ``tiers``: per
-    service, its overflow tiers; ``limits``: per caller, its budgets (api.md "Callers")."""
+    service, its overflow tiers; ``limits``: per caller, its budgets (api.md "Callers");
+    ``waking``: the services a deployment scaled to zero may leave without an endpoint, whose
+    requests are held while it wakes (`wake`: the deadline and the queue)."""
     models: dict[str, dict[str, object]] = {}
     for service in sorted(services, key=lambda s: s.key):
         selected = list(endpoints.get(service.key) or ())
@@ -74,9 +79,28 @@ def routing_table(
                 "firstByte": service.spec.timeouts.first_byte,
                 "idle": service.spec.timeouts.idle,
             }
+            if service.key in waking:
+                models[name]["wake"] = {
+                    "deadline": service.spec.wake.deadline,
+                    "queue": service.spec.wake.queue,
+                }
     # Each replica enforces its share of a caller's limits (router.Budgets).
     table = {"models": models, "limits": dict(limits or {}), "replicas": ROUTER_REPLICAS}
     return json.dumps(table, sort_keys=True)
+
+
+def waking_services(fleet: FleetSpec) -> list[str]:
+    """The services with a deployment scalable to zero behind them (api.md, "Scale to
+    zero"): their model names' requests are held while it wakes."""
+    clusters = sorted(fleet.clusters)
+    return sorted(
+        key
+        for key, service in fleet.services.items()
+        if service.spec.models
+        and any(
+            scalable_to_zero(d) and serves(service, d, clusters) for d in fleet.deployments.values()
+        )
+    )
 
 
 def router_sources() -> dict[str, str]:
@@ -241,6 +265,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         tiers: Mapping[str, Sequence[int]] | None = None,
         limits: Mapping[str, Mapping[str, int]] | None = None,
         *,
+        waking: Collection[str] = (),
         front_door_url: str,
         keys_secret: str | None,
         gateway: tuple[str, str],
@@ -253,7 +278,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         super().__init__("modelplane:gateway:ModelRouter", name, None, opts)
         previous: list[pulumi.Resource] = list(depends_on)
         for manifest in router_manifests(
-            routing_table(services, endpoints, tiers, limits),
+            routing_table(services, endpoints, tiers, limits, waking),
             front_door_url,
             keys_secret=keys_secret,
             gateway=gateway,

@@ -18,6 +18,7 @@ from modelplane.api.autoscaling import Autoscaling
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import LockedDeployment, PlacementLock
 from modelplane.health.observation import Observation
+from modelplane.wake import active_deployments, to_wake
 
 History = tuple[tuple[float, int], ...]
 
@@ -151,6 +152,8 @@ def decide(
     else:
         raw = max(recommendations)
     raw = auto.clamp(raw)
+    if current > 0:
+        raw = max(raw, 1)  # the load never scales to zero; only the idle window does
     if raw < current and incomplete:
         why = "; ".join(f"{r}: {missing.get(r, 'no metrics')}" for r in incomplete)
         notes.append(f"no scale-in: missing metrics ({why})")
@@ -181,6 +184,8 @@ def decide(
     if desired > down_rec:
         desired = max(down_rec, current - down.max_step)
     desired = auto.clamp(desired)
+    if current > 0:
+        desired = max(desired, 1)
     if raw < current and desired == current:
         notes.append(
             f"scale-in to {raw} held by the {down.stabilization_window:g}s stabilization window"
@@ -269,12 +274,15 @@ class AutoscaleState:
     history: dict[str, History] = field(default_factory=dict)  # deployment -> recommendations
     counters: dict[str, tuple[float, float]] = field(default_factory=dict)  # replica -> sample
     routes_gone: dict[str, float] = field(default_factory=dict)  # draining replica -> since
+    # deployment (minReplicas 0) -> when a request was last seen for it (the idle clock)
+    active: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "history": {k: [list(h) for h in v] for k, v in sorted(self.history.items())},
             "counters": {k: list(v) for k, v in sorted(self.counters.items())},
             "routesGone": dict(sorted(self.routes_gone.items())),
+            "active": dict(sorted(self.active.items())),
         }
 
     @staticmethod
@@ -293,6 +301,7 @@ class AutoscaleState:
             state.routes_gone = {
                 str(k): float(v) for k, v in (data.get("routesGone") or {}).items()
             }
+            state.active = {str(k): float(v) for k, v in (data.get("active") or {}).items()}
         except (TypeError, ValueError, IndexError):
             return AutoscaleState()
         return state
@@ -306,6 +315,33 @@ class FleetAutoscale:
     decisions: dict[str, Decision] = field(default_factory=dict)
     drained: dict[str, str] = field(default_factory=dict)  # replica -> why its drain ended
     state: AutoscaleState = field(default_factory=AutoscaleState)
+    woken: dict[str, str] = field(default_factory=dict)  # deployment -> the model that woke it
+
+
+def busy(sample: Mapping[str, float] | None) -> bool:
+    """A replica's metrics show a request: finished since the last round, running or queued."""
+    return sample is not None and any(
+        sample.get(kind, 0) > 0 for kind in ("requestRate", "runningRequests", "queueDepth")
+    )
+
+
+def idle_for(
+    auto: Autoscaling,
+    current: int,
+    serving: Sequence[str],
+    values: Mapping[str, Mapping[str, float] | None],
+    active: float,
+    now: float,
+) -> float | None:
+    """Seconds the deployment has been idle when that is long enough to scale it to zero
+    (`idleWindow`), else None. Every serving replica must report metrics: missing metrics
+    are never idle."""
+    if auto.min_replicas != 0 or current == 0 or not serving:
+        return None
+    if any(values.get(r) is None for r in serving):
+        return None
+    idle = now - active
+    return idle if idle >= auto.idle_window else None
 
 
 def autoscale_fleet(
@@ -314,12 +350,17 @@ def autoscale_fleet(
     observation: Observation,
     state: AutoscaleState,
     now: float,
+    held: Mapping[str, int] | None = None,
 ) -> FleetAutoscale:
     """Decide every autoscaled deployment's count from the observed metrics, and end the
-    drains that are over (no request in flight, or `drainTimeout` after the routes)."""
+    drains that are over (no request in flight, or `drainTimeout` after the routes).
+    ``held``: per model name, the requests the OpenAI router holds (wake on request)."""
     new_state = AutoscaleState(routes_gone=dict(state.routes_gone))
     deployments = dict(lock.deployments)
     out = FleetAutoscale(lock=lock)
+    held = dict(held or {})
+    waking = to_wake(fleet, lock, held)
+    waited_for = active_deployments(fleet, held)
     seen_replicas: set[str] = set()
     for key, dep in fleet.deployments.items():
         auto = dep.spec.autoscaling
@@ -363,11 +404,11 @@ def autoscale_fleet(
                 kept.append(r)
                 continue
             since = state.routes_gone.get(r.name)
-            sample = values.get(r.name)
+            seen = values.get(r.name)
             idle = (
-                sample is not None
-                and not sample.get("runningRequests", 0)
-                and not sample.get("queueDepth", 0)
+                seen is not None
+                and not seen.get("runningRequests", 0)
+                and not seen.get("queueDepth", 0)
             )
             if since is not None and now - since >= auto.drain_timeout:
                 out.drained[r.name] = f"drain timeout ({auto.drain_timeout:g}s)"
@@ -397,6 +438,12 @@ def autoscale_fleet(
             sources=tuple(sorted(src for n in serving if (src := sources.get(n)))),
             fallbacks=tuple(sorted(why for n in serving if (why := fallbacks.get(n)))),
         )
+        if auto.min_replicas == 0:
+            decision = _zero_rules(
+                auto, key, decision, serving, values, state, new_state, now, waking, waited_for
+            )
+            if key in waking and decision.desired > 0:
+                out.woken[key] = waking[key]
         out.decisions[key] = decision
         new_state.history[key] = decision.history
         if locked is None:
@@ -410,6 +457,47 @@ def autoscale_fleet(
     out.lock = lock.model_copy(update={"deployments": deployments})
     out.state = new_state
     return out
+
+
+def _zero_rules(
+    auto: Autoscaling,
+    key: str,
+    decision: Decision,
+    serving: Sequence[str],
+    values: Mapping[str, Mapping[str, float] | None],
+    state: AutoscaleState,
+    new_state: AutoscaleState,
+    now: float,
+    waking: Mapping[str, str],
+    waited_for: set[str],
+) -> Decision:
+    """Scale to zero after `idleWindow` without a request; wake on a held request."""
+    current = decision.current
+    if key in waking:
+        new_state.active[key] = now
+        return replace(
+            decision,
+            desired=max(decision.desired, 1),
+            notes=(*decision.notes, f"woken: requests held for model {waking[key]!r}"),
+        )
+    if current == 0:
+        new_state.active[key] = now
+        return replace(decision, notes=("scaled to zero: a request by model name wakes it",))
+    active = state.active.get(key, now)
+    if key in waited_for or any(busy(values.get(r)) for r in serving):
+        active = now
+    new_state.active[key] = active
+    idle = idle_for(auto, current, serving, values, active, now)
+    if idle is None or decision.desired > current:
+        return decision
+    return replace(
+        decision,
+        desired=0,
+        notes=(
+            *decision.notes,
+            f"idle for {idle:.0f}s (idleWindow {auto.idle_window:g}s): scaling to zero",
+        ),
+    )
 
 
 __all__ = [

@@ -41,6 +41,7 @@ import http.client
 import ipaddress
 import json
 import math
+import socket
 import ssl
 import sys
 import threading
@@ -161,6 +162,19 @@ class Usage:
         self._lock = threading.Lock()
         self.requests: dict[tuple[str, str, str], int] = {}
         self.tokens: dict[tuple[str, str, str], int] = {}
+        self.held: dict[str, int] = {}  # model -> requests held now (waiting for a wake)
+
+    def hold(self, model: str, queue: int) -> bool:
+        """Count one more request held for ``model``; False when ``queue`` are already."""
+        with self._lock:
+            if self.held.get(model, 0) >= queue:
+                return False
+            self.held[model] = self.held.get(model, 0) + 1
+            return True
+
+    def unhold(self, model: str) -> None:
+        with self._lock:
+            self.held[model] = max(0, self.held.get(model, 0) - 1)
 
     def request(self, caller: str, model: str, code: int) -> None:
         key = (caller, model, str(code))
@@ -185,6 +199,7 @@ class Usage:
         with self._lock:
             requests = sorted(self.requests.items())
             tokens = sorted(self.tokens.items())
+            held = sorted(self.held.items())
         for (caller, model, code), n in requests:
             lines.append(
                 f'modelplane_router_requests_total{{caller="{label(caller)}",'
@@ -200,6 +215,11 @@ class Usage:
                 f'modelplane_router_tokens_total{{caller="{label(caller)}",'
                 f'model="{label(model)}",kind="{kind}"}} {n}'
             )
+        lines += [
+            "# HELP modelplane_router_held Requests held now while their model wakes from zero.",
+            "# TYPE modelplane_router_held gauge",
+        ]
+        lines += [f'modelplane_router_held{{model="{label(m)}"}} {n}' for m, n in held]
         return ("\n".join(lines) + "\n").encode()
 
 
@@ -580,50 +600,68 @@ def make_handler(
                 for t in entry.get("tiers") or []
                 if isinstance(t, int) and not isinstance(t, bool)
             ]
-            end = time.monotonic() + first_byte
-            response = None
-            connection = None
-            sock = None
             sni = sni_of(headers["Host"])
-            i = 0
-            while i < len(plan):
-                left = end - time.monotonic()
-                wait = left if i == len(plan) - 1 else left / (len(plan) - i)
-                connection, kept = upstream.connect(max(wait, 0.001), sni)
-                try:
-                    connection.request("POST", target, body=body, headers={**headers, **plan[i]})
-                    sock = connection.sock  # getresponse() drops it when the answer closes
-                    response = connection.getresponse()
-                except TimeoutError:
-                    connection.close()
-                    i += 1
-                    continue
-                except (OSError, http.client.HTTPException):
-                    connection.close()
-                    if kept:
-                        continue  # the front door closed a kept connection: a new one
-                    following = move_on(plan, i)
-                    if following is not None:
-                        i = following
-                        continue
-                    usage.request(caller, model, 502)
-                    self._send(
-                        502,
-                        error_body(
-                            "The model's service could not be reached.",
-                            "api_error",
-                            "upstream_unreachable",
-                        ),
+            wake = entry.get("wake") if isinstance(entry.get("wake"), dict) else None
+            deadline_s = float(wake["deadline"]) if wake else 0.0
+            deadline = time.monotonic() + deadline_s if wake else None
+            held = False
+            try:
+                while True:
+                    response, connection, sock, unreachable = self._try(
+                        plan, target, body, headers, first_byte, sni
                     )
-                    return
-                following = move_on(plan, i) if response.status in MOVE_ON else None
-                if following is None:
-                    break
-                # Refused before answering: the next endpoint kind (unpinned, a lower tier).
-                response.read()
-                connection.close()
-                response = None
-                i = following
+                    if deadline is None or not not_answering(response, unreachable):
+                        break
+                    # No endpoint answers (the model is at zero, or its replica is loading):
+                    # hold the request and ask again until the wake deadline.
+                    if response is not None and connection is not None:
+                        response.read()
+                        connection.close()
+                    if not held:
+                        assert wake is not None
+                        if not usage.hold(model, int(wake.get("queue") or 1)):
+                            usage.request(caller, model, 429)
+                            self._send(
+                                429,
+                                error_body(
+                                    f"Too many requests are waiting for model {model!r} to "
+                                    "start. Try again later.",
+                                    "requests",
+                                    "model_waking_queue_full",
+                                ),
+                                {"Retry-After": str(WAKE_RETRY_AFTER)},
+                            )
+                            return
+                        held = True
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        usage.request(caller, model, 503)
+                        self._send(
+                            503,
+                            error_body(
+                                f"Model {model!r} is starting and did not answer within "
+                                f"{deadline_s:g}s. Try again later.",
+                                "api_error",
+                                "model_waking",
+                            ),
+                            {"Retry-After": str(WAKE_RETRY_AFTER)},
+                        )
+                        return
+                    time.sleep(min(WAKE_POLL, left))
+            finally:
+                if held:
+                    usage.unhold(model)
+            if unreachable:
+                usage.request(caller, model, 502)
+                self._send(
+                    502,
+                    error_body(
+                        "The model's service could not be reached.",
+                        "api_error",
+                        "upstream_unreachable",
+                    ),
+                )
+                return
             if response is None or connection is None:
                 usage.request(caller, model, 504)
                 self._send(
@@ -652,6 +690,60 @@ def make_handler(
             finally:
                 if not released[0]:
                     connection.close()
+
+        def _try(
+            self,
+            plan: list[dict[str, str]],
+            target: str,
+            body: bytes,
+            headers: dict[str, str],
+            first_byte: float,
+            sni: str | None,
+        ) -> tuple[
+            http.client.HTTPResponse | None,
+            http.client.HTTPConnection | None,
+            socket.socket | None,
+            bool,
+        ]:
+            """Send the request through the plan's tries within the first-byte budget: the
+            answer, its connection and socket, and whether the front door was unreachable."""
+            end = time.monotonic() + first_byte
+            response = None
+            connection = None
+            sock = None
+            i = 0
+            while i < len(plan):
+                left = end - time.monotonic()
+                wait = left if i == len(plan) - 1 else left / (len(plan) - i)
+                connection, kept = upstream.connect(max(wait, 0.001), sni)
+                try:
+                    connection.request("POST", target, body=body, headers={**headers, **plan[i]})
+                    sock = connection.sock  # getresponse() drops it when the answer closes
+                    response = connection.getresponse()
+                except TimeoutError:
+                    connection.close()
+                    i += 1
+                    continue
+                except (OSError, http.client.HTTPException):
+                    connection.close()
+                    if kept:
+                        continue  # the front door closed a kept connection: a new one
+                    following = move_on(plan, i)
+                    if following is not None:
+                        i = following
+                        continue
+                    return None, None, None, True
+                following = move_on(plan, i) if response.status in MOVE_ON else None
+                if following is None:
+                    break
+                # Refused before answering: the next endpoint kind (unpinned, a lower tier).
+                response.read()
+                connection.close()
+                response = None
+                i = following
+            if response is None:
+                return None, None, None, False
+            return response, connection, sock, False
 
         def _relay(
             self,
@@ -735,6 +827,21 @@ def make_handler(
 
     Handler.timeout = authz.REQUEST_TIMEOUT
     return Handler
+
+
+WAKE_POLL = 1.0  # seconds between a held request's tries
+WAKE_RETRY_AFTER = 30  # the Retry-After of a wake past its deadline or a full queue
+
+
+def not_answering(response: http.client.HTTPResponse | None, unreachable: bool) -> bool:
+    """The front door has no endpoint that answers the service: no route (its own 404, not
+    JSON: the model is at zero) or no server behind it (502, 503: a replica loading)."""
+    if response is None or unreachable:
+        return False
+    if response.status in (502, 503):
+        return True
+    kind = (response.getheader("Content-Type") or "").lower()
+    return response.status == 404 and "json" not in kind
 
 
 PIN_HEADER = "x-modelplane-pin"  # components.workload.routes

@@ -477,7 +477,7 @@ async def run_gateway(ctx: Context) -> None:
         InferenceGatewayComponent,
         service_listener,
     )
-    from components.model_router import ModelRouterComponent
+    from components.model_router import ModelRouterComponent, waking_services
     from components.model_service import (
         LOOP_TLS_URL,
         LOOP_URL,
@@ -662,6 +662,7 @@ async def run_gateway(ctx: Context) -> None:
                 for c in (gateway.spec.auth.callers if gateway.spec.auth else [])
                 if c.limits is not None
             },
+            waking=waking_services(ctx.fleet),
             front_door_url=LOOP_TLS_URL if gateway.spec.tls is not None else LOOP_URL,
             keys_secret=CALLERS_SECRET if front_door.authz_address else None,
             tls_secret=TLS_SECRET if gateway.spec.tls is not None else None,

@@ -78,8 +78,9 @@ class DownBehavior(ScalingBehavior):
 
 
 class Autoscaling(Strict):
-    min_replicas: int = Field(ge=1, le=1000)
-    """The lowest replica count (>= 1: a replica is what reports load)."""
+    min_replicas: int = Field(ge=0, le=1000)
+    """The lowest replica count (0: scale to zero after `idleWindow` without a request, and
+    wake on a request by model name)."""
     max_replicas: int = Field(ge=1, le=1000)
     """The highest replica count (<= 1000)."""
     metrics: list[AutoscalingMetric] = Field(min_length=1, max_length=4)
@@ -92,6 +93,9 @@ class Autoscaling(Strict):
     """How fast to scale down."""
     drain_timeout: Duration = 60.0
     """Longest wait for in-flight requests on scale-in (default 60s)."""
+    idle_window: Duration = 600.0
+    """With `minReplicas: 0`: no request for this long scales the deployment to zero
+    (default 10m, at least 10s)."""
 
     @field_validator("metrics")
     @classmethod
@@ -120,6 +124,13 @@ def autoscaling_problems(auto: Autoscaling, replicas: int) -> list[tuple[str, st
                 "replicas",
                 f"replicas ({replicas}) must be within autoscaling "
                 f"[minReplicas {auto.min_replicas}, maxReplicas {auto.max_replicas}]",
+            )
+        )
+    if auto.idle_window < 10:
+        problems.append(
+            (
+                "autoscaling.idleWindow",
+                f"idleWindow must be at least 10s, got {auto.idle_window:g}s",
             )
         )
     for i, metric in enumerate(auto.metrics):

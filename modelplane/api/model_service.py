@@ -66,6 +66,26 @@ class ServiceTimeouts(Strict):
         return value
 
 
+DEFAULT_WAKE_DEADLINE = 300.0
+DEFAULT_WAKE_QUEUE = 64
+
+
+class ServiceWake(Strict):
+    deadline: Duration = DEFAULT_WAKE_DEADLINE
+    """How long a request by model name is held while no endpoint of the service answers (a
+    deployment scaled to zero waking): then `503` with `Retry-After` (default 5m, at most 1h)."""
+    queue: int = Field(default=DEFAULT_WAKE_QUEUE, ge=1, le=10000)
+    """At most this many requests held per model name and router replica; more get `429`
+    (default 64)."""
+
+    @field_validator("deadline")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("a deadline must be more than 0s")
+        return value
+
+
 class ModelServiceSpec(Strict):
     endpoints: list[ServiceEndpoint] = Field(min_length=1)
     """The weighted entries (1 or more); one mechanism for simple and weighted routing."""
@@ -77,6 +97,9 @@ class ModelServiceSpec(Strict):
     URL (`POST /v1/chat/completions` with `"model": <name>`); unique across the fleet."""
     timeouts: ServiceTimeouts = Field(default_factory=ServiceTimeouts)
     """First-byte and stream-idle timeouts of requests routed by model name."""
+    wake: ServiceWake = Field(default_factory=ServiceWake)
+    """How requests by model name are held while the service has no answering endpoint
+    (its deployments scaled to zero: `autoscaling.minReplicas: 0`)."""
 
     @field_validator("models")
     @classmethod

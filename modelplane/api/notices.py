@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from modelplane.api.base import LabelSelector
 from modelplane.api.errors import SpecError
 from modelplane.api.fleet import FleetSpec
+from modelplane.api.model_deployment import ModelDeployment
+from modelplane.api.model_service import ModelService
 from modelplane.api.names import DEPLOYMENT_LABEL
 
 CLUSTER_LABEL = "modelplane.ai/cluster"
@@ -60,6 +62,24 @@ def can_match_deployment(
     return _value_fits(selector, CLUSTER_LABEL, clusters) and _value_fits(
         selector, INDEX_LABEL, indexes
     )
+
+
+def serves(service: ModelService, dep: ModelDeployment, clusters: list[str]) -> bool:
+    """Some entry of the service can select a replica of the deployment (same namespace)."""
+    if (service.metadata.namespace or "default") != (dep.metadata.namespace or "default"):
+        return False
+    labels = {**dep.template_labels(), DEPLOYMENT_LABEL: dep.metadata.name}
+    auto = dep.spec.autoscaling
+    count = max(dep.spec.replicas, auto.max_replicas if auto is not None else 0)
+    return any(
+        can_match_deployment(entry.selector, labels, clusters, count)
+        for entry in service.spec.endpoints
+    )
+
+
+def scalable_to_zero(dep: ModelDeployment) -> bool:
+    """`autoscaling.minReplicas: 0` (api.md, "Scale to zero")."""
+    return dep.spec.autoscaling is not None and dep.spec.autoscaling.min_replicas == 0
 
 
 def _service_warnings(fleet: FleetSpec) -> Iterator[SpecError]:

@@ -91,6 +91,7 @@ def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
                 f"no InferenceGateway caller named {', '.join(map(repr, unknown))}",
             )
     yield from _model_names(fleet)
+    yield from _scale_to_zero(fleet)
     ref = gw.spec.cluster.inference_cluster_ref
     if ref is not None and not fleet.declared("InferenceCluster", ref):
         yield _err(
@@ -140,6 +141,33 @@ def _model_names(fleet: FleetSpec) -> Iterator[SpecError]:
                 yield _err(
                     fleet, "ModelService", key, "spec.models", f"routing by model name {why}"
                 )
+
+
+def _scale_to_zero(fleet: FleetSpec) -> Iterator[SpecError]:
+    """`minReplicas: 0` needs something that wakes the deployment: the OpenAI base URL of a
+    service with `models` that serves it, on a Traefik front door (api.md, "Autoscaling")."""
+    from modelplane.api.notices import scalable_to_zero, serves
+
+    clusters = sorted(fleet.clusters)
+    gw = fleet.gateway
+    for key, dep in sorted(fleet.deployments.items()):
+        if not scalable_to_zero(dep):
+            continue
+        why = None
+        if gw is None:
+            why = "needs an InferenceGateway (its OpenAI base URL wakes the deployment)"
+        elif gw.spec.backend != "Traefik":
+            why = (
+                "needs the InferenceGateway's backend Traefik for now (its OpenAI router holds "
+                "requests while the deployment wakes)"
+            )
+        elif not any(s.spec.models and serves(s, dep, clusters) for s in fleet.services.values()):
+            why = (
+                "needs a ModelService with `models` whose endpoints select this deployment "
+                "(a request for one of those names wakes it)"
+            )
+        if why:
+            yield _err(fleet, "ModelDeployment", key, "spec.autoscaling.minReplicas", f"0 {why}")
 
 
 def _deployments(fleet: FleetSpec) -> Iterator[SpecError]:

@@ -218,9 +218,10 @@ def reconcile(
         typer.Option(
             "--probe",
             help="Between rounds, check this often whether each cluster's API server still "
-            "answers (or answers again); a change starts the next round at once. 0: off.",
+            "answers (or answers again), and whether the OpenAI router holds requests for a "
+            "model at zero; either starts the next round at once. off: never.",
         ),
-    ] = "5s",
+    ] = "2s",
     grace: GraceOpt = "5m",
     timeout: Annotated[
         str, typer.Option("--timeout", help="Per-request timeout when observing a cluster.")
@@ -386,6 +387,7 @@ def _reconcile_rounds(
     metrics: Any = None,
 ) -> None:
     from modelplane.cli.output import log_console, print_json
+    from modelplane.driver.reconcile import WAKE_PREFIX
 
     err, out = log_console(stderr=True), log_console(stderr=False)
 
@@ -425,7 +427,9 @@ def _reconcile_rounds(
                 print_json({"probe": changed, "at": time.time()})
             else:
                 said = ", ".join(
-                    f"{name} {'answers again' if up else 'stopped answering'}"
+                    f"requests held for {name[len(WAKE_PREFIX) :]}"
+                    if name.startswith(WAKE_PREFIX)
+                    else f"{name} {'answers again' if up else 'stopped answering'}"
                     for name, up in sorted(changed.items())
                 )
                 out.print(f"{time.strftime('%H:%M:%S')} probe: {said}: round now", highlight=False)

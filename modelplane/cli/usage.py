@@ -54,43 +54,12 @@ def dev_fleet_log(fleet_dir: Path) -> Path | None:
     return log if log.is_file() else None
 
 
-ROUTER_PODS = (
-    "/api/v1/namespaces/modelplane-system/pods?labelSelector=modelplane.ai%2Frouter%3D"
-    "modelplane-router"
-)
-
-
 def router_metrics(fleet_dir: Path) -> tuple[list[str], str | None]:
     """Each OpenAI router pod's `/metrics` on the gateway's cluster (through its API
     server's pod proxy), and why none could be read (None: read, or no router)."""
-    from modelplane.observe import kubeconfig_for
-    from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
+    from modelplane.observe.router import router_metrics as read
 
-    fleet = load_fleet(fleet_dir).fleet
-    gateway = fleet.gateway
-    if gateway is None or not any(s.spec.models for s in fleet.services.values()):
-        return [], None
-    ref = gateway.spec.cluster.inference_cluster_ref
-    if ref is None or ref not in fleet.clusters:
-        return [], "the gateway's cluster is not an InferenceCluster of the fleet"
-    text, why = kubeconfig_for(fleet, ref, fleet_dir, os.environ, {})
-    if text is None:
-        return [], why
-    try:
-        reader = KubeReader(parse_kubeconfig(text, str(fleet_dir)), timeout=5.0)
-        pods = reader.get(ROUTER_PODS).get("items") or []
-        texts = []
-        for pod in pods:
-            name = (pod.get("metadata") or {}).get("name")
-            if (pod.get("status") or {}).get("phase") == "Running" and name:
-                texts.append(
-                    reader.get_text(
-                        f"/api/v1/namespaces/modelplane-system/pods/{name}:8080/proxy/metrics"
-                    )
-                )
-    except KubeError as exc:
-        return [], f"the OpenAI router's metrics: {exc}"
-    return texts, None
+    return read(load_fleet(fleet_dir).fleet, fleet_dir, os.environ)
 
 
 def _lines(paths: list[str]) -> Iterator[str]:

@@ -57,6 +57,7 @@ class RoundInputs:
     grace: float
     cordons: frozenset[str] = frozenset()  # .modelplane/cordons.json (driver.drain)
     were_unready: frozenset[str] = frozenset()  # .modelplane/routing.json, before this round
+    held: Mapping[str, int] = field(default_factory=dict)  # model -> requests the router holds
 
 
 @dataclass
@@ -82,6 +83,7 @@ class RoundPlan:
     dead: list[str] = field(default_factory=list)  # unreachable clusters replicas leave
     only: list[str] | None = None  # the stacks `up` runs (None: every stack)
     changed_deployments: list[str] = field(default_factory=list)
+    woken: dict[str, str] = field(default_factory=dict)  # deployment -> the model that woke it
 
     def rest_after_routes(self, routes_ok: bool) -> list[str] | None:
         """The stacks the main ``up`` runs once the routes-first run ended (``[]``: none,
@@ -135,7 +137,9 @@ def decide(inputs: RoundInputs) -> RoundPlan:
     spec, previous, observation = inputs.spec, inputs.previous, inputs.observation
     # Autoscaling (scheduling.md, "Autoscaling"): new counts and finished drains go into
     # the lock the scheduler starts from.
-    scaled = autoscale_fleet(spec, previous, observation, inputs.autoscale, observation.at)
+    scaled = autoscale_fleet(
+        spec, previous, observation, inputs.autoscale, observation.at, inputs.held
+    )
     # Cordons (driver.drain): finished drains leave the lock, replicas whose replacements
     # serve start draining, and the scheduler places replacements off cordoned clusters.
     closed = cordoned_fleet(spec, inputs.cordons)
@@ -168,6 +172,7 @@ def decide(inputs: RoundInputs) -> RoundPlan:
         # A replica joins the routes once its pods are seen Ready (a new one: next round).
         unready=unready_replicas(plan.lock, observation, unroutable),
         applied=Applied(specs=specs),
+        woken=scaled.woken,
     )
     digest = inputs_digest(specs, plan.lock, out.unroutable, out.unready)
     out.applied = Applied(digest, specs)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from modelplane.api.errors import FleetInvalid
+from modelplane.api.notices import scalable_to_zero
 from modelplane.autoscale import Decision
 from modelplane.driver.decide import Applied, RoundInputs, RoundPlan, decide, inputs_digest
 from modelplane.driver.errors import DriverError
@@ -54,7 +55,11 @@ from modelplane.health.rules import DEFAULT_GRACE, HealthView
 from modelplane.observe import DEFAULT_TIMEOUT, kubeconfig_for, observe_fleet, probe_reachable
 from modelplane.observe.cluster import DEFAULT_STALE_AFTER
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
+from modelplane.observe.router import router_metrics
 from modelplane.stacks import GATEWAY_STACK
+from modelplane.wake import parse_held, sleeping_models
+
+WAKE_PREFIX = "model "  # a probe's answer: held requests for a model at zero
 
 
 @dataclass
@@ -83,6 +88,7 @@ class Round:
     orphan_errors: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     duration: float = 0.0
+    woken: dict[str, str] = field(default_factory=dict)  # deployment -> model that woke it
 
     @property
     def locked(self) -> list[str]:
@@ -135,6 +141,7 @@ class Round:
             "draining": self.draining,
             "retired": self.retired,
             "drained": self.drained,
+            "woken": self.woken,
         }
 
 
@@ -175,6 +182,10 @@ class Reconciler:
         # API answered in the last round.
         self._probe_targets: dict[str, str] = {}
         self._reachable: dict[str, bool] = {}
+        # For the wake probe: the model names with a deployment at zero behind them, and
+        # what reads the OpenAI router's held requests (api.md, "Scale to zero").
+        self._sleeping: list[str] = []
+        self._read_held: Callable[[], dict[str, int] | None] | None = None
 
     def round(self) -> Round:
         """One observe -> plan -> up pass. Expected problems are in `Round.error`."""
@@ -218,11 +229,17 @@ class Reconciler:
         observation, each with whether it answers now (False: gone, True: back):
         `GET /version` on each, in parallel. Run between rounds; a non-empty answer means
         the next round should start now."""
-        if not self._probe_targets:
-            return {}
-        limit = min(self.timeout, 2.0) if timeout is None else timeout
-        now = probe_reachable(self._probe_targets, self.fleet_dir, limit)
-        return {name: up for name, up in now.items() if up != self._reachable.get(name, up)}
+        out: dict[str, bool] = {}
+        if self._probe_targets:
+            limit = min(self.timeout, 2.0) if timeout is None else timeout
+            now = probe_reachable(self._probe_targets, self.fleet_dir, limit)
+            out = {name: up for name, up in now.items() if up != self._reachable.get(name, up)}
+        if self._sleeping and self._read_held is not None:
+            held = self._read_held() or {}
+            for model in self._sleeping:
+                if held.get(model, 0) > 0:
+                    out[f"{WAKE_PREFIX}{model}"] = True
+        return out
 
     def _remember_reachability(
         self, f: Fleet, observation: Observation, kubeconfigs: Mapping[str, str]
@@ -289,6 +306,7 @@ class Reconciler:
             stale_after=self.metrics_stale_after,
         )
         current.observation = observation
+        held = self._held(f, kubeconfigs)
         current.phase("observe", t)
         self._remember_reachability(f, observation, kubeconfigs)
         t = time.monotonic()
@@ -309,9 +327,28 @@ class Reconciler:
                 applied=self._applied,
                 round_number=self.rounds,
                 grace=self.grace,
+                held=held or {},
             )
         )
+        current.woken = dict(decided.woken)
+        self._sleeping = sleeping_models(f.spec, decided.plan.lock)
         self._apply(f, state, decided, current)
+
+    def _held(self, f: Fleet, kubeconfigs: Mapping[str, str]) -> dict[str, int] | None:
+        """Per model name, the requests the OpenAI router holds now (None: none could be
+        read); only asked when some deployment may be at zero."""
+        if not any(scalable_to_zero(d) for d in f.spec.deployments.values()):
+            self._read_held = None
+            return {}
+        spec, path, env, configs = f.spec, f.path, dict(f.env), dict(kubeconfigs)
+        limit = min(self.timeout, 2.0)
+
+        def read() -> dict[str, int] | None:
+            texts, why = router_metrics(spec, path, env, configs, limit)
+            return None if why else parse_held(texts)
+
+        self._read_held = read
+        return read()
 
     def _apply(self, f: Fleet, state: RuntimeState, decided: RoundPlan, current: Round) -> None:
         """Carry a round's plan out: remember the state, then routes first, forget, up."""

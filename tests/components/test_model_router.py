@@ -362,3 +362,52 @@ def test_openai_router_runs_from_its_configmap_files_alone(tmp_path: Path) -> No
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+ZERO = (
+    "  autoscaling:\n    minReplicas: 0\n    maxReplicas: 2\n"
+    "    metrics: [{type: queueDepth, target: 4}]\n    idleWindow: 2m\n"
+)
+
+
+def zero_fleet(tmp: Path, gateway: str, service: str, name: str = "zero") -> Path:
+    target = local_fleet(tmp, gateway, service, name)
+    models = target / "qwen.yaml"
+    models.write_text(models.read_text().replace("  replicas: 1\n", "  replicas: 1\n" + ZERO, 1))
+    return target
+
+
+def test_wake_a_service_over_a_deployment_at_zero_holds_its_model_names(tmp_path: Path) -> None:
+    from components.model_router import waking_services
+    from modelplane.render import render_fleet
+
+    target = zero_fleet(tmp_path, "", "  models: [qwen]\n  wake: {deadline: 2m, queue: 8}\n")
+    loaded = load_fleet(target)
+    assert not loaded.errors, loaded.errors
+    assert waking_services(loaded.fleet) == ["demo/qwen"]
+    render_fleet(target, tmp_path / "out", stacks=["gateway"])
+    found = manifests(tmp_path / "out" / "gateway")
+    table = json.loads(found[("ConfigMap", "modelplane-router")]["data"]["models.json"])
+    assert table["models"]["qwen"]["wake"] == {"deadline": 120.0, "queue": 8}
+    # without scale to zero, nothing is held
+    plain = local_fleet(tmp_path, "", "  models: [qwen]\n", "plain")
+    assert waking_services(load_fleet(plain).fleet) == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "service", "field", "message"),
+    [
+        ("EnvoyGateway", "  models: [qwen]\n", "spec.autoscaling.minReplicas", "backend Traefik"),
+        ("Traefik", "", "spec.autoscaling.minReplicas", "ModelService with `models`"),
+        ("Traefik", "  models: [q]\n  wake: {queue: 0}\n", "spec.wake.queue", "greater than"),
+        ("Traefik", "  models: [q]\n  wake: {deadline: 0s}\n", "spec.wake.deadline", "more than"),
+    ],
+)
+def test_wake_bad_input_names_the_field(
+    tmp_path: Path, backend: str, service: str, field: str, message: str
+) -> None:
+    target = zero_fleet(tmp_path, "", service)
+    fleet = target / "fleet.yaml"
+    fleet.write_text(fleet.read_text().replace("backend: Traefik", f"backend: {backend}"))
+    errors = [e for e in load_fleet(target).errors if e.path == field]
+    assert errors and message in errors[0].message, load_fleet(target).errors

@@ -49,6 +49,29 @@ TABLE: dict[str, Any] = {
         "overflows": {"service": "demo/full", "path": "/demo/full/", "owner": "demo", "tiers": [2]},
         # tier 1 answers: tier 2 never sees a request
         "tiered": {"service": "demo/chat", "path": "/demo/chat/", "owner": "demo", "tiers": [2]},
+        # at zero: no route (404), then no server (503), then the woken engine answers
+        "sleepy": {
+            "service": "demo/sleepy",
+            "path": "/demo/sleepy/",
+            "owner": "demo",
+            "wake": {"deadline": 8, "queue": 2},
+        },
+        # never wakes within its deadline
+        "asleep": {
+            "service": "demo/asleep",
+            "path": "/demo/asleep/",
+            "owner": "demo",
+            "wake": {"deadline": 1.5, "queue": 2},
+        },
+        # no `wake`: the front door's 404 goes back as it is
+        "unrouted": {"service": "demo/asleep", "path": "/demo/asleep/", "owner": "demo"},
+        # the engine's own 404 (JSON) is an answer, not a missing route
+        "engine-404": {
+            "service": "demo/e404",
+            "path": "/demo/e404/",
+            "owner": "demo",
+            "wake": {"deadline": 8, "queue": 2},
+        },
     },
 }
 
@@ -60,11 +83,32 @@ class FrontDoor(BaseHTTPRequestHandler):
     seen: list[tuple[str, dict[str, str], dict[str, Any]]] = []
     peers: list[Any] = []
     hangs = 0
+    awake_at = 0.0  # /demo/sleepy/ answers from then on (time.monotonic)
+    sleepy_tries = 0
+
+    def _plain(self, status: int, text: bytes, kind: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FrontDoor.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         FrontDoor.peers.append(self.client_address)
+        if self.path.startswith("/demo/asleep/") or (
+            self.path.startswith("/demo/sleepy/") and time.monotonic() < FrontDoor.awake_at
+        ):
+            FrontDoor.sleepy_tries += 1
+            if FrontDoor.sleepy_tries <= 2:
+                self._plain(404, b"404 page not found\n")  # Traefik: no route
+            else:
+                self._plain(503, b"no available server\n")  # a route, no Ready pod yet
+            return
+        if self.path.startswith("/demo/e404/"):
+            self._plain(404, b'{"error": "no such thing"}', "application/json")
+            return
         usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
         if self.headers.get("x-modelplane-pin") == "demo/down":
             self.send_response(503)  # the pinned endpoint refuses before answering
@@ -125,6 +169,7 @@ def door(tmp_path: Path) -> Iterator[tuple[int, router.Usage]]:
     )
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     FrontDoor.seen, FrontDoor.hangs = [], 0
+    FrontDoor.awake_at, FrontDoor.sleepy_tries = 0.0, 0
     try:
         yield server.server_address[1], usage
     finally:
@@ -591,3 +636,84 @@ def test_openai_router_keeps_its_connections_to_the_front_door(
     for _ in range(5):
         assert call(port, "POST", "/v1/chat/completions", {"model": "qwen"})[0] == 200
     assert len(FrontDoor.peers) == 5 and len(set(FrontDoor.peers)) == 1, FrontDoor.peers
+
+
+# -- wake on request (api.md, "Scale to zero") ----------------------------------------------
+
+
+def held(port: int) -> dict[str, float]:
+    _, _, data = call(port, "GET", "/metrics", key=None)
+    out = {}
+    for line in data.decode().splitlines():
+        if line.startswith("modelplane_router_held{"):
+            name, value = line.rsplit(" ", 1)
+            out[name.split('"')[1]] = float(value)
+    return out
+
+
+def test_wake_a_request_for_a_model_at_zero_is_held_until_it_answers(
+    door: tuple[int, router.Usage],
+) -> None:
+    port, _ = door
+    FrontDoor.awake_at = time.monotonic() + 3.5
+    answers: list[tuple[int, bytes]] = []
+
+    def ask() -> None:
+        status, _, data = call(port, "POST", "/v1/chat/completions", {"model": "sleepy"})
+        answers.append((status, data))
+
+    client = threading.Thread(target=ask)
+    client.start()
+    time.sleep(1.5)
+    assert held(port) == {"sleepy": 1.0}  # what reconcile's probe reads
+    client.join(timeout=15)
+    assert [s for s, _ in answers] == [200]
+    assert json.loads(answers[0][1])["object"] == "chat.completion"
+    assert FrontDoor.sleepy_tries >= 3  # 404 (no route), 503 (loading), then the engine
+    assert held(port) == {"sleepy": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "code"),
+    [
+        ("asleep", 503, "model_waking"),  # past the deadline
+        ("unrouted", 404, None),  # no `wake`: the front door's answer, at once
+        ("engine-404", 404, None),  # the engine's own answer is never held
+    ],
+)
+def test_wake_answers_when_nothing_wakes(
+    door: tuple[int, router.Usage], model: str, status: int, code: str | None
+) -> None:
+    port, _ = door
+    started = time.monotonic()
+    got, headers, data = call(port, "POST", "/v1/chat/completions", {"model": model})
+    assert got == status
+    if code:
+        assert json.loads(data)["error"]["code"] == code
+        assert headers["retry-after"] == str(router.WAKE_RETRY_AFTER)
+        assert time.monotonic() - started >= 1.5  # held to its deadline
+    else:
+        assert FrontDoor.sleepy_tries <= 1 and held(port).get(model, 0) == 0
+
+
+def test_wake_a_full_queue_answers_429(door: tuple[int, router.Usage]) -> None:
+    port, _ = door
+    statuses: list[int] = []
+    waiting = [
+        threading.Thread(
+            target=lambda: statuses.append(
+                call(port, "POST", "/v1/chat/completions", {"model": "asleep"})[0]
+            )
+        )
+        for _ in range(2)
+    ]
+    for t in waiting:
+        t.start()
+    time.sleep(0.7)
+    assert held(port) == {"asleep": 2.0}
+    status, headers, data = call(port, "POST", "/v1/chat/completions", {"model": "asleep"})
+    assert status == 429 and headers["retry-after"] == str(router.WAKE_RETRY_AFTER)
+    assert json.loads(data)["error"]["code"] == "model_waking_queue_full"
+    for t in waiting:
+        t.join(timeout=10)
+    assert statuses == [503, 503]

@@ -48,9 +48,20 @@ def auto(**over: Any) -> Autoscaling:
             "greater than maxReplicas",
         ),
         (
+            {"autoscaling": {"minReplicas": -1}},
+            "spec.autoscaling.minReplicas",
+            "greater than or equal to 0",
+        ),
+        (
+            # nothing can wake it: no service with `models` selects it
             {"autoscaling": {"minReplicas": 0}},
             "spec.autoscaling.minReplicas",
-            "greater than or equal to 1",
+            "0 needs a ModelService with `models`",
+        ),
+        (
+            {"autoscaling": {"minReplicas": 0, "idleWindow": "5s"}},
+            "spec.autoscaling.idleWindow",
+            "at least 10s",
         ),
         ({"autoscaling": {"metrics": []}}, "spec.autoscaling.metrics", "at least 1"),
         (
