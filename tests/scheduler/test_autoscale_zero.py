@@ -32,9 +32,7 @@ WINDOW = 60.0
 
 def service(name: str, deployment_name: str, models: list[str] | None) -> ModelService:
     spec: dict[str, Any] = {
-        "endpoints": [
-            {"selector": {"matchLabels": {"modelplane.ai/deployment": deployment_name}}}
-        ]
+        "endpoints": [{"selector": {"matchLabels": {"modelplane.ai/deployment": deployment_name}}}]
     }
     if models:
         spec["models"] = models
