@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.notices import scalable_to_zero, serves
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.scheduler import autoscaled_count
 
 HELD_METRIC = "modelplane_router_held"  # the router's gauge: requests held now, per model
 
@@ -42,7 +43,7 @@ def at_zero(fleet: FleetSpec, lock: PlacementLock) -> set[str]:
     return {
         key
         for key, dep in fleet.deployments.items()
-        if scalable_to_zero(dep) and lock.autoscaled(key) == 0
+        if scalable_to_zero(dep) and autoscaled_count(dep, lock) == 0
     }
 
 

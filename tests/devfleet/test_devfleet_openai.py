@@ -6,12 +6,15 @@ router's hop back to it is https, pinned to the front door's certificate): `demo
 (qwen x3) answers to
 `qwen` and `Qwen/Qwen2.5-0.5B-Instruct`; `demo/batch` (the same replicas) to `batch-qwen`,
 for caller `batch` only; `demo/sleepy` (a stand-in that waits 60 s before its first token)
-to `sleepy`, with a 2 s first-byte timeout. Select with `pytest -k openai`.
+to `sleepy`, with a 2 s first-byte timeout; `demo/napper` (a stand-in that takes 20 s to
+load, `autoscaling.minReplicas: 0`, starting at 0 replicas) to `napper`: the wake drill.
+Select with `pytest -k openai` (the drill also with `-k "wake or zero"`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import threading
 import time
@@ -38,6 +41,9 @@ GATEWAY_TLS = (
     f"    privateKey: {{name: 'file:{STATE}/openai-tls/tls.key', key: key}}\n"
 )
 TRUST: list[ssl.SSLContext] = []  # the test CA, once the module's fleet is up
+NAP_LOAD = 20.0  # the napper stand-in's load time (s)
+NAP_IDLE = 10.0  # its idle window (s): the shortest there is
+WAKE_RESULTS = Path(os.environ.get("MODELPLANE_WAKE_RESULTS", "/tmp/modelplane-wake.json"))
 
 
 def _service(name: str, deployment: str, **spec: Any) -> dict[str, Any]:
@@ -60,6 +66,22 @@ def deployed(
         "metadata": {"name": "saas", "namespace": "demo", "labels": {"provider": "saas"}},
         "spec": {"url": f"http://{SAAS_IP}:9000/"},
     }
+    napper = fx.model_deployment(
+        "napper",
+        replicas=0,
+        gpu=fx.GPU_16GI,
+        autoscaling=fx.autoscaling(
+            0,
+            1,
+            4,
+            idleWindow=f"{NAP_IDLE:.0f}s",
+            scaleDown={"stabilizationWindow": "0s"},
+            drainTimeout="5s",
+        ),
+    )
+    napper["spec"]["workers"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "MODELPLANE_STANDIN_LOAD_TIME", "value": f"{NAP_LOAD:.0f}"}
+    ]
     overflow = _service("overflow", "solo", models=["overflow"])
     overflow["spec"]["endpoints"].append(
         {"selector": {"matchLabels": {"provider": "saas"}}, "tier": 2}
@@ -69,11 +91,13 @@ def deployed(
         models=fx.specs_yaml(
             fx.model_deployment("qwen", replicas=3, gpu=fx.GPU_16GI, model=QWEN),
             sleepy,
+            napper,
             fx.model_deployment("solo", gpu=fx.GPU_16GI, model=QWEN),
             saas,
             _service("chat", "qwen", models=["qwen", QWEN]),
             _service("batch", "qwen", models=["batch-qwen"], callers=["batch"]),
             _service("sleepy", "sleepy", models=["sleepy"], timeouts={"firstByte": "2s"}),
+            _service("napper", "napper", models=["napper"], wake={"deadline": "10m"}),
             overflow,
         ),
     )
@@ -163,8 +187,8 @@ def test_openai_routes_by_model_name_and_lists_each_callers_models(deployed: Any
     assert all(status == 200 for status, _ in lists.values()), lists
     listed = {caller: [m["id"] for m in answer["data"]] for caller, (_, answer) in lists.items()}
     assert listed == {
-        "dev": [QWEN, "overflow", "qwen", "sleepy"],
-        "batch": [QWEN, "batch-qwen", "overflow", "qwen", "sleepy"],
+        "dev": [QWEN, "napper", "overflow", "qwen", "sleepy"],
+        "batch": [QWEN, "batch-qwen", "napper", "overflow", "qwen", "sleepy"],
     }
     models = {m["id"]: m for m in ask(base + "models", keys["dev"])[1]["data"]}
     assert models["qwen"]["owned_by"] == "demo" and models["qwen"]["modelplane"]["ready"]
@@ -333,3 +357,87 @@ def test_openai_tiers_overflow_to_saas_only_while_every_replica_is_down(
     assert failed == []
     assert by_phase["up"] == {"solo"}  # no SaaS traffic while the replica is up
     assert "saas" in by_phase["down"]
+
+
+NAPPER = "demo/napper"
+
+
+def napper_lock(target: Path) -> dict[str, Any]:
+    import yaml
+
+    lock = yaml.safe_load((target / "modelplane.lock.yaml").read_text())
+    return dict((lock.get("deployments") or {}).get(NAPPER) or {})
+
+
+def test_wake_from_zero_answers_every_held_request_then_idle_scales_back_to_zero(
+    deployed: Any, deployer: fx.Deployer, tmp_path: Path
+) -> None:
+    """The drill of api.md "Scale to zero": napper starts at 0 replicas; 4 clients ask for it
+    by name at once. The router holds them, `reconcile`'s probe sees them held and the round
+    it starts places a replica, which answers them all once loaded (20 s). Then, with no
+    request for the idle window, it scales back to 0 through the drain. Last in the module:
+    its reconcile loop changes the fleet."""
+    target, base, keys = deployed
+    assert napper_lock(target).get("replicas", []) == []  # at zero from the start
+    loop = fx.start_reconcile(target, deployer.env(), tmp_path, interval=30.0, probe=1.0)
+    try:
+        fx.wait_for("a first round", lambda: len(fx.rounds(loop)) >= 1, timeout=600)
+        assert fx.rounds(loop)[0]["ok"], fx.rounds(loop)[0]
+        started = time.time()
+        answers: list[tuple[int, Any, float]] = []
+
+        def client(i: int) -> None:
+            body = chat("napper", messages=[{"role": "user", "content": f"wake {i}"}])
+            status, answer = ask(base + "chat/completions", keys["dev"], body, timeout=600)
+            answers.append((status, answer, time.time()))
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(timeout=660)
+        assert [a[0] for a in answers] == [200] * 4, answers  # 0 errors
+        assert all(a[1]["id"].startswith("chatcmpl-napper-") for a in answers), answers
+        first = min(a[2] for a in answers) - started
+        woke = [r for r in fx.rounds(loop) if NAPPER in (r.get("woken") or {})]
+        assert woke, fx.events(loop)
+        assert woke[0]["woken"][NAPPER] == "napper"
+        placed = woke[0]["started"] + woke[0]["duration"] - started
+        probe = [e for e in fx.events(loop) if "model napper" in (e.get("probe") or {})]
+        assert probe, "the probe started the round, not the interval"
+        # Idle: no request for the idle window -> 0, through the drain.
+        quiet = time.time()
+        fx.wait_for(
+            "napper back at zero",
+            lambda: (
+                napper_lock(target).get("autoscaledReplicas") == 0
+                and not napper_lock(target).get("replicas")
+            ),
+            timeout=NAP_IDLE + 600,
+            interval=1.0,
+        )
+        asleep = time.time() - quiet
+        notes = [
+            n
+            for r in fx.rounds(loop)
+            for n in (r.get("autoscale", {}).get(NAPPER) or {}).get("notes", [])
+        ]
+        assert any("scaling to zero" in n for n in notes), notes
+    finally:
+        loop.stop()
+    WAKE_RESULTS.write_text(
+        json.dumps(
+            {
+                "clients": 4,
+                "errors": 0,
+                "loadSeconds": NAP_LOAD,
+                "placedSeconds": round(placed, 1),
+                "firstAnswerSeconds": round(first, 1),
+                "lastAnswerSeconds": round(max(a[2] for a in answers) - started, 1),
+                "budgetSeconds": round((placed + NAP_LOAD) * 1.1, 1),
+                "backToZeroSeconds": round(asleep, 1),
+                "idleWindowSeconds": NAP_IDLE,
+            },
+            indent=1,
+        )
+    )
