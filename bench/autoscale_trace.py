@@ -1,6 +1,7 @@
 """Benchmark: an autoscaled deployment against a fixed peak-sized one on the same load trace.
 
 Run: .venv/bin/python bench/autoscale_trace.py [--interval 30] [--ready 60] [--json]
+     .venv/bin/python bench/autoscale_trace.py --zero [--idle-window 600] [--price 2.5]
 
 The decision is modelplane's own (`modelplane.autoscale.decide`, the code `reconcile`
 runs), fed by a queueing model of vLLM-like replicas: each replica has `--slots` request
@@ -29,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from modelplane.api.autoscaling import Autoscaling  # noqa: E402
-from modelplane.autoscale import decide  # noqa: E402
+from modelplane.autoscale import decide, idle_for  # noqa: E402
 
 DAY = 86400
 STEP_AT, STEP_LEN = 3 * 3600 + 7, 600  # 7 s after a round: the step lands mid-interval
@@ -128,6 +129,87 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def sparse_trace(peak: float, t: float) -> float:
+    """A model a team calls in bursts: 20 minutes at `peak` at 09:30, 11:00, 14:00 and 16:30,
+    nothing else (evenings, nights and between bursts)."""
+    for start in (9.5, 11.0, 14.0, 16.5):
+        if start * 3600 <= t < start * 3600 + 1200:
+            return peak
+    return 0.0
+
+
+def simulate_zero(args: argparse.Namespace) -> dict[str, object]:
+    """The sparse trace three ways: a fixed deployment sized for the peak, autoscaled from
+    1, and autoscaled from 0 (`idleWindow`; a request at zero is held while a replica is
+    placed and loads). Uses modelplane's own rules (`decide`, `idle_for`)."""
+    per_replica = args.slots / args.service
+    fixed = math.ceil(args.zero_peak / (per_replica * args.target / args.slots))
+    out: dict[str, object] = {"fixedReplicas": fixed, "idleWindow": args.idle_window}
+    for low in (1, 0):
+        auto = Autoscaling.model_validate(
+            {
+                "minReplicas": low,
+                "maxReplicas": 1000,
+                "metrics": [{"type": "runningRequests", "target": args.target}],
+                "scaleUp": {"stabilizationWindow": 0, "maxStep": args.up_step},
+                "scaleDown": {"stabilizationWindow": args.down_window, "maxStep": args.down_step},
+                "idleWindow": args.idle_window,
+            }
+        )
+        count, serving, history = low, low, ()
+        pending: list[tuple[float, int]] = []
+        active = 0.0
+        gpu_seconds = 0.0
+        held_seconds = 0.0  # request-seconds spent held at the router (a wake)
+        longest_wait = 0.0
+        waiting_since: float | None = None
+        t, next_round = 0.0, 0.0
+        while t < DAY:
+            load = sparse_trace(args.zero_peak, t)
+            serving += sum(n for at, n in pending if at <= t)
+            pending = [(at, n) for at, n in pending if at > t]
+            if load > 0:
+                active = t
+            if serving == 0 and load > 0:
+                held_seconds += load
+                waiting_since = t if waiting_since is None else waiting_since
+                if count == 0:  # the probe (1 s) starts a round that wakes it
+                    count = 1
+                    pending.append((t + 1 + args.ready, 1))
+            elif waiting_since is not None:
+                longest_wait = max(longest_wait, t - waiting_since)
+                waiting_since = None
+            if t >= next_round:
+                names = [f"r{i}" for i in range(serving)]
+                each = load * args.service / max(1, serving)
+                values = {n: {"runningRequests": min(args.slots, each)} for n in names}
+                d = decide(auto, count, names, values, history, t)
+                history, desired = d.history, d.desired
+                idle = idle_for(auto, count, names, values, active, t)
+                if idle is not None and serving == count:
+                    desired = 0
+                if desired > count:
+                    pending.append((t + args.ready, desired - count))
+                elif desired < count:
+                    serving = max(0, serving - (count - desired))
+                count = desired
+                next_round += args.interval
+            gpu_seconds += (serving + sum(n for _, n in pending)) * args.gpus
+            t += 1.0
+        name = "fromOne" if low else "fromZero"
+        out[name] = {
+            "gpuHours": round(gpu_seconds / 3600, 1),
+            "cost": round(gpu_seconds / 3600 * args.price, 2),
+            "heldRequestSeconds": round(held_seconds),
+            "longestWaitSeconds": round(longest_wait),
+        }
+    out["fixed"] = {
+        "gpuHours": round(fixed * args.gpus * DAY / 3600, 1),
+        "cost": round(fixed * args.gpus * DAY / 3600 * args.price, 2),
+    }
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peak", type=float, default=200.0, help="peak load, req/s")
@@ -144,9 +226,15 @@ def main() -> int:
     parser.add_argument("--down-window", type=float, default=300.0)
     parser.add_argument("--down-step", type=int, default=1)
     parser.add_argument("--up-step", type=int, default=8)
+    parser.add_argument("--price", type=float, default=2.5, help="$ per GPU-hour")
+    parser.add_argument(
+        "--zero", action="store_true", help="the sparse trace: fixed, from 1, from 0"
+    )
+    parser.add_argument("--zero-peak", type=float, default=20.0, help="sparse trace peak")
+    parser.add_argument("--idle-window", type=float, default=600.0, help="scale to zero after")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = simulate(args)
+    result = simulate_zero(args) if args.zero else simulate(args)
     if args.json:
         print(json.dumps(result))
     else:

@@ -79,6 +79,8 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
             auto = "-"
             if d.autoscaling:
                 auto = f"{d.desired} ({d.autoscaling[0]}..{d.autoscaling[1]})"
+                if d.desired == 0:
+                    auto += "; scaled to zero"
                 if d.draining:
                     auto += f"; draining {', '.join(d.draining)}"
             cells.append(auto)

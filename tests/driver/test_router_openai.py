@@ -243,14 +243,14 @@ def test_openai_unknown_and_forbidden_models_are_indistinguishable(
     assert again[0] == 404 and again[2] == forbidden[2]
 
 
+ALL = ["asleep", "engine-404", "hangs", "overflows", "qwen", "qwen-alias"]
+
+
 @pytest.mark.parametrize(
     ("key", "listed"),
     [
-        ("key-dev", ["hangs", "overflows", "qwen", "qwen-alias", "stalls", "tiered"]),
-        (
-            "key-batch",
-            ["hangs", "overflows", "qwen", "qwen-alias", "secret-model", "stalls", "tiered"],
-        ),
+        ("key-dev", [*ALL, "sleepy", "stalls", "tiered", "unrouted"]),
+        ("key-batch", [*ALL, "secret-model", "sleepy", "stalls", "tiered", "unrouted"]),
     ],
 )
 def test_models_list_shows_the_callers_models(

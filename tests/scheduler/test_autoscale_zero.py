@@ -202,3 +202,23 @@ def test_a_wake_during_the_drain_takes_the_draining_replica_back() -> None:
     assert out.decisions["ml/m"].desired == 1
     back = schedule(f, out.lock).lock
     assert [r.name for r in back.replicas_of("ml/m")] == [name] and not back.draining()
+
+
+def test_a_deployment_at_zero_shows_in_status() -> None:
+    from rich.console import Console
+
+    from modelplane.cli.health import readiness_tables
+    from modelplane.health.readiness import readiness
+
+    f = zero_fleet()
+    asleep = schedule(f, with_count(schedule(f, None).lock, "ml/m", 0)).lock
+    deps = dict(asleep.deployments)
+    deps["ml/m"] = deps["ml/m"].model_copy(update={"replicas": []})
+    asleep = asleep.model_copy(update={"deployments": deps})
+    view = readiness(f, asleep, Observation(0.0, {}))
+    d = view.deployment("ml/m")
+    assert (d.desired, d.placed, d.ready) == (0, 0, 0)
+    assert d.as_json()["autoscaling"]["replicas"] == 0
+    console = Console(width=250, record=True)
+    console.print(readiness_tables(view)[0])
+    assert "0 (0..3); scaled to zero" in console.export_text()
