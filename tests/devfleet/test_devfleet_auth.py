@@ -156,14 +156,18 @@ def test_auth_rotating_one_key_fails_no_request_of_another_caller(
 ) -> None:
     target, url, tls, keys = deployed
     results: list[tuple[float, int]] = []
+    refusals: list[tuple[dict[str, Any], dict[str, str]]] = []  # who refused: body, headers
     stop = threading.Event()
 
     def steady() -> None:
         while not stop.is_set():
             try:
-                status = post(url, tls, {"Authorization": f"Bearer {keys['batch']}"})[0]
+                status, body, headers = post(url, tls, {"Authorization": f"Bearer {keys['batch']}"})
             except OSError:
                 status = 0
+            else:
+                if status != 200 and len(refusals) < 3:
+                    refusals.append((body, headers))
             results.append((time.monotonic(), status))
 
     thread = threading.Thread(target=steady, daemon=True)
@@ -187,7 +191,7 @@ def test_auth_rotating_one_key_fails_no_request_of_another_caller(
         thread.join(30)
     failed = [r for r in results if r[1] != 200]
     print("rotation:", json.dumps({"batchRequests": len(results), "failed": len(failed)}))
-    assert len(results) > 20 and not failed, failed[:5]
+    assert len(results) > 20 and not failed, (failed[:5], refusals)
 
 
 BYPASS = r"""
