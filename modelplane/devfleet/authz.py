@@ -39,17 +39,25 @@ def keys_path(state: Path) -> Path:
     return state / "authz" / "callers.json"
 
 
-def merged_table(clusters: list[FleetCluster]) -> dict[str, str] | None:
+def merged_table(
+    clusters: list[FleetCluster], seen: dict[int, dict[str, str]] | None = None
+) -> dict[str, str] | None:
     """Every cluster's `callers.json` merged (only the gateway cluster has one); None unless
     every API server answered, with the Secret or a 404 (the last table is kept then, as
     kubelet keeps a mounted Secret it cannot refresh): a busy gateway cluster that times out
-    while the others say "no such Secret" must not read as "no callers" and refuse them all."""
+    while the others say "no such Secret" must not read as "no callers" and refuse them all.
+
+    ``seen``: each cluster's last table, kept across calls. A Secret that was there and is
+    gone (404) keeps its last table, as kubelet keeps a deleted Secret's files in a running
+    pod: the Kubernetes provider replaces a Secret whose data changed (delete, then create
+    under the same name), and that moment must not refuse every caller."""
     table: dict[str, str] = {}
-    for cluster in clusters:
+    for i, cluster in enumerate(clusters):
         try:
             secret = cluster.rest().get(SECRET_PATH, timeout=2)
         except KubeRestError as exc:
             if exc.status == 404:
+                table.update((seen or {}).get(i, {}))
                 continue
             return None
         except OSError:
@@ -57,9 +65,12 @@ def merged_table(clusters: list[FleetCluster]) -> dict[str, str] | None:
         raw = (secret.get("data") or {}).get("callers.json")
         if raw:
             try:
-                table.update(json.loads(base64.b64decode(raw)))
+                found = json.loads(base64.b64decode(raw))
             except ValueError:
                 return None
+            table.update(found)
+            if seen is not None and isinstance(found, dict):
+                seen[i] = found
     return table
 
 
@@ -90,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     netns.enter(str(data["netns"]))
     clusters = [FleetCluster.from_state(c) for c in data["clusters"]]
     path = keys_path(args.state)
-    write_table(path, merged_table(clusters) or {})
+    seen: dict[int, dict[str, str]] = {}
+    write_table(path, merged_table(clusters, seen) or {})
     server = authz.serve(path, authz_ip(int(data["slot"])), PORT)
     stop = threading.Event()
 
     def sync() -> None:
         while not stop.wait(POLL):
-            table = merged_table(clusters)
+            table = merged_table(clusters, seen)
             if table is not None:
                 write_table(path, table)
 

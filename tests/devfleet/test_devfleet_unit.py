@@ -447,6 +447,24 @@ def test_authz_table_is_kept_unless_every_cluster_answered(
     assert merged_table([_Answers(a) for a in answers]) == expected  # type: ignore[list-item]
 
 
+def test_authz_keeps_a_replaced_secrets_table_while_it_is_gone() -> None:
+    """The Kubernetes provider replaces a Secret whose data changed: deleted, then created
+    under its name. Kubelet keeps the deleted Secret's files in a running pod; so does the
+    dev fleet's authz (CI once saw every caller refused for a second of a key rotation)."""
+    from modelplane.devfleet.authz import merged_table
+
+    seen: dict[int, dict[str, str]] = {}
+    gateway, other = _Answers(TABLE), _Answers(404)
+    assert merged_table([gateway, other], seen) == TABLE  # type: ignore[list-item]
+    gateway.answer = 404  # between the delete and the create
+    assert merged_table([gateway, other], seen) == TABLE  # type: ignore[list-item]
+    rotated = {"callers": {"def": "dev"}}
+    gateway.answer = rotated
+    assert merged_table([gateway, other], seen) == rotated  # type: ignore[list-item]
+    # never seen: gone is no callers
+    assert merged_table([_Answers(404)], {}) == {}  # type: ignore[list-item]
+
+
 def test_front_door_listens_privately_for_http_and_on_the_hosts_address_for_tls() -> None:
     """`web` on the private address its Service's EndpointSlice holds; `websecure` where the
     host's connections arrive (Traefik matches a certificate to that address without SNI);
