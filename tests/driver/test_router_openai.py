@@ -8,7 +8,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -641,6 +641,16 @@ def test_openai_router_keeps_its_connections_to_the_front_door(
 # -- wake on request (api.md, "Scale to zero") ----------------------------------------------
 
 
+def until(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll ``check`` until it holds (True) or ``timeout`` passes (False)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
 def held(port: int) -> dict[str, float]:
     _, _, data = call(port, "GET", "/metrics", key=None)
     out = {}
@@ -664,8 +674,7 @@ def test_wake_a_request_for_a_model_at_zero_is_held_until_it_answers(
 
     client = threading.Thread(target=ask)
     client.start()
-    time.sleep(1.5)
-    assert held(port) == {"sleepy": 1.0}  # what reconcile's probe reads
+    assert until(lambda: held(port) == {"sleepy": 1.0})  # what reconcile's probe reads
     client.join(timeout=15)
     assert [s for s, _ in answers] == [200]
     assert json.loads(answers[0][1])["object"] == "chat.completion"
@@ -709,8 +718,7 @@ def test_wake_a_full_queue_answers_429(door: tuple[int, router.Usage]) -> None:
     ]
     for t in waiting:
         t.start()
-    time.sleep(0.7)
-    assert held(port) == {"asleep": 2.0}
+    assert until(lambda: held(port) == {"asleep": 2.0})
     status, headers, data = call(port, "POST", "/v1/chat/completions", {"model": "asleep"})
     assert status == 429 and headers["retry-after"] == str(router.WAKE_RETRY_AFTER)
     assert json.loads(data)["error"]["code"] == "model_waking_queue_full"
