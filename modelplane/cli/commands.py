@@ -358,6 +358,7 @@ def _observe(fleet: Path, outcome: PlanOutcome, grace: str) -> dict[str, str]:
         since,
         observation.at,
         parse_duration(grace),
+        driver.runtime.capacity(),
     )
     return {
         name: h.problem + (" (past the grace period: re-placing)" if name in view.evicting else "")

@@ -563,6 +563,7 @@ def status(
     from modelplane.scheduler.cordon import cordoned_fleet
 
     cordons = f.runtime.cordons()
+    cooling = f.runtime.capacity()
     rollouts = _rollout_lines(f)
     if output is Output.json:
         left = progress(cordoned_fleet(f.spec, cordons), f.previous)
@@ -572,6 +573,7 @@ def status(
                 **st.as_json(),
                 "readiness": view.as_json(),
                 "cordoned": cordoned,
+                "capacity": {k: c.as_json() for k, c in cooling.items()},
                 "rollouts": rollouts,
             }
         )
@@ -586,6 +588,11 @@ def status(
         out.print(table)
     for line in describe(f.spec, f.previous, cordons):
         out.print(f"[yellow]{escape(line)}[/]", highlight=False)
+    from modelplane.health.rules import describe_cooldown
+
+    for key, cool in cooling.items():
+        cluster, _, pool = key.partition("/")
+        out.print(f"[yellow]{escape(describe_cooldown(cluster, pool, cool))}[/]", highlight=False)
     for r in rollouts:
         if r["phase"] != "Complete" or r["reason"]:
             why = f": {r['reason']}" if r["reason"] else ""

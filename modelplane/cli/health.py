@@ -55,6 +55,16 @@ def _age(seconds: float | None) -> str:
     return f"{s // 86400}d"
 
 
+def startup(phases: dict[str, float]) -> str:
+    """`created +2s, scheduled +2s, started +4s, ready +25s, routed +38s` (from `placed`,
+    else from `created`)."""
+    from modelplane.health.phases import durations
+
+    after = durations(phases)
+    first = "placed" if "placed" in after else "created"
+    return ", ".join(f"{p} +{s:g}s" for p, s in after.items() if p != first) or "-"
+
+
 def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]:
     """Deployments (READY n/m ...), then per replica (wide), services and clusters."""
     deployments = Table(title="deployments", title_justify="left")
@@ -89,7 +99,17 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
     tables = [deployments]
     if wide:
         replicas = Table(title="replicas", title_justify="left")
-        for col in ("DEPLOYMENT", "REPLICA", "CLUSTER", "POOL", "PHASE", "PODS", "AGE", "REASON"):
+        for col in (
+            "DEPLOYMENT",
+            "REPLICA",
+            "CLUSTER",
+            "POOL",
+            "PHASE",
+            "PODS",
+            "AGE",
+            "STARTED (s after placed)",
+            "REASON",
+        ):
             replicas.add_column(col, overflow="fold")
         for d in view.deployments:
             for r in d.replicas:
@@ -102,6 +122,7 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
                     phase,
                     f"{r.ready_pods}/{r.expected_pods}",
                     _age(r.age),
+                    startup(r.phases),
                     r.reason,
                 )
         tables.append(replicas)
@@ -183,7 +204,13 @@ def fleet_readiness(
     )
     since = fleet.runtime.unhealthy_since()
     result, _ = observed_schedule(
-        fleet.spec, fleet.previous, observation, since, observation.at, grace
+        fleet.spec,
+        fleet.previous,
+        observation,
+        since,
+        observation.at,
+        grace,
+        fleet.runtime.capacity(),
     )
     shortfall = {k: r.reasons for k, r in result.report.items() if r.unplaced}
     urls = {k: v if isinstance(v, str) else None for k, v in (service_urls or {}).items()}
@@ -194,6 +221,7 @@ def fleet_readiness(
         shortfall=shortfall,
         service_urls=urls,
         since=since,
+        phases=fleet.runtime.replica_phases(),
     )
 
 
@@ -225,6 +253,22 @@ def reconcile(
         ),
     ] = "2s",
     grace: GraceOpt = "5m",
+    spill_after: Annotated[
+        str,
+        typer.Option(
+            "--spill-after",
+            help="A replica whose pods stay Unschedulable this long (no node fits, a cloud "
+            "scale-up failed) is placed again elsewhere (e.g. 10m).",
+        ),
+    ] = "10m",
+    capacity_cooldown: Annotated[
+        str,
+        typer.Option(
+            "--capacity-cooldown",
+            help="How long the pool it could not get onto takes no new replica, unless a "
+            "node more becomes Ready (e.g. 30m).",
+        ),
+    ] = "30m",
     timeout: Annotated[
         str, typer.Option("--timeout", help="Per-request timeout when observing a cluster.")
     ] = "5s",
@@ -353,6 +397,8 @@ def reconcile(
         parallel=parallel,
         # a Prometheus sample older than two rounds is stale: missing, never a scale-in
         metrics_stale_after=2 * every,
+        spill_after=parse_duration(spill_after),
+        cooldown=parse_duration(capacity_cooldown),
         fence=elector.fence if elector is not None else None,
     )
     stop = threading.Event()

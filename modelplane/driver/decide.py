@@ -18,7 +18,7 @@ from typing import Any
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.autoscale import AutoscaleState, Decision, autoscale_fleet
-from modelplane.driver.drain import finish, retire
+from modelplane.driver.drain import finish, retire, without
 from modelplane.driver.plan import Plan
 from modelplane.health.observation import Observation
 from modelplane.health.rules import (
@@ -27,6 +27,13 @@ from modelplane.health.rules import (
     observed_schedule,
     unready_replicas,
     unroutable_clusters,
+)
+from modelplane.health.spill import (
+    DEFAULT_COOLDOWN,
+    DEFAULT_SPILL_AFTER,
+    Cooldown,
+    cooldowns,
+    stuck,
 )
 from modelplane.scheduler.cordon import cordoned_fleet
 from modelplane.stacks import GATEWAY_STACK, deploy_stack
@@ -58,6 +65,9 @@ class RoundInputs:
     cordons: frozenset[str] = frozenset()  # .modelplane/cordons.json (driver.drain)
     were_unready: frozenset[str] = frozenset()  # .modelplane/routing.json, before this round
     held: Mapping[str, int] = field(default_factory=dict)  # model -> requests the router holds
+    capacity: Mapping[str, Cooldown] = field(default_factory=dict)  # .modelplane/capacity.json
+    spill_after: float = DEFAULT_SPILL_AFTER  # a replica Unschedulable this long is re-placed
+    cooldown: float = DEFAULT_COOLDOWN  # and its pool cools down this long
 
 
 @dataclass
@@ -84,6 +94,8 @@ class RoundPlan:
     only: list[str] | None = None  # the stacks `up` runs (None: every stack)
     changed_deployments: list[str] = field(default_factory=list)
     woken: dict[str, str] = field(default_factory=dict)  # deployment -> the model that woke it
+    spilled: dict[str, str] = field(default_factory=dict)  # stuck replica -> where, why
+    capacity: dict[str, Cooldown] = field(default_factory=dict)  # to remember
 
     def rest_after_routes(self, routes_ok: bool) -> list[str] | None:
         """The stacks the main ``up`` runs once the routes-first run ended (``[]``: none,
@@ -148,8 +160,12 @@ def decide(inputs: RoundInputs) -> RoundPlan:
     start, retired = retire(
         closed, ended.lock, observation, inputs.were_unready, inputs.were_unroutable
     )
+    # Spill (health.spill): replicas stuck Unschedulable leave the lock, their pools cool down.
+    found = stuck(start, observation, observation.at, inputs.spill_after)
+    full = cooldowns(inputs.capacity, found, observation, observation.at, inputs.cooldown)
+    start = without(start, found)
     result, view = observed_schedule(
-        closed, start, observation, inputs.unhealthy_since, observation.at, inputs.grace
+        closed, start, observation, inputs.unhealthy_since, observation.at, inputs.grace, full
     )
     plan = Plan(previous, result)
     before = {r.name: r.cluster for d in previous.deployments.values() for r in d.replicas}
@@ -173,6 +189,12 @@ def decide(inputs: RoundInputs) -> RoundPlan:
         unready=unready_replicas(plan.lock, observation, unroutable),
         applied=Applied(specs=specs),
         woken=scaled.woken,
+        spilled={
+            name: f"{s.cluster}/{','.join(s.pools)}: unschedulable since {s.since:.0f}"
+            + (f" ({s.reason})" if s.reason else "")
+            for name, s in found.items()
+        },
+        capacity=full,
     )
     digest = inputs_digest(specs, plan.lock, out.unroutable, out.unready)
     out.applied = Applied(digest, specs)

@@ -39,6 +39,7 @@ from typing import Any
 
 from modelplane.api.errors import FleetInvalid
 from modelplane.api.notices import scalable_to_zero
+from modelplane.api.placement_lock import PlacementLock
 from modelplane.autoscale import Decision
 from modelplane.driver.decide import Applied, RoundInputs, RoundPlan, decide, inputs_digest
 from modelplane.driver.errors import DriverError
@@ -51,7 +52,9 @@ from modelplane.driver.rollouts import unfinished
 from modelplane.driver.settings import resolve_backend, scrub, state_root, url_secrets
 from modelplane.driver.state import RuntimeState
 from modelplane.health.observation import Observation
+from modelplane.health.phases import merged, remember
 from modelplane.health.rules import DEFAULT_GRACE, HealthView
+from modelplane.health.spill import DEFAULT_COOLDOWN, DEFAULT_SPILL_AFTER
 from modelplane.observe import DEFAULT_TIMEOUT, kubeconfig_for, observe_fleet, probe_reachable
 from modelplane.observe.cluster import DEFAULT_STALE_AFTER
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
@@ -89,6 +92,9 @@ class Round:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     duration: float = 0.0
     woken: dict[str, str] = field(default_factory=dict)  # deployment -> model that woke it
+    spilled: dict[str, str] = field(default_factory=dict)  # stuck replica -> where, why
+    # replica -> its start phases (epoch seconds), observed and recorded (driver.phases)
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def locked(self) -> list[str]:
@@ -142,6 +148,7 @@ class Round:
             "retired": self.retired,
             "drained": self.drained,
             "woken": self.woken,
+            "spilled": self.spilled,
         }
 
 
@@ -161,8 +168,12 @@ class Reconciler:
         observer_factory: Callable[[], Observer] = Observer,
         clock: Callable[[], float] = time.time,
         fence: Callable[[], str | None] | None = None,
+        spill_after: float = DEFAULT_SPILL_AFTER,
+        cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
         self.fleet_dir = fleet_dir
+        self.spill_after = spill_after
+        self.cooldown = cooldown
         self.lock = lock
         self.backend = backend
         self.secrets_provider = secrets_provider
@@ -328,8 +339,12 @@ class Reconciler:
                 round_number=self.rounds,
                 grace=self.grace,
                 held=held or {},
+                capacity=state.capacity(),
+                spill_after=self.spill_after,
+                cooldown=self.cooldown,
             )
         )
+        current.spilled = dict(decided.spilled)
         current.woken = dict(decided.woken)
         self._sleeping = sleeping_models(f.spec, decided.plan.lock)
         self._apply(f, state, decided, current)
@@ -359,6 +374,7 @@ class Reconciler:
         state.set_autoscale(decided.autoscale_state)
         state.set_unhealthy_since(decided.unhealthy_since)
         state.set_routing(decided.unroutable, decided.unready)
+        state.set_capacity(decided.capacity)
         plan = decided.plan
 
         def routes_updated() -> None:
@@ -367,9 +383,25 @@ class Reconciler:
                 decided.autoscale_state.routes_gone.setdefault(name, self.clock())
             state.set_autoscale(decided.autoscale_state)
 
+        started = self.clock()
+
+        def phases(routed: bool) -> None:
+            recorded = remember(
+                state.replica_phases(),
+                plan.lock,
+                started,
+                routed=self.clock() if routed else None,
+                added=decided.added,
+                unready=decided.unready,
+                unroutable=decided.unroutable,
+            )
+            state.set_replica_phases(recorded)
+            current.phases = replica_phases(current.observation, plan.lock, recorded)
+
         if decided.skip_up:
             current.skipped_up = True
             routes_updated()
+            phases(routed=True)
             return
         if decided.routes_first:
             t = time.monotonic()
@@ -399,6 +431,24 @@ class Reconciler:
             routes_updated()
         else:  # retry every stack (by fingerprint) next round
             self._applied = Applied(self._applied.digest, None)
+        phases(routed=run.ok)
+
+
+def replica_phases(
+    observation: Observation | None,
+    lock: PlacementLock,
+    recorded: Mapping[str, Mapping[str, float]],
+) -> dict[str, dict[str, float]]:
+    """Every placed replica's start phases: observed from its pods, recorded by reconcile."""
+    out: dict[str, dict[str, float]] = {}
+    for dep in lock.deployments.values():
+        for r in dep.replicas:
+            seen = observation.cluster(r.cluster) if observation is not None else None
+            got = seen.replicas.get(r.name) if seen is not None else None
+            both = merged(got.phases if got is not None else {}, recorded.get(r.name))
+            if both:
+                out[r.name] = both
+    return out
 
 
 def _provider_cluster(resource: Mapping[str, Any]) -> str:

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 
 from modelplane.authz import BoundedServer
+from modelplane.health.phases import durations
 
 STALE_TICK = 120.0  # a loop that has not ticked for this long is not healthy
 
@@ -38,6 +39,8 @@ class Metrics:
         self.ready: dict[str, int] = {}
         self.leader = 0
         self.leader_changes = 0
+        # (deployment, replica, phase) -> seconds after it was placed (health.phases)
+        self.start: dict[tuple[str, str, str], float] = {}
         self.ready_to_serve = False
         self._tick = time.monotonic()
 
@@ -80,6 +83,15 @@ class Metrics:
             if observation is not None and plan is not None:
                 for key in self.wanted:
                     self.ready[key] = _ready(observation, plan.lock, key)
+            if plan is not None:
+                self.start = {
+                    (key, r.name, phase): seconds
+                    for key, dep in sorted(plan.lock.deployments.items())
+                    for r in dep.replicas
+                    for phase, seconds in durations(
+                        getattr(current, "phases", {}).get(r.name, {})
+                    ).items()
+                }
         self.tick()
 
     def render(self) -> str:
@@ -113,6 +125,16 @@ class Metrics:
                 *_replicas("replicas_wanted", "Replicas the specs want.", self.wanted),
                 *_replicas("replicas_placed", "Replicas placed in the lock.", self.placed),
                 *_replicas("replicas_ready", "Replicas observed Ready.", self.ready),
+                *_metric(
+                    "replica_start_seconds",
+                    "gauge",
+                    "Seconds from a replica's placement (else its pods' creation) to each start "
+                    "phase: created, scheduled, started, ready, routed.",
+                    {
+                        (("deployment", d), ("replica", r), ("phase", p)): v
+                        for (d, r, p), v in self.start.items()
+                    },
+                ),
                 *_metric("leader", "gauge", "1 while this process leads.", {(): self.leader}),
                 *_metric(
                     "leader_changes_total",

@@ -41,6 +41,7 @@ from urllib.parse import urlparse
 
 if TYPE_CHECKING:  # imported when used: `plan` reads the cordons and nothing else here
     from modelplane.autoscale import AutoscaleState
+    from modelplane.health.spill import Cooldown
 
 HEALTH = "health"
 AUTOSCALE = "autoscale"
@@ -49,6 +50,8 @@ ORPHANS = "orphans"
 CORDONS = "cordons"
 ROLLOUT = "rollout"
 SCALE = "scale"
+PHASES = "phases"
+CAPACITY = "capacity"
 FLEET_ID_ENV = "MODELPLANE_FLEET_ID"
 SHARED_SCHEMES = ("postgres", "postgresql")
 REPLICA_PREFIX = "replica:"
@@ -199,6 +202,15 @@ class Routing:
         return tuple(sorted(self.unroutable) + sorted(REPLICA_PREFIX + r for r in self.unready))
 
 
+def _cooldown(data: Any) -> Cooldown:
+    from modelplane.health.spill import Cooldown
+
+    try:
+        return Cooldown.from_json(data)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _document(data: Any) -> dict[str, Any]:
     """A document that is a JSON object, else an empty one."""
     return data if isinstance(data, dict) else {}
@@ -239,6 +251,8 @@ class _Section(Generic[V]):
 _UNHEALTHY = _Section(HEALTH, "unhealthySince", float, keep_empty=True)
 _CORDONS = _Section(CORDONS, "cordons", float)
 _SCALED = _Section(SCALE, "replicas", int)
+_CAPACITY = _Section(CAPACITY, "pools", lambda v: _cooldown(v))
+_PHASES = _Section(PHASES, "replicas", lambda v: {str(k): float(t) for k, t in dict(v).items()})
 
 
 class RuntimeState:
@@ -373,6 +387,24 @@ class RuntimeState:
     def set_rollouts(self, records: Mapping[str, RolloutRecord]) -> None:
         """Record exactly these rollouts (none: the document goes)."""
         _ROLLOUTS.save(self.store, {k: r.as_json() for k, r in records.items()})
+
+    # -- capacity.json -------------------------------------------------------------------
+
+    def capacity(self) -> dict[str, Cooldown]:
+        """The pools cooling down after a stockout (`cluster/pool`; health.spill)."""
+        return _CAPACITY.load(self.store)
+
+    def set_capacity(self, pools: Mapping[str, Cooldown]) -> None:
+        _CAPACITY.save(self.store, {k: c.as_json() for k, c in pools.items()})
+
+    # -- phases.json ---------------------------------------------------------------------
+
+    def replica_phases(self) -> dict[str, dict[str, float]]:
+        """When `reconcile` first saw each replica placed and routed (`placed`, `routed`)."""
+        return _PHASES.load(self.store)
+
+    def set_replica_phases(self, phases: Mapping[str, Mapping[str, float]]) -> None:
+        _PHASES.save(self.store, {k: dict(sorted(v.items())) for k, v in phases.items()})
 
     # -- scale.json ----------------------------------------------------------------------
 

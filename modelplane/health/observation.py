@@ -57,6 +57,14 @@ class ReplicaObservation:
     # Per serving role (unified, prefill, decode): its oldest pod's creation time. A
     # rollout waits only for the pods of the roles its change touched (driver.rollouts).
     role_created: dict[str, float] = field(default_factory=dict)
+    # Start phases (epoch seconds; a phase is there once every pod reached it): `created`
+    # (the first pod), `scheduled` (PodScheduled), `started` (every container running),
+    # `ready` (Ready). api.md / status.md "Start phases".
+    phases: dict[str, float] = field(default_factory=dict)
+    # A pod the scheduler cannot place (PodScheduled False, reason Unschedulable): since when
+    # (the earliest such pod's condition), and the scheduler's message. health.spill.
+    unschedulable_since: float | None = None
+    unschedulable: str = ""
 
     def as_json(self) -> dict[str, Any]:
         out = self._json()
@@ -69,7 +77,12 @@ class ReplicaObservation:
 
     def _json(self) -> dict[str, Any]:
         born = dict(sorted(self.role_created.items()))
-        roles = {"roleCreated": born} if born else {}
+        roles: dict[str, Any] = {"roleCreated": born} if born else {}
+        if self.phases:
+            roles["phases"] = dict(self.phases)
+        if self.unschedulable_since is not None:
+            roles["unschedulableSince"] = self.unschedulable_since
+            roles["unschedulable"] = self.unschedulable
         return {
             "created": self.created,
             "runningPods": self.running_pods,
@@ -208,6 +221,9 @@ class Observation:
                         v.get("metricsSource"),
                         v.get("metricsFallback"),
                         {str(k): float(t) for k, t in (v.get("roleCreated") or {}).items()},
+                        {str(k): float(t) for k, t in (v.get("phases") or {}).items()},
+                        v.get("unschedulableSince"),
+                        str(v.get("unschedulable") or ""),
                     )
                     for r, v in (c.get("replicas") or {}).items()
                 },

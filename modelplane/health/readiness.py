@@ -8,6 +8,7 @@ and per cluster (health). `as_json` is the documented `status --output json` sha
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.health.classes import class_mismatches
 from modelplane.health.observation import Observation
+from modelplane.health.phases import durations, merged
 from modelplane.health.rules import NOT_READY, UNREACHABLE, ClusterHealth, cluster_health
 from modelplane.scheduler import autoscaled_count
 from modelplane.stacks import cache_clusters
@@ -61,9 +63,12 @@ class ReplicaStatus:
     ready_pods: int
     expected_pods: int
     age: float | None
+    phases: dict[str, float] = field(default_factory=dict)  # health.phases: start order
 
     def as_json(self) -> dict[str, Any]:
+        started = {"phases": dict(self.phases), "startSeconds": durations(self.phases)}
         return {
+            **(started if self.phases else {}),
             "name": self.name,
             "cluster": self.cluster,
             "index": self.index,
@@ -223,10 +228,13 @@ def _replica(
     observation: Observation,
     health: Mapping[str, ClusterHealth],
     now: float,
+    recorded: Mapping[str, float] | None = None,
 ) -> ReplicaStatus:
     expected = expected_pods(dep)
     seen = observation.cluster(replica.cluster)
     h = health.get(replica.cluster)
+    observed = seen.replicas.get(replica.name) if seen is not None else None
+    started = merged(observed.phases if observed is not None else {}, recorded)
 
     def row(phase: str, reason: str, pods: int = 0, ready: int = 0, age: float | None = None):
         return ReplicaStatus(
@@ -240,6 +248,7 @@ def _replica(
             ready,
             expected,
             age,
+            started,
         )
 
     if h is None:
@@ -258,6 +267,11 @@ def _replica(
             return row(NOT_READY_PHASE, f"cluster {h.problem}", got.pods, got.ready_pods, age)
         return row(READY, "", got.pods, got.ready_pods, age)
     why = list(got.reasons[:3])
+    if got.unschedulable_since is not None:
+        pools = ",".join(sorted(set(replica.pools.values())))
+        stamp = time.strftime("%H:%M:%S", time.gmtime(got.unschedulable_since))
+        message = f": {got.unschedulable}" if got.unschedulable else ""
+        why = [f"waiting for capacity on {replica.cluster}/{pools} since {stamp} UTC{message}"]
     if got.claims and got.allocated_claims < got.claims:
         why.insert(0, f"{got.allocated_claims} of {got.claims} device claims allocated")
     if got.groups and got.ready_groups < got.groups:
@@ -333,6 +347,7 @@ def readiness(
     shortfall: Mapping[str, Sequence[str]] | None = None,
     service_urls: Mapping[str, str | None] | None = None,
     since: Mapping[str, float] | None = None,
+    phases: Mapping[str, Mapping[str, float]] | None = None,
 ) -> FleetReadiness:
     """The readiness view at `observation.at` (`shortfall`: the plan's reasons per
     deployment; `service_urls`: the gateway stack's `services` output)."""
@@ -380,7 +395,7 @@ def readiness(
     for key, dep in fleet.deployments.items():
         rows, leaving = [], []
         for locked in lock.replicas_of(key):
-            got = _replica(dep, locked, observation, health, now)
+            got = _replica(dep, locked, observation, health, now, (phases or {}).get(locked.name))
             if locked.draining:
                 reason = "scale-in: out of the routes" + (f"; {got.reason}" if got.reason else "")
                 leaving.append(dataclasses.replace(got, phase=DRAINING, reason=reason))

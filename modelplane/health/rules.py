@@ -9,6 +9,7 @@ are then rewritten to say what was observed.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster, Taint
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.health.observation import ClusterObservation, Observation
+from modelplane.health.spill import Cooldown, describe
 from modelplane.scheduler import ScheduleResult, schedule
 from modelplane.scheduler import reasons as texts
 from modelplane.scheduler.taints import UNHEALTHY_KEY as UNHEALTHY_KEY  # re-exported
@@ -87,6 +89,7 @@ class HealthView:
     since: dict[str, float]
     evicting: list[str] = field(default_factory=list)  # unhealthy past the grace period
     capped: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)  # ready, spec
+    full: dict[str, Cooldown] = field(default_factory=dict)  # `cluster/pool` cooling down
 
     def taint(self, cluster: str) -> Taint | None:
         h = self.health.get(cluster)
@@ -102,11 +105,14 @@ def effective_fleet(
     since: Mapping[str, float],
     now: float,
     grace: float = DEFAULT_GRACE,
+    full: Mapping[str, Cooldown] | None = None,
 ) -> HealthView:
-    """The fleet the scheduler sees given `observation` (`since`: `remember`'s output)."""
+    """The fleet the scheduler sees given `observation` (`since`: `remember`'s output;
+    `full`: the pools cooling down after a stockout, health.spill: each is a fixed pool of
+    its Ready nodes)."""
     health = {n: cluster_health(c, observation.cluster(n)) for n, c in fleet.clusters.items()}
     since = remember(since, health, now)
-    view = HealthView(fleet, health, since)
+    view = HealthView(fleet, health, since, full=dict(full or {}))
     clusters: dict[str, InferenceCluster] = {}
     for name, cluster in fleet.clusters.items():
         spec = cluster.spec
@@ -123,9 +129,11 @@ def effective_fleet(
             for pool in spec.node_pools:
                 got = seen.pools.get(pool.name)
                 ready = got.ready_nodes if got is not None else 0
-                if pool.max_node_count is None and ready < pool.node_count:
-                    view.capped[(name, pool.name)] = (ready, pool.node_count)
-                    pool = pool.model_copy(update={"node_count": ready})
+                declared = pool.max_node_count or pool.node_count
+                cooling = f"{name}/{pool.name}" in view.full
+                if (pool.max_node_count is None or cooling) and ready < declared:
+                    view.capped[(name, pool.name)] = (ready, declared)
+                    pool = pool.model_copy(update={"node_count": ready, "max_node_count": None})
                 pools.append(pool)
             spec = spec.model_copy(update={"node_pools": pools})
         clusters[name] = cluster.model_copy(update={"spec": spec})
@@ -149,8 +157,21 @@ def explain(view: HealthView, reason: str) -> str:
             )
     for (c, pool), (ready, nodes) in view.capped.items():
         if c == cluster and why.startswith(f"pool {pool} has "):
+            cool = view.full.get(f"{c}/{pool}")
+            if cool is not None:
+                return (
+                    f"{reason} ({ready} of {nodes} nodes Ready; {describe_cooldown(c, pool, cool)})"
+                )
             return f"{reason} ({ready} of {nodes} nodes Ready)"
     return reason
+
+
+def describe_cooldown(cluster: str, pool: str, cool: Cooldown) -> str:
+    return describe(f"{cluster}/{pool}", cool, _clock)
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(at))
 
 
 def observed_schedule(
@@ -160,9 +181,10 @@ def observed_schedule(
     since: Mapping[str, float],
     now: float,
     grace: float = DEFAULT_GRACE,
+    full: Mapping[str, Cooldown] | None = None,
 ) -> tuple[ScheduleResult, HealthView]:
     """`schedule` on the effective fleet, with reasons that say what was observed."""
-    view = effective_fleet(fleet, observation, since, now, grace)
+    view = effective_fleet(fleet, observation, since, now, grace, full)
     result = schedule(view.fleet, previous)
     report = {
         key: dataclasses.replace(rep, reasons=[explain(view, r) for r in rep.reasons])

@@ -64,6 +64,68 @@ def _epoch(stamp: str | None) -> float | None:
         return None
 
 
+def _condition_time(pod: dict[str, Any], kind: str) -> float | None:
+    """When the pod's condition `kind` last became True (None: it is not True)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            if cond.get("status") != "True":
+                return None
+            return _epoch(cond.get("lastTransitionTime"))
+    return None
+
+
+def _started_time(pod: dict[str, Any]) -> float | None:
+    """When the last of the pod's containers started running (None: one is not running)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    times = [
+        _epoch(((cs.get("state") or {}).get("running") or {}).get("startedAt")) for cs in statuses
+    ]
+    if not statuses or any(t is None for t in times):
+        return None
+    return max(t for t in times if t is not None)
+
+
+def start_phases(pods: list[dict[str, Any]]) -> dict[str, float]:
+    """A replica's start phases from its pods: each the time the last pod reached it, and only
+    once every pod did (`created`: the first pod's creation)."""
+    if not pods:
+        return {}
+    out: dict[str, float] = {}
+    born = [_epoch((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
+    if all(t is not None for t in born):
+        out["created"] = min(t for t in born if t is not None)
+    for phase, reached in (
+        ("scheduled", lambda p: _condition_time(p, "PodScheduled")),
+        ("started", _started_time),
+        ("ready", lambda p: _condition_time(p, "Ready")),
+    ):
+        times = [reached(p) for p in pods]
+        if all(t is not None for t in times):
+            out[phase] = max(t for t in times if t is not None)
+    return out
+
+
+def unschedulable(pods: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """Since when some pod cannot be placed by the scheduler (PodScheduled False with
+    reason Unschedulable: no node fits, or a cloud scale-up that failed or has not come), and
+    the scheduler's message; (None, "") when every pod is placed or being placed."""
+    since: float | None = None
+    message = ""
+    for pod in pods:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                at = _epoch(cond.get("lastTransitionTime")) or _epoch(
+                    (pod.get("metadata") or {}).get("creationTimestamp")
+                )
+                if at is not None and (since is None or at < since):
+                    since, message = at, str(cond.get("message") or "")[:240]
+    return since, message
+
+
 def _pod_reason(pod: dict[str, Any]) -> str | None:
     """Why a pod is not Ready, in one line (None when it is)."""
     if _ready(pod):
@@ -301,6 +363,7 @@ class ClusterReader:
                     by_role[role] = min(born, by_role.get(role, born))
             c = claims.get(replica, [])
             g = groups.get(replica, [0, 0])
+            stuck = unschedulable(mine)
             values, why, source, fallback = None, None, None, None
             if replica in wanted:
                 values, why, source, fallback = self.replica_metrics(
@@ -316,6 +379,9 @@ class ClusterReader:
                 reasons=reasons,
                 created=min(created) if created else None,
                 role_created=by_role,
+                phases=start_phases(mine),
+                unschedulable_since=stuck[0],
+                unschedulable=stuck[1],
                 running_pods=sum(
                     1 for p in mine if (p.get("status") or {}).get("phase") == "Running"
                 ),

@@ -405,6 +405,17 @@ def test_wake_from_zero_answers_every_held_request_then_idle_scales_back_to_zero
         placed = woke[0]["started"] + woke[0]["duration"] - started
         probe = [e for e in fx.events(loop) if "model napper" in (e.get("probe") or {})]
         assert probe, "the probe started the round, not the interval"
+        # Its start phases (status.md "Start phases"), from the pods and reconcile's record.
+        status = fx.modelplane("status", str(target), "-o", "json", env=deployer.env(), timeout=180)
+        assert status.returncode == 0, status.stderr[-2000:]
+        (replica,) = json.loads(status.stdout)["readiness"]["deployments"][NAPPER]["replicas"]
+        phases = replica["startSeconds"]
+        assert set(phases) == {"placed", "created", "scheduled", "started", "ready", "routed"}, (
+            replica
+        )
+        order = [phases[p] for p in ("placed", "created", "scheduled", "started", "ready")]
+        assert order == sorted(order), phases
+        assert phases["ready"] - phases["started"] >= NAP_LOAD - 1  # the load is in there
         # Idle: no request for the idle window -> 0, through the drain.
         quiet = time.time()
         fx.wait_for(
@@ -437,6 +448,7 @@ def test_wake_from_zero_answers_every_held_request_then_idle_scales_back_to_zero
                 "budgetSeconds": round((placed + NAP_LOAD) * 1.1, 1),
                 "backToZeroSeconds": round(asleep, 1),
                 "idleWindowSeconds": NAP_IDLE,
+                "startPhases": phases,
             },
             indent=1,
         )
