@@ -272,7 +272,7 @@ def _replica(
         stamp = time.strftime("%H:%M:%S", time.gmtime(got.unschedulable_since))
         message = f": {got.unschedulable}" if got.unschedulable else ""
         why = [f"waiting for capacity on {replica.cluster}/{pools} since {stamp} UTC{message}"]
-    if got.claims and got.allocated_claims < got.claims:
+    if got.claims and got.allocated_claims < got.claims and got.unschedulable_since is None:
         why.insert(0, f"{got.allocated_claims} of {got.claims} device claims allocated")
     if got.groups and got.ready_groups < got.groups:
         why.append(f"{got.ready_groups} of {got.groups} LeaderWorkerSet groups ready")

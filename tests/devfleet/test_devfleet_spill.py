@@ -75,7 +75,11 @@ def test_spill_a_replica_stuck_behind_a_stockout_moves_and_the_pool_cools_down(
             if r.reason.startswith("waiting for capacity on dev-1/l4")
         ]
 
-    fx.wait_for("a replica waiting for capacity on dev-1", lambda: len(waiting()) == 1, 300)
+    try:
+        fx.wait_for("a replica waiting for capacity on dev-1", lambda: len(waiting()) == 1, 300)
+    except BaseException:
+        replicas = fx.readiness(fleet_dir, deployer).deployment(QWEN).replicas
+        raise AssertionError([(r.name, r.cluster, r.phase, r.reason) for r in replicas]) from None
     (stuck,) = waiting()
     url = deployer.fleet(fleet_dir).status().gateway["services"][CHAT]
     load = fx.Load(url).__enter__()
