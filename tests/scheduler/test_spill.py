@@ -209,3 +209,16 @@ def test_spill_status_says_the_replica_waits_for_capacity() -> None:
     (replica,) = [r for r in view.deployment("ml/m").replicas if r.name == STUCK]
     assert replica.phase == "Pending"
     assert replica.reason == f"waiting for capacity on a/gpu since 02:45:00 UTC: {FULL}"
+
+
+def test_spill_a_shortfall_on_a_cooling_pool_says_why() -> None:
+    from modelplane.health.rules import observed_schedule
+
+    bigger = dataclasses.replace(
+        SPEC, deployments={"ml/m": deployment("m", 6, tensor=8)}
+    )  # 6 > a's 1 Ready node + b's 2
+    result, _ = observed_schedule(bigger, LOCK, seen(None), {}, NOW, full={"a/gpu": COOL})
+    reasons = result.report["ml/m"].reasons
+    (on_a,) = [r for r in reasons if r.startswith("a: ")]
+    assert "(1 of 4 nodes Ready; no capacity on a/gpu since 02:45:00" in on_a, reasons
+    assert "no new replicas there until 02:48:20 or a node more is Ready)" in on_a
