@@ -8,7 +8,6 @@ and per cluster (health). `as_json` is the documented `status --output json` sha
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +18,13 @@ from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.health.classes import class_mismatches
 from modelplane.health.observation import Observation
 from modelplane.health.phases import durations, merged
-from modelplane.health.rules import NOT_READY, UNREACHABLE, ClusterHealth, cluster_health
+from modelplane.health.rules import (
+    NOT_READY,
+    UNREACHABLE,
+    ClusterHealth,
+    clock_text,
+    cluster_health,
+)
 from modelplane.scheduler import autoscaled_count
 from modelplane.stacks import cache_clusters
 
@@ -269,7 +274,7 @@ def _replica(
     why = list(got.reasons[:3])
     if got.unschedulable_since is not None:
         pools = ",".join(sorted(set(replica.pools.values())))
-        stamp = time.strftime("%H:%M:%S", time.gmtime(got.unschedulable_since))
+        stamp = clock_text(got.unschedulable_since)
         message = f": {got.unschedulable}" if got.unschedulable else ""
         why = [f"waiting for capacity on {replica.cluster}/{pools} since {stamp} UTC{message}"]
     if got.claims and got.allocated_claims < got.claims and got.unschedulable_since is None:

@@ -167,10 +167,11 @@ def explain(view: HealthView, reason: str) -> str:
 
 
 def describe_cooldown(cluster: str, pool: str, cool: Cooldown) -> str:
-    return describe(f"{cluster}/{pool}", cool, _clock)
+    return describe(f"{cluster}/{pool}", cool, clock_text)
 
 
-def _clock(at: float) -> str:
+def clock_text(at: float) -> str:
+    """Epoch seconds as `HH:MM:SS` (UTC)."""
     return time.strftime("%H:%M:%S", time.gmtime(at))
 
 

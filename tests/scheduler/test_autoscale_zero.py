@@ -18,6 +18,7 @@ from modelplane.health.observation import ClusterObservation, Observation, Repli
 from modelplane.scheduler import schedule
 from modelplane.wake import active_deployments, parse_held, sleeping_models, to_wake
 from tests.factories import cluster, deployment, fleet, inference_class, pool
+from tests.scheduler.test_autoscale import with_count
 
 H100 = inference_class("h100", 8)
 ZERO = {
@@ -73,12 +74,6 @@ def seen(lock: PlacementLock, metrics: dict[str, dict[str, float] | None]) -> Ob
 
 def quiet(lock: PlacementLock) -> dict[str, dict[str, float] | None]:
     return {r.name: {"queueDepth": 0.0, "runningRequests": 0.0} for r in lock.replicas_of("ml/m")}
-
-
-def with_count(previous: PlacementLock, key: str, count: int) -> PlacementLock:
-    deps = dict(previous.deployments)
-    deps[key] = deps[key].model_copy(update={"autoscaled_replicas": count})
-    return previous.model_copy(update={"deployments": deps})
 
 
 def test_wake_maps_model_names_to_the_deployments_they_wake() -> None:
