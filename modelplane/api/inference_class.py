@@ -202,6 +202,10 @@ class InferenceClassSpec(Strict):
     machine type, else unchecked."""
     provisioning: Provisioning | None = None
     """How to provision such a node on a cloud; absent: capabilities only (existing pools)."""
+    price_per_node_hour: float | None = Field(default=None, ge=0, le=1_000_000, allow_inf_nan=False)
+    """What one node of this class costs per hour, in the fleet's one currency (0..1000000);
+    read by deployments with `placementPolicy: Cheapest` and by `plan`'s cost per hour.
+    Absent: unknown (such pools come after every priced one)."""
 
     @field_validator("devices")
     @classmethod

@@ -219,6 +219,10 @@ class ModelDeploymentSpec(Strict):
     """
     rollout: Rollout = Field(default_factory=Rollout)
     """How a pod-template change reaches the replicas (default: one replica at a time)."""
+    placement_policy: Literal["Spread", "Cheapest"] = "Spread"
+    """Where new replicas go among the clusters and pools with room: Spread (default) over
+    clusters first; Cheapest: the lowest price per hour first (InferenceClass
+    `pricePerNodeHour`), then spread. Placed replicas never move either way."""
 
     @model_validator(mode="after")
     def _autoscaling_bounds(self) -> ModelDeploymentSpec:

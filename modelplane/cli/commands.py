@@ -327,7 +327,8 @@ def _explain_table(key: str, evidence: dict) -> Table:
             extra += f" (selectors: {'; '.join(c['selectors'])})"
         table.add_row(*map(escape, (c["cluster"], c["rule"] or "-", extra)))
     for r in evidence["replicas"]:
-        table.add_row(escape(r["cluster"]), "placed", escape(f"{r['name']}: {r['why']}"))
+        cost = f" ({r['costPerHour']:.2f} per hour)" if r.get("costPerHour") is not None else ""
+        table.add_row(escape(r["cluster"]), "placed", escape(f"{r['name']}: {r['why']}{cost}"))
     return table
 
 
@@ -391,6 +392,10 @@ def _plan_table(deployments: dict) -> Table:
         if auto:
             bounds = f"{auto['minReplicas']}..{auto['maxReplicas']}"
             label += f"\nautoscaled {auto['replicas']} ({bounds})"
+        if d.get("placementPolicy") == "Cheapest":
+            label += "\ncheapest first"
+        if "costPerHour" in d:
+            label += f"\n{d['costPerHour']:.2f} per hour"
         for r in d["replicas"]:
             pools = ", ".join(f"{k}={v}" for k, v in r["pools"].items())
             note = "draining (scale-in)" if r.get("draining") else ""

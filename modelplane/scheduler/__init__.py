@@ -17,6 +17,7 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.scheduler.cordon import surged_fleet
+from modelplane.scheduler.cost import rounded
 from modelplane.scheduler.placement import Placement
 from modelplane.scheduler.reserved import (
     RemovedReport,
@@ -190,7 +191,17 @@ def _schedule(
         deployments[key] = LockedDeployment.model_construct(
             autoscaled_replicas=desired[key] if auto else None, replicas=replicas
         )
+        cost: float | None = None
+        if run.prices.any:
+            cost = rounded(
+                sum(
+                    (run.replica_cost(key, dep, slot, pools) for slot, pools, _ in slots),
+                    0.0,
+                )
+            )
         report[key] = DeploymentReport(
+            cost_per_hour=cost,
+            policy=dep.spec.placement_policy,
             desired=desired[key],
             replicas=replicas,
             unplaced=max(0, desired[key] - len(run.placed[key])),

@@ -13,15 +13,26 @@ from collections.abc import Iterable
 from typing import Any
 
 from modelplane.api.fleet import FleetSpec
-from modelplane.api.placement_lock import PlacementLock
+from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler import ScheduleResult, autoscaled_fleet
+from modelplane.scheduler.cost import rounded
 from modelplane.scheduler.explain import cluster_evidence
-from modelplane.scheduler.placement import lowest_free
+from modelplane.scheduler.placement import cheapest_first, lowest_free
 from modelplane.scheduler.survive import charged
 
 WHY_STICKY = "sticky"  # kept where the previous lock had it
 WHY_SPREAD = "spread"  # a new replica, the only one of the deployment on its cluster
 WHY_PACK = "pack"  # a new replica next to others of the deployment (spread ran out)
+WHY_CHEAPEST = "cheapest"  # a new replica of a Cheapest deployment: where it cost least
+
+
+def _why(r: LockedReplica, kept: set[tuple[str, int, str]], cheapest: bool, on: int) -> str:
+    """Why a placed replica is where it is (`on`: the deployment's replicas on its cluster)."""
+    if (r.cluster, r.index, r.name) in kept:
+        return WHY_STICKY
+    if cheapest:
+        return WHY_CHEAPEST
+    return WHY_SPREAD if on == 1 else WHY_PACK
 
 
 def explain_plan(
@@ -53,17 +64,21 @@ def explain_plan(
         before = previous.deployments.get(key) if previous is not None else None
         kept = {(r.cluster, r.index, r.name) for r in before.replicas} if before else set()
         per_cluster = Counter(r.cluster for r in report.replicas)
-        replicas = [
-            {
+        cheapest = cheapest_first(dep)
+        replicas = []
+        for r in report.replicas:
+            entry: dict[str, Any] = {
                 "name": r.name,
                 "cluster": r.cluster,
                 "pools": {str(role): pool for role, pool in r.pools.items()},
-                "why": WHY_STICKY
-                if (r.cluster, r.index, r.name) in kept
-                else (WHY_SPREAD if per_cluster[r.cluster] == 1 else WHY_PACK),
+                "why": _why(r, kept, cheapest, per_cluster[r.cluster]),
             }
-            for r in report.replicas
-        ]
+            if run.prices.any:
+                pools = {str(role): pool for role, pool in r.pools.items()}
+                entry["costPerHour"] = rounded(
+                    run.replica_cost(key, dep, (r.cluster, r.index), pools)
+                )
+            replicas.append(entry)
         out[key] = {
             "desired": report.desired,
             "placed": len(report.serving),

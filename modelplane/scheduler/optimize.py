@@ -13,7 +13,8 @@ The model, after retain and scale down (kept replicas are constants):
   pods of one role than that role has workers (so every worker's pods can be on
   distinct nodes); node loads in non-increasing order (the nodes are alike);
 - objective: devices placed, each priority level weighted above everything
-  below it, plus a spread bonus worth less than one device in total.
+  below it, plus a spread bonus and (deployments with `placementPolicy: Cheapest`)
+  a cost penalty, together worth less than one device.
 
 The model is built as arrays and handed to HiGHS in bulk. HiGHS runs single-threaded
 with a fixed seed on a model built in a fixed order, so a solve that closes gives the
@@ -22,6 +23,7 @@ same answer every time.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ import numpy as np
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.scheduler.capacity import Item, Pool
 from modelplane.scheduler.matching import PodDemand
-from modelplane.scheduler.placement import Placement, lowest_free, replica_gpus
+from modelplane.scheduler.placement import Placement, cheapest_first, lowest_free, replica_gpus
 from modelplane.scheduler.result import OptimizeReport
 
 SEED = 0
@@ -159,12 +161,18 @@ def optimize(run: Placement, time_limit: float) -> OptimizeReport:
 
     weights = _priority_weights(run, order, missing)
     gpus = {k: replica_gpus(d) for k, d in order}
+    unit = min(weights.values()) if weights else 1
+    penalties = _cost_penalties(run, options, missing, unit)
+    if penalties:
+        # The cost penalty ranks options within a device, so the solve must close.
+        h.setOptionValue("mip_abs_gap", 0.0)
     model = Model()
     by_dep: dict[str, list[int]] = defaultdict(list)
     pools: dict[tuple[str, int], PoolTerms] = {}
-    for opt in options:
-        cost = float(weights[opt.deployment] * gpus[opt.deployment])
-        opt.column = model.col(float(missing[opt.deployment]), cost)
+    for number, opt in enumerate(options):
+        worth = float(weights[opt.deployment] * gpus[opt.deployment])
+        worth -= penalties.get(number, 0.0)
+        opt.column = model.col(float(missing[opt.deployment]), worth)
         by_dep[opt.deployment].append(opt.column)
         for _, pos, demand in opt.pools:
             pool = run.cluster_pools[opt.cluster][pos]
@@ -180,8 +188,9 @@ def optimize(run: Placement, time_limit: float) -> OptimizeReport:
             _node_rows(model, terms)
         else:
             _capacity_rows(model, terms)
-    if len(options) and _spread_pairs(options) <= SPREAD_PAIRS_LIMIT:
-        _spread_bonus(model, options, min(weights.values()) if weights else 1)
+    spread = [o for o in options if not cheapest_first(run.deployments[o.deployment])]
+    if spread and _spread_pairs(spread) <= SPREAD_PAIRS_LIMIT:
+        _spread_bonus(model, spread, unit * (0.5 if penalties else 1.0))
     status = "no new replicas"
     seconds = 0.0
     objective = kept_gpus
@@ -314,13 +323,37 @@ def _node_rows(model: Model, terms: PoolTerms) -> None:
                 model.row(0.0, INF, order)
 
 
+def _cost_penalties(
+    run: Placement, options: list[Option], missing: dict[str, int], unit: int
+) -> dict[int, float]:
+    """Per option of a Cheapest deployment (by its position), what one replica there
+    gives up for its price per hour: in proportion to the price, at most 0.4 of a
+    lowest-priority device over every missing replica of such deployments (a pool without
+    a price counts twice the dearest priced one)."""
+    cheap = [(n, o) for n, o in enumerate(options) if cheapest_first(run.deployments[o.deployment])]
+    if not cheap:
+        return {}
+    costs = {
+        n: run.prices.replica(
+            (run.cluster_pools[o.cluster][pos], demand) for _, pos, demand in o.pools
+        )
+        for n, o in cheap
+    }
+    finite = [c for c in costs.values() if not math.isinf(c)]
+    dearest = 2 * max(finite) if finite and max(finite) > 0 else 1.0
+    replicas = sum(missing[d] for d in {o.deployment for _, o in cheap})
+    scale = 0.4 * unit / (dearest * max(1, replicas))
+    return {n: scale * (dearest if math.isinf(c) else c) for n, c in costs.items()}
+
+
 def _spread_pairs(options: list[Option]) -> int:
     return len({(o.deployment, o.cluster) for o in options})
 
 
-def _spread_bonus(model: Model, options: list[Option], unit: int) -> None:
+def _spread_bonus(model: Model, options: list[Option], unit: float) -> None:
     """A binary per (deployment, cluster), at most the replicas placed there, each worth
-    at most half a lowest-priority device in all: spread, never at a device's cost."""
+    at most half a lowest-priority device (`unit`) in all: spread, never at a device's
+    cost."""
     pairs: dict[tuple[str, int], list[int]] = defaultdict(list)
     names: dict[str, int] = {}
     for opt in options:

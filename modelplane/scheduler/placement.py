@@ -18,6 +18,7 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.scheduler.capacity import Item, Layout, Pool
 from modelplane.scheduler.cordon import cordoned
+from modelplane.scheduler.cost import PriceBook
 from modelplane.scheduler.eligibility import Eligibility, RolePools
 from modelplane.scheduler.explain import Explainer
 from modelplane.scheduler.interning import Interner
@@ -43,6 +44,7 @@ class Placement:
         self.deployments = dict(sorted(fleet.deployments.items()))
         self.cluster_names = sorted(fleet.clusters)
         self.matcher = Matcher(fleet.classes)
+        self.prices = PriceBook(fleet.classes)  # scheduler.cost: placementPolicy Cheapest
         self.eligibility = Eligibility(fleet, self.matcher)
         self.pools: dict[tuple[str, str], Pool] = {}
         self.cluster_pools: dict[str, list[Pool]] = {}
@@ -202,15 +204,28 @@ class Placement:
             draining = self.draining[dep_key]
             # A replica draining off a cordoned cluster is never taken back.
             back = [slot for slot in draining if slot[0] not in self.cordoned]
+            cheapest = cheapest_first(dep)
             while len(placed) < dep.spec.replicas and back:
-                slot = min(back)
+                # Cheapest first takes the cheapest back, and drains the dearest first.
+                slot = (
+                    min(back, key=lambda s: (self.replica_cost(dep_key, dep, s, draining[s]), s))
+                    if cheapest
+                    else min(back)
+                )
                 back.remove(slot)
                 placed[slot] = draining.pop(slot)
             while len(placed) > dep.spec.replicas:
                 per_cluster = Counter(cluster for cluster, _ in placed)
                 closed = self.cordoned
                 cluster, index = max(
-                    placed, key=lambda k: (k[0] in closed, per_cluster[k[0]], k[0], k[1])
+                    placed,
+                    key=lambda k: (
+                        k[0] in closed,
+                        self.replica_cost(dep_key, dep, k, placed[k]) if cheapest else 0.0,
+                        per_cluster[k[0]],
+                        k[0],
+                        k[1],
+                    ),
                 )
                 if dep.spec.autoscaling is not None:
                     draining[(cluster, index)] = placed.pop((cluster, index))
@@ -289,6 +304,9 @@ class Placement:
         profile, pools with the same nodes, packing rule and demand sequence): one
         answer serves every member, in name order, as long as the new pods' place in
         each pool's packing order does not depend on the member (`Lookalikes.answer`)."""
+        if cheapest_first(dep):
+            self._fill_cheapest(dep_key, dep)
+            return
         placed = self.placed[dep_key]
         trials = self.trials
         missing = trials.want.get(dep_key, dep.spec.replicas) - len(placed)
@@ -391,6 +409,77 @@ class Placement:
             missing -= 1
             heapq.heappush(heap, (count + 1, cluster))
 
+    def _fill_cheapest(self, dep_key: str, dep: ModelDeployment) -> None:
+        """`_fill` for `placementPolicy: Cheapest`: each new replica goes to the open cluster
+        where it takes no room a pending deployment needs, then costs least per hour (its
+        pools chosen cheapest first, `fit`), then hosts the fewest of this deployment, then
+        whose name sorts first.
+
+        Every open cluster is asked once; during one deployment's fill only the cluster it
+        places on changes (pending work is fixed), so only that one is asked again. No
+        look-alike groups: prices may differ between clusters that look alike."""
+        placed = self.placed[dep_key]
+        trials = self.trials
+        missing = trials.want.get(dep_key, dep.spec.replicas) - len(placed)
+        hosted = Counter(cluster for cluster, _ in placed)
+        taken: dict[str, set[int]] = {}
+        for cluster, index in [*placed, *self.draining[dep_key]]:
+            taken.setdefault(cluster, set()).add(index)
+        eligibility = self.eligibility
+        opened: dict[int, RolePools | None] = {}
+        only = trials.only if dep_key not in trials.only_except else None
+
+        def ask(cluster: str) -> tuple[tuple[bool, float, int, str], int, RolePlan] | None:
+            pid = eligibility.profile_ids[cluster]
+            if pid not in opened:
+                opened[pid] = eligibility.open_for_new(dep_key, dep, eligibility.members[pid][0])
+            role_pools = opened[pid]
+            if role_pools is None or not self.may_fit(cluster, role_pools):
+                return None
+            index = lowest_free(taken.get(cluster, ()))
+            found = self.fit(dep_key, dep, cluster, index, role_pools)
+            if found is None:
+                return None
+            harm, plan = found
+            cost = self.prices.replica(
+                (pool, self._demand(dep_key, dep, role, pool)) for role, pool, _ in plan
+            )
+            return (harm, cost, hosted[cluster], cluster), index, plan
+
+        heap = []
+        for cluster in self.cluster_names:
+            if cluster in self.lost or (only is not None and cluster != only):
+                continue
+            answer = ask(cluster)
+            if answer is not None:
+                heap.append(answer)
+        heapq.heapify(heap)
+        while missing and heap:
+            (harm, _, _, cluster), index, plan = heapq.heappop(heap)
+            self.commit(dep_key, cluster, index, plan, taken)
+            if harm:
+                trials.takers.append((dep_key, cluster, index))
+            hosted[cluster] += 1
+            missing -= 1
+            answer = ask(cluster)
+            if answer is not None:
+                heapq.heappush(heap, answer)
+
+    def _demand(self, dep_key: str, dep: ModelDeployment, role: str, pool: Pool) -> PodDemand:
+        demand = self.matcher.fit(dep_key, role, dep.spec.roles[role], pool.class_name).demand  # type: ignore[index]
+        assert demand is not None  # the role is placed there
+        return demand
+
+    def replica_cost(
+        self, dep_key: str, dep: ModelDeployment, slot: ReplicaKey, pools: Mapping[str, str]
+    ) -> float:
+        """What a placed replica costs per hour (scheduler.cost; UNKNOWN without prices)."""
+        on = [self.pools[(slot[0], name)] for name in pools.values()]
+        return self.prices.replica(
+            (pool, self._demand(dep_key, dep, role, pool))
+            for role, pool in zip(pools, on, strict=True)
+        )
+
     def _takes_room(
         self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: Reach
     ) -> bool:
@@ -470,18 +559,19 @@ class Placement:
     ) -> tuple[bool, RolePlan] | None:
         """Pools for every role of a new replica, and whether they take room from a larger
         pending pod, or None. Each role takes, given the roles before it, a pool where it
-        takes no such room first, then its best fit (least room left after it), ties by
-        pool order; when a later role then finds no room, an earlier role tries its next
-        option."""
+        takes no such room first, then (`placementPolicy: Cheapest`) the one where it costs
+        least, then its best fit (least room left after it), ties by pool order; when a
+        later role then finds no room, an earlier role tries its next option."""
         pools = self.cluster_pools[cluster]
         roles = role_pools.roles
         reach = self.pending.reach.get(dep_key, frozenset())
+        prices = self.prices if cheapest_first(dep) else None
 
         def search(position: int, layouts: dict[int, Layout]) -> tuple[bool, RolePlan] | None:
             if position == len(roles):
                 return False, []
             role, matching = roles[position]
-            options: list[tuple[bool, int, int, Layout]] = []
+            options: list[tuple[bool, float, int, int, Layout]] = []
             for pool_pos, demand in matching:
                 pool = pools[pool_pos]
                 layout = layouts.get(pool_pos, pool.layout)
@@ -491,9 +581,10 @@ class Placement:
                 trial = pool.with_item(layout, item)
                 if trial is not None:
                     harm = self._takes_room(pool, layout, trial, demand, reach)
-                    options.append((harm, trial.free_total, pool_pos, trial))
-            options.sort(key=lambda o: (o[0], o[1], o[2]))
-            for harm, _, pool_pos, trial in options:
+                    cost = prices.role(pool, demand) if prices is not None else 0.0
+                    options.append((harm, cost, trial.free_total, pool_pos, trial))
+            options.sort(key=lambda o: (o[0], o[1], o[2], o[3]))
+            for harm, _, _, pool_pos, trial in options:
                 rest = search(position + 1, {**layouts, pool_pos: trial})
                 if rest is not None:
                     return harm or rest[0], [(role, pools[pool_pos], trial), *rest[1]]
@@ -515,3 +606,8 @@ class Placement:
         for dep_key, dep in self.deployments.items():
             if dep.spec.replicas > len(self.placed[dep_key]):
                 self.reasons[dep_key] = self.explainer.reasons(dep_key, dep)
+
+
+def cheapest_first(dep: ModelDeployment) -> bool:
+    """Whether new replicas of `dep` go where they cost least (`placementPolicy`)."""
+    return dep.spec.placement_policy == "Cheapest"

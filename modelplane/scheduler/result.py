@@ -29,6 +29,10 @@ class DeploymentReport:
     unplaced: int = 0
     reasons: list[str] = field(default_factory=list)  # empty unless unplaced > 0
     autoscaling: tuple[int, int] | None = None  # (minReplicas, maxReplicas) when autoscaled
+    # What its replicas (draining ones too) cost per hour (scheduler.cost), when some class
+    # of the fleet states a price; None: no price, or a replica on a pool without one.
+    cost_per_hour: float | None = None
+    policy: str = "Spread"  # placementPolicy
 
     @property
     def draining(self) -> list[str]:
@@ -52,6 +56,10 @@ class DeploymentReport:
             out["draining"] = self.draining
         out["unplaced"] = self.unplaced
         out["reasons"] = list(self.reasons)
+        if self.policy != "Spread":
+            out["placementPolicy"] = self.policy
+        if self.cost_per_hour is not None:
+            out["costPerHour"] = self.cost_per_hour
         return out
 
 
