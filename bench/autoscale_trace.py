@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python bench/autoscale_trace.py [--interval 30] [--ready 60] [--json]
      .venv/bin/python bench/autoscale_trace.py --zero [--idle-window 600] [--price 2.5]
+     .venv/bin/python bench/autoscale_trace.py --classes [--cheap-price 1.0] [--cheap-gpus 8]
 
 The decision is modelplane's own (`modelplane.autoscale.decide`, the code `reconcile`
 runs), fed by a queueing model of vLLM-like replicas: each replica has `--slots` request
@@ -27,10 +28,16 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modelplane.api.autoscaling import Autoscaling  # noqa: E402
+from modelplane.api.fleet import FleetSpec  # noqa: E402
+from modelplane.api.inference_class import InferenceClass  # noqa: E402
+from modelplane.api.inference_cluster import InferenceCluster  # noqa: E402
+from modelplane.api.model_deployment import ModelDeployment  # noqa: E402
+from modelplane.api.placement_lock import PlacementLock  # noqa: E402
 from modelplane.autoscale import decide, idle_for  # noqa: E402
+from modelplane.scheduler import schedule  # noqa: E402
 
 DAY = 86400
 STEP_AT, STEP_LEN = 3 * 3600 + 7, 600  # 7 s after a round: the step lands mid-interval
@@ -50,7 +57,96 @@ def trace(peak: float, t: float) -> float:
     return peak * (0.6 - 0.5 * (hour - 18) / 4)
 
 
-def simulate(args: argparse.Namespace) -> dict[str, object]:
+class Placer:
+    """The replicas a count asks for, placed by modelplane's scheduler over two clusters:
+    `cheap` (a class of `--cheap-gpus` GPUs on one node at `--cheap-price` per GPU-hour) and
+    `dear` (`--price` per GPU-hour, room for any count), under `policy`. `rate` is what the
+    placed replicas cost per hour (the scheduler's `costPerHour`); a replica it drains is
+    gone at once, as in the rest of this model."""
+
+    def __init__(self, args: argparse.Namespace, policy: str, low: int, start: int) -> None:
+        def doc(kind: str, name: str, spec: dict[str, object]) -> dict[str, object]:
+            meta = (
+                {"name": name, "namespace": "ml"} if kind == "ModelDeployment" else {"name": name}
+            )
+            return {
+                "apiVersion": "modelplane.ai/v1alpha1",
+                "kind": kind,
+                "metadata": meta,
+                "spec": spec,
+            }
+
+        gpu = {"name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com"}
+        classes = {
+            name: InferenceClass.model_validate(
+                doc(
+                    "InferenceClass",
+                    name,
+                    {"devices": [{**gpu, "count": 8}], "pricePerNodeHour": 8 * price},
+                )
+            )
+            for name, price in (("cheap", args.cheap_price), ("dear", args.price))
+        }
+        dear_nodes = math.ceil(1000 * args.gpus / 8)
+        clusters = {
+            name: InferenceCluster.model_validate(
+                doc(
+                    "InferenceCluster",
+                    name,
+                    {
+                        "cluster": {"source": "Existing", "existing": {"renderTo": f"out/{name}"}},
+                        "nodePools": [{"name": "p", "className": name, "nodeCount": nodes}],
+                    },
+                )
+            )
+            for name, nodes in (("cheap", max(1, args.cheap_gpus // 8)), ("dear", dear_nodes))
+        }
+        dep = ModelDeployment.model_validate(
+            doc(
+                "ModelDeployment",
+                "m",
+                {
+                    "replicas": start,
+                    "placementPolicy": policy,
+                    "autoscaling": {
+                        "minReplicas": low,
+                        "maxReplicas": 1000,
+                        "metrics": [{"type": "runningRequests", "target": 3}],
+                    },
+                    "workers": {
+                        "topology": {"tensor": args.gpus},
+                        "resources": {"cpu": "1", "memory": "1Gi"},
+                        "template": {"spec": {"containers": [{"name": "engine", "image": "vllm"}]}},
+                    },
+                },
+            )
+        )
+        self.fleet = FleetSpec(classes=classes, clusters=clusters, deployments={dep.key: dep})
+        self.lock: PlacementLock | None = None
+        self.rate = 0.0
+        self.cheap = 0  # replicas on the cheap class now
+        self.set(start)
+
+    def set(self, count: int) -> None:
+        previous = self.lock
+        if previous is not None:
+            entry = previous.deployments["ml/m"]
+            entry = entry.model_copy(
+                update={
+                    "autoscaled_replicas": count,
+                    "replicas": [r for r in entry.replicas if not r.draining],
+                }
+            )
+            previous = previous.model_copy(update={"deployments": {"ml/m": entry}})
+        result = schedule(self.fleet, previous)
+        entry = result.lock.deployments["ml/m"]
+        entry = entry.model_copy(update={"replicas": [r for r in entry.replicas if not r.draining]})
+        self.lock = result.lock.model_copy(update={"deployments": {"ml/m": entry}})
+        self.rate = schedule(self.fleet, self.lock).report["ml/m"].cost_per_hour or 0.0
+        self.cheap = sum(1 for r in entry.replicas if r.cluster == "cheap")
+
+
+def simulate(args: argparse.Namespace, placer: Placer | None = None) -> dict[str, object]:
     auto = Autoscaling.model_validate(
         {
             "minReplicas": 1,
@@ -70,6 +166,8 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
     routing: list[tuple[float, int]] = []  # seen Ready: (routed at, replicas)
     serving = 1
     gpu_seconds = 0.0
+    cost = 0.0
+    most_cheap = 0
     short_seconds = 0
     reaction = None
     t = 0.0
@@ -104,8 +202,13 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
                         drop -= take
                         if n > take:
                             waiting.append((at, n - take))
+            if placer is not None and d.desired != count:
+                placer.set(d.desired)
+                most_cheap = max(most_cheap, placer.cheap)
             count = d.desired
             next_round += args.interval
+        if placer is not None:
+            cost += placer.rate / 3600
         capacity = serving * per_replica
         if load > capacity + 1e-9:
             short_seconds += 1
@@ -115,6 +218,13 @@ def simulate(args: argparse.Namespace) -> dict[str, object]:
         t += 1.0
     auto_gpu_min = gpu_seconds / 60
     fixed_gpu_min = fixed * args.gpus * DAY / 60
+    if placer is not None:
+        return {
+            "gpuHours": round(gpu_seconds / 3600, 1),
+            "cost": round(cost, 2),
+            "mostOnCheap": most_cheap,
+            "fixedReplicas": fixed,
+        }
     return {
         "interval": args.interval,
         "readyDelay": args.ready,
@@ -138,7 +248,7 @@ def sparse_trace(peak: float, t: float) -> float:
     return 0.0
 
 
-def simulate_zero(args: argparse.Namespace) -> dict[str, object]:
+def simulate_zero(args: argparse.Namespace, policy: str | None = None) -> dict[str, object]:
     """The sparse trace three ways: a fixed deployment sized for the peak, autoscaled from
     1, and autoscaled from 0 (`idleWindow`; a request at zero is held while a replica is
     placed and loads). Uses modelplane's own rules (`decide`, `idle_for`)."""
@@ -157,9 +267,11 @@ def simulate_zero(args: argparse.Namespace) -> dict[str, object]:
             }
         )
         count, serving, history = low, low, ()
+        placer = Placer(args, policy, low, low) if policy is not None else None
         pending: list[tuple[float, int]] = []
         active = 0.0
         gpu_seconds = 0.0
+        cost = 0.0
         held_seconds = 0.0  # request-seconds spent held at the router (a wake)
         longest_wait = 0.0
         waiting_since: float | None = None
@@ -176,6 +288,8 @@ def simulate_zero(args: argparse.Namespace) -> dict[str, object]:
                 if count == 0:  # the probe (1 s) starts a round that wakes it
                     count = 1
                     pending.append((t + 1 + args.ready, 1))
+                    if placer is not None:
+                        placer.set(1)
             elif waiting_since is not None:
                 longest_wait = max(longest_wait, t - waiting_since)
                 waiting_since = None
@@ -192,22 +306,55 @@ def simulate_zero(args: argparse.Namespace) -> dict[str, object]:
                     pending.append((t + args.ready, desired - count))
                 elif desired < count:
                     serving = max(0, serving - (count - desired))
+                if placer is not None and desired != count:
+                    placer.set(desired)
                 count = desired
                 next_round += args.interval
+            if placer is not None:
+                cost += placer.rate / 3600
             gpu_seconds += (serving + sum(n for _, n in pending)) * args.gpus
             t += 1.0
         name = "fromOne" if low else "fromZero"
         out[name] = {
             "gpuHours": round(gpu_seconds / 3600, 1),
-            "cost": round(gpu_seconds / 3600 * args.price, 2),
+            "cost": round(cost if placer is not None else gpu_seconds / 3600 * args.price, 2),
             "heldRequestSeconds": round(held_seconds),
             "longestWaitSeconds": round(longest_wait),
         }
+    rate = (
+        Placer(args, "Spread", fixed, fixed).rate
+        if policy is not None
+        else fixed * args.gpus * args.price
+    )
     out["fixed"] = {
         "gpuHours": round(fixed * args.gpus * DAY / 3600, 1),
-        "cost": round(fixed * args.gpus * DAY / 3600 * args.price, 2),
+        "cost": round(DAY / 3600 * rate, 2),
     }
     return out
+
+
+def simulate_classes(args: argparse.Namespace) -> dict[str, object]:
+    """Both traces with replicas placed by modelplane's scheduler over a cheap and a dear
+    class (`Placer`): the daily trace fixed (peak-sized, Spread), autoscaled with Spread and
+    with Cheapest; the sparse trace fixed, from one and from zero, with Cheapest."""
+    per_replica = args.slots / args.service
+    fixed = math.ceil(args.peak / (per_replica * args.target / args.slots))
+    daily: dict[str, object] = {
+        "fixed": {
+            "replicas": fixed,
+            "gpuHours": round(fixed * args.gpus * DAY / 3600, 1),
+            "cost": round(DAY / 3600 * Placer(args, "Spread", 1, fixed).rate, 2),
+        }
+    }
+    for policy in ("Spread", "Cheapest"):
+        daily[policy.lower()] = simulate(args, Placer(args, policy, 1, 1))
+    return {
+        "cheapGpus": args.cheap_gpus,
+        "cheapPrice": args.cheap_price,
+        "dearPrice": args.price,
+        "daily": daily,
+        "sparse": simulate_zero(args, "Cheapest"),
+    }
 
 
 def main() -> int:
@@ -232,9 +379,19 @@ def main() -> int:
     )
     parser.add_argument("--zero-peak", type=float, default=20.0, help="sparse trace peak")
     parser.add_argument("--idle-window", type=float, default=600.0, help="scale to zero after")
+    parser.add_argument(
+        "--classes",
+        action="store_true",
+        help="both traces, placed by the scheduler over a cheap and a dear class",
+    )
+    parser.add_argument("--cheap-price", type=float, default=1.0, help="$ per cheap GPU-hour")
+    parser.add_argument("--cheap-gpus", type=int, default=8, help="GPUs of the cheap class")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = simulate_zero(args) if args.zero else simulate(args)
+    if args.classes:
+        result = simulate_classes(args)
+    else:
+        result = simulate_zero(args) if args.zero else simulate(args)
     if args.json:
         print(json.dumps(result))
     else:
