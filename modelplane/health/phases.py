@@ -1,6 +1,7 @@
 """Start phases of each replica (status.md, "Start phases"): when `reconcile` placed it and
 when its endpoint joined the routes, kept in the runtime state (`phases.json`); the other
-phases (pods created, scheduled, started, Ready) are observed from the pods. Pure."""
+phases (pods created, scheduled, weights on the node, started, Ready) are observed from the
+pods. Pure."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Collection, Mapping
 
 from modelplane.api.placement_lock import PlacementLock
 
-ORDER = ("placed", "created", "scheduled", "started", "ready", "routed")
+ORDER = ("placed", "created", "scheduled", "weights", "started", "ready", "routed")
 
 
 def remember(

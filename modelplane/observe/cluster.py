@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -85,17 +85,44 @@ def _started_time(pod: dict[str, Any]) -> float | None:
     return max(t for t in times if t is not None)
 
 
-def start_phases(pods: list[dict[str, Any]]) -> dict[str, float]:
+def _claims(pod: dict[str, Any]) -> list[str]:
+    """The PersistentVolumeClaims the pod mounts."""
+    return [
+        str(v["persistentVolumeClaim"].get("claimName"))
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if isinstance(v.get("persistentVolumeClaim"), dict)
+    ]
+
+
+def _weights_time(pod: dict[str, Any], hydrated: Mapping[str, float]) -> float | None:
+    """When the pod's weights were on its node: a ModelCache's claim it mounts hydrated (or
+    the pod's creation, if later); else, a pod with init containers (a download step), its
+    `Initialized`; else None (the engine loads them itself, between started and ready)."""
+    at = [hydrated[c] for c in _claims(pod) if c in hydrated]
+    if at:
+        born = _epoch((pod.get("metadata") or {}).get("creationTimestamp"))
+        return max([*at, born]) if born is not None else max(at)
+    if (pod.get("spec") or {}).get("initContainers"):
+        return _condition_time(pod, "Initialized")
+    return None
+
+
+def start_phases(
+    pods: list[dict[str, Any]], hydrated: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """A replica's start phases from its pods: each the time the last pod reached it, and only
-    once every pod did (`created`: the first pod's creation)."""
+    once every pod did (`created`: the first pod's creation). `hydrated`: per ModelCache
+    claim name, when its hydration Job completed (`weights`)."""
     if not pods:
         return {}
     out: dict[str, float] = {}
     born = [_epoch((p.get("metadata") or {}).get("creationTimestamp")) for p in pods]
     if all(t is not None for t in born):
         out["created"] = min(t for t in born if t is not None)
+    cached = hydrated or {}
     for phase, reached in (
         ("scheduled", lambda p: _condition_time(p, "PodScheduled")),
+        ("weights", lambda p: _weights_time(p, cached)),
         ("started", _started_time),
         ("ready", lambda p: _condition_time(p, "Ready")),
     ):
@@ -309,7 +336,10 @@ class ClusterReader:
         metrics_for: Iterable[str] = (),
         now: float | None = None,
         stale_after: float = DEFAULT_STALE_AFTER,
+        hydrated: Mapping[str, float] | None = None,
     ) -> dict[str, ReplicaObservation]:
+        """Every replica in `namespaces` by its pods (`hydrated`: ModelCache claims' hydration
+        times, for the `weights` phase)."""
         pods: dict[str, list[dict[str, Any]]] = {}
         claims: dict[str, list[bool]] = {}
         groups: dict[str, list[int]] = {}
@@ -379,7 +409,7 @@ class ClusterReader:
                 reasons=reasons,
                 created=min(created) if created else None,
                 role_created=by_role,
-                phases=start_phases(mine),
+                phases=start_phases(mine, hydrated),
                 unschedulable_since=stuck[0],
                 unschedulable=stuck[1],
                 running_pods=sum(
@@ -405,15 +435,28 @@ def _job_state(job: dict[str, Any]) -> CacheObservation:
 
 def observe_caches(reader: KubeReader, caches: Iterable[str]) -> dict[str, CacheObservation]:
     """Each cache (`ns/name`) by its hydration Job (labelled `modelplane.ai/modelcache`)."""
+    return read_caches(reader, caches)[0]
+
+
+def read_caches(
+    reader: KubeReader, caches: Iterable[str]
+) -> tuple[dict[str, CacheObservation], dict[str, float]]:
+    """`observe_caches`, and per claim a completed hydration Job fills, when it completed."""
     out: dict[str, CacheObservation] = {}
+    hydrated: dict[str, float] = {}
     wanted = sorted(set(caches))
     for ns in sorted({key.split("/", 1)[0] for key in wanted}):
         jobs = reader.items(f"/apis/batch/v1/namespaces/{ns}/jobs", labelSelector=CACHE_LABEL)
         by_cache = {f"{ns}/{j['metadata']['labels'][CACHE_LABEL]}": _job_state(j) for j in jobs}
+        for job in jobs:
+            done = _epoch((job.get("status") or {}).get("completionTime"))
+            if done is not None and int((job.get("status") or {}).get("succeeded") or 0) > 0:
+                for claim in _claims(((job.get("spec") or {}).get("template")) or {}):
+                    hydrated[claim] = done
         for key in wanted:
             if key.startswith(f"{ns}/"):
                 out[key] = by_cache.get(key, CacheObservation("Missing", "no hydration Job"))
-    return out
+    return out, hydrated
 
 
 def observe_cluster(
@@ -462,15 +505,16 @@ def observe_cluster(
         found, address = cluster.gateway_address()
     except KubeError as exc:
         problems.append(f"gateway: {exc}")
-    try:
-        replicas = cluster.replicas(namespaces, metrics_for, now, stale_after)
-    except (KubeError, KeyError, TypeError, ValueError) as exc:
-        problems.append(f"replicas: {exc}")
     cache_states: dict[str, CacheObservation] = {}
+    hydrated: dict[str, float] = {}
     try:
-        cache_states = observe_caches(reader, caches)
+        cache_states, hydrated = read_caches(reader, caches)
     except (KubeError, KeyError, TypeError, ValueError) as exc:
         problems.append(f"caches: {exc}")
+    try:
+        replicas = cluster.replicas(namespaces, metrics_for, now, stale_after, hydrated)
+    except (KubeError, KeyError, TypeError, ValueError) as exc:
+        problems.append(f"replicas: {exc}")
     return ClusterObservation(
         name,
         reachable=True,

@@ -8,7 +8,14 @@ import shutil
 import pytest
 
 from tests.cli.helpers import ROOT, run
-from tests.spec_docs import base_fleet, write_fleet
+from tests.spec_docs import (
+    base_fleet,
+    deployment,
+    existing_cluster,
+    gateway,
+    gpu_class,
+    write_fleet,
+)
 
 FLEETS = sorted(p.name for p in (ROOT / "specs").iterdir() if p.is_dir())
 
@@ -134,3 +141,36 @@ def test_json_output_is_the_json_modules_text(data):
     from modelplane.cli.output import dump_json
 
     assert dump_json(data) == json.dumps(data, indent=2)
+
+
+def test_plan_shows_cost_per_hour_and_cheapest_first(tmp_path):
+    cheap, dear = gpu_class("cheap", 8), gpu_class("dear", 8)
+    cheap["spec"]["pricePerNodeHour"] = 8
+    dear["spec"]["pricePerNodeHour"] = 20.5
+    docs = [
+        cheap,
+        dear,
+        existing_cluster("a", "dear", 1),
+        existing_cluster("z", "cheap", 1),
+        deployment("m", tensor=4, replicas=3, placementPolicy="Cheapest"),
+        gateway("a"),
+    ]
+    write_fleet(tmp_path, docs)
+    out = json.loads(run("plan", str(tmp_path), "-o", "json", "--explain", "team/m").stdout)
+    dep = out["deployments"]["team/m"]
+    assert sorted(r["cluster"] for r in dep["replicas"]) == ["a", "z", "z"]
+    assert (dep["placementPolicy"], dep["costPerHour"]) == ("Cheapest", 8 + 10.25)
+    why = {(r["cluster"], r["why"], r["costPerHour"]) for r in out["explain"]["team/m"]["replicas"]}
+    assert why == {("z", "cheapest", 4.0), ("a", "cheapest", 10.25)}
+    table = run("plan", str(tmp_path)).stdout
+    assert "cheapest first" in table and "18.25 per hour" in table
+
+    dear["spec"]["pricePerNodeHour"] = -3
+    docs[4]["spec"]["placementPolicy"] = "Cheap"
+    write_fleet(tmp_path, docs)
+    bad = run("plan", str(tmp_path), "-o", "json")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    errors = {
+        (e["path"], e["file"].endswith("fleet.yaml")) for e in json.loads(bad.stdout)["errors"]
+    }
+    assert errors == {("spec.pricePerNodeHour", True), ("spec.placementPolicy", True)}

@@ -81,6 +81,65 @@ def test_phases_observed_from_the_pods(
     assert start_phases(pods) == {k: EPOCH0 + v for k, v in expected.items()}
 
 
+def with_volume(p: dict[str, Any], claim: str) -> dict[str, Any]:
+    return p | {"spec": {"volumes": [{"name": "w", "persistentVolumeClaim": {"claimName": claim}}]}}
+
+
+def with_init(p: dict[str, Any], initialized: int | None) -> dict[str, Any]:
+    cond = {"type": "Initialized", "status": "True" if initialized is not None else "False"}
+    if initialized is not None:
+        cond["lastTransitionTime"] = at(initialized)
+    status = {**p["status"], "conditions": [*p["status"]["conditions"], cond]}
+    return p | {"spec": {"initContainers": [{"name": "fetch"}]}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("pods", "hydrated", "weights"),
+    [
+        # The cache was hydrated before the pod existed: weights ready at its creation.
+        ([with_volume(pod(2, 3, [4]), "modelcache-w")], {"modelcache-w": 0}, 2),
+        # Hydrated after the pod started (the engine waits for the files): that time.
+        ([with_volume(pod(2, 3, [4]), "modelcache-w")], {"modelcache-w": 40}, 40),
+        # Not hydrated yet (no completed Job for its claim): no weights phase.
+        ([with_volume(pod(2, 3, [4]), "modelcache-w")], {"modelcache-x": 1}, None),
+        # An init container downloads them: Initialized.
+        ([with_init(pod(2, 3, [9]), 7)], {}, 7),
+        ([with_init(pod(2, 3, [None]), None)], {}, None),
+        # Every pod must have them: the last one.
+        ([with_init(pod(2, 3, [9]), 7), with_init(pod(2, 3, [12]), 11)], {}, 11),
+        # The engine loads them itself: not observable.
+        ([pod(2, 3, [4])], {}, None),
+    ],
+)
+def test_phases_weights_from_the_cache_or_an_init_container(
+    pods: list[dict[str, Any]], hydrated: dict[str, int], weights: int | None
+) -> None:
+    got = start_phases(pods, {k: EPOCH0 + v for k, v in hydrated.items()})
+    assert got.get("weights") == (None if weights is None else EPOCH0 + weights)
+    assert list(got)[:2] == ["created", "scheduled"]
+
+
+def test_read_caches_gives_the_hydration_time_of_each_claim() -> None:
+    from modelplane.observe.cluster import read_caches
+
+    def job(name: str, claim: str, done: str | None) -> dict[str, Any]:
+        status: dict[str, Any] = {"succeeded": 1, "completionTime": done} if done else {}
+        return {
+            "metadata": {"name": f"{name}-hydrate", "labels": {"modelplane.ai/modelcache": name}},
+            "spec": {"template": with_volume({}, claim)},
+            "status": status,
+        }
+
+    class Reader:
+        def items(self, path: str, **_: Any) -> list[dict[str, Any]]:
+            assert path == "/apis/batch/v1/namespaces/ml/jobs"
+            return [job("w", "modelcache-w", at(30)), job("x", "modelcache-x", None)]
+
+    states, hydrated = read_caches(Reader(), ["ml/w", "ml/x"])  # type: ignore[arg-type]
+    assert {k: v.state for k, v in states.items()} == {"ml/w": "Hydrated", "ml/x": "Hydrating"}
+    assert hydrated == {"modelcache-w": EPOCH0 + 30}
+
+
 def test_phases_reconcile_records_placed_and_routed() -> None:
     placement = lock(
         {"ml/m": [("m-a0", "a", 0, {"unified": "gpu"}), ("m-b0", "b", 0, {"unified": "gpu"})]}
