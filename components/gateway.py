@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from components.load_balancers import client_traffic_policy, service_annotations
 from components.serving_stack import load_balancer_namespace
 from components.workload import front_door
 from components.workload.objects import (
+    ROUTES_FROM,
     SYSTEM_NAMESPACE,
     Manifest,
     app_labels,
@@ -85,10 +86,14 @@ def backend_settings(backend: Literal["Traefik", "EnvoyGateway"]) -> dict[str, A
 
 
 def release_values(
-    backend: Literal["Traefik", "EnvoyGateway"], cloud: str | None = None
+    backend: Literal["Traefik", "EnvoyGateway"],
+    cloud: str | None = None,
+    namespaces: Sequence[str] = (SYSTEM_NAMESPACE,),
 ) -> dict[str, Any]:
     """The controller's Helm values; on ``cloud`` (GKE, EKS) Traefik's Service holds a silent
-    request for the longest request (components.load_balancers)."""
+    request for the longest request (components.load_balancers). Traefik reads its own
+    objects (Middlewares, IngressRoutes) from modelplane's ``namespaces`` only: an
+    IngressRoute elsewhere is not served (security review H3)."""
     if backend == "Traefik":
         annotations = service_annotations(cloud, internal=False)
         return {
@@ -102,7 +107,7 @@ def release_values(
                 },
                 "kubernetesIngress": {"enabled": False},
                 # The ModelService routes' retry Middlewares (api.md "Retries and ejection").
-                "kubernetesCRD": {"enabled": True},
+                "kubernetesCRD": {"enabled": True, "namespaces": sorted(set(namespaces))},
             },
             # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s;
             # the access log (JSON, the caller header only) `modelplane usage` counts.
@@ -162,7 +167,7 @@ def gateway_manifest(
                 "name": WEB,
                 "protocol": "HTTP",
                 "port": s["port"],
-                "allowedRoutes": {"namespaces": {"from": "All"}},
+                "allowedRoutes": ROUTES_FROM,
             }
         )
     if tls is not None:
@@ -175,7 +180,7 @@ def gateway_manifest(
                     "mode": "Terminate",
                     "certificateRefs": [{"group": "", "kind": "Secret", "name": TLS_SECRET}],
                 },
-                "allowedRoutes": {"namespaces": {"from": "All"}},
+                "allowedRoutes": ROUTES_FROM,
             }
         )
     return {
@@ -422,6 +427,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         tls_material: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None,
         cloud: str | None = None,
         render_only: bool = False,
+        namespaces: Sequence[str] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(
@@ -452,7 +458,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                     repository_opts=repo,
                     namespace=s["namespace"],
                     create_namespace=lb_namespace is None,
-                    values=release_values(backend, cloud),
+                    values=release_values(backend, cloud, [SYSTEM_NAMESPACE, *namespaces]),
                     opts=pulumi.ResourceOptions.merge(
                         child,
                         pulumi.ResourceOptions(

@@ -50,7 +50,7 @@ from components.load_balancers import (
     service_annotations,
 )
 from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
-from components.workload.objects import app_labels, ensure_namespace
+from components.workload.objects import ROUTES_FROM, app_labels, ensure_namespace
 from modelplane.api.inference_cluster import ServingStackOptions
 from modelplane.observe.prometheus import engine_scrape_job
 
@@ -318,7 +318,7 @@ def workload_gateway(
                         "name": "http",
                         "protocol": "HTTP",
                         "port": port,
-                        "allowedRoutes": {"namespaces": {"from": "All"}},
+                        "allowedRoutes": ROUTES_FROM,
                     }
                 ],
             },

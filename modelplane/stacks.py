@@ -58,6 +58,16 @@ def cache_clusters(fleet: FleetSpec, cache_key: str) -> list[str]:
     ]
 
 
+def route_namespaces(fleet: FleetSpec) -> list[str]:
+    """The namespaces the front door's routes and backends may be in: every deployment's,
+    ModelService's and ModelEndpoint's (the front door reads its own objects from these)."""
+    return sorted(
+        {d.metadata.namespace or "default" for d in fleet.deployments.values()}
+        | {s.metadata.namespace or "default" for s in fleet.services.values()}
+        | {e.metadata.namespace or "default" for e in fleet.endpoints.values()}
+    )
+
+
 def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
     """Every stack of the fleet in tier order, then by name."""
     units: list[StackUnit] = [

@@ -66,7 +66,14 @@ from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.lock import read_lock
 from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
-from modelplane.stacks import StackUnit, cache_clusters, cluster_stack, deploy_stack, stack_units
+from modelplane.stacks import (
+    StackUnit,
+    cache_clusters,
+    cluster_stack,
+    deploy_stack,
+    route_namespaces,
+    stack_units,
+)
 
 if TYPE_CHECKING:
     from components.workload.targets import ClusterTarget
@@ -590,6 +597,7 @@ async def run_gateway(ctx: Context) -> None:
         tls_material=tls_material,
         cloud=cloud,
         render_only=render_only,
+        namespaces=route_namespaces(ctx.fleet),
     )
     front_door = FrontDoor(
         listener=service_listener(gateway),

@@ -69,8 +69,16 @@ def app_labels(name: str, instance: str, component: str) -> dict[str, str]:
     }
 
 
+#: The label on every namespace modelplane manages: the only namespaces whose routes the
+#: front door and the workload gateways accept (`ROUTES_FROM`; security review H3).
+ROUTES_LABEL = {"modelplane.ai/routes": "true"}
+
 #: Namespaces are shared by every stack on a cluster: the same labels from each of them.
-NAMESPACE_LABELS = app_labels("modelplane", "modelplane", "namespace")
+NAMESPACE_LABELS = {**app_labels("modelplane", "modelplane", "namespace"), **ROUTES_LABEL}
+
+#: A Gateway listener's `allowedRoutes`: routes of modelplane's namespaces only, so a route a
+#: tenant attaches from another namespace (a longer prefix of a model's path) is not accepted.
+ROUTES_FROM = {"namespaces": {"from": "Selector", "selector": {"matchLabels": ROUTES_LABEL}}}
 
 
 def metadata(
@@ -209,12 +217,20 @@ def ensure_namespace(
     would fail with AlreadyExists in the second stack (pulumi-kubernetes creates
     client-side since v4.29), and deleting it with one stack would delete every
     other stack's objects in it; deleting a patch only gives up its fields.
-    Built-in namespaces are not touched. ``pod_security``: the level a workload namespace
+    Built-in namespaces are not touched, but for `default`, which gets only `ROUTES_LABEL`
+    (models may be served from it). ``pod_security``: the level a workload namespace
     enforces (every stack that co-owns it says the same: `ClusterTarget.pod_security`).
     """
-    if namespace in PREEXISTING_NAMESPACES:
+    if namespace == "default":
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": dict(ROUTES_LABEL)},
+        }
+    elif namespace in PREEXISTING_NAMESPACES:
         return None
-    manifest = namespace_manifest(namespace, pod_security)
+    else:
+        manifest = namespace_manifest(namespace, pod_security)
     return KubernetesObject(
         resource_name(scope, manifest),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": manifest["metadata"]},

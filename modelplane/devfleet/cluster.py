@@ -478,6 +478,11 @@ def traefik_argv(
         f"--providers.kubernetescrd.token={token_file}",
         f"--providers.kubernetescrd.certAuthFilePath={ca}",
         "--providers.kubernetescrd.throttleDuration=0s",
+        # modelplane's own objects only (security review H3). Stand-in: a chart front door
+        # lists modelplane's namespaces (components.gateway.release_values); this Traefik
+        # starts before the fleet's namespaces are known, so it selects by the objects'
+        # management label, which a tenant could copy.
+        "--providers.kubernetescrd.labelSelector=app.kubernetes.io/managed-by=modelplane",
     ]
     if front_door:
         extra += [

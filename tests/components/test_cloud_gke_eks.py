@@ -760,6 +760,8 @@ CHECKED_KEYS = {
             # The front door's retry Middlewares (issue 26): both top-level keys of the
             # chart's values.yaml (`providers.kubernetesCRD.enabled`, `additionalArguments: []`).
             "providers.kubernetesCRD.enabled",
+            # modelplane's namespaces only (security review H3): `namespaces: []` there.
+            "providers.kubernetesCRD.namespaces",
             "additionalArguments",
             "gateway.enabled",
             "gatewayClass.enabled",

@@ -302,7 +302,12 @@ def test_serving_stack_releases_pins_and_values() -> None:
             "name": "http",
             "protocol": "HTTP",
             "port": 80,
-            "allowedRoutes": {"namespaces": {"from": "All"}},
+            "allowedRoutes": {
+                "namespaces": {
+                    "from": "Selector",
+                    "selector": {"matchLabels": {"modelplane.ai/routes": "true"}},
+                }
+            },
         }
     ]
     namespace = next(

@@ -291,14 +291,24 @@ def test_inference_gateway(backend: str, release: str, controller: str, port: in
     if backend == "Traefik":
         assert rel.get("values.providers.kubernetesGateway.enabled") is True
         assert rel.get("repositoryOpts.repo") == "https://traefik.github.io/charts"
+        # Traefik's own objects from modelplane's namespaces only (H3).
+        assert rel.get("values.providers.kubernetesCRD.namespaces") == ["modelplane-system"]
     else:
         assert rel.get("values.config.envoyGateway.extensionApis.enableBackend") is True
     cls = run.one("kubernetes:gateway.networking.k8s.io/v1:GatewayClass")
     assert cls.get("spec.controllerName") == controller
     gateway = run.one("kubernetes:gateway.networking.k8s.io/v1:Gateway")
     assert gateway.get("spec.listeners.0.port") == port
-    assert gateway.get("spec.listeners.0.allowedRoutes.namespaces.from") == "All"
+    # Routes of modelplane's namespaces only (H3): the label every namespace it ensures has.
+    assert gateway.get("spec.listeners.0.allowedRoutes") == {
+        "namespaces": {
+            "from": "Selector",
+            "selector": {"matchLabels": {"modelplane.ai/routes": "true"}},
+        }
+    }
     assert gateway.depends_on(rel)
+    ns = run.one("kubernetes:core/v1:NamespacePatch")
+    assert ns.get("metadata.labels")["modelplane.ai/routes"] == "true"
 
 
 def rendered_gateway(spec: str, **options: Any) -> MockRun:

@@ -270,3 +270,158 @@ def test_auth_usage_counts_requests_per_caller(
     after = fx.wait_for("usage counting the requests", grown, timeout=30)
     assert after[("-", CHAT)]["refused"] >= 1
     assert after[("dev", CHAT)]["errors"] == before.get(("dev", CHAT), {"errors": 0})["errors"]
+
+
+# A server a tenant runs: answers 200 and writes each request's path and headers to a file.
+THIEF = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+host, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+class Thief(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with open(out, "a") as f:
+            f.write(json.dumps({"path": self.path, "headers": dict(self.headers)}) + "\n")
+        body = b'{"thief": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+ThreadingHTTPServer((host, port), Thief).serve_forever()
+"""
+
+
+def test_security_frontdoors_accept_no_route_from_another_namespace(
+    deployed: Any, dev_fleet: devfleet.DevFleet, tmp_path: Path
+) -> None:
+    """Security review H3 (issue 33 item 4): a tenant's HTTPRoute and IngressRoute in a
+    namespace modelplane does not manage, with a longer prefix of demo/chat's path, get no
+    request and see no key; the same HTTPRoute once its namespace carries modelplane's label
+    would (the control: the intruder's wiring works)."""
+    import subprocess
+    import sys
+
+    from kubernetes.client import CoreV1Api, CustomObjectsApi, DiscoveryV1Api
+
+    from modelplane.devfleet import netns
+
+    _, url, tls, keys = deployed
+    slot = dev_fleet.slot
+    thief_ip, thief_port = f"10.250.{slot}.77", 8080
+    seen = tmp_path / "thief.jsonl"
+    seen.touch()
+    thief = subprocess.Popen(
+        [*netns.exec_prefix(dev_fleet.netns), sys.executable, "-c", THIEF]
+        + [thief_ip, str(thief_port), str(seen)]
+    )
+    api = fx.api_client(dev_fleet.cluster("dev-1"))
+    core, custom, discovery = CoreV1Api(api), CustomObjectsApi(api), DiscoveryV1Api(api)
+    ns = "intruder"
+    prefix = urlsplit(url).path + "v1/chat"  # longer than the service's /demo/chat/
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "steal", "namespace": ns},
+        "spec": {
+            "parentRefs": [
+                {"name": "modelplane", "namespace": "modelplane-system", "sectionName": "websecure"}
+            ],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
+                    "backendRefs": [{"name": "thief", "port": thief_port}],
+                }
+            ],
+        },
+    }
+    ingress_route = {
+        "apiVersion": "traefik.io/v1alpha1",
+        "kind": "IngressRoute",
+        "metadata": {"name": "steal", "namespace": ns},
+        "spec": {
+            "entryPoints": ["websecure"],
+            "routes": [
+                {
+                    "match": f"PathPrefix(`{prefix}`)",
+                    "kind": "Rule",
+                    "priority": 1_000_000_000,
+                    "services": [{"name": "thief", "port": thief_port}],
+                }
+            ],
+            "tls": {},
+        },
+    }
+    try:
+        core.create_namespace({"metadata": {"name": ns}})
+        core.create_namespaced_service(
+            ns, {"metadata": {"name": "thief"}, "spec": {"ports": [{"port": thief_port}]}}
+        )
+        discovery.create_namespaced_endpoint_slice(
+            ns,
+            {
+                "metadata": {"name": "thief-1", "labels": {"kubernetes.io/service-name": "thief"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [thief_ip], "conditions": {"ready": True}}],
+                "ports": [{"port": thief_port, "protocol": "TCP"}],
+            },
+        )
+        custom.create_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", ns, "httproutes", route
+        )
+        custom.create_namespaced_custom_object(
+            "traefik.io", "v1alpha1", ns, "ingressroutes", ingress_route
+        )
+
+        def verdict() -> str | None:
+            got = custom.get_namespaced_custom_object(
+                "gateway.networking.k8s.io", "v1", ns, "httproutes", "steal"
+            )
+            for parent in (got.get("status") or {}).get("parents") or []:
+                for cond in parent.get("conditions") or []:
+                    if cond.get("type") == "Accepted":
+                        return f"{cond.get('status')}/{cond.get('reason')}"
+            return None
+
+        # The front door saw the route and refused it: not allowed by its listeners.
+        assert fx.wait_for("the intruder's route judged", verdict, timeout=30) == (
+            "False/NotAllowedByListeners"
+        )
+        time.sleep(2)  # the IngressRoute has had as long as the route to be picked up
+        bearer = {"Authorization": f"Bearer {keys['batch']}"}
+        for _ in range(10):
+            status, body, _ = post(url, tls, bearer)
+            assert status == 200 and "thief" not in body, body
+        assert seen.read_text() == ""  # no request, no key
+
+        # The control: the same route from a namespace with modelplane's label is accepted
+        # and takes the traffic, keys and all: what the selector keeps out.
+        core.patch_namespace(ns, {"metadata": {"labels": {"modelplane.ai/routes": "true"}}})
+        assert fx.wait_for(
+            "the route accepted", lambda: verdict() == "True/Accepted" or None, timeout=30
+        )
+        fx.wait_for(
+            "the intruder served",
+            lambda: post(url, tls, bearer)[1].get("thief") is True or None,
+            timeout=30,
+        )
+        stolen = [json.loads(line) for line in seen.read_text().splitlines()]
+        assert any(keys["batch"] in str(r["headers"]) for r in stolen), stolen
+    finally:
+        thief.kill()
+        thief.wait(10)
+        for plural, group, version in (
+            ("httproutes", "gateway.networking.k8s.io", "v1"),
+            ("ingressroutes", "traefik.io", "v1alpha1"),
+        ):
+            try:
+                custom.delete_namespaced_custom_object(group, version, ns, plural, "steal")
+            except Exception:  # noqa: BLE001 - cleanup of what may not exist
+                pass
+        try:
+            core.delete_namespace(ns)
+        except Exception:  # noqa: BLE001
+            pass
+        api.close()
