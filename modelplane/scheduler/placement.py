@@ -307,13 +307,8 @@ class Placement:
         if cheapest_first(dep):
             self._fill_cheapest(dep_key, dep)
             return
-        placed = self.placed[dep_key]
         trials = self.trials
-        missing = trials.want.get(dep_key, dep.spec.replicas) - len(placed)
-        hosted = Counter(cluster for cluster, _ in placed)
-        taken: dict[str, set[int]] = {}
-        for cluster, index in [*placed, *self.draining[dep_key]]:
-            taken.setdefault(cluster, set()).add(index)
+        missing, hosted, taken = self._start(dep_key, dep)
         eligibility = self.eligibility
         opened: dict[int, RolePools | None] = {
             pid: eligibility.open_for_new(dep_key, dep, members[0])
@@ -409,6 +404,18 @@ class Placement:
             missing -= 1
             heapq.heappush(heap, (count + 1, cluster))
 
+    def _start(
+        self, dep_key: str, dep: ModelDeployment
+    ) -> tuple[int, Counter[str], dict[str, set[int]]]:
+        """A deployment's fill starts from: replicas missing, its replicas per cluster, and
+        the indices it uses per cluster (draining replicas' too)."""
+        placed = self.placed[dep_key]
+        missing = self.trials.want.get(dep_key, dep.spec.replicas) - len(placed)
+        taken: dict[str, set[int]] = {}
+        for cluster, index in [*placed, *self.draining[dep_key]]:
+            taken.setdefault(cluster, set()).add(index)
+        return missing, Counter(cluster for cluster, _ in placed), taken
+
     def _fill_cheapest(self, dep_key: str, dep: ModelDeployment) -> None:
         """`_fill` for `placementPolicy: Cheapest`: each new replica goes to the open cluster
         where it takes no room a pending deployment needs, then costs least per hour (its
@@ -418,13 +425,8 @@ class Placement:
         Every open cluster is asked once; during one deployment's fill only the cluster it
         places on changes (pending work is fixed), so only that one is asked again. No
         look-alike groups: prices may differ between clusters that look alike."""
-        placed = self.placed[dep_key]
         trials = self.trials
-        missing = trials.want.get(dep_key, dep.spec.replicas) - len(placed)
-        hosted = Counter(cluster for cluster, _ in placed)
-        taken: dict[str, set[int]] = {}
-        for cluster, index in [*placed, *self.draining[dep_key]]:
-            taken.setdefault(cluster, set()).add(index)
+        missing, hosted, taken = self._start(dep_key, dep)
         eligibility = self.eligibility
         opened: dict[int, RolePools | None] = {}
         only = trials.only if dep_key not in trials.only_except else None
