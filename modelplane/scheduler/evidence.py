@@ -74,9 +74,8 @@ def explain_plan(
                 "why": _why(r, kept, cheapest, per_cluster[r.cluster]),
             }
             if run.prices.any:
-                pools = {str(role): pool for role, pool in r.pools.items()}
                 entry["costPerHour"] = rounded(
-                    run.replica_cost(key, dep, (r.cluster, r.index), pools)
+                    run.replica_cost(key, dep, (r.cluster, r.index), entry["pools"])
                 )
             replicas.append(entry)
         out[key] = {

@@ -443,9 +443,8 @@ class Placement:
             if found is None:
                 return None
             harm, plan = found
-            cost = self.prices.replica(
-                (pool, self._demand(dep_key, dep, role, pool)) for role, pool, _ in plan
-            )
+            slots = {role: pool.name for role, pool, _ in plan}
+            cost = self.replica_cost(dep_key, dep, (cluster, index), slots)
             return (harm, cost, hosted[cluster], cluster), index, plan
 
         heap = []
@@ -467,20 +466,19 @@ class Placement:
             if answer is not None:
                 heapq.heappush(heap, answer)
 
-    def _demand(self, dep_key: str, dep: ModelDeployment, role: str, pool: Pool) -> PodDemand:
-        demand = self.matcher.fit(dep_key, role, dep.spec.roles[role], pool.class_name).demand  # type: ignore[index]
-        assert demand is not None  # the role is placed there
-        return demand
-
     def replica_cost(
         self, dep_key: str, dep: ModelDeployment, slot: ReplicaKey, pools: Mapping[str, str]
     ) -> float:
-        """What a placed replica costs per hour (scheduler.cost; UNKNOWN without prices)."""
-        on = [self.pools[(slot[0], name)] for name in pools.values()]
-        return self.prices.replica(
-            (pool, self._demand(dep_key, dep, role, pool))
-            for role, pool in zip(pools, on, strict=True)
-        )
+        """What a replica costs per hour with its roles on `pools` of its cluster
+        (scheduler.cost; UNKNOWN without prices)."""
+        roles = dep.spec.roles
+        placed: list[tuple[Pool, PodDemand]] = []
+        for role, name in pools.items():
+            pool = self.pools[(slot[0], name)]
+            demand = self.matcher.fit(dep_key, role, roles[role], pool.class_name).demand  # type: ignore[index]
+            assert demand is not None  # the role is placed there
+            placed.append((pool, demand))
+        return self.prices.replica(placed)
 
     def _takes_room(
         self, pool: Pool, before: Layout, after: Layout, demand: PodDemand, reach: Reach
