@@ -101,6 +101,18 @@ def _max_nodes(pool: NodePool) -> int:
     return max(1, pool.capacity_nodes)
 
 
+def _planned(cluster: InferenceCluster, value: str | None) -> str:
+    """A network range the cluster's component builds: declared, or written in by the fleet
+    address plan (``modelplane.network.with_addresses``, which the stack program applies)."""
+    if value is None:
+        raise ValueError(
+            f"InferenceCluster {cluster.metadata.name} has no network ranges: apply the fleet "
+            "address plan (modelplane.network.with_addresses with the lock's "
+            "network.clusters entry) or declare spec.cluster networking"
+        )
+    return value
+
+
 def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -> GKEClusterArgs:
     source = cluster.spec.cluster.gke
     assert source is not None
@@ -139,7 +151,9 @@ def gke_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         node_pools=pools,
         kubernetes_version=source.kubernetes_version,
         networking=GKENetworking(
-            node_cidr=net.node_cidr, pod_cidr=net.pod_cidr, service_cidr=net.service_cidr
+            node_cidr=_planned(cluster, net.node_cidr),
+            pod_cidr=_planned(cluster, net.pod_cidr),
+            service_cidr=_planned(cluster, net.service_cidr),
         ),
         maintenance_window=(
             GKEMaintenanceWindow(window.start, window.end, window.recurrence) if window else None
@@ -200,8 +214,9 @@ def eks_args(cluster: InferenceCluster, classes: Mapping[str, InferenceClass]) -
         node_pools=pools,
         kubernetes_version=source.kubernetes_version,
         networking=EKSNetworking(
-            vpc_cidr=source.networking.vpc_cidr,
-            subnet_cidrs=tuple(source.networking.subnet_cidrs),
+            vpc_cidr=_planned(cluster, source.networking.vpc_cidr),
+            subnet_cidrs=tuple(source.networking.subnet_cidrs or ()),  # set with vpc_cidr
+            service_cidr=source.networking.service_cidr,
             zones=tuple(source.networking.zones),
             nat_gateways=source.networking.nat_gateways,
             control_plane_zones=tuple(source.networking.control_plane_zones),

@@ -12,8 +12,10 @@ from pydantic import ValidationError
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.loader import LOCK_FILE, Document, validation_errors, with_marks
 from modelplane.api.placement_lock import (
+    ClusterAddresses,
     LockedDeployment,
     LockedReplica,
+    NetworkLock,
     PlacementLock,
     RoleFootprint,
     duplicate_entries,
@@ -129,13 +131,39 @@ def _section(name: str, deployments: dict[str, LockedDeployment]) -> list[str]:
     return lines
 
 
+ADDRESS_FIELDS = ("source", "block", "nodes", "pods", "vpc", "subnets", "services")
+
+
+def _addresses(a: ClusterAddresses) -> str:
+    parts = []
+    for name in ADDRESS_FIELDS:
+        value = getattr(a, name)
+        if value is None:
+            continue
+        text = f"[{', '.join(value)}]" if isinstance(value, list) else _scalar(value)
+        parts.append(f"{name}: {text}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def _network(network: NetworkLock) -> list[str]:
+    if not network.clusters:
+        return ["network: {clusters: {}}"]
+    lines = ["network:", "  clusters:"]
+    for name in sorted(network.clusters):
+        lines.append(f"    {_scalar(name)}: {_addresses(network.clusters[name])}")
+    return lines
+
+
 def dump_lock(lock: PlacementLock) -> str:
     """The canonical text: deployments by key, replicas by (cluster, index); then the
-    removed deployments whose stacks still run, the same way (only when there are any)."""
+    removed deployments whose stacks still run, the same way (only when there are any);
+    then the fleet address plan, clusters by name."""
     lines = ["apiVersion: modelplane.ai/v1alpha1", "kind: PlacementLock"]
     lines += _section("deployments", lock.deployments)
     if lock.removed:
         lines += _section("removed", lock.removed)
+    if lock.network is not None:
+        lines += _network(lock.network)
     return "\n".join(lines) + "\n"
 
 

@@ -13,6 +13,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet, no_specs
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
+from modelplane.network import plan_addresses
 from modelplane.rollout import Progress, lock_progress
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
@@ -197,6 +198,8 @@ def plan_fleet(
         errors=sorted(errors),
         warnings=warnings,
     )
+    if not outcome.errors:
+        outcome.errors = plan_addresses(outcome.fleet, previous, str(lock_file)).errors
     if not outcome.errors:
         outcome.result = schedule(outcome.fleet, previous, optimize=optimize, time_limit=time_limit)
     return outcome

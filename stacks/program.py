@@ -65,6 +65,7 @@ from modelplane.api.loader import LOCK_FILE, load_fleet
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.lock import read_lock
+from modelplane.network import addresses_of, with_addresses
 from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import (
     StackUnit,
@@ -355,6 +356,7 @@ def run_cluster(ctx: Context) -> None:
     from components.inference_cluster import InferenceClusterComponent
 
     cluster = absolute_render_to(ctx.fleet.clusters[ctx.unit.key], ctx.fleet_dir)
+    cluster = with_addresses(cluster, addresses_of(ctx.fleet, ctx.lock, ctx.unit.key))
     kubeconfig = None
     existing = cluster.spec.cluster.existing
     if existing is not None and existing.secret_ref is not None:

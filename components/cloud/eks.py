@@ -294,6 +294,8 @@ class EKSCluster(pulumi.ComponentResource):
             endpoint_private_access=True,
             endpoint_public_access=True,
             public_access_cidrs=list(args.public_access_cidrs),
+            # The fleet address plan's service range (set only at creation; None: EKS picks).
+            kubernetes_service_ip_address_range=args.networking.service_cidr,
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=UPGRADE_POLICY),
             node_associate_public_ip_address=False,
             service_role=cluster_role,

@@ -80,6 +80,8 @@ class EKSNodePool(NodePoolShape[EKSGpu]):
 class EKSNetworking:
     vpc_cidr: str = "10.0.0.0/16"
     subnet_cidrs: tuple[str, ...] = ("10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20")
+    service_cidr: str | None = None
+    """The Kubernetes services' range (EKS' serviceIpv4Cidr; None: EKS picks)."""
     zones: tuple[str, ...] = ()
     """The zone of each block, by position (default ``<region>a``, ``<region>b``, ...)."""
     nat_gateways: Literal["Single", "PerZone"] = "Single"

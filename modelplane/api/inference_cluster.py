@@ -52,7 +52,7 @@ def eks_block_zones(region: str, networking: EKSNetworking) -> list[str]:
     node pools, so adding or reordering pools never moves a subnet."""
     if networking.zones:
         return list(networking.zones)
-    return [f"{region}{chr(ord('a') + i)}" for i in range(len(networking.subnet_cidrs))]
+    return [f"{region}{chr(ord('a') + i)}" for i in range(networking.block_count)]
 
 
 DEFAULT_CONTROL_PLANE_BLOCKS = 3
@@ -79,22 +79,43 @@ def _cidr(value: str) -> str:
 
 
 class GKENetworking(Strict):
-    node_cidr: str = "10.0.0.0/24"
-    """The nodes' subnet (default 10.0.0.0/24)."""
-    pod_cidr: str = "10.1.0.0/16"
-    """The pods' secondary range (default 10.1.0.0/16)."""
-    service_cidr: str = "10.2.0.0/16"
-    """The services' secondary range (default 10.2.0.0/16)."""
+    node_cidr: str | None = None
+    """The nodes' subnet (absent: from the fleet address plan, docs/api.md "Addresses")."""
+    pod_cidr: str | None = None
+    """The pods' secondary range (absent: from the fleet address plan)."""
+    service_cidr: str | None = None
+    """The services' secondary range (absent: from the fleet address plan)."""
 
-    _check = field_validator("node_cidr", "pod_cidr", "service_cidr")(lambda v: _cidr(v))
+    _check = field_validator("node_cidr", "pod_cidr", "service_cidr")(
+        lambda v: v if v is None else _cidr(v)
+    )
+
+    @property
+    def declared(self) -> bool:
+        """The ranges are the user's (all three set), not the fleet address plan's."""
+        return self.node_cidr is not None
 
     @model_validator(mode="after")
     def _ipv4_and_disjoint(self) -> GKENetworking:
-        """The subnet's primary range and its pod/service secondary ranges are IPv4 blocks
-        of one VPC subnet: never IPv6, never overlapping."""
+        """All three ranges or none; the subnet's primary range and its pod/service secondary
+        ranges are IPv4 blocks of one VPC subnet: never IPv6, never overlapping."""
         fields = {"nodeCidr": self.node_cidr, "podCidr": self.pod_cidr}
         fields["serviceCidr"] = self.service_cidr
-        nets = {name: ipaddress.ip_network(value) for name, value in fields.items()}
+        unset = [name for name, value in fields.items() if value is None]
+        if unset and len(unset) < len(fields):
+            raise_if(
+                [
+                    (
+                        name,
+                        "set nodeCidr, podCidr and serviceCidr together, or none of them "
+                        "(then the fleet address plan gives all three)",
+                    )
+                    for name in unset
+                ]
+            )
+        if unset:
+            return self
+        nets = {name: ipaddress.ip_network(value) for name, value in fields.items() if value}
         problems = [
             (name, f"{fields[name]} is IPv6; GKE node, pod and service ranges are IPv4")
             for name, net in nets.items()
@@ -109,16 +130,20 @@ class GKENetworking(Strict):
         return self
 
 
+DEFAULT_EKS_BLOCKS = 3
+"""Subnet blocks the fleet address plan gives an EKS cluster without `zones`."""
+
+
 class EKSNetworking(Strict):
-    vpc_cidr: str = "10.0.0.0/16"
-    """The VPC's CIDR block (default 10.0.0.0/16)."""
-    subnet_cidrs: list[str] = Field(
-        default_factory=lambda: ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20"],
-        min_length=2,
-        max_length=6,
-    )
-    """The subnets, one per availability zone (2..6, inside vpcCidr, not overlapping).
-    A block belongs to the zone at its position for good: append blocks, never reorder."""
+    vpc_cidr: str | None = None
+    """The VPC's CIDR block (absent: from the fleet address plan, docs/api.md "Addresses")."""
+    subnet_cidrs: list[str] | None = Field(default=None, min_length=2, max_length=6)
+    """The subnets, one per availability zone (2..6, inside vpcCidr, not overlapping; absent:
+    from the fleet address plan, one per zone). A block belongs to the zone at its position
+    for good: append blocks, never reorder."""
+    service_cidr: str | None = None
+    """The Kubernetes services' range (EKS' serviceIpv4Cidr, fixed when the cluster is
+    created; absent with declared ranges: EKS picks 10.100.0.0/16 or 172.20.0.0/16)."""
     zones: list[str] = Field(default_factory=list, max_length=6)
     """The Availability Zone of each subnetCidrs block, in the same order (default:
     `<region>a`, `<region>b`, ...). Set it where those letters are not the zones to use."""
@@ -128,15 +153,36 @@ class EKSNetworking(Strict):
     """The zones whose subnets the EKS control plane uses, fixed when the cluster is created
     (default: the first three blocks' zones). Blocks added later serve node groups only."""
 
+    @property
+    def declared(self) -> bool:
+        """The VPC and subnet ranges are the user's, not the fleet address plan's."""
+        return self.vpc_cidr is not None
+
+    @property
+    def block_count(self) -> int:
+        """How many subnet blocks (and so zones) the cluster has."""
+        if self.subnet_cidrs is not None:
+            return len(self.subnet_cidrs)
+        return len(self.zones) or DEFAULT_EKS_BLOCKS
+
     @model_validator(mode="after")
     def _subnets_inside_vpc(self) -> EKSNetworking:
-        if self.zones and len(self.zones) != len(self.subnet_cidrs):
+        if (self.vpc_cidr is None) != (self.subnet_cidrs is None):
+            raise ValueError(
+                "set vpcCidr and subnetCidrs together, or neither (then the fleet address "
+                "plan gives both)"
+            )
+        if self.zones and len(self.zones) != self.block_count:
             raise ValueError(
                 f"zones has {len(self.zones)} entries but subnetCidrs has "
-                f"{len(self.subnet_cidrs)} blocks (one zone per block, in the same order)"
+                f"{self.block_count} blocks (one zone per block, in the same order)"
             )
         if len(set(self.zones)) != len(self.zones):
             raise ValueError("zones must not repeat (one block per zone)")
+        if self.service_cidr is not None:
+            _eks_service_cidr(self.service_cidr, self.vpc_cidr)
+        if self.vpc_cidr is None or self.subnet_cidrs is None:
+            return self
         vpc = ipaddress.ip_network(_cidr(self.vpc_cidr))
         nets = [ipaddress.ip_network(_cidr(c)) for c in self.subnet_cidrs]
         for cidr, net in zip(self.subnet_cidrs, nets, strict=True):
@@ -152,6 +198,29 @@ class EKSNetworking(Strict):
                 if a.overlaps(b):
                     raise ValueError(f"subnets {a} and {b} overlap")
         return self
+
+
+PRIVATE_V4 = tuple(
+    ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+"""RFC 1918: where EKS takes a service range from, and the fleet address plan its blocks."""
+
+
+def private_v4(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    return net.version == 4 and any(net.subnet_of(p) for p in PRIVATE_V4)  # type: ignore[arg-type]
+
+
+def _eks_service_cidr(value: str, vpc_cidr: str | None) -> None:
+    """EKS' serviceIpv4Cidr: an RFC 1918 block from /12 to /24, outside the VPC (EKS API
+    reference, KubernetesNetworkConfigRequest)."""
+    net = ipaddress.ip_network(_cidr(value))
+    if not private_v4(net) or not 12 <= net.prefixlen <= 24:
+        raise ValueError(
+            f"serviceCidr {value} must be an IPv4 block from /12 to /24 inside 10.0.0.0/8, "
+            "172.16.0.0/12 or 192.168.0.0/16 (EKS serviceIpv4Cidr)"
+        )
+    if vpc_cidr is not None and net.overlaps(ipaddress.ip_network(vpc_cidr)):
+        raise ValueError(f"serviceCidr {value} overlaps vpcCidr {vpc_cidr}")
 
 
 class GKESource(Strict):
@@ -287,6 +356,25 @@ class ExistingCache(Strict):
     """The ReadWriteMany StorageClass the cluster already has, for ModelCache."""
 
 
+def _cidrs(values: list[str]) -> list[str]:
+    return [_cidr(v) for v in values]
+
+
+class ExistingNetwork(Strict):
+    """The address ranges an existing cluster already uses; the fleet address plan keeps
+    every provisioned cluster clear of them, and `validate` refuses overlaps with clusters
+    it must reach (docs/api.md, "Addresses")."""
+
+    node_cidrs: list[str] = Field(default_factory=list, max_length=20)
+    """The nodes' ranges."""
+    pod_cidrs: list[str] = Field(default_factory=list, max_length=20)
+    """The pods' ranges."""
+    service_cidrs: list[str] = Field(default_factory=list, max_length=20)
+    """The services' ranges."""
+
+    _check = field_validator("node_cidrs", "pod_cidrs", "service_cidrs")(lambda v: _cidrs(v))
+
+
 class ExistingSource(Strict):
     secret_ref: KubeconfigSecretRef | None = None
     """Where the cluster's kubeconfig comes from (see docs/architecture.md, Secrets)."""
@@ -294,6 +382,8 @@ class ExistingSource(Strict):
     """The cluster's storage for ModelCache."""
     render_to: str | None = Field(default=None, min_length=1)
     """Instead of applying to a cluster, keep this directory's manifests in sync with the stack."""
+    network: ExistingNetwork | None = None
+    """The cluster's address ranges, when it must be reachable privately (absent: unknown)."""
 
     @model_validator(mode="after")
     def _needs_a_target(self) -> ExistingSource:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from modelplane.api.base import API_VERSION, DNSLabel, ObjectMeta, SecretKeyRef, Strict
-from modelplane.api.inference_cluster import KubeconfigSecretRef
+from modelplane.api.inference_cluster import KubeconfigSecretRef, private_v4
 
 
 class ExistingGatewayCluster(Strict):
@@ -70,6 +71,45 @@ class GatewayTLS(Strict):
     """Plain HTTP: redirected to https (default), or refused (no plain listener)."""
 
 
+DEFAULT_FLEET_CIDR = "10.0.0.0/8"
+DEFAULT_CLUSTER_PREFIX = 16
+
+
+class FleetNetwork(Strict):
+    """The fleet address plan's range (docs/api.md, "Addresses")."""
+
+    fleet_cidr: str = DEFAULT_FLEET_CIDR
+    """The range every provisioned cluster's block is taken from (default 10.0.0.0/8; IPv4,
+    inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16). Blocks given before it changed stay."""
+    cluster_prefix_length: int = Field(default=DEFAULT_CLUSTER_PREFIX, ge=15, le=20)
+    """The size of each cluster's block, as a prefix length (default 16: a /16 per cluster,
+    256 clusters in 10.0.0.0/8; 15..20)."""
+
+    @field_validator("fleet_cidr")
+    @classmethod
+    def _private_v4(cls, value: str) -> str:
+        try:
+            net = ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a CIDR block ({exc})") from None
+        if not private_v4(net):
+            raise ValueError(
+                f"{value} must be an IPv4 block inside 10.0.0.0/8, 172.16.0.0/12 or "
+                "192.168.0.0/16 (private ranges: EKS takes service ranges only from these)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _room_for_a_block(self) -> FleetNetwork:
+        prefix = ipaddress.ip_network(self.fleet_cidr).prefixlen
+        if prefix > self.cluster_prefix_length:
+            raise ValueError(
+                f"fleetCidr {self.fleet_cidr} is smaller than one cluster's block "
+                f"(/{self.cluster_prefix_length}, clusterPrefixLength)"
+            )
+        return self
+
+
 class InferenceGatewaySpec(Strict):
     backend: Literal["Traefik", "EnvoyGateway"] = "Traefik"
     """The gateway implementation: Traefik (default) or EnvoyGateway."""
@@ -80,6 +120,8 @@ class InferenceGatewaySpec(Strict):
     """API keys per caller; without it the front door is open to anyone who reaches it."""
     tls: GatewayTLS | None = None
     """TLS on the front door (port 443 behind the controller's Service)."""
+    network: FleetNetwork = Field(default_factory=FleetNetwork)
+    """The fleet address plan: where provisioned clusters' ranges come from."""
 
     @model_validator(mode="after")
     def _auth_backend(self) -> InferenceGatewaySpec:

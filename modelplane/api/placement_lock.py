@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from modelplane.api.base import DNSLabel, Strict
 from modelplane.api.limits import (
@@ -100,6 +101,64 @@ class LockedDeployment(Strict):
         return [r for r in self.replicas if not r.draining]
 
 
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.IPv4Network(value, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not an IPv4 CIDR block ({exc})") from None
+    return value
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+class ClusterAddresses(Strict):
+    """A provisioned cluster's ranges from the fleet address plan (docs/api.md, "Addresses"):
+    given once, kept while the cluster exists."""
+
+    source: Literal["GKE", "EKS"]
+    """The cluster's provider, which decides how its block is cut."""
+    block: Cidr | None = None
+    """The cluster's block of the fleet range (absent: the ranges a cluster had before the
+    address plan, kept where it stands)."""
+    nodes: Cidr | None = None
+    """GKE: the nodes' subnet."""
+    pods: Cidr | None = None
+    """GKE: the pods' secondary range."""
+    services: Cidr | None = None
+    """The services' range (EKS: absent when EKS picked it)."""
+    vpc: Cidr | None = None
+    """EKS: the VPC's block."""
+    subnets: list[Cidr] | None = Field(default=None, min_length=2, max_length=6)
+    """EKS: the subnet blocks, one per zone, by position."""
+
+    @model_validator(mode="after")
+    def _fields_of_the_source(self) -> ClusterAddresses:
+        need = ("nodes", "pods", "services") if self.source == "GKE" else ("vpc", "subnets")
+        never = ("vpc", "subnets") if self.source == "GKE" else ("nodes", "pods")
+        missing = [f for f in need if getattr(self, f) is None]
+        extra = [f for f in never if getattr(self, f) is not None]
+        if missing or extra:
+            raise ValueError(
+                f"a {self.source} cluster's addresses have {', '.join(need)}"
+                + (f" (missing {', '.join(missing)})" if missing else "")
+                + (f" and never {', '.join(extra)}" if extra else "")
+            )
+        return self
+
+    def ranges(self) -> list[tuple[str, str]]:
+        """(field, block) of every range the cluster's network uses (EKS: the VPC holds the
+        subnets)."""
+        names = ("nodes", "pods", "services") if self.source == "GKE" else ("vpc", "services")
+        return [(n, getattr(self, n)) for n in names if getattr(self, n) is not None]
+
+
+class NetworkLock(Strict):
+    clusters: dict[DNSLabel, ClusterAddresses] = Field(default_factory=dict)
+    """The ranges given to each provisioned cluster without declared ones, by cluster name.
+    A cluster gone from the specs keeps its entry while its stack exists (until `up --prune`)."""
+
+
 class PlacementLock(Strict):
     api_version: Literal["modelplane.ai/v1alpha1"] = "modelplane.ai/v1alpha1"
     """Always modelplane.ai/v1alpha1."""
@@ -109,6 +168,8 @@ class PlacementLock(Strict):
     """Placements by deployment (<namespace>/<name>)."""
     removed: dict[str, LockedDeployment] = Field(default_factory=dict)
     """Deployments removed from the fleet whose stacks still run (until `up --prune`)."""
+    network: NetworkLock | None = None
+    """The fleet address plan (absent in locks written before it)."""
 
     @model_validator(mode="after")
     def _removed_apart(self) -> PlacementLock:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -122,12 +122,23 @@ class FleetStatus:
         }
 
 
-def _prune_removed(lock: PlacementLock, keep: set[str]) -> PlacementLock:
-    """`lock` without the removed deployments whose `deploy-` stack is not in `keep`."""
+def _prune_removed(lock: PlacementLock, keep: set[str], clusters: Collection[str]) -> PlacementLock:
+    """`lock` without the removed deployments whose `deploy-` stack is not in `keep`, and
+    without the address blocks of clusters gone from the specs (not in `clusters`) whose
+    `cluster-` stack is not in `keep` (their blocks are free again)."""
     removed = {k: d for k, d in lock.removed.items() if deploy_stack(k) in keep}
-    if removed == lock.removed:
+    network = lock.network
+    if network is not None:
+        held = {
+            name: entry
+            for name, entry in network.clusters.items()
+            if name in clusters or cluster_stack(name) in keep
+        }
+        if held != network.clusters:
+            network = network.model_copy(update={"clusters": held})
+    if removed == lock.removed and network is lock.network:
         return lock
-    return lock.model_copy(update={"removed": removed})
+    return lock.model_copy(update={"removed": removed, "network": network})
 
 
 def _scaled_counts(lock: PlacementLock) -> dict[str, int]:
@@ -372,7 +383,7 @@ class Fleet:
             # in parallel.
             existing = session.list_stacks()
             # A removed deployment holds its capacity while its stack exists (scheduling.md).
-            lock = _prune_removed(plan.lock, keep=set(existing))
+            lock = _prune_removed(plan.lock, keep=set(existing), clusters=self.spec.clusters)
             # Replicas that must roll keep their revision until their step (docs/architecture.md).
             runtime = self.runtime
             before = runtime.rollouts()
@@ -457,10 +468,14 @@ class Fleet:
                 if r.ok:
                     r.note = "no longer in the fleet: destroyed and removed"
             gone = {r.stack for r in run.results if r.ok}
-            lock = _prune_removed(self.previous, keep=set(existing) - gone)
+            lock = _prune_removed(
+                self.previous, keep=set(existing) - gone, clusters=self.spec.clusters
+            )
             if write_lock(self.lock_path, lock):
                 run.lock_written = True
-                observer.message(f"wrote: {self.lock_path} (pruned deployments dropped)")
+                observer.message(
+                    f"wrote: {self.lock_path} (pruned deployments and address blocks dropped)"
+                )
             self.previous = lock
             run.duration = time.monotonic() - started
             return run

@@ -16,6 +16,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
+from modelplane.network import plan_addresses
 from modelplane.scheduler.cordon import surged_fleet
 from modelplane.scheduler.cost import rounded
 from modelplane.scheduler.placement import Placement
@@ -212,8 +213,10 @@ def _schedule(
                 else None
             ),
         )
+    # The address plan's errors are `plan`'s to report (modelplane.planning).
+    network = plan_addresses(fleet, previous or PlacementLock()).network
     return ScheduleResult(
-        lock=PlacementLock(deployments=deployments, removed=removed),
+        lock=PlacementLock(deployments=deployments, removed=removed, network=network),
         report=report,
         optimize=solved,
         removed=removed_reports(removed, run.pools, run.deployments),

@@ -294,9 +294,12 @@ def test_mixed_address_families_are_an_error_not_a_traceback():
         EKSNetworking(vpc_cidr="10.0.0.0/16", subnet_cidrs=["10.0.0.0/20", "fd00::/64"])
 
 
+GKE_DECLARED = {"nodeCidr": "10.0.0.0/24", "podCidr": "10.1.0.0/16", "serviceCidr": "10.2.0.0/16"}
+
 GKE_NETWORKS = [
-    # (id, networking, error path or None, message fragment)
-    ("defaults", {}, None, ""),
+    # (id, networking (over GKE_DECLARED unless empty), error path or None, message fragment)
+    ("planned", {}, None, ""),
+    ("declared", GKE_DECLARED, None, ""),
     ("ipv6 pods", {"podCidr": "fd00::/64"}, "podCidr", "IPv6"),
     ("ipv6 nodes", {"nodeCidr": "fd00:1::/64"}, "nodeCidr", "IPv6"),
     ("services inside pods", {"serviceCidr": "10.1.128.0/20"}, "serviceCidr", "overlaps podCidr"),
@@ -314,7 +317,11 @@ def test_gke_ranges_are_ipv4_and_disjoint(tmp_path, networking, path, fragment):
     cluster = existing_cluster()
     cluster["spec"]["cluster"] = {
         "source": "GKE",
-        "gke": {"project": "p", "region": "us-central1", "networking": networking},
+        "gke": {
+            "project": "p",
+            "region": "us-central1",
+            "networking": {**GKE_DECLARED, **networking} if networking else {},
+        },
     }
     write_fleet(tmp_path, [cluster])
     errors = [e for e in load_fleet(tmp_path).errors if e.path.startswith("spec.cluster")]

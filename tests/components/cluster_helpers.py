@@ -6,8 +6,11 @@ from typing import Any
 
 from components.charts import CHARTS
 from components.inference_cluster import InferenceClusterComponent
+from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_class import InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
+from modelplane.api.placement_lock import PlacementLock
+from modelplane.network import plan_addresses, with_addresses
 from tests.pulumi_mocks import MockRun, Registered, Secret
 
 COMPONENT_TYPES = {
@@ -73,10 +76,23 @@ def eks_class(name: str, instance_type: str, accelerator: str = "nvidia-h100") -
     )
 
 
+def planned(cluster: InferenceCluster) -> InferenceCluster:
+    """The cluster as the stack program builds it: with the ranges the fleet address plan
+    gives it in a fleet of its own (its first block, 10.0.0.0/16), unless it declares some."""
+    fleet = FleetSpec(clusters={cluster.metadata.name: cluster})
+    entry = plan_addresses(fleet, PlacementLock()).network.clusters.get(cluster.metadata.name)
+    return with_addresses(cluster, entry)
+
+
+def planned_cluster(doc: dict[str, Any]) -> InferenceCluster:
+    """An InferenceCluster document, validated and planned (``planned``)."""
+    return planned(InferenceCluster.model_validate(doc))
+
+
 def inference_cluster(
     name: str, cluster: dict[str, Any], pools: list[dict[str, Any]], **spec: Any
 ) -> InferenceCluster:
-    return InferenceCluster.model_validate(
+    return planned_cluster(
         {"metadata": {"name": name}, "spec": {"cluster": cluster, "nodePools": pools, **spec}}
     )
 

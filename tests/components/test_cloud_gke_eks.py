@@ -30,7 +30,6 @@ from components.model_cache import (
     hydrated_marker,
 )
 from components.workload.pods import cache_wait_container
-from modelplane.api.inference_cluster import InferenceCluster
 from tests.components.cluster_helpers import (
     EKS_CLASSES,
     MNG,
@@ -42,6 +41,7 @@ from tests.components.cluster_helpers import (
     gke_cluster,
     gpu_class,
     inference_cluster,
+    planned_cluster,
     release,
 )
 from tests.components.workload_helpers import (
@@ -329,10 +329,8 @@ def test_eks_explicit_block_zones_are_used_instead_of_letters():
             "source": "EKS",
             "eks": {
                 "region": "ap-northeast-1",
-                "networking": {
-                    "subnetCidrs": ["10.0.0.0/20", "10.0.16.0/20"],
-                    "zones": ["ap-northeast-1a", "ap-northeast-1c"],
-                },
+                # Planned ranges: one block per zone.
+                "networking": {"zones": ["ap-northeast-1a", "ap-northeast-1c"]},
             },
         },
         [{"name": "gpu", "className": "a10g", "maxNodeCount": 2, "zones": ["ap-northeast-1c"]}],
@@ -405,7 +403,7 @@ def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
     gke_spec["spec"]["cluster"]["gke"]["protect"] = protect
     run = MockRun.of(
         lambda: InferenceClusterComponent(
-            "gke-central", InferenceCluster.model_validate(gke_spec), {"h100-gke": gke_class()}
+            "gke-central", planned_cluster(gke_spec), {"h100-gke": gke_class()}
         )
     )
     cluster = run.one("gcp:container/cluster:Cluster")
@@ -421,9 +419,7 @@ def test_cloud_stateful_resources_are_protected_unless_switched_off(protect):
     eks_spec = copy.deepcopy(eks_cluster().model_dump(by_alias=True, exclude_none=True))
     eks_spec["spec"]["cluster"]["eks"]["protect"] = protect
     run = MockRun.of(
-        lambda: InferenceClusterComponent(
-            "eks-west", InferenceCluster.model_validate(eks_spec), EKS_CLASSES
-        )
+        lambda: InferenceClusterComponent("eks-west", planned_cluster(eks_spec), EKS_CLASSES)
     )
     for typ in ("eks:index:Cluster", "aws:ec2/vpc:Vpc", "aws:efs/fileSystem:FileSystem"):
         assert run.one(typ).protect is protect, typ
@@ -914,7 +910,7 @@ def test_gke_public_endpoint_admits_only_the_authorized_networks(cidrs, config):
         spec["spec"]["cluster"]["gke"]["publicAccessCidrs"] = cidrs
     run = MockRun.of(
         lambda: InferenceClusterComponent(
-            "gke-central", InferenceCluster.model_validate(spec), {"h100-gke": gke_class()}
+            "gke-central", planned_cluster(spec), {"h100-gke": gke_class()}
         )
     )
     cluster = run.one("gcp:container/cluster:Cluster")

@@ -18,7 +18,7 @@ from components.inference_cluster import InferenceClusterComponent
 from modelplane.api.inference_class import InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.loader import load_fleet
-from tests.components.cluster_helpers import MNG
+from tests.components.cluster_helpers import MNG, planned_cluster
 from tests.pulumi_mocks import MockRun
 
 FRONTIER = Path(__file__).resolve().parents[2] / "specs" / "frontier"
@@ -47,7 +47,7 @@ def _with_zone(where: str) -> InferenceCluster:
     pool["capacityBlock"] = {"capacityReservationId": "cr-0fedcba9876543210"}
     pools = doc["spec"]["nodePools"]
     doc["spec"]["nodePools"] = [pool, *pools] if where == "first" else [*pools, pool]
-    return InferenceCluster.model_validate(doc)
+    return planned_cluster(doc)
 
 
 def _render(cluster: InferenceCluster) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def _render(cluster: InferenceCluster) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def before() -> dict[str, Any]:
-    return _render(InferenceCluster.model_validate(_frontier()[0]))
+    return _render(planned_cluster(_frontier()[0]))
 
 
 @pytest.mark.parametrize("where", ["first", "last"])
@@ -131,11 +131,12 @@ def test_eks_the_inner_cluster_never_updates_its_subnets(before: dict[str, Any])
 def test_eks_control_plane_zones_choose_the_control_plane_blocks() -> None:
     doc = copy.deepcopy(_frontier()[0])
     doc["spec"]["cluster"]["eks"]["networking"] = {
+        "vpcCidr": "10.0.0.0/16",
         "subnetCidrs": ["10.0.0.0/20", "10.0.16.0/20", "10.0.32.0/20", "10.0.48.0/20"],
         "zones": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"],
         "controlPlaneZones": ["us-west-2b", "us-west-2d"],
     }
-    rendered = _render(InferenceCluster.model_validate(doc))
+    rendered = _render(planned_cluster(doc))
     zone_of = {id_: inputs["availabilityZone"] for id_, inputs in rendered["subnets"].values()}
     assert [zone_of[s] for s in rendered["control_plane"]] == ["us-west-2b", "us-west-2d"] * 2
     assert [zone_of[s] for s in rendered["groups"]["eks-us-west-system"]] == [

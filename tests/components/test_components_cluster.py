@@ -43,10 +43,12 @@ def test_gke_cluster_network_cluster_and_node_pools() -> None:
     network = run.one("gcp:compute/network:Network")
     assert network.inputs["autoCreateSubnetworks"] is False
     subnet = run.one("gcp:compute/subnetwork:Subnetwork")
-    assert subnet.inputs["ipCidrRange"] == "10.0.0.0/24"
+    # The fleet address plan's first block, 10.0.0.0/16: pods the low half, nodes and
+    # services an eighth each of the high half.
+    assert subnet.inputs["ipCidrRange"] == "10.0.128.0/20"
     assert {r["rangeName"]: r["ipCidrRange"] for r in subnet.inputs["secondaryIpRanges"]} == {
-        "pods": "10.1.0.0/16",
-        "services": "10.2.0.0/16",
+        "pods": "10.0.0.0/17",
+        "services": "10.0.144.0/20",
     }
 
     cluster = run.one("gcp:container/cluster:Cluster")

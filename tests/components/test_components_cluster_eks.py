@@ -54,7 +54,8 @@ def test_eks_network_roles_cluster_and_addons() -> None:
     ic = run.run(lambda: InferenceClusterComponent("eks-west", eks_cluster(), EKS_CLASSES))
 
     vpc = run.one("aws:ec2/vpc:Vpc")
-    assert vpc.inputs["cidrBlock"] == "10.0.0.0/16"
+    # The fleet address plan's first block, 10.0.0.0/16: the VPC is its low half.
+    assert vpc.inputs["cidrBlock"] == "10.0.0.0/17"
     subnets = run.of_type("aws:ec2/subnet:Subnet")
     by_zone: dict[str, dict[str, str]] = {}
     for s in subnets:
@@ -103,6 +104,8 @@ def test_eks_network_roles_cluster_and_addons() -> None:
     assert cluster.inputs["vpcId"] == vpc.id
     assert set(cluster.inputs["privateSubnetIds"]) == set(private_ids.values())
     assert cluster.inputs["serviceRole"].urn.endswith("::eks-west-cluster")
+    # Services outside the VPC, from the block's high half (EKS serviceIpv4Cidr).
+    assert cluster.inputs["kubernetesServiceIpAddressRange"] == "10.0.144.0/20"
 
     addons = {a.inputs["addonName"]: a for a in run.of_type("aws:eks/addon:Addon")}
     assert {"vpc-cni", "kube-proxy", "coredns", "aws-efs-csi-driver"} <= set(addons)
@@ -212,7 +215,7 @@ def test_eks_efs_and_storage_class() -> None:
     assert fs.inputs["encrypted"] is True
     nfs = run.one(SECURITY_GROUP, name="eks-west-efs")
     assert nfs.get("ingress.0.fromPort") == 2049 and nfs.get("ingress.0.toPort") == 2049
-    assert nfs.get("ingress.0.cidrBlocks") == ["10.0.0.0/16"]
+    assert nfs.get("ingress.0.cidrBlocks") == ["10.0.0.0/17"]  # the VPC
     private_ids = {
         s.id for s in run.of_type("aws:ec2/subnet:Subnet") if not s.inputs["mapPublicIpOnLaunch"]
     }

@@ -246,8 +246,8 @@ def test_up_keeps_removed_entries_while_their_stack_exists(
     from modelplane.driver.fleet import _prune_removed
 
     lock = schedule(dev_fleet(NEW, nodes=3), placed_lock()).lock
-    assert list(_prune_removed(lock, keep=stacks).removed) == kept
-    assert _prune_removed(lock, keep=stacks).deployments == lock.deployments
+    assert list(_prune_removed(lock, keep=stacks, clusters=()).removed) == kept
+    assert _prune_removed(lock, keep=stacks, clusters=()).deployments == lock.deployments
 
 
 def test_removed_replica_that_no_longer_fits_is_not_charged() -> None:
