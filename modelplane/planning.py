@@ -11,9 +11,11 @@ from modelplane.api.cache_storage import CacheTooLarge, CacheVolume, efs_volume,
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet, no_specs
+from modelplane.api.network import declared_ranges
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
 from modelplane.network import plan_addresses
+from modelplane.network.addresses import provisioned
 from modelplane.rollout import Progress, lock_progress
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
@@ -65,6 +67,9 @@ class PlanOutcome:
             out["survive"] = self.survive.as_dict()
         if self.explain:
             out["explain"] = self.explain
+        addresses = self.addresses()
+        if addresses:
+            out["network"] = addresses
         caches = self.caches()
         if caches:
             out["caches"] = {
@@ -81,6 +86,27 @@ class PlanOutcome:
                 }
                 for key, per_cluster in caches.items()
             }
+        return out
+
+    def addresses(self) -> dict[str, dict[str, Any]]:
+        """Per cluster with known ranges: where they come from (`plan`: the fleet address
+        plan's block, kept from before it, or declared) and the ranges, by field."""
+        out: dict[str, dict[str, Any]] = {}
+        network = self.result.lock.network if self.result is not None else None
+        planned = network.clusters if network is not None else {}
+        for name, cluster in self.fleet.clusters.items():
+            entry = planned.get(name)
+            if entry is not None and provisioned(cluster) is not None:
+                ranges = entry.model_dump(exclude_none=True, exclude={"source"})
+                out[name] = {"from": "plan" if entry.block else "kept", **ranges}
+                continue
+            declared = declared_ranges(self.fleet, name, cluster)
+            if declared:
+                out[name] = {"from": "declared"}
+                for r in declared:
+                    out[name].setdefault(r.path.rsplit(".", 1)[-1].split("[")[0], []).append(
+                        str(r.net)
+                    )
         return out
 
     def caches(self) -> dict[str, dict[str, CacheVolume]]:

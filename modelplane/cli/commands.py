@@ -7,7 +7,7 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -227,6 +227,11 @@ def plan(
                 f"[yellow]removed[/] {escape(key)}: {escape(removed.note)}",
                 highlight=False,
             )
+        for name, ranges in outcome.addresses().items():
+            get_console().print(
+                f"[cyan]addresses[/] {escape(name)}: {escape(_ranges_line(ranges))}",
+                highlight=False,
+            )
         for key, volumes in outcome.caches().items():
             size = outcome.fleet.caches[key].spec.size_gib
             for cluster, volume in volumes.items():
@@ -270,6 +275,21 @@ def plan(
         raise typer.Exit(1)
     if outcome.survive is not None and not outcome.survive.survives:
         raise typer.Exit(1)
+
+
+def _ranges_line(ranges: dict[str, Any]) -> str:
+    """`block 10.0.0.0/16 (fleet address plan): nodes 10.0.128.0/20, ...`."""
+    origin = {
+        "plan": f"block {ranges.get('block')} of the fleet address plan",
+        "kept": "kept from before the fleet address plan",
+        "declared": "declared",
+    }[ranges["from"]]
+    fields = []
+    for key, value in ranges.items():
+        if key in ("from", "block"):
+            continue
+        fields.append(f"{key} {', '.join(value) if isinstance(value, list) else value}")
+    return f"{origin}: {'; '.join(fields)}"
 
 
 def _print_survive(report: SurviveReport) -> None:

@@ -254,3 +254,20 @@ def test_serving_pods_carry_their_disruption_budget_and_safe_to_evict(
                     )
                 ]
                 assert covering, (fleet, cluster, m["metadata"]["name"])
+
+
+def test_network_rendered_cluster_stacks_build_the_locks_ranges(rendered: dict[str, Path]) -> None:
+    """specs/multicloud as `render` builds it (the stack program over the committed lock):
+    the GKE cluster on its planned block, the EKS cluster on its declared VPC."""
+
+    def resources(stack: str) -> list[dict]:
+        return yaml.safe_load((rendered["multicloud"] / stack / "resources.yaml").read_text())
+
+    [subnet] = [r for r in resources("cluster-gke-us-central") if r["type"].endswith("Subnetwork")]
+    assert subnet["inputs"]["ipCidrRange"] == "10.0.128.0/20"
+    assert {s["rangeName"]: s["ipCidrRange"] for s in subnet["inputs"]["secondaryIpRanges"]} == {
+        "pods": "10.0.0.0/17",
+        "services": "10.0.144.0/20",
+    }
+    [vpc] = [r for r in resources("cluster-eks-us-west") if r["type"] == "aws:ec2/vpc:Vpc"]
+    assert vpc["inputs"]["cidrBlock"] == "10.20.0.0/16"
