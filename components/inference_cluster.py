@@ -292,13 +292,32 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         self.cloud: GKECluster | EKSCluster | None = None
         driver_root = "/"
 
+        # What a path to another cluster needs of this one (components/network/sides.py).
+        self.network: dict[str, Any] | None = None
         if gke is not None:
-            self.cloud = GKECluster(name, gke, opts=child)
-            self.kubeconfig = self.cloud.kubeconfig
+            gke_cloud = GKECluster(name, gke, opts=child)
+            self.cloud = gke_cloud
+            self.kubeconfig = gke_cloud.kubeconfig
             driver_root = GKE_NVIDIA_DRIVER_ROOT
+            net = gke.networking
+            self.network = {
+                "cloud": "GCP",
+                "project": gke.project,
+                "region": gke.region,
+                "network": gke_cloud.network_id,
+                "ranges": [net.node_cidr, net.pod_cidr, net.service_cidr],
+            }
         elif eks is not None:
-            self.cloud = EKSCluster(name, eks, opts=child)
-            self.kubeconfig = self.cloud.kubeconfig
+            eks_cloud = EKSCluster(name, eks, opts=child)
+            self.cloud = eks_cloud
+            self.kubeconfig = eks_cloud.kubeconfig
+            self.network = {
+                "cloud": "AWS",
+                "region": eks.region,
+                "vpcId": eks_cloud.vpc_id,
+                "vpcCidr": eks.networking.vpc_cidr,
+                "routeTableIds": [t.id for t in eks_cloud.private_route_tables],
+            }
         elif render_to is not None:
             self.kubeconfig = pulumi.Output.secret("")
         else:
@@ -434,6 +453,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 "gateway_address": self.gateway_address,
                 "storage_class_name": self.storage_class_name,
                 "pool_shapes": self.pool_shapes,
+                "network": self.network,
             }
         )
 

@@ -11,7 +11,7 @@ from modelplane.api.cache_storage import CacheTooLarge, CacheVolume, efs_volume,
 from modelplane.api.errors import FleetInvalid, SpecError
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet, no_specs
-from modelplane.api.network import declared_ranges
+from modelplane.api.network import CREATED, declared_ranges, fleet_paths
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.lock import default_lock_path, read_lock
 from modelplane.network import plan_addresses
@@ -19,6 +19,7 @@ from modelplane.network.addresses import provisioned
 from modelplane.rollout import Progress, lock_progress
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, RemovedReport, ScheduleResult, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
+from modelplane.stacks import path_stack
 
 if TYPE_CHECKING:
     from modelplane.scheduler.survive import SurviveReport
@@ -70,6 +71,9 @@ class PlanOutcome:
         addresses = self.addresses()
         if addresses:
             out["network"] = addresses
+        paths = self.paths()
+        if paths:
+            out["paths"] = paths
         caches = self.caches()
         if caches:
             out["caches"] = {
@@ -108,6 +112,20 @@ class PlanOutcome:
                         str(r.net)
                     )
         return out
+
+    def paths(self) -> list[dict[str, Any]]:
+        """How the front door reaches each other cluster (docs/api.md, "Paths"): the kind,
+        in words, and the stack that builds it (None: the platform's, or no stack)."""
+        return [
+            {
+                "from": p.door,
+                "to": p.cluster,
+                "kind": p.kind,
+                "how": p.how,
+                "stack": path_stack(p.door, p.cluster) if p.kind in CREATED else None,
+            }
+            for p in fleet_paths(self.fleet)
+        ]
 
     def caches(self) -> dict[str, dict[str, CacheVolume]]:
         """Per ModelCache, per provisioned cluster it covers: its volume there and the read

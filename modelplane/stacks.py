@@ -7,14 +7,16 @@ from enum import IntEnum
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.names import child_name
+from modelplane.api.network import CREATED, fleet_paths
 from modelplane.api.placement_lock import PlacementLock
 
 
 class Tier(IntEnum):
     CLUSTERS = 0
-    CACHES = 1
-    DEPLOYMENTS = 2
-    GATEWAY = 3
+    PATHS = 1
+    CACHES = 2
+    DEPLOYMENTS = 3
+    GATEWAY = 4
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,8 @@ class StackUnit:
 
     name: str
     tier: Tier
-    kind: str  # InferenceCluster | ModelCache | ModelDeployment | InferenceGateway
-    key: str  # cluster name, `ns/name`, or `default`
+    kind: str  # InferenceCluster | ClusterPath | ModelCache | ModelDeployment | InferenceGateway
+    key: str  # cluster name, `<cluster>/<cluster>` (a path), `ns/name`, or `default`
     depends_on: tuple[str, ...] = field(default=())
 
 
@@ -34,6 +36,18 @@ MAX_STACK_NAME = 100
 
 def cluster_stack(name: str) -> str:
     return child_name("cluster", name, limit=MAX_STACK_NAME)
+
+
+def path_stack(a: str, b: str) -> str:
+    """The stack of the path between two clusters (in name order: one for both ways)."""
+    first, second = sorted((a, b))
+    return child_name("path", first, second, limit=MAX_STACK_NAME)
+
+
+def created_paths(fleet: FleetSpec) -> list[tuple[str, str]]:
+    """The cluster pairs, in name order, joined by a path modelplane builds (peering, VPN)."""
+    pairs = {p.pair for p in fleet_paths(fleet) if p.kind in CREATED}
+    return sorted(pairs)
 
 
 def cache_stack(key: str) -> str:
@@ -74,6 +88,9 @@ def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
         StackUnit(cluster_stack(name), Tier.CLUSTERS, "InferenceCluster", name)
         for name in fleet.clusters
     ]
+    for a, b in created_paths(fleet):
+        deps = (cluster_stack(a), cluster_stack(b))
+        units.append(StackUnit(path_stack(a, b), Tier.PATHS, "ClusterPath", f"{a}/{b}", deps))
     for key in fleet.caches:
         deps = tuple(cluster_stack(c) for c in cache_clusters(fleet, key))
         units.append(StackUnit(cache_stack(key), Tier.CACHES, "ModelCache", key, deps))

@@ -327,7 +327,7 @@ def provider_for(name: str, conn: ClusterConnection) -> pulumi.ProviderResource:
     )
 
 
-# --- the four kinds of stack ------------------------------------------------------------
+# --- the five kinds of stack ------------------------------------------------------------
 
 
 def cluster_target(
@@ -372,6 +372,29 @@ def run_cluster(ctx: Context) -> None:
     pulumi.export("gatewayAddress", comp.gateway_address)
     pulumi.export("storageClassName", comp.storage_class_name)
     pulumi.export("poolShapes", comp.pool_shapes)
+    if comp.network is not None:
+        pulumi.export("network", comp.network)
+
+
+async def run_path(ctx: Context) -> None:
+    """The private path between two provisioned clusters, from their stacks' `network`."""
+    from components.network.path import ClusterPath
+    from components.network.sides import side_of
+
+    ends = ctx.unit.key.split("/")
+    up = Upstream(ctx.organization)
+    up.prefetch(cluster_stack(name) for name in ends)
+    sides = []
+    for name in ends:
+        exported = await up.get(cluster_stack(name), "network")
+        if not exported:
+            _fail(
+                f"cluster {name!r}: stack {cluster_stack(name)!r} has no network output: run "
+                f"that stack first (`modelplane up`, or `pulumi up -s {cluster_stack(name)}`)"
+            )
+        sides.append(side_of(name, exported))
+    comp = ClusterPath(ctx.unit.name, sides[0], sides[1])
+    pulumi.export("kind", comp.kind)
 
 
 async def run_cache(ctx: Context) -> None:
@@ -778,13 +801,15 @@ async def main(stack: str | None = None) -> None:
     try:
         if kind == "InferenceCluster":
             run_cluster(ctx)
+        elif kind == "ClusterPath":
+            await run_path(ctx)
         elif kind == "ModelCache":
             await run_cache(ctx)
         elif kind == "ModelDeployment":
             await run_deployment(ctx)
         elif kind == "InferenceGateway":
             await run_gateway(ctx)
-        else:  # pragma: no cover - stack_units only yields the four kinds
+        else:  # pragma: no cover - stack_units only yields the five kinds
             _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")
     except ValueError as exc:
         # What validation cannot see from the specs (a stale lock, upstream outputs) is a

@@ -232,6 +232,7 @@ class EKSCluster(pulumi.ComponentResource):
                 tags={**tags, "Name": f"{cluster_name}-private{suffix}"},
                 opts=self._opts(),
             )
+        self.private_route_tables = list(private_tables.values())
         first_table = private_tables[plans[0].zone]
         for plan in plans:
             table = private_tables.get(plan.zone, first_table)

@@ -304,6 +304,8 @@ class GKECluster(pulumi.ComponentResource):
 
         self.cluster_name = cluster.name
         self.network_name = network.name
+        # `projects/<project>/global/networks/<name>`: what a peering names the network by.
+        self.network_id = network.id
         self.endpoint = cluster.endpoint
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(cluster.name, cluster.endpoint, cluster.master_auth).apply(

@@ -371,8 +371,18 @@ class ExistingNetwork(Strict):
     """The pods' ranges."""
     service_cidrs: list[str] = Field(default_factory=list, max_length=20)
     """The services' ranges."""
+    connected_to: list[DNSLabel] = Field(default_factory=list, max_length=100)
+    """The InferenceClusters whose networks the platform connects to this one privately
+    (Interconnect, VPN, peering it runs itself): the front door reaches the cluster's workload
+    gateway over that network (docs/api.md, "Paths")."""
 
     _check = field_validator("node_cidrs", "pod_cidrs", "service_cidrs")(lambda v: _cidrs(v))
+
+    @field_validator("connected_to")
+    @classmethod
+    def _once_each(cls, names: list[str]) -> list[str]:
+        no_repeats(names, "each cluster at most once")
+        return names
 
 
 class ExistingSource(Strict):

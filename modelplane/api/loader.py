@@ -14,7 +14,7 @@ from modelplane.api.base import API_VERSION
 from modelplane.api.errors import SpecError
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.kinds import KINDS, NAMESPACED
-from modelplane.api.network import declared_overlaps
+from modelplane.api.network import declared_overlaps, unreachable
 from modelplane.api.notices import fleet_warnings
 from modelplane.api.paths import format_path, join_path
 from modelplane.api.pod_security import pod_security_errors
@@ -414,6 +414,7 @@ def load_fleet(root: str | Path) -> LoadResult:
     fleet.sort()
     errors.extend(check_references(fleet))
     errors.extend(declared_overlaps(fleet))  # ranges the front door cannot route (network)
+    errors.extend(unreachable(fleet))  # clusters the front door has no path to (network)
     errors.extend(secret_ref_errors(fleet))  # what a secretRef may reach (M7)
     errors.extend(pod_security_errors(fleet))  # reserved namespaces, Pod Security (M8)
     warnings = with_marks(fleet_warnings(fleet), sources)

@@ -110,3 +110,132 @@ def declared_overlaps(fleet: FleetSpec) -> list[SpecError]:
     for door, other in must_reach(fleet):
         errors.extend(overlaps(door, ranges[door], ranges[other]))
     return errors
+
+
+# --- paths between clusters (docs/api.md, "Paths") --------------------------------------------
+
+GCP_PEERING = "gcp-peering"
+AWS_PEERING = "aws-peering"
+HA_VPN = "ha-vpn"
+DECLARED = "declared"
+GATEWAY_ADDRESS = "gateway-address"
+CREATED = frozenset({GCP_PEERING, AWS_PEERING, HA_VPN})
+"""The paths modelplane builds (a `path-<a>-<b>` stack each)."""
+
+HOW = {
+    GCP_PEERING: "VPC peering (GCP), both directions",
+    AWS_PEERING: "VPC peering (AWS), with routes both ways",
+    HA_VPN: "HA VPN with BGP (GCP HA VPN gateway, AWS virtual private gateway, 4 tunnels)",
+    DECLARED: "a private network the platform connects (existing.network.connectedTo)",
+    GATEWAY_ADDRESS: "the workload gateway's own address (an Existing cluster without a "
+    "declared network: reachable only if the platform made it so)",
+}
+
+
+@dataclass(frozen=True)
+class PairPath:
+    """How the front door on `door` reaches `cluster`'s workload gateway."""
+
+    door: str
+    cluster: str
+    kind: str | None
+    """One of the constants above; None: no path (refused)."""
+
+    @property
+    def how(self) -> str:
+        return HOW[self.kind] if self.kind is not None else "no path"
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The two clusters in name order (one path serves both directions)."""
+        a, b = sorted((self.door, self.cluster))
+        return a, b
+
+
+def _declared_network(cluster: InferenceCluster) -> list[str] | None:
+    """An Existing cluster's `connectedTo` when it declares a network, else None."""
+    existing = cluster.spec.cluster.existing
+    if existing is None or existing.network is None:
+        return None
+    return list(existing.network.connected_to)
+
+
+def pair_path(fleet: FleetSpec, door: str, name: str) -> PairPath:
+    """The path from the front door's cluster to another (module docstring of paths above)."""
+    a, b = fleet.clusters[door], fleet.clusters[name]
+    sources = {a.spec.cluster.source, b.spec.cluster.source}
+    if sources == {"GKE"}:
+        return PairPath(door, name, GCP_PEERING)
+    if sources == {"EKS"}:
+        return PairPath(door, name, AWS_PEERING)
+    if sources == {"GKE", "EKS"}:
+        return PairPath(door, name, HA_VPN)
+    linked = name in (_declared_network(a) or []) or door in (_declared_network(b) or [])
+    if linked:
+        return PairPath(door, name, DECLARED)
+    # An Existing cluster that declares no network keeps a workload gateway of its own
+    # address; one that declares a network, or a provisioned one (internal load balancer),
+    # is reached only over a private path.
+    door_known = a.spec.cluster.source != "Existing" or _declared_network(a) is not None
+    if b.spec.cluster.source == "Existing" and _declared_network(b) is None and door_known:
+        return PairPath(door, name, GATEWAY_ADDRESS)
+    if a.spec.cluster.source == "Existing" and b.spec.cluster.source == "Existing":
+        if _declared_network(a) is None and _declared_network(b) is None:
+            return PairPath(door, name, GATEWAY_ADDRESS)
+    return PairPath(door, name, None)
+
+
+def fleet_paths(fleet: FleetSpec) -> list[PairPath]:
+    """The path of every pair the front door must reach, in name order."""
+    return [pair_path(fleet, door, name) for door, name in must_reach(fleet)]
+
+
+def unreachable(fleet: FleetSpec) -> list[SpecError]:
+    """An error for each cluster the front door has no path to, naming the pair, and for
+    each `connectedTo` naming no cluster."""
+    errors = []
+    for name, cluster in fleet.clusters.items():
+        for i, other in enumerate(_declared_network(cluster) or []):
+            if other not in fleet.clusters and not fleet.declared("InferenceCluster", other):
+                file, doc = fleet.sources.get(("InferenceCluster", name), ("", 0))
+                errors.append(
+                    SpecError(
+                        file,
+                        doc,
+                        f"InferenceCluster {name}",
+                        f"spec.cluster.existing.network.connectedTo[{i}]",
+                        f"InferenceCluster {other!r} does not exist",
+                    )
+                )
+    for path in fleet_paths(fleet):
+        if path.kind is not None:
+            continue
+        door_spec, other_spec = fleet.clusters[path.door], fleet.clusters[path.cluster]
+        # Name the Existing side: its declaration is what is missing.
+        at, partner = (
+            (path.cluster, path.door)
+            if other_spec.spec.cluster.source == "Existing"
+            else (path.door, path.cluster)
+        )
+        here = fleet.clusters[at]
+        file, doc = fleet.sources.get(("InferenceCluster", at), ("", 0))
+        private = [
+            n
+            for n, c in ((path.door, door_spec), (path.cluster, other_spec))
+            if c.spec.cluster.source != "Existing" or _declared_network(c) is not None
+        ]
+        field = "spec.cluster.existing.network" if here.spec.cluster.existing else "spec.cluster"
+        errors.append(
+            SpecError(
+                file,
+                doc,
+                f"InferenceCluster {at}",
+                field,
+                f"the front door on {path.door} cannot reach {path.cluster}: "
+                f"{' and '.join(private)} {'is' if len(private) == 1 else 'are'} reached only "
+                f"over a private network, and none joins {path.door} and {path.cluster}; once "
+                f"the platform connects them, add {partner} to "
+                f"spec.cluster.existing.network.connectedTo of {at}",
+            )
+        )
+    return errors

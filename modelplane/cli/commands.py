@@ -232,6 +232,13 @@ def plan(
                 f"[cyan]addresses[/] {escape(name)}: {escape(_ranges_line(ranges))}",
                 highlight=False,
             )
+        for path in outcome.paths():
+            stack = f" (stack {path['stack']})" if path["stack"] else ""
+            get_console().print(
+                f"[cyan]path[/] {escape(path['from'])} -> {escape(path['to'])}: "
+                f"{escape(path['how'])}{escape(stack)}",
+                highlight=False,
+            )
         for key, volumes in outcome.caches().items():
             size = outcome.fleet.caches[key].spec.size_gib
             for cluster, volume in volumes.items():

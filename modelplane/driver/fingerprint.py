@@ -125,6 +125,9 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
         if gw is not None and gw.spec.cluster.inference_cluster_ref == unit.key:
             data["gateway"] = _dump(gw)
         return data
+    if unit.kind == "ClusterPath":
+        ends = unit.key.split("/")
+        return {"clusters": {c: _dump(fleet.clusters.get(c)) for c in ends}}
     if unit.kind == "ModelCache":
         return {
             "cache": _dump(fleet.caches[unit.key]),

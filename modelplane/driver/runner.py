@@ -96,6 +96,8 @@ def tier_of_stack_name(name: str) -> Tier:
     """The tier of a stack found in the backend, from its derived name."""
     if name.startswith("cluster-"):
         return Tier.CLUSTERS
+    if name.startswith("path-"):
+        return Tier.PATHS
     if name.startswith("cache-"):
         return Tier.CACHES
     if name.startswith("deploy-"):

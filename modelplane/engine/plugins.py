@@ -40,6 +40,7 @@ PURPOSE = {
 }
 #: The plugins a cluster stack needs beyond ``kubernetes``, by the cluster's source.
 CLOUD_PLUGINS = {"GKE": ("gcp",), "EKS": ("aws", "eks"), "Existing": ()}
+PATH_PLUGINS = {"GKE": ("gcp",), "EKS": ("aws",)}
 
 
 @dataclass(frozen=True, order=True)
@@ -152,6 +153,11 @@ def stack_plugins(fleet: FleetSpec, unit: StackUnit) -> set[str]:
     if unit.kind == "InferenceCluster" and unit.key in fleet.clusters:
         source = fleet.clusters[unit.key].spec.cluster.source
         names.update(CLOUD_PLUGINS.get(source, ()))
+    if unit.kind == "ClusterPath":
+        names = set()  # cloud resources only: no Kubernetes, no EKS component
+        for end in unit.key.split("/"):
+            if end in fleet.clusters:
+                names.update(PATH_PLUGINS.get(fleet.clusters[end].spec.cluster.source, ()))
     return names
 
 

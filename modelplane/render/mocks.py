@@ -75,12 +75,34 @@ class RecordingMocks(Mocks):
             state["status"] = {
                 "addresses": [{"type": "Hostname", "value": f"{name}.render.invalid"}]
             }
+        state.update(_cloud_assigned(args.typ, args.name, state))
         return f"{args.name}-id", state
 
     def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         # Data sources (EKS add-on versions, a Capacity Block's dates) answer empty offline;
         # the failures list must be a list (None breaks the stock mock monitor).
         return {}, []
+
+
+HA_VPN_GATEWAY = "gcp:compute/haVpnGateway:HaVpnGateway"
+VPN_CONNECTION = "aws:ec2/vpnConnection:VpnConnection"
+
+
+def _cloud_assigned(typ: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """Placeholders for what only the cloud assigns and a path's other resources read: an
+    HA VPN gateway's interface addresses, an AWS VPN connection's tunnels (TEST-NET-1
+    addresses, link-local inside addresses; the pre-shared key stays a secret)."""
+    if typ == HA_VPN_GATEWAY and not state.get("vpnInterfaces"):
+        return {"vpnInterfaces": [{"id": i, "ipAddress": f"192.0.2.{1 + i}"} for i in (0, 1)]}
+    if typ == VPN_CONNECTION and not state.get("tunnel1Address"):
+        out: dict[str, Any] = {}
+        for t in (1, 2):
+            out[f"tunnel{t}Address"] = f"192.0.2.{10 + t}"
+            out[f"tunnel{t}PresharedKey"] = f"render-placeholder-{name}-{t}"
+            out[f"tunnel{t}CgwInsideAddress"] = f"169.254.{t}.2"
+            out[f"tunnel{t}VgwInsideAddress"] = f"169.254.{t}.1"
+        return out
+    return {}
 
 
 def _flatten_references(value: struct_pb2.Value) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,19 @@ def test_network_rendered_cluster_stacks_build_the_locks_ranges(rendered: dict[s
     }
     [vpc] = [r for r in resources("cluster-eks-us-west") if r["type"] == "aws:ec2/vpc:Vpc"]
     assert vpc["inputs"]["cidrBlock"] == "10.20.0.0/16"
+
+
+def test_network_rendered_path_joins_gke_and_eks_with_the_ha_vpn(rendered: dict[str, Path]) -> None:
+    """The path stack `render` builds from the two cluster stacks' `network` outputs."""
+    stack = rendered["multicloud"] / "path-eks-us-west-gke-us-central"
+    resources = yaml.safe_load((stack / "resources.yaml").read_text())
+    count = Counter(r["type"] for r in resources)
+    assert count["gcp:compute/vPNTunnel:VPNTunnel"] == 4
+    assert count["gcp:compute/routerPeer:RouterPeer"] == 4
+    assert count["aws:ec2/vpnConnection:VpnConnection"] == 2
+    [router] = [r for r in resources if r["type"] == "gcp:compute/router:Router"]
+    assert router["inputs"]["network"] == "gke-us-central-net-id"  # the GKE stack's network
+    [vgw] = [r for r in resources if r["type"] == "aws:ec2/vpnGateway:VpnGateway"]
+    assert vgw["inputs"]["vpcId"] == "eks-us-west-vpc-id"  # the EKS stack's VPC
+    tunnels = [r for r in resources if r["type"] == "gcp:compute/vPNTunnel:VPNTunnel"]
+    assert {t["inputs"]["sharedSecret"] for t in tunnels} == {"[secret]"}

@@ -283,7 +283,8 @@ OVERLAPS = [
     (
         "an existing cluster inside the front door's VPC",
         [_eks("door", {"vpcCidr": "10.4.0.0/16", "subnetCidrs": ["10.4.0.0/20", "10.4.16.0/20"]}),
-         _existing("dc", {"nodeCidrs": ["192.168.0.0/16"], "podCidrs": ["10.4.128.0/17"]})],
+         _existing("dc", {"nodeCidrs": ["192.168.0.0/16"], "podCidrs": ["10.4.128.0/17"],
+                          "connectedTo": ["door"]})],
         "door",
         {("dc", "spec.cluster.existing.network.podCidrs[0]")},
     ),
