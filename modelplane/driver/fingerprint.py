@@ -124,6 +124,10 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
         gw = fleet.gateway
         if gw is not None and gw.spec.cluster.inference_cluster_ref == unit.key:
             data["gateway"] = _dump(gw)
+        # The ranges the fleet address plan gives it (a changed entry changes the network).
+        entry = lock.network.clusters.get(unit.key) if lock.network is not None else None
+        if entry is not None:
+            data["addresses"] = entry.model_dump(mode="json", exclude_none=True)
         return data
     if unit.kind == "ClusterPath":
         ends = unit.key.split("/")

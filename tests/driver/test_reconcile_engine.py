@@ -125,6 +125,13 @@ def test_reconcile_reads_a_cloud_clusters_kubeconfig_from_its_stack_output(
 
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     (fleet_dir / "g1.yaml").write_text(GKE)
+    # The front door's cluster reaches g1's internal gateway over the platform's network.
+    specs = fleet_dir / "fleet.yaml"
+    text = specs.read_text().replace(
+        "      renderTo: rendered\n",
+        "      renderTo: rendered\n      network: {connectedTo: [g1]}\n",
+    )
+    specs.write_text(text)
     f = Fleet.load(fleet_dir, env=env)
     assert f.cluster_kubeconfigs() == {}  # its stack has not run
 

@@ -186,3 +186,32 @@ def pulumi_all(value: dict[str, Any]) -> Any:
     import pulumi
 
     return pulumi.Output.from_input(value)
+
+
+def test_network_a_changed_address_entry_or_path_end_changes_its_stacks_inputs(
+    tmp_path: Path,
+) -> None:
+    """A cluster stack whose lock entry changes, and a path stack whose cluster changes, are
+    not skipped as unchanged by `up`."""
+    from modelplane.driver.fingerprint import owned_inputs
+    from modelplane.network import plan_addresses
+
+    fleet = _load(tmp_path, [_gke("a"), _gke("b")], "a").fleet
+    lock = PlacementLock(network=plan_addresses(fleet, PlacementLock()).network)
+    units = {u.name: u for u in stack_units(fleet, lock)}
+    before = owned_inputs(fleet, lock, units["cluster-b"])
+    assert before["addresses"]["block"] == "10.1.0.0/16"
+    moved = lock.model_copy(deep=True)
+    assert moved.network is not None
+    moved.network.clusters["b"] = moved.network.clusters["b"].model_copy(
+        update={"block": "10.9.0.0/16"}
+    )
+    assert owned_inputs(fleet, moved, units["cluster-b"]) != before
+    path = owned_inputs(fleet, lock, units["path-a-b"])
+    assert set(path["clusters"]) == {"a", "b"}
+    moved_b = _gke("b")
+    moved_b["spec"]["cluster"]["gke"]["region"] = "europe-west4"
+    moved_b["spec"]["nodePools"][0]["zones"] = ["europe-west4-a"]
+    write_fleet(tmp_path, [moved_b], "b.yaml")
+    again = load_fleet(tmp_path).fleet
+    assert owned_inputs(again, lock, units["path-a-b"]) != path
