@@ -19,7 +19,10 @@ never logged or quoted in an error.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import ssl
 import threading
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -64,15 +67,60 @@ def connect_args(url: str) -> dict[str, Any]:
     }
     if parsed.password is not None:
         args["password"] = unquote(parsed.password)
-    if query.get("sslmode", "prefer") in ("require", "verify-ca", "verify-full"):
-        import ssl
-
-        context = ssl.create_default_context()
-        if query["sslmode"] == "require":
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        args["ssl_context"] = context
+    args["ssl_context"] = tls_context(url, args["host"], query)
     return args
+
+
+SSL_MODES = ("disable", "require", "verify-ca", "verify-full")
+
+
+def loopback(host: str) -> bool:
+    """A host on this machine (a connection that never crosses a network)."""
+    if host == "localhost" or host.startswith("/"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_context(url: str, host: str, query: dict[str, str]) -> ssl.SSLContext | bool | None:
+    """pg8000's `ssl_context` by libpq's `sslmode` (docs/architecture.md, "Where runtime
+    state lives"): absent, `verify-full` unless the host is loopback (then libpq's `prefer`:
+    TLS when the server offers it, unverified, None); `disable`: no TLS (False); `require`
+    encrypts without checking the server, unless `sslrootcert` is given (then as
+    `verify-ca`, as libpq does); `verify-ca` checks the chain, `verify-full` the chain and the
+    host name. `sslrootcert`: the CA file (`system`: the system's CAs, also the default);
+    `sslcert`/`sslkey`: a client certificate. `allow` and `prefer` fall back to plaintext,
+    which this client does not do: refused with the reason."""
+    mode = query.get("sslmode")
+    if not mode and loopback(host):
+        return None  # the connection never leaves this machine
+    mode = mode or "verify-full"
+    if mode in ("allow", "prefer"):
+        raise BackendError(
+            f"{redact(url)}: sslmode={mode} may fall back to plaintext, which modelplane's "
+            "runtime state does not do: use sslmode=verify-full (with sslrootcert=<CA file>), "
+            "verify-ca, require, or disable (loopback hosts only, by default)"
+        )
+    if mode not in SSL_MODES:
+        raise BackendError(f"{redact(url)}: unknown sslmode={mode} (one of {', '.join(SSL_MODES)})")
+    if mode == "disable":
+        return False
+    root = query.get("sslrootcert")
+    cafile = None if root in (None, "", "system") else root
+    if cafile is not None and not os.path.isfile(cafile):
+        raise BackendError(f"{redact(url)}: sslrootcert {cafile} is not a readable file")
+    context = ssl.create_default_context(cafile=cafile)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if mode == "require" and root is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif mode in ("require", "verify-ca"):
+        context.check_hostname = False  # the chain is checked, not the name
+    if query.get("sslcert"):
+        context.load_cert_chain(query["sslcert"], query.get("sslkey") or None)
+    return context
 
 
 class PostgresStore:
@@ -194,7 +242,10 @@ def _broken(exc: Exception) -> bool:
 
 
 def _message(exc: Exception) -> str:
-    """pg8000's error text (a dict with the server's fields, or a plain message)."""
+    """pg8000's error text (a dict with the server's fields, or a plain message); a failed
+    certificate check says why (its args hold only an error number)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the server's certificate does not verify: {exc.verify_message or exc.reason}"
     arg = exc.args[0] if exc.args else exc
     if isinstance(arg, dict):
         return str(arg.get("M") or arg)
