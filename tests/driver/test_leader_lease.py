@@ -196,6 +196,10 @@ def test_leader_two_reconcile_processes_sigkill_failover(
 # --- the Kubernetes manifests ------------------------------------------------------------------
 
 
+def pod_labels(deployment: dict) -> dict:
+    return dict(deployment["spec"]["template"]["metadata"]["labels"])
+
+
 def test_leader_manifests_apply_and_the_service_account_may_hold_the_lease(
     dev_cluster: DevCluster, tmp_path: Path
 ) -> None:
@@ -216,6 +220,17 @@ def test_leader_manifests_apply_and_the_service_account_may_hold_the_lease(
         deployment = next(d for d in docs if d["kind"] == "Deployment")
         assert deployment["spec"]["replicas"] == 2
         assert "--leader-elect" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        # Hardened (security review L3): no privilege to gain, no capability, seccomp on.
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"] + pod["initContainers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+        [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+        assert policy["spec"]["podSelector"]["matchLabels"] == pod_labels(deployment)
+        [rule] = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 9464}]
         for doc in docs:
             utils.create_from_dict(api, doc)
         core = client.CoreV1Api(api)
