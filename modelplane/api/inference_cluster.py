@@ -70,11 +70,14 @@ def eks_control_plane_zones(region: str, networking: EKSNetworking) -> list[str]
     return eks_block_zones(region, networking)[:DEFAULT_CONTROL_PLANE_BLOCKS]
 
 
-def _cidr(value: str) -> str:
+def cidr(value: str, *, ipv4: bool = False) -> str:
+    """`value` when it is a CIDR block (an IPv4 one with `ipv4`), else a ValueError."""
     try:
-        ipaddress.ip_network(value, strict=True)
+        net = ipaddress.ip_network(value, strict=True)
     except ValueError as exc:
         raise ValueError(f"{value!r} is not a CIDR block ({exc})") from None
+    if ipv4 and net.version != 4:
+        raise ValueError(f"{value!r} is not an IPv4 CIDR block")
     return value
 
 
@@ -87,7 +90,7 @@ class GKENetworking(Strict):
     """The services' secondary range (absent: from the fleet address plan)."""
 
     _check = field_validator("node_cidr", "pod_cidr", "service_cidr")(
-        lambda v: v if v is None else _cidr(v)
+        lambda v: v if v is None else cidr(v)
     )
 
     @property
@@ -183,16 +186,16 @@ class EKSNetworking(Strict):
             _eks_service_cidr(self.service_cidr, self.vpc_cidr)
         if self.vpc_cidr is None or self.subnet_cidrs is None:
             return self
-        vpc = ipaddress.ip_network(_cidr(self.vpc_cidr))
-        nets = [ipaddress.ip_network(_cidr(c)) for c in self.subnet_cidrs]
-        for cidr, net in zip(self.subnet_cidrs, nets, strict=True):
+        vpc = ipaddress.ip_network(cidr(self.vpc_cidr))
+        nets = [ipaddress.ip_network(cidr(c)) for c in self.subnet_cidrs]
+        for block, net in zip(self.subnet_cidrs, nets, strict=True):
             if net.version != vpc.version:
                 raise ValueError(
-                    f"subnet {cidr} is IPv{net.version} but vpcCidr {self.vpc_cidr} is "
+                    f"subnet {block} is IPv{net.version} but vpcCidr {self.vpc_cidr} is "
                     f"IPv{vpc.version}"
                 )
             if not net.subnet_of(vpc):  # type: ignore[arg-type]
-                raise ValueError(f"subnet {cidr} is not inside vpcCidr {self.vpc_cidr}")
+                raise ValueError(f"subnet {block} is not inside vpcCidr {self.vpc_cidr}")
         for i, a in enumerate(nets):
             for b in nets[i + 1 :]:
                 if a.overlaps(b):
@@ -213,7 +216,7 @@ def private_v4(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
 def _eks_service_cidr(value: str, vpc_cidr: str | None) -> None:
     """EKS' serviceIpv4Cidr: an RFC 1918 block from /12 to /24, outside the VPC (EKS API
     reference, KubernetesNetworkConfigRequest)."""
-    net = ipaddress.ip_network(_cidr(value))
+    net = ipaddress.ip_network(cidr(value))
     if not private_v4(net) or not 12 <= net.prefixlen <= 24:
         raise ValueError(
             f"serviceCidr {value} must be an IPv4 block from /12 to /24 inside 10.0.0.0/8, "
@@ -244,7 +247,7 @@ class GKESource(Strict):
     @field_validator("public_access_cidrs")
     @classmethod
     def _public_cidrs(cls, cidrs: list[str] | None) -> list[str] | None:
-        return None if cidrs is None else [_cidr(c) for c in cidrs]
+        return None if cidrs is None else [cidr(c) for c in cidrs]
 
 
 class EKSSource(Strict):
@@ -343,7 +346,7 @@ class EKSSource(Strict):
     @field_validator("public_access_cidrs")
     @classmethod
     def _public_cidrs(cls, cidrs: list[str]) -> list[str]:
-        return [_cidr(c) for c in cidrs]
+        return [cidr(c) for c in cidrs]
 
 
 class KubeconfigSecretRef(SecretKeyRef):
@@ -357,7 +360,7 @@ class ExistingCache(Strict):
 
 
 def _cidrs(values: list[str]) -> list[str]:
-    return [_cidr(v) for v in values]
+    return [cidr(v) for v in values]
 
 
 class ExistingNetwork(Strict):

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from modelplane.api.base import API_VERSION, DNSLabel, ObjectMeta, SecretKeyRef, Strict
-from modelplane.api.inference_cluster import KubeconfigSecretRef, private_v4
+from modelplane.api.inference_cluster import KubeconfigSecretRef, cidr, private_v4
 
 
 class ExistingGatewayCluster(Strict):
@@ -88,10 +88,7 @@ class FleetNetwork(Strict):
     @field_validator("fleet_cidr")
     @classmethod
     def _private_v4(cls, value: str) -> str:
-        try:
-            net = ipaddress.ip_network(value, strict=True)
-        except ValueError as exc:
-            raise ValueError(f"{value!r} is not a CIDR block ({exc})") from None
+        net = ipaddress.ip_network(cidr(value))
         if not private_v4(net):
             raise ValueError(
                 f"{value} must be an IPv4 block inside 10.0.0.0/8, 172.16.0.0/12 or "

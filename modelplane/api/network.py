@@ -32,6 +32,12 @@ class Range:
         return f"{self.path} ({self.file})" if self.file else self.path
 
 
+def cluster_error(fleet: FleetSpec, name: str, path: str, message: str) -> SpecError:
+    """An error on InferenceCluster `name`'s field `path`, in the file it came from."""
+    file, doc = fleet.sources.get(("InferenceCluster", name), ("", 0))
+    return SpecError(file, doc, f"InferenceCluster {name}", path, message)
+
+
 def declared_ranges(fleet: FleetSpec, name: str, cluster: InferenceCluster) -> list[Range]:
     """The ranges the cluster's spec declares: a GKE or EKS cluster's `networking` when
     set, an Existing cluster's `network`."""
@@ -197,12 +203,10 @@ def unreachable(fleet: FleetSpec) -> list[SpecError]:
     for name, cluster in fleet.clusters.items():
         for i, other in enumerate(_declared_network(cluster) or []):
             if other not in fleet.clusters and not fleet.declared("InferenceCluster", other):
-                file, doc = fleet.sources.get(("InferenceCluster", name), ("", 0))
                 errors.append(
-                    SpecError(
-                        file,
-                        doc,
-                        f"InferenceCluster {name}",
+                    cluster_error(
+                        fleet,
+                        name,
                         f"spec.cluster.existing.network.connectedTo[{i}]",
                         f"InferenceCluster {other!r} does not exist",
                     )
@@ -218,7 +222,6 @@ def unreachable(fleet: FleetSpec) -> list[SpecError]:
             else (path.door, path.cluster)
         )
         here = fleet.clusters[at]
-        file, doc = fleet.sources.get(("InferenceCluster", at), ("", 0))
         private = [
             n
             for n, c in ((path.door, door_spec), (path.cluster, other_spec))
@@ -226,10 +229,9 @@ def unreachable(fleet: FleetSpec) -> list[SpecError]:
         ]
         field = "spec.cluster.existing.network" if here.spec.cluster.existing else "spec.cluster"
         errors.append(
-            SpecError(
-                file,
-                doc,
-                f"InferenceCluster {at}",
+            cluster_error(
+                fleet,
+                at,
                 field,
                 f"the front door on {path.door} cannot reach {path.cluster}: "
                 f"{' and '.join(private)} {'is' if len(private) == 1 else 'are'} reached only "

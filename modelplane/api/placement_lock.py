@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from modelplane.api.base import DNSLabel, Strict
+from modelplane.api.inference_cluster import cidr
 from modelplane.api.limits import (
     INT32_MAX,
     MAX_DEVICES_PER_POD,
@@ -101,15 +101,7 @@ class LockedDeployment(Strict):
         return [r for r in self.replicas if not r.draining]
 
 
-def _cidr(value: str) -> str:
-    try:
-        ipaddress.IPv4Network(value, strict=True)
-    except ValueError as exc:
-        raise ValueError(f"{value!r} is not an IPv4 CIDR block ({exc})") from None
-    return value
-
-
-Cidr = Annotated[str, AfterValidator(_cidr)]
+Cidr = Annotated[str, AfterValidator(lambda v: cidr(v, ipv4=True))]
 
 
 class ClusterAddresses(Strict):

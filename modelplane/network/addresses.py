@@ -15,7 +15,13 @@ from modelplane.api.errors import SpecError
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.inference_gateway import FleetNetwork
-from modelplane.api.network import Range, declared_ranges, must_reach, overlaps
+from modelplane.api.network import (
+    Range,
+    cluster_error,
+    declared_ranges,
+    must_reach,
+    overlaps,
+)
 from modelplane.api.placement_lock import ClusterAddresses, NetworkLock, PlacementLock
 
 V4 = ipaddress.IPv4Network
@@ -167,11 +173,9 @@ def plan_addresses(fleet: FleetSpec, previous: PlacementLock, lock_file: str = "
 
 
 def _exhausted(fleet: FleetSpec, name: str, chosen: FleetNetwork) -> SpecError:
-    file, doc = fleet.sources.get(("InferenceCluster", name), ("", 0))
-    return SpecError(
-        file,
-        doc,
-        f"InferenceCluster {name}",
+    return cluster_error(
+        fleet,
+        name,
         "spec.cluster",
         f"the fleet range {chosen.fleet_cidr} has no free /{chosen.cluster_prefix_length} "
         "block left for this cluster: widen the InferenceGateway's spec.network.fleetCidr "
@@ -191,12 +195,10 @@ def _pod_room(
         room = 2 ** max(0, POD_RANGE_PER_NODE - V4(entry.pods).prefixlen)
         most = sum(max(p.node_count, p.max_node_count or 0) for p in cluster.spec.node_pools)
         if most > room:
-            file, doc = fleet.sources.get(("InferenceCluster", name), ("", 0))
             errors.append(
-                SpecError(
-                    file,
-                    doc,
-                    f"InferenceCluster {name}",
+                cluster_error(
+                    fleet,
+                    name,
                     "spec.nodePools",
                     f"the node pools may grow to {most} nodes but the pod range {entry.pods} "
                     f"(network.clusters.{name}.pods in {lock_file or 'the lock'}) holds "
