@@ -13,7 +13,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.loader import load_fleet, no_specs
 from modelplane.api.network import CREATED, declared_ranges, fleet_paths
 from modelplane.api.placement_lock import PlacementLock
-from modelplane.lock import default_lock_path, read_lock
+from modelplane.lock import ADDRESS_FIELDS, default_lock_path, read_lock
 from modelplane.network import plan_addresses
 from modelplane.network.addresses import provisioned
 from modelplane.rollout import Progress, lock_progress
@@ -102,7 +102,8 @@ class PlanOutcome:
             entry = planned.get(name)
             if entry is not None and provisioned(cluster) is not None:
                 ranges = entry.model_dump(exclude_none=True, exclude={"source"})
-                out[name] = {"from": "plan" if entry.block else "kept", **ranges}
+                ordered = {k: ranges[k] for k in ADDRESS_FIELDS if k in ranges}  # the lock's
+                out[name] = {"from": "plan" if entry.block else "kept", **ordered}
                 continue
             declared = declared_ranges(self.fleet, name, cluster)
             if declared:
