@@ -182,12 +182,8 @@ def pair_path(fleet: FleetSpec, door: str, name: str) -> PairPath:
     # An Existing cluster that declares no network keeps a workload gateway of its own
     # address; one that declares a network, or a provisioned one (internal load balancer),
     # is reached only over a private path.
-    door_known = a.spec.cluster.source != "Existing" or _declared_network(a) is not None
-    if b.spec.cluster.source == "Existing" and _declared_network(b) is None and door_known:
+    if b.spec.cluster.source == "Existing" and _declared_network(b) is None:
         return PairPath(door, name, GATEWAY_ADDRESS)
-    if a.spec.cluster.source == "Existing" and b.spec.cluster.source == "Existing":
-        if _declared_network(a) is None and _declared_network(b) is None:
-            return PairPath(door, name, GATEWAY_ADDRESS)
     return PairPath(door, name, None)
 
 
