@@ -3,7 +3,8 @@
 Traefik (chart `traefik`, its Kubernetes Gateway provider on) or Envoy Gateway
 (chart `gateway-helm`), as a Helm release with a fixed name (`mp-traefik`,
 `mp-envoy-gateway`), then a GatewayClass and the Gateway `modelplane` in
-`modelplane-system` accepting routes from every namespace.
+`modelplane-system` accepting routes from every namespace (on Envoy Gateway with the
+EnvoyProxy `modelplane-proxy` it names: two proxies and a budget, cloud review m8).
 
 - On a `renderTo` cluster there is no API server to install a chart into, so
   the Helm release is skipped and only the Gateway API objects are rendered
@@ -30,9 +31,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import modelplane.authz as authz_module
-from components.load_balancers import client_traffic_policy, service_annotations
-from components.serving_stack import load_balancer_namespace
+from components.load_balancers import (
+    HSTS,
+    HSTS_SECONDS,
+    client_traffic_policy,
+    service_annotations,
+)
+from components.serving_stack import (
+    envoy_proxy_manifest,
+    envoy_proxy_ref,
+    load_balancer_namespace,
+)
 from components.workload import front_door
+from components.workload.network_policies import authz_policy
 from components.workload.objects import (
     ROUTES_FROM,
     SYSTEM_NAMESPACE,
@@ -89,15 +100,27 @@ def release_values(
     backend: Literal["Traefik", "EnvoyGateway"],
     cloud: str | None = None,
     namespaces: Sequence[str] = (SYSTEM_NAMESPACE,),
+    tls: Literal["Redirect", "Refuse"] | None = None,
 ) -> dict[str, Any]:
     """The controller's Helm values; on ``cloud`` (GKE, EKS) Traefik's Service holds a silent
     request for the longest request (components.load_balancers). Traefik reads its own
     objects (Middlewares, IngressRoutes) from modelplane's ``namespaces`` only: an
-    IngressRoute elsewhere is not served (security review H3)."""
+    IngressRoute elsewhere is not served (security review H3). ``tls`` (`spec.tls.http`):
+    the transport settings of `traefik_transport_values` (security review M5)."""
     if backend == "Traefik":
         annotations = service_annotations(cloud, internal=False)
+        transport = traefik_transport_values(tls)
+        crd: dict[str, Any] = {"enabled": True, "namespaces": sorted(set(namespaces))}
+        if tls is not None:
+            # Only modelplane's own TLSOption `default` counts (tls_option).
+            crd["defaultTLSResourcesNamespace"] = SYSTEM_NAMESPACE
+        service: dict[str, Any] = {
+            **({"annotations": annotations} if annotations else {}),
+            **transport.get("service", {}),
+        }
         return {
-            **({"service": {"annotations": annotations}} if annotations else {}),
+            **({"service": service} if service else {}),
+            **({"ports": transport["ports"]} if "ports" in transport else {}),
             "providers": {
                 "kubernetesGateway": {
                     "enabled": True,
@@ -107,7 +130,7 @@ def release_values(
                 },
                 "kubernetesIngress": {"enabled": False},
                 # The ModelService routes' retry Middlewares (api.md "Retries and ejection").
-                "kubernetesCRD": {"enabled": True, "namespaces": sorted(set(namespaces))},
+                "kubernetesCRD": crd,
             },
             # A dead (blackholed) endpoint costs one retry of at most this, not Go's 30 s;
             # the access log (JSON, the caller header only) `modelplane usage` counts.
@@ -152,16 +175,25 @@ def gateway_manifest(
 ) -> Manifest:
     """``tls``: a `websecure` HTTPS listener with the front door's certificate (Secret
     `TLS_SECRET`); `web` stays for the redirect to https (`Redirect`) or goes (`Refuse`).
+    Traefik keeps `web` on Refuse as an internal listener: its entrypoint is on no
+    LoadBalancer port (chart values, `traefik_transport_values`), only on the ClusterIP
+    Service `INTERNAL_SERVICE`, for a sharded service's second pass (api.md "Large
+    services"); no ModelService route attaches to it.
     ``cloud``: Envoy Gateway puts `spec.infrastructure.annotations` on the proxy's Service
-    (its load balancer's idle timeout; Traefik's Service takes them from the chart values)."""
+    (its load balancer's idle timeout; Traefik's Service takes them from the chart values).
+    Envoy Gateway: `spec.infrastructure.parametersRef` names the front door's EnvoyProxy (two
+    proxies and a budget, serving_stack.envoy_proxy_manifest)."""
     s = backend_settings(backend)
     # When a controller is known to program the Gateway, wait for it to publish an address
     # (as the serving stack's Gateway does), so service URLs are known at the end of the
     # same `up`. Without one, waiting could only time out.
     wait = WAIT_FOR_ADDRESS if await_address else None
     annotations = service_annotations(cloud, internal=False) if backend == "EnvoyGateway" else {}
+    infrastructure: dict[str, Any] = {"annotations": annotations} if annotations else {}
+    if backend == "EnvoyGateway":
+        infrastructure["parametersRef"] = envoy_proxy_ref(GATEWAY_NAME)
     listeners: list[dict[str, Any]] = []
-    if tls != "Refuse":
+    if tls != "Refuse" or backend == "Traefik":
         listeners.append(
             {
                 "name": WEB,
@@ -188,7 +220,7 @@ def gateway_manifest(
         "kind": "Gateway",
         "metadata": metadata(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, wait),
         "spec": {
-            **({"infrastructure": {"annotations": annotations}} if annotations else {}),
+            **({"infrastructure": infrastructure} if infrastructure else {}),
             "gatewayClassName": s["class"],
             "listeners": listeners,
         },
@@ -227,6 +259,92 @@ def tls_secret(certificate: pulumi.Input[str], private_key: pulumi.Input[str]) -
         "type": "kubernetes.io/tls",
         "stringData": {"tls.crt": certificate, "tls.key": private_key},
     }
+
+
+# --- transport security (security review M5; api.md "TLS") --------------------------------
+# Every response of the HTTPS listener says: this host is HTTPS only, for a year.
+HSTS_HEADER, HSTS_VALUE = HSTS
+HSTS_MIDDLEWARE = "front-door-hsts"
+# Traefik names a Kubernetes CRD Middleware `<namespace>-<name>@kubernetescrd` outside its own
+# namespace: the `websecure` entrypoint runs it first on every router attached to it (every
+# provider's, so the Gateway API routes' too; Traefik v3.7 `server/aggregator.go` applyModel).
+HSTS_ENTRYPOINT_MIDDLEWARE = f"{SYSTEM_NAMESPACE}-{HSTS_MIDDLEWARE}@kubernetescrd"
+# Traefik's TLS options named `default` (traefik.io TLSOption): what every router without TLS
+# options of its own gets -- Traefik's Gateway provider gives each HTTPS route's router an
+# empty TLS config (v3.7 `provider/kubernetes/gateway/httproute.go`), so the front door's
+# HTTPS listener negotiates with these. Only modelplane-system may define it (chart value
+# `providers.kubernetesCRD.defaultTLSResourcesNamespace`): a TLSOption `default` in a route
+# namespace is ignored, never a second default that would void both.
+TLS_OPTION = "default"
+TLS_MIN_VERSION = "VersionTLS12"
+# TLS 1.2 suites with forward secrecy and AEAD only (TLS 1.3's suites are all AEAD and Go's
+# are not configurable); Go (crypto/tls) names, as Traefik's TLSOption takes them.
+TLS_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+)
+# `tls.http: Refuse` on Traefik: the chart's LoadBalancer Service has no port 80; the `web`
+# entrypoint is published only by a ClusterIP Service of the release (chart value
+# `service.additionalServices`), `mp-traefik-internal`, where a sharded service's second
+# pass goes (api.md "Large services").
+INTERNAL_SERVICE_KEY = "internal"
+INTERNAL_SERVICE = f"{TRAEFIK['release']}-{INTERNAL_SERVICE_KEY}"
+
+
+def traefik_transport_values(tls: Literal["Redirect", "Refuse"] | None) -> dict[str, Any]:
+    """The Traefik chart values of the front door's transport (`spec.tls`): HSTS on the
+    `websecure` entrypoint; on Refuse, no port 80 on the LoadBalancer Service and the `web`
+    entrypoint on the ClusterIP Service `INTERNAL_SERVICE` only. Keys checked against the
+    chart's values.yaml (41.3.0): `ports.<name>.expose.<service>`,
+    `ports.websecure.http.middlewares`, `service.additionalServices.<name>.spec`."""
+    if tls is None:
+        return {}
+    ports: dict[str, Any] = {
+        WEBSECURE: {"http": {"middlewares": [HSTS_ENTRYPOINT_MIDDLEWARE]}},
+    }
+    values: dict[str, Any] = {"ports": ports}
+    if tls == "Refuse":
+        ports[WEB] = {"expose": {"default": False, INTERNAL_SERVICE_KEY: True}}
+        values["service"] = {
+            "additionalServices": {INTERNAL_SERVICE_KEY: {"spec": {"type": "ClusterIP"}}}
+        }
+    return values
+
+
+def hsts_middleware() -> Manifest:
+    """Traefik's `headers` Middleware the `websecure` entrypoint runs first: the HSTS header
+    on every answer of the HTTPS listener (a 401 of the key check too). `stsSeconds` alone:
+    no `includeSubDomains`, which would bind hosts modelplane does not serve."""
+    return {
+        "apiVersion": "traefik.io/v1alpha1",
+        "kind": "Middleware",
+        "metadata": metadata(HSTS_MIDDLEWARE, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+        "spec": {"headers": {"stsSeconds": HSTS_SECONDS}},
+    }
+
+
+def tls_option() -> Manifest:
+    """Traefik's default TLS options: TLS 1.2 at least, AEAD suites with forward secrecy."""
+    return {
+        "apiVersion": "traefik.io/v1alpha1",
+        "kind": "TLSOption",
+        "metadata": metadata(TLS_OPTION, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+        "spec": {"minVersion": TLS_MIN_VERSION, "cipherSuites": list(TLS_CIPHER_SUITES)},
+    }
+
+
+def transport_manifests(
+    backend: Literal["Traefik", "EnvoyGateway"], tls: Literal["Redirect", "Refuse"] | None
+) -> list[Manifest]:
+    """The front door's HSTS and TLS minimum as objects (Traefik; Envoy Gateway's are in its
+    ClientTrafficPolicy, load_balancers.client_traffic_policy). None without `spec.tls`."""
+    if tls is None or backend != "Traefik":
+        return []
+    return [hsts_middleware(), tls_option()]
 
 
 # --- callers with keys (api.md "Callers") -------------------------------------------------
@@ -275,8 +393,8 @@ def authz_source() -> str:
 
 def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
     """The authorization service behind the routes' forwardAuth: its keys (a Secret of
-    hashes), its code (a ConfigMap run by a stock Python image), Deployment, Service and
-    PodDisruptionBudget."""
+    hashes), its code (a ConfigMap run by a stock Python image), Deployment, Service,
+    PodDisruptionBudget and NetworkPolicy (ingress from the front door's Traefik only)."""
     source = authz_source()
     selector = {"modelplane.ai/authz": AUTHZ_NAME}  # never a recommended label (immutable)
     return [
@@ -366,6 +484,8 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
             "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
         },
+        # Only the front door's Traefik (its forwardAuth) reaches it: security M4.
+        authz_policy(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS, selector, AUTHZ_PORT),
     ]
 
 
@@ -458,7 +578,12 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                     repository_opts=repo,
                     namespace=s["namespace"],
                     create_namespace=lb_namespace is None,
-                    values=release_values(backend, cloud, [SYSTEM_NAMESPACE, *namespaces]),
+                    values=release_values(
+                        backend,
+                        cloud,
+                        [SYSTEM_NAMESPACE, *namespaces],
+                        gateway.spec.tls.http if gateway.spec.tls is not None else None,
+                    ),
                     opts=pulumi.ResourceOptions.merge(
                         child,
                         pulumi.ResourceOptions(
@@ -474,6 +599,13 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         gw_class = _GatewayObject(f"gateway/{s['class']}", gateway_class_manifest(backend), after)
         tls = gateway.spec.tls
         gw_deps: list[pulumi.Resource] = [gw_class, *deps]
+        if backend == "EnvoyGateway":
+            # Two proxies and a budget (cloud review m8), before the Gateway that names them.
+            proxy = envoy_proxy_manifest(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS)
+            gw_deps.append(register(proxy, after, scope="gateway"))
+        # HSTS and the TLS minimum (security review M5), before the Gateway's HTTPS listener.
+        for manifest in transport_manifests(backend, tls.http if tls is not None else None):
+            gw_deps.append(register(manifest, after, scope="gateway"))
         if tls is not None:
             if tls_material is None:
                 raise ValueError("InferenceGateway spec.tls needs the certificate and key")
@@ -495,7 +627,9 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         if backend == "EnvoyGateway":
             # Envoy resets a stream silent for 5 minutes (components.load_balancers).
             register(
-                client_traffic_policy(GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+                client_traffic_policy(
+                    GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, front_door_tls=tls is not None
+                ),
                 after,
                 scope="gateway",
             )

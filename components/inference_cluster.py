@@ -55,6 +55,7 @@ from components.serving_stack import (
     ServingStack,
     gateway_address,
     helm_release,
+    workload_envoy_proxy,
     workload_gateway,
     workload_gateway_class,
 )
@@ -434,6 +435,16 @@ class InferenceClusterComponent(pulumi.ComponentResource):
             after: list[pulumi.Resource] = [namespace] if namespace else []
             if render_own is None:
                 after.append(workload_gateway_class(name, k8s_child))
+                # The installed stack's Gateway names its EnvoyProxy (two proxies, m8).
+                after.append(
+                    workload_envoy_proxy(
+                        name,
+                        pulumi.ResourceOptions.merge(
+                            k8s_child,
+                            pulumi.ResourceOptions(depends_on=[namespace] if namespace else []),
+                        ),
+                    )
+                )
             self.workload_gateway = workload_gateway(
                 name,
                 render_own.class_name if render_own is not None else GATEWAY_CLASS_NAME,
@@ -441,6 +452,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=after)),
                 await_address=False,
                 cloud=source if render_own is None else None,
+                envoy_proxy=render_own is None,
             )
             self.gateway_address = pulumi.Output.from_input(None)
         else:

@@ -81,12 +81,38 @@ def service_annotations(cloud: str | None, *, internal: bool) -> dict[str, str]:
     return annotations
 
 
+# An Envoy front door with `spec.tls` (security review M5; api.md "TLS"): TLS 1.2 at least,
+# TLS 1.2 suites with forward secrecy and AEAD only (Envoy's names; envoyproxy/gateway v1.8.3
+# `api/v1alpha1/tls_types.go`), and HSTS on every response.
+ENVOY_TLS_MIN_VERSION = "1.2"
+ENVOY_TLS_CIPHERS = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+)
+HSTS_SECONDS = 31536000  # a year
+HSTS = ("Strict-Transport-Security", f"max-age={HSTS_SECONDS}")
+
+
 def client_traffic_policy(
-    gateway: str, namespace: str, object_labels: Mapping[str, str]
+    gateway: str,
+    namespace: str,
+    object_labels: Mapping[str, str],
+    *,
+    front_door_tls: bool = False,
 ) -> Manifest:
     """Envoy Gateway's ClientTrafficPolicy ``<gateway>-timeouts`` on the Gateway: a stream (and
     a connection with a request in flight) may stay silent for ``LONGEST_REQUEST``, and Envoy
-    keeps its client connections alive with TCP keepalives."""
+    keeps its client connections alive with TCP keepalives. ``front_door_tls`` (an Envoy
+    front door with `spec.tls`): its HTTPS listener's TLS minimum and suites (`tls`, which
+    applies to TLS listeners only) and the HSTS header on every response
+    (`headers.lateResponseHeaders`: Envoy's own answers too; the one policy on the Gateway,
+    since a second one on the `websecure` section would replace this one there, not merge).
+    A plain `web` listener (`tls.http: Redirect`) sends it too, which a browser ignores over
+    plain HTTP (RFC 6797, 8.1)."""
     keepalive = f"{KEEPALIVE_SECONDS}s"
     spec: dict[str, Any] = {
         "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": gateway}],
@@ -96,6 +122,9 @@ def client_traffic_policy(
         # engine that folds `_` into `-` (Envoy Gateway's default, pinned: api.md "Callers").
         "headers": {"withUnderscoresAction": "RejectRequest"},
     }
+    if front_door_tls:
+        spec["tls"] = {"minVersion": ENVOY_TLS_MIN_VERSION, "ciphers": list(ENVOY_TLS_CIPHERS)}
+        spec["headers"]["lateResponseHeaders"] = {"set": [{"name": HSTS[0], "value": HSTS[1]}]}
     return {
         "apiVersion": f"{ENVOY_GROUP}/v1alpha1",
         "kind": "ClientTrafficPolicy",

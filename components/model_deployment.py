@@ -16,7 +16,10 @@ the placement lock and the clusters they are on; it creates one
   cluster whose workload gateway is the platform's own (`servingStack.gateway`),
   which cannot route to an InferencePool, the route goes to the decode Service.
 
-Per cluster hosting replicas, one PodDisruptionBudget per role (`maxUnavailable: 0` over
+Per cluster hosting replicas, one NetworkPolicy over the deployment's serving pods (ingress
+only from its workload gateway, the front door on the front door's cluster, Prometheus on the
+metrics ports, and its own pods; components/workload/network_policies.py, security M4), and
+one PodDisruptionBudget per role (`maxUnavailable: 0` over
 the role's pods, every pod of a LeaderWorkerSet's groups; components/workload/budgets.py):
 voluntary disruption of serving pods goes through modelplane, which keeps the fleet's budget.
 
@@ -36,7 +39,7 @@ import pulumi
 
 from components.model_cache import cache_claim_name, hydrated_marker
 from components.workload import disaggregation as pd
-from components.workload import front_door
+from components.workload import front_door, network_policies
 from components.workload.budgets import disruption_budgets
 from components.workload.claims import claim_requests, claim_template, extended_resources
 from components.workload.objects import (
@@ -261,6 +264,25 @@ def route_checks(deployment: ModelDeployment, target: ClusterTarget) -> list[dic
     return []
 
 
+def network_policy(
+    deployment: ModelDeployment,
+    replicas: Sequence[LockedReplica],
+    target: ClusterTarget,
+    at_revision: Mapping[str, ModelDeployment] | None = None,
+) -> Manifest:
+    """The NetworkPolicy of the deployment's serving pods on ``target`` (security M4;
+    components/workload/network_policies.py): its gateways, Prometheus, its own pods."""
+    here = [r.name for r in replicas if r.cluster == target.name]
+    revisions = [at_revision[n] for n in here if at_revision and n in at_revision]
+    return network_policies.deployment_policy(
+        deployment,
+        installed_gateway=target.inference_pools,
+        gateway_namespace=target.gateway_namespace,
+        front_door=target.front_door_here,
+        revisions=revisions,
+    )
+
+
 def front_door_manifests(
     deployment: ModelDeployment, replicas: Sequence[LockedReplica], target: ClusterTarget
 ) -> list[Manifest]:
@@ -379,6 +401,11 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
             )
             for budget in disruption_budgets(deployment, roles):
                 register(budget, budget_opts, scope=cluster)
+            register(
+                network_policy(deployment, replicas, target, at_revision),
+                budget_opts,
+                scope=cluster,
+            )
             if not target.routable:
                 pulumi.log.warn(
                     f"ModelDeployment {deployment.key}: cluster {cluster!r}'s workload gateway "

@@ -1,6 +1,8 @@
-"""The front door's OpenAI endpoint (`modelplane/router.py`): routing by model name.
+"""The front door's OpenAI endpoint: routing by model name, when a ModelService names
+`spec.models`.
 
-Rendered on a Traefik front door when a ModelService names `spec.models`: the routing table
+On an Envoy Gateway front door: Envoy AI Gateway's objects (components/ai_gateway.py). On a
+Traefik front door: modelplane's router (`modelplane/router.py`), that is the routing table
 and the code (a ConfigMap run by the same stock Python image as `modelplane-authz`), a
 Deployment of 2, its Service and PodDisruptionBudget, and the HTTPRoute `modelplane-openai`
 sending the base URL's `/v1/` to it. The router sends each request on to the front door's
@@ -19,6 +21,7 @@ import pulumi
 
 import modelplane.authz as authz_module
 import modelplane.router as router_module
+from components.ai_gateway import ai_gateway_manifests
 from components.gateway import LOCKED_DOWN
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
@@ -272,19 +275,29 @@ class ModelRouterComponent(pulumi.ComponentResource):
         listener: str | None,
         tls_secret: str | None = None,
         render_only: bool = False,
+        envoy_class: str | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``envoy_class``: the front door is Envoy Gateway's, of that GatewayClass: Envoy AI
+        Gateway's objects instead of the router (the tables, keys and URLs are Traefik's)."""
         super().__init__("modelplane:gateway:ModelRouter", name, None, opts)
         previous: list[pulumi.Resource] = list(depends_on)
-        for manifest in router_manifests(
-            routing_table(services, endpoints, tiers, limits, waking),
-            front_door_url,
-            keys_secret=keys_secret,
-            gateway=gateway,
-            listener=listener,
-            tls_secret=tls_secret,
-        ):
+        manifests: list[Manifest]
+        if envoy_class is not None:
+            manifests = ai_gateway_manifests(
+                services, gateway=gateway, listener=listener, gateway_class=envoy_class
+            )
+        else:
+            manifests = router_manifests(
+                routing_table(services, endpoints, tiers, limits, waking),
+                front_door_url,
+                keys_secret=keys_secret,
+                gateway=gateway,
+                listener=listener,
+                tls_secret=tls_secret,
+            )
+        for manifest in manifests:
             made = register(
                 hand_off(manifest) if render_only else manifest,
                 pulumi.ResourceOptions(parent=self, depends_on=previous or None),

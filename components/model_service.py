@@ -26,7 +26,7 @@ from urllib.parse import urlencode
 
 import pulumi
 
-from components.gateway import TRAEFIK
+from components.gateway import INTERNAL_SERVICE, TRAEFIK
 from components.workload import front_door as hop
 from components.workload.objects import (
     ENDPOINT,
@@ -65,8 +65,11 @@ from modelplane.routing import WeightedGroup, endpoint_weights
 
 Backend = Literal["Traefik", "EnvoyGateway"]
 # The front door's own Service (the Traefik chart's, as modelplane installs it; the dev fleet
-# publishes the same): the second pass of a sharded service goes through its `web` port.
+# publishes the same): the second pass of a sharded service goes through its `web` port. With
+# `tls.http: Refuse` that Service has no port 80: the chart's ClusterIP Service
+# `LOOP_INTERNAL_SERVICE` publishes `web` inside the cluster only (components.gateway).
 LOOP_SERVICE = str(TRAEFIK["release"])
+LOOP_INTERNAL_SERVICE = INTERNAL_SERVICE
 LOOP_NAMESPACE = str(TRAEFIK["namespace"])
 LOOP_PORT = 80
 # The same Service by its cluster DNS name: where the OpenAI router sends a request on.
@@ -297,6 +300,11 @@ class FrontDoor:
     # folder without their values (objects.hand_off).
     render_only: bool = False
     shard_listener: str | None = None
+    # The Service (in LOOP_NAMESPACE, port LOOP_PORT) the second pass goes through.
+    loop_service: str = LOOP_SERVICE
+    # Envoy Gateway, services with model names: the loop Gateway's parentRef their route adds,
+    # the second pass of a request by model name (components/ai_gateway.py).
+    openai_loop: Mapping[str, Any] | None = None
 
 
 def _first_pass_middlewares(name: str, backend: Backend, door: FrontDoor) -> list[str]:
@@ -334,22 +342,23 @@ def service_route_manifests(
     name, ns = service.metadata.name, service.metadata.namespace or "default"
     middlewares = _first_pass_middlewares(name, backend, door)
     if len(backends) <= MAX_BACKENDS:
-        return [
-            service_route(
-                name,
-                ns,
-                _route_labels(service),
-                service.path_prefix,
-                backends,
-                backend=backend,
-                gateway=gateway,
-                middlewares=middlewares,
-                listener=door.listener,
-                # Model-name routing keeps a conversation on one endpoint (model_router.py).
-                pinned=bool(service.spec.models),
-                tiers=overflow,
-            )
-        ]
+        route = service_route(
+            name,
+            ns,
+            _route_labels(service),
+            service.path_prefix,
+            backends,
+            backend=backend,
+            gateway=gateway,
+            middlewares=middlewares,
+            listener=door.listener,
+            # The Traefik router keeps a conversation on one endpoint (model_router.py).
+            pinned=backend == "Traefik" and bool(service.spec.models),
+            tiers=overflow,
+        )
+        if door.openai_loop is not None and service.spec.models:
+            route["spec"]["parentRefs"].append(dict(door.openai_loop))
+        return [route]
     if overflow:
         raise SplitError(
             f"ModelService {service.key}: {len(backends)} endpoints in its first tier, more "
@@ -374,7 +383,7 @@ def service_route_manifests(
         loop={
             "group": "",
             "kind": "Service",
-            "name": LOOP_SERVICE,
+            "name": door.loop_service,
             "namespace": LOOP_NAMESPACE,
             "port": LOOP_PORT,
         },
@@ -389,7 +398,7 @@ def service_route_manifests(
             "Traefik", check, ns, object_labels, door.shard_users, (), remove_header=False
         ),
         reference_grant(
-            dns1035("shards", ns, name), LOOP_NAMESPACE, object_labels, ns, LOOP_SERVICE
+            dns1035("shards", ns, name), LOOP_NAMESPACE, object_labels, ns, door.loop_service
         ),
         *shard_routes,
         first,
@@ -400,10 +409,7 @@ def _shard_problem(backend: Backend, door: FrontDoor) -> str | None:
     if backend != "Traefik":
         return "the EnvoyGateway backend routes a service as one rule (use Traefik)"
     if door.shard_listener is None:
-        return (
-            "the InferenceGateway has no plain-HTTP listener for the second pass "
-            "(spec.tls.http: Refuse; use Redirect)"
-        )
+        return "the InferenceGateway has no plain-HTTP listener for the second pass"
     if door.shard_users is None:
         return "the gateway stack has no front-door key to guard the shards with"
     return None

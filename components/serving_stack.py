@@ -27,6 +27,12 @@ Then the workload gateway: GatewayClass ``envoy`` (Envoy Gateway's controller) a
 ``inference-gateway`` in ``modelplane-system`` (HTTP 80, routes from all namespaces), created
 after the CRDs and the controllers that serve them. ``gateway_address`` is the Gateway's first
 status address (the Gateway waits until it has one).
+
+Every replica of the cluster is reached through that Gateway's Envoy proxy, so the Gateway names
+an ``EnvoyProxy`` (``envoy_proxy_manifest``, cloud review m8) in its
+``spec.infrastructure.parametersRef``: ``PROXY_REPLICAS`` proxies, preferably on different
+nodes (and spread over zones where the nodes are), and a PodDisruptionBudget that lets a drain
+take one at a time.
 """
 
 from __future__ import annotations
@@ -45,12 +51,19 @@ from components.charts import (
     resolve_chart,
 )
 from components.load_balancers import (
+    ENVOY_GROUP,
     INTERNAL_LB_ANNOTATIONS,
     client_traffic_policy,
     service_annotations,
 )
 from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
-from components.workload.objects import ROUTES_FROM, app_labels, ensure_namespace
+from components.workload.objects import (
+    ROUTES_FROM,
+    Manifest,
+    app_labels,
+    ensure_namespace,
+    metadata,
+)
 from modelplane.api.inference_cluster import ServingStackOptions
 from modelplane.observe.prometheus import engine_scrape_job
 
@@ -61,6 +74,12 @@ GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 RELEASE_TIMEOUT_SECONDS = 900
+
+PROXY_REPLICAS = 2
+"""Envoy proxies per Envoy Gateway Gateway (workload gateways, an Envoy front door): one can
+be drained, repaired or rolled while the other serves (cloud review m8)."""
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+ZONE_TOPOLOGY = "topology.kubernetes.io/zone"
 
 
 def helm_release(
@@ -262,6 +281,110 @@ def _first_address(status: Any) -> str | None:
     return None
 
 
+def proxy_pod_labels(gateway: str, namespace: str) -> dict[str, str]:
+    """The labels Envoy Gateway puts on the proxy pods of Gateway ``namespace/gateway`` (its
+    Deployment's selector; envoyproxy/gateway v1.8.3 ``EnvoyAppLabel`` plus the owning-gateway
+    labels, internal/infrastructure/kubernetes/proxy)."""
+    return {
+        "app.kubernetes.io/name": "envoy",
+        "app.kubernetes.io/component": "proxy",
+        "app.kubernetes.io/managed-by": "envoy-gateway",
+        f"{ENVOY_GROUP}/owning-gateway-name": gateway,
+        f"{ENVOY_GROUP}/owning-gateway-namespace": namespace,
+    }
+
+
+def envoy_proxy_name(gateway: str) -> str:
+    """The EnvoyProxy of Gateway ``gateway`` (in the Gateway's namespace)."""
+    return f"{gateway}-proxy"
+
+
+def envoy_proxy_ref(gateway: str) -> dict[str, str]:
+    """A Gateway's ``spec.infrastructure.parametersRef`` to its EnvoyProxy (same namespace)."""
+    return {"group": ENVOY_GROUP, "kind": "EnvoyProxy", "name": envoy_proxy_name(gateway)}
+
+
+def envoy_proxy_manifest(
+    gateway: str, namespace: str, object_labels: Mapping[str, str]
+) -> Manifest:
+    """The EnvoyProxy ``<gateway>-proxy`` the Gateway names in ``spec.infrastructure
+    .parametersRef`` (Envoy Gateway v1.8, "Customize EnvoyProxy"; the Gateway's reference
+    outranks the GatewayClass's and the default, and is namespace-local).
+
+    - ``PROXY_REPLICAS`` proxies (Envoy Gateway's default is 1: every request of the cluster
+      through one pod).
+    - Anti-affinity on the node, *preferred*: the system pools that hold the proxies (GPU
+      nodes are tainted) start at 1 node (GKE e2-standard-4, EKS m6i.xlarge, 1..2 nodes), where
+      a required term would leave the second proxy Pending, and the cluster autoscaler adds
+      no node for a preferred term; an Existing cluster's pools are unknown. On 2+ nodes the
+      scheduler puts them apart. A zone spread (``ScheduleAnyway``) does the same across
+      zones, where the system nodes span several (EKS' system group is in the control plane's
+      zones).
+    - ``envoyPDB`` ``maxUnavailable: 1``: a drain (node upgrade, repair, scale-down) evicts
+      one proxy at a time, the next once the first's replacement is Ready.
+
+    Nothing on the Service: the load balancer's annotations stay the Gateway's
+    ``spec.infrastructure.annotations`` (Envoy Gateway copies them onto the Service, then
+    ``envoyService.annotations`` over them; this sets none)."""
+    selector = {"matchLabels": proxy_pod_labels(gateway, namespace)}
+    pod = {
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "labelSelector": selector,
+                            "topologyKey": HOSTNAME_TOPOLOGY,
+                        },
+                    }
+                ]
+            }
+        },
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE_TOPOLOGY,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": selector,
+            }
+        ],
+    }
+    return {
+        "apiVersion": f"{ENVOY_GROUP}/v1alpha1",
+        "kind": "EnvoyProxy",
+        "metadata": metadata(envoy_proxy_name(gateway), namespace, object_labels),
+        "spec": {
+            "provider": {
+                "type": "Kubernetes",
+                "kubernetes": {
+                    "envoyDeployment": {"replicas": PROXY_REPLICAS, "pod": pod},
+                    "envoyPDB": {"maxUnavailable": 1},
+                },
+            }
+        },
+    }
+
+
+def workload_envoy_proxy(name: str, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """The workload Gateway's EnvoyProxy (``envoy_proxy_manifest``), in ``modelplane-system``.
+    Create it before the Gateway that names it (Envoy Gateway's advice) and after Envoy
+    Gateway's chart (its CRD)."""
+    proxy = envoy_proxy_manifest(
+        GATEWAY_NAME,
+        SYSTEM_NAMESPACE,
+        app_labels("inference-gateway", GATEWAY_NAME, "envoy-proxy"),
+    )
+    return kubernetes.apiextensions.CustomResource(
+        f"{name}-envoy-proxy",
+        api_version=proxy["apiVersion"],
+        kind=proxy["kind"],
+        metadata=proxy["metadata"],
+        spec=proxy["spec"],
+        opts=opts,
+    )
+
+
 def workload_gateway_class(name: str, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
     """The installed stack's GatewayClass ``envoy`` (Envoy Gateway's controller)."""
     return kubernetes.apiextensions.CustomResource(
@@ -285,13 +408,16 @@ def workload_gateway(
     *,
     await_address: bool = True,
     cloud: str | None = None,
+    envoy_proxy: bool = False,
 ) -> pulumi.CustomResource:
     """The cluster's workload Gateway `modelplane-system/inference-gateway` of ``class_name``:
     a plain CustomResource so that `status` is an output, and Pulumi waits for an address
     (unless ``await_address`` is false: rendered manifests have no controller to wait for).
     ``cloud`` (GKE, EKS): its load balancer is internal and holds a silent request for the
     longest request (`spec.infrastructure.annotations`, which Envoy Gateway puts on the
-    proxy's Service; components.load_balancers)."""
+    proxy's Service; components.load_balancers). ``envoy_proxy`` (the installed stack's
+    Envoy Gateway, never a platform's own controller): `spec.infrastructure.parametersRef`
+    names the EnvoyProxy ``workload_envoy_proxy`` makes."""
     meta: dict[str, Any] = {
         "name": GATEWAY_NAME,
         "namespace": SYSTEM_NAMESPACE,
@@ -299,6 +425,11 @@ def workload_gateway(
     }
     if await_address:
         meta["annotations"] = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
+    infrastructure: dict[str, Any] = {}
+    if cloud in INTERNAL_LB_ANNOTATIONS:
+        infrastructure["annotations"] = service_annotations(cloud, internal=True)
+    if envoy_proxy:
+        infrastructure["parametersRef"] = envoy_proxy_ref(GATEWAY_NAME)
     return pulumi.CustomResource(
         "kubernetes:gateway.networking.k8s.io/v1:Gateway",
         f"{name}-gateway",
@@ -307,11 +438,7 @@ def workload_gateway(
             "kind": "Gateway",
             "metadata": meta,
             "spec": {
-                **(
-                    {"infrastructure": {"annotations": service_annotations(cloud, internal=True)}}
-                    if cloud in INTERNAL_LB_ANNOTATIONS
-                    else {}
-                ),
+                **({"infrastructure": infrastructure} if infrastructure else {}),
                 "gatewayClassName": class_name,
                 "listeners": [
                     {
@@ -466,14 +593,23 @@ class ServingStack(pulumi.ComponentResource):
             name,
             self._opts(depends_on=[self.gateway_api_crds, self.releases["envoyGateway"]]),
         )
+        # Two proxies with a budget (m8), in place before the Gateway that names them.
+        self.envoy_proxy = workload_envoy_proxy(
+            name,
+            self._opts(
+                depends_on=[self.releases["envoyGateway"], *([namespace] if namespace else [])]
+            ),
+        )
         self.gateway = workload_gateway(
             name,
             GATEWAY_CLASS_NAME,
             80,
             cloud=cloud,
+            envoy_proxy=True,
             opts=self._opts(
                 depends_on=[
                     self.gateway_class,
+                    self.envoy_proxy,
                     *([namespace] if namespace else []),
                     self.releases["envoyAiGateway"],
                 ]

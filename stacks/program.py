@@ -341,6 +341,8 @@ def cluster_target(
     """Where a cache or deployment stack puts its objects on cluster ``name``."""
     from components.workload.targets import ClusterTarget
 
+    gateway = ctx.fleet.gateway
+    here = gateway is not None and gateway.spec.cluster.inference_cluster_ref == name
     return ClusterTarget.from_spec(
         ctx.fleet.clusters[name],
         ctx.fleet.classes,
@@ -349,6 +351,7 @@ def cluster_target(
         storage_class_name=conn.storage_class_name,
         front_door_key=front_door_key,
         render_only=render_only,
+        front_door_here=gateway.spec.backend if gateway is not None and here else None,
     )
 
 
@@ -500,9 +503,11 @@ async def run_deployment(ctx: Context) -> None:
 
 
 async def run_gateway(ctx: Context) -> None:
+    from components.ai_gateway import loop_parent
     from components.gateway import (
         AUTHZ_ADDRESS,
         CALLERS_SECRET,
+        ENVOY,
         GATEWAY_NAME,
         TLS_SECRET,
         WEB,
@@ -511,6 +516,8 @@ async def run_gateway(ctx: Context) -> None:
     )
     from components.model_router import ModelRouterComponent, waking_services
     from components.model_service import (
+        LOOP_INTERNAL_SERVICE,
+        LOOP_SERVICE,
         LOOP_TLS_URL,
         LOOP_URL,
         EndpointInfo,
@@ -610,6 +617,7 @@ async def run_gateway(ctx: Context) -> None:
     # may shard a service over more endpoints than one route rule holds (it guards shards).
     traefik = gateway.spec.backend == "Traefik"
     may_shard = traefik and len(endpoints) > MAX_BACKENDS
+    routed = [s for s in ctx.fleet.services.values() if s.spec.models]
     hop_key = front_door_key(ctx) if may_shard or any(e.replica for e in endpoints) else None
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
@@ -637,8 +645,13 @@ async def run_gateway(ctx: Context) -> None:
         shard_users=pulumi.Output.secret(hop_key.apply(htpasswd))
         if may_shard and hop_key is not None
         else None,
-        shard_listener=None if gateway.spec.tls and gateway.spec.tls.http == "Refuse" else WEB,
+        # Traefik keeps `web` on Refuse, on the internal Service only (api.md "Large services").
+        shard_listener=WEB,
+        loop_service=LOOP_INTERNAL_SERVICE
+        if gateway.spec.tls is not None and gateway.spec.tls.http == "Refuse"
+        else LOOP_SERVICE,
         render_only=render_only,
+        openai_loop=loop_parent() if not traefik and routed else None,
     )
     in_namespace = pulumi.ResourceOptions(provider=provider)
     namespaces: dict[str, pulumi.Resource | None] = {}
@@ -680,8 +693,7 @@ async def run_gateway(ctx: Context) -> None:
             opts=pulumi.ResourceOptions(providers=providers),
         )
         addresses[key] = svc.address
-    routed = [s for s in ctx.fleet.services.values() if s.spec.models]
-    if traefik and routed:
+    if routed:
         ModelRouterComponent(
             "openai",
             routed,
@@ -702,6 +714,7 @@ async def run_gateway(ctx: Context) -> None:
             gateway=(GATEWAY_NAME, SYSTEM_NAMESPACE),
             listener=service_listener(gateway),
             render_only=render_only,
+            envoy_class=None if traefik else ENVOY["class"],
             depends_on=[igw],
             opts=pulumi.ResourceOptions(providers=providers),
         )

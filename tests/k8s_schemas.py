@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "crds"
 # Test-only CRDs (too large for every dev cluster to install): Envoy Gateway's policy kinds.
 TEST_CRDS = ROOT / "tests" / "data" / "envoy-gateway-v1.8.3"
+# and Envoy AI Gateway's route kinds (an Envoy front door's OpenAI base URL).
+AI_GATEWAY_CRDS = ROOT / "tests" / "data" / "envoy-ai-gateway-v1.1.0"
 K8S_VERSION = "1.35.0"
 OBJECT_META = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
@@ -89,7 +91,11 @@ def _strict(schema: Any) -> Any:
 @cache
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in [*sorted(CRDS.rglob("*.yaml")), *sorted(TEST_CRDS.glob("*.yaml"))]:
+    for path in [
+        *sorted(CRDS.rglob("*.yaml")),
+        *sorted(TEST_CRDS.glob("*.yaml")),
+        *sorted(AI_GATEWAY_CRDS.glob("*.yaml")),
+    ]:
         # libyaml's loader where PyYAML has it: the CRDs are megabytes of YAML.
         for doc in yaml.load_all(path.read_text(), Loader=_SAFE_LOADER):
             if not doc or doc.get("kind") != "CustomResourceDefinition":

@@ -121,6 +121,11 @@ __all__ = [
 EFS_CSI_CONFIGURATION: dict[str, object] = {"controller": {"deleteAccessPointRootDir": True}}
 """The EFS CSI add-on's configuration: deleting a PVC deletes its access point's directory."""
 
+#: The VPC CNI's network policy agent on: the NetworkPolicies modelplane renders are enforced
+#: (security M4). A string, as the add-on's configuration schema wants it. Changing it updates
+#: the add-on in place (no node is replaced).
+VPC_CNI_CONFIGURATION: dict[str, object] = {"enableNetworkPolicy": "true"}
+
 
 def _aws_provider_in(opts: pulumi.ResourceOptions | None) -> pulumi.ProviderResource | None:
     if opts is None:
@@ -366,7 +371,9 @@ class EKSCluster(pulumi.ComponentResource):
 
         self.addons: dict[str, aws.eks.Addon] = {}
         for early in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
-            self.addons[early] = addon(early, [])
+            self.addons[early] = addon(
+                early, [], configuration=VPC_CNI_CONFIGURATION if early == "vpc-cni" else None
+            )
 
         # --- node groups ---------------------------------------------------------------
         efa_sg = None

@@ -289,7 +289,16 @@ class GKECluster(pulumi.ComponentResource):
                     gcp.container.ClusterAddonsConfigGcpFilestoreCsiDriverConfigArgs(enabled=True)
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=services, protect=args.protect),
+            # Dataplane V2 (Cilium): enforces the NetworkPolicies modelplane renders (security
+            # M4). Immutable: a cluster created before keeps its datapath (ignored below,
+            # never replaced by an `up`); docs/architecture.md "Cloud decisions" has the move.
+            datapath_provider=DATAPATH_PROVIDER,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=services,
+                protect=args.protect,
+                ignore_changes=[DATAPATH_FIELD],
+            ),
         )
 
         # The system node's zone: the GPU pools' alphabetically first zone, so reordering
@@ -422,6 +431,10 @@ class GKECluster(pulumi.ComponentResource):
             ),
         )
 
+
+DATAPATH_PROVIDER = "ADVANCED_DATAPATH"
+"""GKE Dataplane V2, which enforces NetworkPolicy (set at creation only)."""
+DATAPATH_FIELD = "datapathProvider"
 
 MANUAL_NODE_UPGRADES = "modelplane-manual-node-upgrades"
 """The maintenance exclusion that keeps GKE from upgrading the nodes (nodeUpgrades: Manual)."""

@@ -45,6 +45,12 @@ class ClusterTarget:
     # The namespaces of the deployments this cluster's allowlist lets run outside Pod Security
     # "baseline" (spec.podSecurity.exemptDeployments): they enforce `privileged` here.
     privileged_namespaces: frozenset[str] = frozenset()
+    # The namespace of a platform's own gateway's proxies (`servingStack.gateway.namespace`;
+    # None: not declared): the replicas' NetworkPolicy admits it (network_policies.py).
+    gateway_namespace: str | None = None
+    # The fleet's InferenceGateway's backend when it runs on this cluster (its proxies route
+    # to a replica's Service directly when the cluster's gateway has no address); else None.
+    front_door_here: Literal["Traefik", "EnvoyGateway"] | None = None
 
     @classmethod
     def from_spec(
@@ -57,6 +63,7 @@ class ClusterTarget:
         storage_class_name: pulumi.Input[str] | None = None,
         front_door_key: pulumi.Input[str] | None = None,
         render_only: bool = False,
+        front_door_here: Literal["Traefik", "EnvoyGateway"] | None = None,
     ) -> ClusterTarget:
         pools = {
             pool.name: tuple(classes[pool.class_name].spec.devices)
@@ -78,6 +85,12 @@ class ClusterTarget:
             privileged_namespaces=frozenset(
                 k.split("/", 1)[0] for k in exempt_deployments(cluster)
             ),
+            gateway_namespace=(
+                cluster.spec.serving_stack.gateway.namespace
+                if cluster.spec.serving_stack.gateway is not None
+                else None
+            ),
+            front_door_here=front_door_here,
         )
 
     def pod_security(self, namespace: str) -> str:

@@ -502,6 +502,10 @@ class WorkloadGateway(Strict):
     """The controller behind the class, so modelplane can make its replica routes require the
     front door's credentials (api.md "Private workload gateways"). Without it the cluster's
     replicas get no routes (fail closed)."""
+    namespace: DNSLabel | None = None
+    """The namespace the controller's proxy pods run in: the replicas' NetworkPolicy admits
+    the serving ports from every pod there (api.md "Network policies"). Without it, from
+    every namespace (modelplane does not know where the platform's gateway runs)."""
 
 
 # The components of the serving stack whose versions `servingStack.versions` may override

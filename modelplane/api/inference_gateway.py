@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from modelplane.api.base import API_VERSION, DNSLabel, ObjectMeta, SecretKeyRef, Strict
 from modelplane.api.inference_cluster import KubeconfigSecretRef, cidr, private_v4
+from modelplane.api.problems import raise_if
 
 
 class ExistingGatewayCluster(Strict):
@@ -52,6 +53,11 @@ class GatewayAuth(Strict):
     callers: list[GatewayCaller] = Field(min_length=1, max_length=1000)
     """The callers let in, each with its own API key (`Authorization: Bearer <key>` or
     `x-api-key: <key>`); any other request is refused with 401."""
+    allow_insecure: bool = False
+    """Let the callers' keys travel over plain HTTP: `auth` without `spec.tls`, or with
+    `tls.http: Redirect` (a client's first plain request carries its key before the 301).
+    Only for a front door no untrusted network reaches (the dev fleet: one network namespace
+    on one machine). Default false: both are validation errors (security review M5)."""
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayAuth:
@@ -68,7 +74,9 @@ class GatewayTLS(Strict):
     private_key: SecretKeyRef
     """The PEM private key of that certificate."""
     http: Literal["Redirect", "Refuse"] = "Redirect"
-    """Plain HTTP: redirected to https (default), or refused (no plain listener)."""
+    """Plain HTTP: redirected to https, or refused (no plain listener, no port 80 on the
+    front door's Service). Default: Refuse with `spec.auth` (a key never travels in
+    cleartext), else Redirect."""
 
 
 DEFAULT_FLEET_CIDR = "10.0.0.0/8"
@@ -120,14 +128,54 @@ class InferenceGatewaySpec(Strict):
     network: FleetNetwork = Field(default_factory=FleetNetwork)
     """The fleet address plan: where provisioned clusters' ranges come from."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_plain_http_with_auth(cls, data: object) -> object:
+        """With `auth`, `tls.http` defaults to Refuse: a caller's key never reaches a plain
+        listener (security review M5)."""
+        if not isinstance(data, dict) or data.get("auth") is None:
+            return data
+        tls = data.get("tls")
+        if isinstance(tls, dict) and "http" not in tls:
+            return {**data, "tls": {**tls, "http": "Refuse"}}
+        return data
+
     @model_validator(mode="after")
-    def _auth_backend(self) -> InferenceGatewaySpec:
-        if self.auth is not None and self.backend != "Traefik":
-            raise ValueError(
-                "auth needs backend Traefik (the key check runs behind Traefik's forwardAuth; "
-                "EnvoyGateway callers are not supported yet): a front door without its key "
-                "check is never deployed"
+    def _auth_transport(self) -> InferenceGatewaySpec:
+        """Every problem at once: `auth` needs Traefik, and (unless `auth.allowInsecure`) TLS
+        with plain HTTP refused, so no caller's key travels in cleartext."""
+        problems: list[tuple[str, str]] = []
+        if self.auth is None:
+            return self
+        if self.backend != "Traefik":
+            problems.append(
+                (
+                    "",
+                    "auth needs backend Traefik (the key check runs behind Traefik's "
+                    "forwardAuth; EnvoyGateway callers are not supported yet): a front door "
+                    "without its key check is never deployed",
+                )
             )
+        if not self.auth.allow_insecure:
+            if self.tls is None:
+                problems.append(
+                    (
+                        "tls",
+                        "required with spec.auth: without it every caller's key travels in "
+                        "cleartext; set spec.tls (or spec.auth.allowInsecure: true, only for a "
+                        "front door no untrusted network reaches)",
+                    )
+                )
+            elif self.tls.http == "Redirect":
+                problems.append(
+                    (
+                        "tls.http",
+                        "Redirect with spec.auth keeps plain HTTP open, and a client's first "
+                        "plain request carries its key before the redirect; use Refuse (the "
+                        "default with auth), or spec.auth.allowInsecure: true",
+                    )
+                )
+        raise_if(problems)
         return self
 
 

@@ -122,8 +122,13 @@ def _model_names(fleet: FleetSpec) -> Iterator[SpecError]:
                 owner[name] = key
     gw = fleet.gateway
     why = None
-    if gw is not None and gw.spec.backend != "Traefik":
-        why = "needs the InferenceGateway's backend Traefik for now (EnvoyGateway: use the path)"
+    if gw is not None and gw.spec.backend != "Traefik" and gw.spec.cluster.existing is not None:
+        # Envoy AI Gateway comes with an InferenceCluster's serving stack (or its platform).
+        why = (
+            "on the EnvoyGateway backend needs Envoy AI Gateway, which comes with an "
+            "InferenceCluster's serving stack: put the InferenceGateway on one "
+            "(spec.cluster.inferenceClusterRef), or use the service's path"
+        )
     if gw is not None and gw.spec.backend != "Traefik":
         for key, service in sorted(fleet.services.items()):
             for i, entry in enumerate(service.spec.endpoints):
@@ -305,24 +310,19 @@ def most_endpoints(fleet: FleetSpec, svc: ModelService) -> tuple[int, list[str]]
 
 
 def _route_sizes(fleet: FleetSpec) -> Iterator[SpecError]:
-    """What the front door can route: one rule on EnvoyGateway, 16 shards on Traefik (which
-    need the plain-HTTP listener for their second pass)."""
+    """What the front door can route: one rule on EnvoyGateway, 16 shards on Traefik (whose
+    second pass goes through the `web` entrypoint, kept inside the cluster on `tls.http:
+    Refuse`: api.md "Large services")."""
     gateway = fleet.gateway
     if gateway is None:
         return
     envoy = gateway.spec.backend == "EnvoyGateway"
-    refuse = gateway.spec.tls is not None and gateway.spec.tls.http == "Refuse"
     for key, svc in fleet.services.items():
         total, parts = most_endpoints(fleet, svc)
         if total <= RULE_BACKENDS:
             continue
         if envoy:
             why = f"the EnvoyGateway backend routes at most {RULE_BACKENDS} (use Traefik)"
-        elif refuse:
-            why = (
-                f"more than {RULE_BACKENDS} need the front door's plain-HTTP listener for their "
-                "second pass, which InferenceGateway spec.tls.http: Refuse removes (use Redirect)"
-            )
         elif total > SHARDED_BACKENDS:
             why = f"a service routes at most {SHARDED_BACKENDS}"
         else:

@@ -181,8 +181,12 @@ def test_single_node_worker_is_a_deployment_with_service_and_route() -> None:
             labels = r.get("metadata.labels") or {}
             if r.get("kind") != "Namespace":
                 assert labels["modelplane.ai/deployment"] == "small"
-            # A budget and the front-door check (Secret, SecurityPolicy) span the replicas.
-            spans = r.type == PDB or r.get("metadata.name") == "small-front-door"
+            # A budget, the network policy and the front-door check (Secret, SecurityPolicy)
+            # span the replicas.
+            spans = (
+                r.type in (PDB, "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                or r.get("metadata.name") == "small-front-door"
+            )
             if not spans and r.get("kind") != "Namespace":
                 assert labels["modelplane.ai/replica"] == name
     [namespace] = run.of_type("kubernetes:core/v1:NamespacePatch")

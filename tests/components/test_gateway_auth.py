@@ -138,7 +138,7 @@ def without_auth(text: str) -> str:
     ("spec", "field", "message"),
     [
         (
-            "  auth:\n    callers:\n"
+            "  auth:\n    allowInsecure: true\n    callers:\n"
             "    - {name: team-a, secretRef: {name: a, key: k}}\n"
             "    - {name: team-a, secretRef: {name: b, key: k}}\n",
             "spec.auth",
@@ -197,12 +197,14 @@ def test_auth_and_tls_valid_spec_loads(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- the render
 
+# `http: Redirect` with auth needs allowInsecure (security review M5): this render keeps the
+# redirect route covered; the default with auth (Refuse) is test_security_transport.py's.
 AUTH_SPEC = (
-    "  auth:\n    callers:\n"
+    "  auth:\n    allowInsecure: true\n    callers:\n"
     "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
     "    - {name: batch, secretRef: {name: keys, key: batch}}\n"
     "  tls:\n    certificate: {name: front-tls, key: crt}\n"
-    "    privateKey: {name: front-tls, key: key}\n"
+    "    privateKey: {name: front-tls, key: key}\n    http: Redirect\n"
 )
 KEYS = {
     "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-team-a-5f9c2e7d",
@@ -312,16 +314,22 @@ def test_tls_listener_redirect_and_auth_middlewares_in_order(rendered: Path) -> 
         assert k8s_schemas.errors(found[key]) == [], key
 
 
-def test_auth_refuse_plain_http_has_no_web_listener() -> None:
+def test_auth_refuse_plain_http_has_no_public_web_listener() -> None:
+    """Envoy Gateway: no `web` listener, so no port 80 on its Service. Traefik keeps `web` for
+    the shards' second pass, on no LoadBalancer port (tests/components/
+    test_security_transport.py)."""
     from components.gateway import gateway_manifest
 
-    listeners = gateway_manifest("Traefik", tls="Refuse")["spec"]["listeners"]
+    listeners = gateway_manifest("EnvoyGateway", tls="Refuse")["spec"]["listeners"]
     assert [item["name"] for item in listeners] == ["websecure"]
+    listeners = gateway_manifest("Traefik", tls="Refuse")["spec"]["listeners"]
+    assert [item["name"] for item in listeners] == ["web", "websecure"]
 
 
 def test_auth_on_envoy_gateway_is_refused(tmp_path: Path) -> None:
     target = gateway_fleet(
-        tmp_path, "  auth:\n    callers:\n    - {name: a, secretRef: {name: k, key: a}}\n"
+        tmp_path,
+        "  auth:\n    allowInsecure: true\n    callers:\n    - {name: a, secretRef: {name: k, key: a}}\n",
     )
     fleet = target / "fleet.yaml"
     fleet.write_text(fleet.read_text().replace("backend: Traefik", "backend: EnvoyGateway"))
@@ -338,7 +346,7 @@ def test_auth_call_picks_the_named_or_first_readable_caller_key(tmp_path: Path) 
 
     target = gateway_fleet(
         tmp_path,
-        "  auth:\n    callers:\n"
+        "  auth:\n    allowInsecure: true\n    callers:\n"
         "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
         "    - {name: batch, secretRef: {name: 'file:keys/batch.key', key: k}}\n",
     )
@@ -362,7 +370,7 @@ def test_auth_dev_fleet_writes_missing_caller_keys_into_its_state(tmp_path: Path
 
     target = gateway_fleet(
         tmp_path,
-        "  auth:\n    callers:\n"
+        "  auth:\n    allowInsecure: true\n    callers:\n"
         "    - {name: dev, secretRef: {name: 'file:${MODELPLANE_DEV_FLEET_STATE}/callers/dev', "
         "key: key}}\n"
         "    - {name: ops, secretRef: {name: ops-keys, key: ops}}\n"
@@ -429,21 +437,21 @@ def _units(target: Path) -> list:
             "callers needs the InferenceGateway's spec.auth",
         ),
         (
-            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "  auth:\n    allowInsecure: true\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
             "[dev, ops]",
             "ModelService demo/chat",
             "spec.callers",
             "no InferenceGateway caller named 'ops'",
         ),
         (
-            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "  auth:\n    allowInsecure: true\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
             "[dev, dev]",
             "ModelService demo/chat",
             "spec.callers",
             "duplicate caller name(s): dev",
         ),
         (
-            "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
+            "  auth:\n    allowInsecure: true\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n",
             "[]",
             "ModelService demo/chat",
             "spec.callers",
@@ -471,7 +479,7 @@ def test_auth_service_callers_valid_spec_and_its_route_names_them(tmp_path: Path
 
     target = gateway_fleet(
         tmp_path,
-        "  auth:\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n"
+        "  auth:\n    allowInsecure: true\n    callers:\n    - {name: dev, secretRef: {name: k, key: dev}}\n"
         "    - {name: ops, secretRef: {name: k, key: ops}}\n",
     )
     models = target / "models.yaml"
@@ -498,7 +506,7 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
 
     target = gateway_fleet(
         tmp_path,
-        "  auth:\n    callers:\n"
+        "  auth:\n    allowInsecure: true\n    callers:\n"
         "    - {name: team-a, secretRef: {name: 'file:team-a.key', key: k}}\n"
         "    - {name: ops, secretRef: {name: missing-keys, key: ops}}\n",
     )
@@ -538,7 +546,12 @@ def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) 
     )
     gateway = load_fleet(target).fleet.gateway
     assert gateway is not None and gateway.spec.auth is not None
-    env = {"PATH": os.environ["PATH"]}
+    # Its front door's certificate (security review M5) comes from the environment here.
+    env = {
+        "PATH": os.environ["PATH"],
+        "MODELPLANE_SECRET_FRONT_DOOR_TLS_CRT": "-----BEGIN CERTIFICATE-----\n",
+        "MODELPLANE_SECRET_FRONT_DOOR_TLS_KEY": "-----BEGIN PRIVATE KEY-----\n",
+    }
     Fleet.load(target, env=env).check_gateway_secrets()
     made = sorted((target / ".modelplane" / "callers").iterdir())
     assert [p.name for p in made] == ["app", "ops"]
@@ -561,7 +574,7 @@ def test_auth_up_writes_missing_caller_keys_into_the_fleets_state(tmp_path: Path
 
     target = gateway_fleet(
         tmp_path,
-        "  auth:\n    callers:\n"
+        "  auth:\n    allowInsecure: true\n    callers:\n"
         "    - {name: dev, secretRef: {name: 'file:.modelplane/callers/dev', key: key}}\n"
         "    - {name: ops, secretRef: {name: ops-keys, key: ops}}\n"
         "    - {name: out, secretRef: {name: 'file:callers/out', key: key}}\n",

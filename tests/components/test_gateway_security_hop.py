@@ -358,7 +358,8 @@ def test_security_render_gke_eks_workload_gateways_are_internal(multicloud: Path
     )
     eks = gateways["eks-us-west"]["spec"]["infrastructure"]["annotations"]
     assert INTERNAL_LB_ANNOTATIONS["EKS"].items() <= eks.items()
-    assert "infrastructure" not in gateways["onprem-east"]["spec"]  # the platform's network
+    # The platform's network: no load-balancer annotation (only the EnvoyProxy reference).
+    assert "annotations" not in gateways["onprem-east"]["spec"]["infrastructure"]
 
 
 def test_cloud_render_multicloud_gateways_outlast_the_longest_request(multicloud: Path) -> None:

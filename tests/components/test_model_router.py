@@ -15,7 +15,7 @@ from tests.components.test_gateway_auth import manifests, without_auth
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = (
-    "  auth:\n    callers:\n"
+    "  auth:\n    allowInsecure: true\n    callers:\n"
     "    - {name: team-a, secretRef: {name: keys, key: team-a}}\n"
     "    - {name: batch, secretRef: {name: keys, key: batch}, limits: {requestsPerMinute: 60}}\n"
 )
@@ -178,16 +178,6 @@ def test_openai_model_names_bad_input(
     assert message in errors[0].message
 
 
-def test_openai_model_names_on_envoy_gateway_are_refused(tmp_path: Path) -> None:
-    target = local_fleet(tmp_path, "", "  models: [qwen]\n")
-    fleet = target / "fleet.yaml"
-    text = fleet.read_text()
-    assert "backend: Traefik" in text
-    fleet.write_text(text.replace("backend: Traefik", "backend: EnvoyGateway"))
-    errors = [e for e in load_fleet(target).errors if e.path == "spec.models"]
-    assert errors and "backend Traefik" in errors[0].message
-
-
 def test_openai_router_behind_tls_trusts_only_the_front_doors_certificate(tmp_path: Path) -> None:
     """With `spec.tls` the router sends requests on over https to the front door's own Service
     and mounts the TLS Secret's certificate alone: never its private key."""
@@ -313,7 +303,7 @@ def test_tiers_need_traefik(tmp_path: Path) -> None:
 )
 def test_limits_bad_input_names_the_field(tmp_path: Path, limits: str, field: str) -> None:
     spec = (
-        "  auth:\n    callers:\n"
+        "  auth:\n    allowInsecure: true\n    callers:\n"
         f"    - {{name: team-a, secretRef: {{name: keys, key: team-a}}, limits: {limits}}}\n"
     )
     errors = load_fleet(local_fleet(tmp_path, spec, "")).errors

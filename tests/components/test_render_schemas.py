@@ -76,6 +76,10 @@ def test_crd_and_builtin_kinds_in_the_renders(rendered: dict[str, Path]) -> None
         ("batch/v1", "Job"),
         ("v1", "PersistentVolumeClaim"),
         ("policy/v1", "PodDisruptionBudget"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        # The cloud examples' front door: HSTS and the TLS minimum (security review M5).
+        ("traefik.io/v1alpha1", "TLSOption"),
+        ("traefik.io/v1alpha1", "Middleware"),
     ]:
         assert expected in kinds
 
