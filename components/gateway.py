@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ from components.workload.objects import (
 )
 from components.workload.routes import GATEWAY_GROUP, gateway_ref
 from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.caller_keys import live_keys, parse_keys, rfc3339
 from modelplane.observe.usage import access_log_arguments
 
 GATEWAY_NAME = "modelplane"
@@ -370,18 +372,37 @@ LOCKED_DOWN: Mapping[str, Any] = {
 }
 
 
-def callers_table(keys: Mapping[str, str] | None, front_door_key: str | None = None) -> str:
-    """The authorization service's keys file: sha256(key) -> caller, never a caller's key (a
-    key read from a file loses its surrounding whitespace, the trailing newline, as clients
-    send it); the front door's credentials for the workload gateways; `open` without
-    `spec.auth` (every request in, as `anonymous`)."""
-    table: dict[str, object] = {
-        "callers": {
-            authz_module.key_hash(key.strip()): caller
-            for caller, key in sorted((keys or {}).items())
-        },
-        "open": keys is None,
-    }
+def callers_table(
+    keys: Mapping[str, str] | None,
+    front_door_key: str | None = None,
+    *,
+    now: datetime | None = None,
+) -> str:
+    """The authorization service's keys file: sha256(key) -> caller for every key of every
+    caller not expired at ``now`` (a caller's secret holds one key a line, optionally with
+    `notAfter=`: modelplane/caller_keys.py), never a caller's key; `notAfter`: the hash ->
+    RFC 3339 end of each key that has one, checked by authz on every request (so a key ends
+    without another `up`; only written when some key has an end, so a table without one is
+    byte for byte what it was); the front door's credentials for the workload gateways;
+    `open` without `spec.auth` (every request in, as `anonymous`).
+
+    The format stays readable by the authz of the previous release during a roll: it reads
+    `callers` and ignores `notAfter`, so it accepts every listed key until its pod is
+    replaced (never a key `up` left out)."""
+    now = now or datetime.now(UTC)
+    callers: dict[str, str] = {}
+    not_after: dict[str, str] = {}
+    for caller, text in sorted((keys or {}).items()):
+        for key in live_keys(parse_keys(text, where=f"caller {caller}'s keys"), now):
+            digest = authz_module.key_hash(key.key)
+            callers[digest] = caller
+            if key.not_after is not None:
+                not_after[digest] = rfc3339(key.not_after)
+            else:
+                not_after.pop(digest, None)
+    table: dict[str, object] = {"callers": callers, "open": keys is None}
+    if not_after:
+        table["notAfter"] = not_after
     if front_door_key is not None:
         table["frontDoor"] = front_door.basic_credentials(front_door_key)
     return json.dumps(table, sort_keys=True)

@@ -1,14 +1,17 @@
 """ModelCache: model weights staged once per covered cluster on ReadWriteMany storage.
 
-Per cluster, in the cache's namespace: a RWX PVC of `sizeGiB` on the cluster's
-RWX StorageClass, the HuggingFace token Secret (when `authSecret` is set; its
-value is a Pulumi secret resolved by the stack program), and a hydration Job
-that downloads the repo into the PVC. The marker file records `repo@revision`: a re-run for
-the same weights is a no-op, a new repo or revision downloads again (the old code skipped on
-any marker and kept serving the old weights). Deployments that reference the cache mount the
-same PVC read-only at `/mnt/models` (`cache_claim_name`) and wait, in an init container, until
-the marker names their cache's `repo@revision` (`hydrated_marker`), instead of crash-looping
-on a half-filled volume.
+Per cluster, in the cache's namespace: a RWX PVC of `sizeGiB` on the cluster's RWX
+StorageClass, the HuggingFace token Secret (when `authSecret` is set; its value is a Pulumi
+secret resolved by the stack program), and per source (`repo@revision`) a hydration Job that
+downloads it into a directory of its own, `revisions/<digest>` (`source_dir`), with a marker
+file naming it: a re-run for the same weights is a no-op. A new revision downloads beside the
+one replicas still read; the deployments that mount the cache move to it through their
+rollout (the source is part of their revision: `modelplane.rollout.template`), and `up`
+waits for that download before the rollout starts. Replicas mount their source's directory
+read-only at `/mnt/models` (`subPath`) and wait, in an init container, until its marker
+names their source, instead of crash-looping on a half-filled volume. A prune Job, named by
+what it keeps, removes the directories no replica reads any more (and the volume's root
+files of the layout before directories, once no replica reads them).
 
 On GKE the PVC is a Filestore instance of the cache's tier (`filestore.tier`, StorageClass
 `modelplane-rwx` for Zonal, `modelplane-rwx-regional` for Regional) whose capacity is sized
@@ -17,13 +20,15 @@ throughput scales with capacity); on EKS an access point on the elastic-throughp
 system, of `sizeGiB`.
 
 The PVC is not awaited (`skipAwait`): on GKE each PVC provisions a Filestore instance, which
-often takes longer than pulumi-kubernetes' wait for `Bound`; the Job's pod waits for the volume
-to mount anyway.
+often takes longer than pulumi-kubernetes' wait for `Bound`; the first Job's pod waits for the
+volume to mount anyway.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -42,8 +47,9 @@ from components.workload.objects import (
 from components.workload.pods import CACHE_MARKER, CACHE_MOUNT
 from components.workload.targets import ClusterTarget
 from modelplane.api.cache_storage import CacheVolume, efs_volume, filestore_volume
-from modelplane.api.model_cache import ModelCache
+from modelplane.api.model_cache import REVISIONS_DIR, ModelCache, cache_source, source_dir
 from modelplane.api.names import child_name
+from modelplane.rollout import CacheUse
 
 HYDRATE_IMAGE = "python:3.12-slim"
 MOUNT = CACHE_MOUNT
@@ -51,14 +57,40 @@ MARKER = CACHE_MARKER
 
 HYDRATE_SCRIPT = f"""set -eu
 want="$MODELPLANE_REPO@$MODELPLANE_REVISION"
-if [ "$(cat "{MOUNT}/{MARKER}" 2>/dev/null || true)" = "$want" ]; then
-  echo "model cache already hydrated with $want"; exit 0
+dir="{MOUNT}/$MODELPLANE_DIR"
+if [ "$(cat "$dir/{MARKER}" 2>/dev/null || true)" = "$want" ]; then
+  echo "model cache already holds $want"; exit 0
 fi
-rm -f "{MOUNT}/{MARKER}"
+mkdir -p "$dir"
+rm -f "$dir/{MARKER}"
 pip install --no-cache-dir --quiet "huggingface_hub[cli]"
-hf download "$MODELPLANE_REPO" --revision "$MODELPLANE_REVISION" --local-dir "{MOUNT}"
-printf '%s' "$want" > "{MOUNT}/{MARKER}"
+hf download "$MODELPLANE_REPO" --revision "$MODELPLANE_REVISION" --local-dir "$dir"
+printf '%s' "$want" > "$dir/{MARKER}"
 """
+# Removes what no replica reads any more: every source directory not in $MODELPLANE_KEEP
+# (their digests), and the volume's root files unless a replica still reads them.
+PRUNE_SCRIPT = f"""set -eu
+cd "{MOUNT}"
+keep=" $MODELPLANE_KEEP "
+if [ -d {REVISIONS_DIR} ]; then
+  for d in {REVISIONS_DIR}/*; do
+    [ -e "$d" ] || continue
+    case "$keep" in *" $(basename "$d") "*) ;; *) echo "removing $d"; rm -rf "$d";; esac
+  done
+fi
+if [ "$MODELPLANE_KEEP_ROOT" != "true" ]; then
+  for f in .[!.]* ..?* *; do
+    [ -e "$f" ] || continue
+    [ "$f" = {REVISIONS_DIR} ] && continue
+    echo "removing $f"; rm -rf "$f"
+  done
+fi
+"""
+AWAIT_DOWNLOAD_SECONDS = 6 * 3600
+"""How long `up` waits for a new revision's download before the rollout to it (then it
+fails, naming the Job; the next `up` waits again)."""
+CURRENT = "modelplane.ai/cache-current"
+"""On the hydration Job of the cache's own source ("true"), the one `status` reports."""
 
 
 def hydrated_marker(cache: ModelCache) -> str | None:
@@ -143,14 +175,46 @@ def secret_manifest(
     }
 
 
+def job_name(cache: ModelCache, source: str) -> str:
+    """`modelcache-<cache>-hydrate-<digest>`: one Job per source, so a new revision's
+    download never replaces (or deletes) the Job of one replicas still read."""
+    return child_name("modelcache", cache.metadata.name, "hydrate", source_dir(source)[-8:])
+
+
+def _pod_spec(cache: ModelCache, container: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "restartPolicy": "OnFailure",
+        "containers": [container],
+        "volumes": [
+            {
+                "name": "model-cache",
+                "persistentVolumeClaim": {"claimName": cache_claim_name(cache.metadata.name)},
+            }
+        ],
+    }
+
+
 def job_manifest(
-    cache: ModelCache, object_labels: Mapping[str, str], *, with_token: bool
+    cache: ModelCache,
+    object_labels: Mapping[str, str],
+    *,
+    with_token: bool,
+    source: str | None = None,
+    awaited: bool = False,
 ) -> Manifest:
+    """The download of ``source`` (`repo@revision`; None: the cache's own) into its
+    directory. ``awaited``: `up` waits until it completes (a new revision, before the
+    rollout to it), else not (a first download: the pods wait for it themselves)."""
     hf = cache.spec.hugging_face
     assert hf is not None
+    own = cache_source(cache)
+    source = source or own
+    assert source is not None
+    repo, _, revision = source.partition("@")
     env: list[dict[str, Any]] = [
-        {"name": "MODELPLANE_REPO", "value": hf.repo},
-        {"name": "MODELPLANE_REVISION", "value": hf.revision},
+        {"name": "MODELPLANE_REPO", "value": repo},
+        {"name": "MODELPLANE_REVISION", "value": revision},
+        {"name": "MODELPLANE_DIR", "value": source_dir(source)},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
     ]
     if with_token and hf.auth_secret is not None:
@@ -165,43 +229,99 @@ def job_manifest(
                 },
             }
         )
+    wait = {"pulumi.com/timeoutSeconds": str(AWAIT_DOWNLOAD_SECONDS)} if awaited else SKIP_AWAIT
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(
-            child_name("modelcache", cache.metadata.name, "hydrate"),
+            job_name(cache, source),
             cache.metadata.namespace,
-            object_labels,
+            {**object_labels, CURRENT: "true" if source == own else "false"},
+            wait,
+        ),
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": dict(object_labels)},
+                "spec": _pod_spec(
+                    cache,
+                    {
+                        "name": "hydrate",
+                        "image": HYDRATE_IMAGE,
+                        "command": ["/bin/sh", "-c", HYDRATE_SCRIPT],
+                        "env": env,
+                        "volumeMounts": [{"name": "model-cache", "mountPath": MOUNT}],
+                        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                    },
+                ),
+            },
+        },
+    }
+
+
+def prune_manifest(
+    cache: ModelCache, object_labels: Mapping[str, str], sources: Sequence[str], *, root: bool
+) -> Manifest:
+    """The Job that removes what no replica reads: named by what it keeps, so it runs once
+    each time that changes (a rollout finished, a revision added)."""
+    keep = sorted(source_dir(s).rsplit("/", 1)[-1] for s in sources)
+    digest = hashlib.sha256(json.dumps([keep, root]).encode()).hexdigest()[:8]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(
+            child_name("modelcache", cache.metadata.name, "prune", digest),
+            cache.metadata.namespace,
+            {**object_labels, CURRENT: "false"},  # never the Job `status` reports
             SKIP_AWAIT,
         ),
         "spec": {
             "backoffLimit": 3,
             "template": {
                 "metadata": {"labels": dict(object_labels)},
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "containers": [
-                        {
-                            "name": "hydrate",
-                            "image": HYDRATE_IMAGE,
-                            "command": ["/bin/sh", "-c", HYDRATE_SCRIPT],
-                            "env": env,
-                            "volumeMounts": [{"name": "model-cache", "mountPath": MOUNT}],
-                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "model-cache",
-                            "persistentVolumeClaim": {
-                                "claimName": cache_claim_name(cache.metadata.name)
-                            },
-                        }
-                    ],
-                },
+                "spec": _pod_spec(
+                    cache,
+                    {
+                        "name": "prune",
+                        "image": HYDRATE_IMAGE,
+                        "command": ["/bin/sh", "-c", PRUNE_SCRIPT],
+                        "env": [
+                            {"name": "MODELPLANE_KEEP", "value": " ".join(keep)},
+                            {"name": "MODELPLANE_KEEP_ROOT", "value": "true" if root else "false"},
+                        ],
+                        "volumeMounts": [{"name": "model-cache", "mountPath": MOUNT}],
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                    },
+                ),
             },
         },
     }
+
+
+def cache_jobs(
+    cache: ModelCache,
+    object_labels: Mapping[str, str],
+    use: CacheUse,
+    *,
+    with_token: bool,
+    render_only: bool = False,
+) -> list[Manifest]:
+    """One cluster's Jobs: a download per source in use, then the prune. The cache's own
+    source is awaited when replicas read another one (they move to it by a rollout, which
+    starts once the weights are there); a renderTo cluster has nothing to wait on."""
+    own = cache_source(cache)
+    others = use.root or any(s != own for s in use.sources)
+    jobs = [
+        job_manifest(
+            cache,
+            object_labels,
+            with_token=with_token,
+            source=source,
+            awaited=others and source == own and not render_only,
+        )
+        for source in use.sources
+    ]
+    return [*jobs, prune_manifest(cache, object_labels, use.sources, root=use.root)]
 
 
 class ModelCacheComponent(pulumi.ComponentResource):
@@ -222,9 +342,14 @@ class ModelCacheComponent(pulumi.ComponentResource):
         targets: Mapping[str, ClusterTarget],
         *,
         token: pulumi.Input[str] | None = None,
+        use: CacheUse | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``use``: the sources replicas read or are rolled to (`modelplane.rollout.cache_use`;
+        None: the cache's own alone)."""
         super().__init__("modelplane:cache:ModelCache", name, None, opts)
+        own = cache_source(cache)
+        use = use or CacheUse(tuple(s for s in [own] if s is not None), root=False)
         hf = cache.spec.hugging_face
         with_token = token is not None and hf is not None and hf.auth_secret is not None
         object_labels = cache_labels(cache)
@@ -261,11 +386,14 @@ class ModelCacheComponent(pulumi.ComponentResource):
                     hand_off(made) if target.render_only else made, after, scope=cluster
                 )
                 deps.append(secret)
-            register(
-                job_manifest(cache, object_labels, with_token=with_token),
-                pulumi.ResourceOptions(parent=self, provider=target.provider, depends_on=deps),
-                scope=cluster,
-            )
+            for job in cache_jobs(
+                cache, object_labels, use, with_token=with_token, render_only=target.render_only
+            ):
+                register(
+                    job,
+                    pulumi.ResourceOptions(parent=self, provider=target.provider, depends_on=deps),
+                    scope=cluster,
+                )
         self.claim_name = pulumi.Output.from_input(cache_claim_name(cache.metadata.name))
         self.clusters = pulumi.Output.from_input(sorted(targets))
         self.register_outputs({"claimName": self.claim_name, "clusters": self.clusters})

@@ -73,7 +73,7 @@ from components.workload.routes import (
     service_manifest,
 )
 from components.workload.targets import ClusterTarget
-from modelplane.api.model_cache import ModelCache
+from modelplane.api.model_cache import ModelCache, source_dir
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import child_name
 from modelplane.api.placement_lock import LockedReplica
@@ -147,13 +147,21 @@ def _role_workload(
     )
 
 
+ROOT_SOURCE = ""
+"""A replica's cache source when its revision's template recorded none: its pods read the
+volume's root, as before sources had directories (``replica_manifests``)."""
+
+
 def replica_manifests(
     deployment: ModelDeployment,
     replica: LockedReplica,
     target: ClusterTarget,
     cache: ModelCache | None = None,
+    source: str | None = None,
 ) -> list[Manifest]:
-    """Every Kubernetes object of one replica, in apply order (pure)."""
+    """Every Kubernetes object of one replica, in apply order (pure). ``source``: the cache
+    source (`repo@revision`) its revision reads, None: the cache's own, ROOT_SOURCE: the
+    volume's root (a revision from before sources had directories)."""
     ns = deployment.metadata.namespace or "default"
     model = deployment.metadata.name
     base = labels(
@@ -162,6 +170,10 @@ def replica_manifests(
     disaggregated = deployment.spec.disaggregated
     cache_claim = cache_claim_name(cache.metadata.name) if cache is not None else None
     cache_ready = hydrated_marker(cache) if cache is not None else None
+    cache_dir = None
+    if cache is not None and source != ROOT_SOURCE:
+        cache_ready = source or cache_ready
+        cache_dir = source_dir(cache_ready) if cache_ready else None
     out: list[Manifest] = []
     for role_name, role in deployment.spec.roles.items():
         pool = replica.pools[role_name]  # type: ignore[index]
@@ -183,6 +195,7 @@ def replica_manifests(
             claim_template=rct,
             cache_claim=cache_claim,
             cache_ready=cache_ready,
+            cache_dir=cache_dir,
             extended=extended_resources(role, devices),
             extra_labels=pd.role_labels(role_name) if disaggregated else {},
         )
@@ -316,6 +329,7 @@ class ModelReplica(pulumi.ComponentResource):
         target: ClusterTarget,
         *,
         cache: ModelCache | None = None,
+        source: str | None = None,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -329,7 +343,7 @@ class ModelReplica(pulumi.ComponentResource):
             parent=self, provider=target.provider, depends_on=list(depends_on) or None
         )
         by_name: dict[tuple[str, str], pulumi.Resource] = {}
-        for manifest in replica_manifests(deployment, replica, target, cache):
+        for manifest in replica_manifests(deployment, replica, target, cache, source):
             opts_ = child
             kind = manifest["kind"]
             if kind in ("Deployment", "LeaderWorkerSet"):
@@ -375,8 +389,11 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
         *,
         cache: ModelCache | None = None,
         at_revision: Mapping[str, ModelDeployment] | None = None,
+        sources: Mapping[str, str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``sources``: per replica at an older revision, the cache source it reads
+        (ROOT_SOURCE: the volume's root); the others read the cache's own."""
         super().__init__("modelplane:deployment:ModelDeployment", name, None, opts)
         # Replicas a rollout has not reached yet render from their own revision's spec.
         at_revision = at_revision or {}
@@ -428,6 +445,7 @@ class ModelDeploymentComponent(pulumi.ComponentResource):
                     replica,
                     target,
                     cache=cache,
+                    source=(sources or {}).get(replica.name),
                     # The route never exists without its check (a Traefik route naming a
                     # missing Middleware answers 404; never a request let in unchecked).
                     depends_on=[

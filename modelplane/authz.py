@@ -14,7 +14,11 @@ key), re-read when it changes, so rotating a key is editing the Secret with no r
 "Private workload gateways"); a 200 carries them as ``Authorization`` (Traefik's
 `authResponseHeaders` puts them on the forwarded request, replacing the caller's key).
 ``open``: a fleet without `spec.auth` lets every request in (as caller ``anonymous``), still
-with the front door's credentials. The older flat ``{hash: caller}`` file is still read.
+with the front door's credentials. ``notAfter`` (optional): ``{"<hash>": "<RFC 3339 time>"}``,
+the end of each key that has one (a caller has several keys while one is rotated, api.md
+"Keys"): from that time on, by this service's clock, the key is refused, with no new table;
+an end that does not parse refuses its key. The older flat ``{hash: caller}`` file is still
+read; an authz without ``notAfter`` (the previous release) reads this one and ignores it.
 Standard library only: the gateway cluster runs it from a ConfigMap with a stock Python image.
 
     python -m modelplane.authz --keys callers.json --listen 127.0.0.1:8099
@@ -29,6 +33,8 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -77,12 +83,25 @@ def allowed_callers(path: str) -> frozenset[str] | None:
     return frozenset(c for value in query["callers"] for c in value.split(",") if c)
 
 
-class Keys:
-    """The hash -> caller table, re-read when the file's mtime or size changes."""
+def _end(value: object) -> float:
+    """A key's end (RFC 3339, with a zone) as a POSIX time; one that does not parse is the
+    distant past (fail closed: its key is refused)."""
+    try:
+        when = datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        return float("-inf")
+    return when.timestamp() if when.tzinfo is not None else float("-inf")
 
-    def __init__(self, path: Path) -> None:
+
+class Keys:
+    """The hash -> caller table, re-read when the file's mtime or size changes. ``clock``:
+    the time keys' ends are checked against (POSIX seconds)."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = path
+        self.clock = clock
         self._table: dict[str, str] = {}
+        self._ends: dict[str, float] = {}
         self.front_door: str | None = None
         self.open = False
         self._stamp: tuple[int, int] | None = None
@@ -102,6 +121,7 @@ class Keys:
             if self._table or self._stamp is None:
                 print(f"authz: cannot read {self.path}: {exc}; refusing every key", flush=True)
             self._table, self._stamp, self.front_door, self.open = {}, None, None, False
+            self._ends = {}
             return
         if isinstance(table, dict):
             callers = table.get("callers") if "callers" in table else table
@@ -111,6 +131,10 @@ class Keys:
             front_door = table.get("frontDoor") if "callers" in table else None
             self.front_door = str(front_door) if front_door else None
             self.open = table.get("open") is True if "callers" in table else False
+            ends = table.get("notAfter") if "callers" in table else None
+            self._ends = (
+                {str(k): _end(v) for k, v in ends.items()} if isinstance(ends, dict) else {}
+            )
             self._stamp = stamp
             print(f"authz: {len(self._table)} caller key(s) loaded", flush=True)
 
@@ -120,7 +144,7 @@ class Keys:
             if now - self._checked >= RELOAD_EVERY:
                 self._checked = now
                 self.reload()
-            table = self._table
+            table, ends = self._table, self._ends
             if self.open:
                 return ANONYMOUS
         if key is None:
@@ -128,7 +152,8 @@ class Keys:
         digest = key_hash(key)
         for known, caller in table.items():
             if hmac.compare_digest(known, digest):
-                return caller
+                end = ends.get(known)
+                return caller if end is None or self.clock() < end else None
         return None
 
 

@@ -162,7 +162,9 @@ class PlanOutcome:
         labels = {n: c.metadata.labels for n, c in self.fleet.clusters.items()}
         out = {}
         for key, dep in self.fleet.deployments.items():
-            progress = lock_progress(dep, self.result.lock.replicas_of(key), labels)
+            progress = lock_progress(
+                dep, self.result.lock.replicas_of(key), labels, self.fleet.caches
+            )
             if progress is not None:
                 out[key] = progress
         return out

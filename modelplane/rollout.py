@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from modelplane.api.model_cache import ModelCache, cache_source
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica
 from modelplane.api.rollout import Rollout, RolloutAnalysis, RolloutWave
@@ -34,19 +35,38 @@ healthy engines differ by milliseconds)."""
 Phase = Literal["Complete", "Progressing", "Paused", "RolledBack"]
 
 
-def template(deployment: ModelDeployment) -> dict[str, Any]:
+def cache_of(
+    deployment: ModelDeployment, caches: Mapping[str, ModelCache] | None
+) -> ModelCache | None:
+    """The ModelCache the deployment's pods mount (``caches``: the fleet's, by `ns/name`)."""
+    ref = deployment.spec.model_cache_ref
+    if ref is None or not caches:
+        return None
+    return caches.get(f"{deployment.metadata.namespace or 'default'}/{ref.name}")
+
+
+def template(
+    deployment: ModelDeployment, caches: Mapping[str, ModelCache] | None = None
+) -> dict[str, Any]:
     """What the deployment's pods are made of, as JSON data: every role (pod template,
-    resources, topology, workers, node selector) and the model cache. A replica at an older
-    revision is rendered from that revision's template (`at_revision`), kept in the
-    driver's runtime state while replicas run it."""
+    resources, topology, workers, node selector) and the model cache, with the source it
+    holds (`repo@revision`: a new cache revision is a new revision of every deployment that
+    mounts it, rolled out one step at a time). A replica at an older revision is rendered
+    from that revision's template (`at_revision`), kept in the driver's runtime state while
+    replicas run it."""
     spec = deployment.spec
-    return {
+    made_of: dict[str, Any] = {
         "roles": {
             name: role.model_dump(mode="json", by_alias=True, exclude_none=True)
             for name, role in spec.roles.items()
         },
         "modelCacheRef": spec.model_cache_ref.name if spec.model_cache_ref else None,
     }
+    cache = cache_of(deployment, caches)
+    source = cache_source(cache) if cache is not None else None
+    if source is not None:
+        made_of["modelCache"] = source
+    return made_of
 
 
 def revision_of(made_of: Mapping[str, Any]) -> str:
@@ -54,18 +74,27 @@ def revision_of(made_of: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:REVISION_CHARS]
 
 
-def revision(deployment: ModelDeployment) -> str:
-    """The deployment's revision: 10 hex characters of a hash of what its pods are made of.
+def revision(deployment: ModelDeployment, caches: Mapping[str, ModelCache] | None = None) -> str:
+    """The deployment's revision: 10 hex characters of a hash of what its pods are made of
+    (``caches``: the fleet's, whose sources count).
 
     Replicas, cluster selection, tolerations, priority, autoscaling and the rollout settings
     are not in it: changing them moves or counts replicas, it does not change a pod.
     """
-    return revision_of(template(deployment))
+    return revision_of(template(deployment, caches))
+
+
+def source_of(made_of: Mapping[str, Any]) -> str | None:
+    """The cache source a revision's pods read (`template`'s `modelCache`); None: no cache,
+    or a template from before sources were recorded (its pods read the volume's root)."""
+    source = made_of.get("modelCache")
+    return source if isinstance(source, str) else None
 
 
 def at_revision(deployment: ModelDeployment, made_of: Mapping[str, Any]) -> ModelDeployment:
     """``deployment`` with its pods made of ``made_of`` (a `template` of an older spec):
-    what a replica still at that revision renders. Everything else is the current spec."""
+    what a replica still at that revision renders. Everything else is the current spec
+    (the cache source it reads: `source_of`)."""
     spec = deployment.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     for field_name in ("nodeSelector", "workers", "prefill", "decode"):
         spec.pop(field_name, None)
@@ -82,6 +111,45 @@ def at_revision(deployment: ModelDeployment, made_of: Mapping[str, Any]) -> Mode
     data = deployment.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["spec"] = spec
     return type(deployment).model_validate(data)
+
+
+@dataclass(frozen=True)
+class CacheUse:
+    """What a cache's volume must keep: the sources replicas read or are rolled to, and
+    whether a replica from before sources were recorded still reads the volume's root."""
+
+    sources: tuple[str, ...]
+    root: bool
+
+
+def cache_use(
+    cache: ModelCache,
+    deployments: Mapping[str, ModelDeployment],
+    revisions: Mapping[str, Sequence[str | None]],
+    templates: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> CacheUse:
+    """The sources of ``cache`` in use: its own, and per deployment mounting it the source of
+    each revision its replicas run (``revisions``: the lock's, per deployment; ``templates``:
+    the recorded templates of those revisions). A revision without a recorded template
+    renders from the current spec, so it reads the current source."""
+    current = cache_source(cache)
+    used: set[str] = {current} if current is not None else set()
+    root = False
+    caches = {cache.key: cache}
+    for key, deployment in deployments.items():
+        if cache_of(deployment, caches) is None:
+            continue
+        known = templates.get(key) or {}
+        for rev in revisions.get(key) or ():
+            made_of = known.get(rev or "")
+            if made_of is None or made_of.get("modelCacheRef") != cache.metadata.name:
+                continue
+            source = source_of(made_of)
+            if source is None:
+                root = True
+            else:
+                used.add(source)
+    return CacheUse(tuple(sorted(used)), root)
 
 
 def wave_of(cluster: str, labels: Mapping[str, str], waves: Sequence[RolloutWave]) -> int:
@@ -404,11 +472,12 @@ def lock_progress(
     deployment: ModelDeployment,
     replicas: Sequence[LockedReplica],
     labels: Mapping[str, Mapping[str, str]] | None = None,
+    caches: Mapping[str, ModelCache] | None = None,
 ) -> Progress | None:
     """The rollout the lock shows for ``deployment`` (None: every replica at the spec's
     revision, or none recorded yet). Next: the first outdated replicas in rollout order
     (wave, cluster, name), as many as maxUnavailable allows."""
-    target = revision(deployment)
+    target = revision(deployment, caches)
     recorded = [r for r in replicas if r.revision is not None]
     if not recorded or all(r.revision == target for r in replicas):
         return None
@@ -424,7 +493,11 @@ def lock_progress(
 
 
 __all__ = [
+    "CacheUse",
     "Progress",
+    "cache_of",
+    "cache_use",
+    "source_of",
     "lock_progress",
     "ReplicaState",
     "RolloutState",

@@ -199,11 +199,9 @@ def ensure_caller_key_files(
 ) -> list[Path]:
     """A random API key (``sk-mp-...``, mode 0600) for each InferenceGateway caller whose
     secretRef is a ``file:<path>`` that ``place`` turns into a file (None: not one to make)
-    inside the directory ``inside`` and that does not exist yet: the keys `up` and `dev-fleet
-    up` make for the fleet's own state, never the specs. Returns the files written (never
-    their content)."""
-    import secrets
-
+    inside the directory ``inside`` and that does not exist yet: the keys `dev-fleet up`
+    makes for the dev fleet's state, never the specs. Returns the files written (never
+    their content). (`up` makes none: `modelplane keys create`, api.md "Keys".)"""
     gateway = getattr(fleet_spec, "gateway", None)
     auth = gateway.spec.auth if gateway is not None else None
     written: list[Path] = []
@@ -212,13 +210,139 @@ def ensure_caller_key_files(
         path = place(name[len(FILE_PREFIX) :]) if name.startswith(FILE_PREFIX) else None
         if path is None or path.exists() or not path.resolve().is_relative_to(inside.resolve()):
             continue
-        private_dir(inside)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"sk-mp-{secrets.token_urlsafe(32)}\n")
+        write_new_key_file(path, inside)
         written.append(path)
     return written
+
+
+# --- callers' key files (api.md "Keys") ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallerKeyFile:
+    """Where one caller's key lives, as `keys create|rotate|list` and `up` see it."""
+
+    caller: str
+    ref: str  # the secretRef's name
+    ref_key: str  # the secretRef's key
+    path: Path | None  # the file, when the key is a file modelplane keeps
+    home: Path | None  # the private directory holding it (fleet `.modelplane/`, dev state)
+    why: str  # why modelplane keeps no file for it (path None)
+
+    @property
+    def env_var(self) -> str:
+        return env_var(self.ref, self.ref_key)
+
+    @property
+    def source(self) -> str:
+        """Where the key is, for people (never the key)."""
+        if self.path is not None:
+            return str(self.path)
+        return self.why
+
+
+def caller_key_files(
+    fleet_spec: object, fleet_dir: Path, env: Mapping[str, str]
+) -> list[CallerKeyFile]:
+    """Every InferenceGateway caller and where its key is: a ``file:`` in the fleet's own
+    `.modelplane/` or in the dev fleet's state (``${MODELPLANE_DEV_FLEET_STATE}/...``) is a
+    file modelplane keeps (`keys create` makes it, `keys rotate` rewrites it); anything else
+    (stack config, environment, a file elsewhere in the fleet folder) is the user's."""
+    gateway = getattr(fleet_spec, "gateway", None)
+    auth = gateway.spec.auth if gateway is not None else None
+    found: list[CallerKeyFile] = []
+    for caller in auth.callers if auth is not None else []:
+        name, key = caller.secret_ref.name, caller.secret_ref.key
+        path: Path | None = None
+        home: Path | None = None
+        why = f"secret {name!r} key {key!r} (stack config or {env_var(name, key)})"
+        if name.startswith(FILE_PREFIX):
+            raw = name[len(FILE_PREFIX) :]
+            dev = raw.startswith(secret_refs.DEV_FLEET_STATE)
+            state = dev_fleet_state(env)
+            root = Path(os.path.realpath(state if dev else fleet_dir / ".modelplane"))
+            try:
+                target = secret_refs.confined_file(raw, fleet_dir, state)
+            except ValueError as exc:
+                why = f"file {raw!r}, refused: {exc}"
+            else:
+                if target.is_relative_to(root) and target != root:
+                    path, home = target, root
+                else:
+                    why = f"file {target} (outside .modelplane/: yours to make and keep)"
+        found.append(CallerKeyFile(caller.name, name, key, path, home, why))
+    return found
+
+
+def write_new_key_file(path: Path, home: Path) -> str:
+    """A new random key in ``path`` (mode 0600, never an existing file: FileExistsError),
+    its private directory ``home`` made first (0700, `.gitignore`). Returns the key."""
+    from modelplane.caller_keys import new_key
+
+    private_dir(home)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = new_key()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
+
+
+def replace_key_file(path: Path, text: str) -> None:
+    """``path``'s content replaced by ``text`` at once (a 0600 file renamed over it): a
+    reader sees the old keys or the new ones, never half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def missing_caller_keys(
+    fleet_spec: object, fleet_dir: Path, env: Mapping[str, str]
+) -> list[CallerKeyFile]:
+    """The callers whose key is a file modelplane keeps that does not exist, and that no
+    other source (stack config of the gateway stack, ``MODELPLANE_SECRET_*``) provides:
+    the keys `keys create` would make (`up` never makes one silently, api.md "Keys")."""
+    configured = configured_secret_keys(fleet_dir, "gateway")
+    missing: list[CallerKeyFile] = []
+    for entry in caller_key_files(fleet_spec, fleet_dir, env):
+        if entry.path is None or entry.path.exists():
+            continue
+        try:
+            resolve_secret(
+                entry.ref,
+                entry.ref_key,
+                config=lambda full: "set" if full in configured else None,
+                env=env,
+                base_dir=fleet_dir,
+            )
+        except SecretNotFound:
+            missing.append(entry)
+    return missing
+
+
+class CallerKeysMissing(UserError):
+    """Callers' key files that do not exist, all of them, with the command that makes them
+    (one line; never made silently: security review M3)."""
+
+    def __init__(self, missing: list[CallerKeyFile], fleet_dir: str | Path) -> None:
+        self.missing = missing
+        names = [m.caller for m in missing]
+        listed = ", ".join(f"caller {m.caller} (file {m.path})" for m in missing)
+        create = f"modelplane keys create {fleet_dir} " + " ".join(f"--caller {n}" for n in names)
+        given = ", ".join(m.env_var for m in missing)
+        super().__init__(
+            f"{len(missing)} caller key(s) missing: {listed}; `up` makes none outside a first "
+            f"`up` in a terminal on a local backend. New keys: `{create}`; in CI or the "
+            f"reconcile pod give the existing ones instead (the files, or {given})"
+        )
 
 
 def configured_secret_keys(fleet_dir: Path, stack: str) -> frozenset[str]:
@@ -236,11 +360,16 @@ def configured_secret_keys(fleet_dir: Path, stack: str) -> frozenset[str]:
 
 
 def gateway_secret_errors(
-    fleet: FleetSpec, fleet_dir: Path, env: Mapping[str, str]
+    fleet: FleetSpec,
+    fleet_dir: Path,
+    env: Mapping[str, str],
+    *,
+    skip_callers: frozenset[str] = frozenset(),
 ) -> list[SpecError]:
     """Every InferenceGateway secretRef (callers' keys, TLS certificate and key) no source has,
     as spec errors naming file, object and field (api.md "Callers"): `validate` and `up`
-    report them before any stack runs, so nothing is half-applied."""
+    report them before any stack runs, so nothing is half-applied. ``skip_callers``: callers
+    whose keys are about to be made (not checked)."""
     from modelplane.api.errors import SpecError as Error
 
     gateway = fleet.gateway
@@ -251,6 +380,7 @@ def gateway_secret_errors(
         refs += [
             (f"spec.auth.callers[{i}].secretRef", c.secret_ref.name, c.secret_ref.key)
             for i, c in enumerate(gateway.spec.auth.callers)
+            if c.name not in skip_callers
         ]
     if gateway.spec.tls is not None:
         tls = gateway.spec.tls
@@ -263,7 +393,7 @@ def gateway_secret_errors(
     errors: list[SpecError] = []
     for path, name, key in refs:
         try:
-            resolve_secret(
+            found = resolve_secret(
                 name,
                 key,
                 config=lambda full: "set" if full in configured else None,
@@ -271,13 +401,34 @@ def gateway_secret_errors(
                 base_dir=fleet_dir,
             )
         except SecretNotFound as exc:
+            problem: str | None = str(exc)
+        else:
+            # A caller's keys read here (not the stack config's, encrypted): well formed and
+            # one of them unexpired (api.md "Keys").
+            caller = path.startswith("spec.auth.")
+            problem = caller_keys_problem(found, name) if caller else None
+        if problem:
             errors.append(
-                Error(
-                    file,
-                    document,
-                    f"InferenceGateway {gateway.metadata.name}",
-                    path,
-                    str(exc),
-                )
+                Error(file, document, f"InferenceGateway {gateway.metadata.name}", path, problem)
             )
     return errors
+
+
+def caller_keys_problem(found: ResolvedSecret, name: str) -> str | None:
+    """Why a caller's key text read from a file or the environment is unusable: malformed,
+    or every key expired (None: usable; a stack config value is not read here)."""
+    from datetime import UTC, datetime
+
+    from modelplane.caller_keys import KeyFormatError, live_keys, parse_keys
+
+    if found.source == "config":
+        return None
+    try:
+        keys = parse_keys(found.value, where=f"the keys of {name!r} ({found.source})")
+    except KeyFormatError as exc:
+        return str(exc)
+    if not live_keys(keys, datetime.now(UTC)):
+        return (
+            f"every key of {name!r} has expired (notAfter): `modelplane keys rotate` adds a new one"
+        )
+    return None

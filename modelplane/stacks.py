@@ -72,6 +72,16 @@ def cache_clusters(fleet: FleetSpec, cache_key: str) -> list[str]:
     ]
 
 
+def mounting(fleet: FleetSpec, cache_key: str) -> list[str]:
+    """The deployments whose pods mount the cache ``cache_key`` (`ns/name`)."""
+    return sorted(
+        key
+        for key, dep in fleet.deployments.items()
+        if dep.spec.model_cache_ref is not None
+        and f"{dep.metadata.namespace or 'default'}/{dep.spec.model_cache_ref.name}" == cache_key
+    )
+
+
 def route_namespaces(fleet: FleetSpec) -> list[str]:
     """The namespaces the front door's routes and backends may be in: every deployment's,
     ModelService's and ModelEndpoint's (the front door reads its own objects from these)."""

@@ -62,10 +62,12 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.loader import LOCK_FILE, load_fleet
+from modelplane.api.model_cache import ModelCache
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.lock import read_lock
 from modelplane.network import addresses_of, with_addresses
+from modelplane.rollout import CacheUse
 from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import (
     StackUnit,
@@ -416,7 +418,9 @@ async def run_cache(ctx: Context) -> None:
         token = secret_value(
             ctx, hf.auth_secret.name, hf.auth_secret.key, what=f"ModelCache {cache.key} authSecret"
         )
-    comp = ModelCacheComponent(cache.metadata.name, cache, targets, token=token)
+    comp = ModelCacheComponent(
+        cache.metadata.name, cache, targets, token=token, use=cache_in_use(ctx, cache)
+    )
     pulumi.export("claimName", comp.claim_name)
     pulumi.export("clusters", comp.clusters)
 
@@ -484,13 +488,15 @@ async def run_deployment(ctx: Context) -> None:
     ref = deployment.spec.model_cache_ref
     if ref is not None:
         cache = ctx.fleet.caches.get(f"{deployment.metadata.namespace}/{ref.name}")
+    older, sources = replicas_at_revision(deployment, replicas, ctx.fleet.caches)
     comp = ModelDeploymentComponent(
         deployment.metadata.name,
         deployment,
         replicas,
         targets,
         cache=cache,
-        at_revision=replicas_at_revision(deployment, replicas),
+        at_revision=older,
+        sources=sources,
     )
     pulumi.export("endpoints", comp.endpoints)
     pulumi.export(
@@ -714,7 +720,7 @@ async def run_gateway(ctx: Context) -> None:
             gateway=(GATEWAY_NAME, SYSTEM_NAMESPACE),
             listener=service_listener(gateway),
             render_only=render_only,
-            envoy_class=None if traefik else ENVOY["class"],
+            envoy_class=None if traefik else str(ENVOY["class"]),
             depends_on=[igw],
             opts=pulumi.ResourceOptions(providers=providers),
         )
@@ -728,35 +734,73 @@ async def run_gateway(ctx: Context) -> None:
     )
 
 
-def replicas_at_revision(
-    deployment: ModelDeployment, replicas: Sequence[LockedReplica]
-) -> dict[str, ModelDeployment]:
-    """Replica name -> the deployment as that replica renders it, for replicas the lock keeps
-    at an older revision whose template the driver passed (`MODELPLANE_REVISION_TEMPLATES`):
-    a rollout updates replicas one step at a time, the others keep their pods."""
-    from modelplane.rollout import at_revision, revision
-
+def revision_templates() -> dict[str, dict[str, Any]]:
+    """Per deployment, the templates of the older revisions its replicas run, as the driver
+    passed them (`MODELPLANE_REVISION_TEMPLATES`, or the stack's `modelplane:
+    revisionTemplates`: a deployment stack's own, a cache stack's for the deployments that
+    mount the cache)."""
     from_env = os.environ.get(TEMPLATES_ENV)
     try:
         if from_env is not None:
-            known = json.loads(from_env or "{}").get(deployment.key) or {}
+            known = json.loads(from_env or "{}")
         else:
             known = json.loads(pulumi.Config(CONFIG_NAMESPACE).get(TEMPLATES_CONFIG) or "{}")
     except (ValueError, AttributeError):
         known = {}
     if not isinstance(known, dict):
-        known = {}
-    current = revision(deployment)
+        return {}
+    return {k: v for k, v in known.items() if isinstance(v, dict)}
+
+
+def _own_templates(deployment: ModelDeployment) -> dict[str, Any]:
+    """A deployment stack's templates: its config holds its own (not keyed by deployment)."""
+    if os.environ.get(TEMPLATES_ENV) is not None:
+        return revision_templates().get(deployment.key) or {}
+    try:
+        own = json.loads(pulumi.Config(CONFIG_NAMESPACE).get(TEMPLATES_CONFIG) or "{}")
+    except (ValueError, AttributeError):
+        return {}
+    return own if isinstance(own, dict) else {}
+
+
+def replicas_at_revision(
+    deployment: ModelDeployment,
+    replicas: Sequence[LockedReplica],
+    caches: Mapping[str, ModelCache] | None = None,
+) -> tuple[dict[str, ModelDeployment], dict[str, str]]:
+    """Replica name -> the deployment as that replica renders it, for replicas the lock keeps
+    at an older revision whose template the driver passed (`MODELPLANE_REVISION_TEMPLATES`):
+    a rollout updates replicas one step at a time, the others keep their pods; and per such
+    replica with a cache, the source it reads (ROOT_SOURCE: the volume's root)."""
+    from components.model_deployment import ROOT_SOURCE
+    from modelplane.rollout import at_revision, revision, source_of
+
+    known = _own_templates(deployment)
+    current = revision(deployment, caches)
     out: dict[str, ModelDeployment] = {}
+    sources: dict[str, str] = {}
     built: dict[str, ModelDeployment] = {}
     for r in replicas:
         rev = r.revision
-        if rev is None or rev == current or rev not in known:
+        if rev is None or rev == current or not isinstance(known.get(rev), dict):
             continue
         if rev not in built:
             built[rev] = at_revision(deployment, known[rev])
         out[r.name] = built[rev]
-    return out
+        if known[rev].get("modelCacheRef"):
+            sources[r.name] = source_of(known[rev]) or ROOT_SOURCE
+    return out, sources
+
+
+def cache_in_use(ctx: Context, cache: ModelCache) -> CacheUse:
+    """What the cache's volume keeps: its own source and each source a replica of a
+    deployment mounting it reads, by the lock's revisions and their templates."""
+    from modelplane.rollout import cache_use
+
+    revisions = {
+        key: [r.revision for r in ctx.lock.replicas_of(key)] for key in ctx.fleet.deployments
+    }
+    return cache_use(cache, ctx.fleet.deployments, revisions, revision_templates())
 
 
 def unroutable_clusters() -> frozenset[str]:

@@ -61,6 +61,9 @@ class PodContext:
     cache_claim: str | None = None
     # `repo@revision` the cache's marker holds once hydrated: pods wait for it (init container).
     cache_ready: str | None = None
+    # The source's directory of the volume (`revisions/<digest>`), mounted at CACHE_MOUNT;
+    # None: the volume's root (a replica from before sources had directories).
+    cache_dir: str | None = None
     # Extended resources (device plugins) each pod requests, e.g. {"vpc.amazonaws.com/efa": 16}.
     extended: Mapping[str, int] = field(default_factory=dict)
     # Labels of serving pods only (prefill/decode: the llm-d role labels the EPP filters on).
@@ -202,7 +205,10 @@ def engine_container(
     if "/dev/shm" not in mounted:
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     if ctx.cache_claim is not None and CACHE_MOUNT not in mounted:
-        mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True})
+        mount = {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}
+        if ctx.cache_dir is not None:
+            mount["subPath"] = ctx.cache_dir  # this revision's directory, nothing else
+        mounts.append(mount)
     body["volumeMounts"] = mounts
     return body
 
@@ -211,9 +217,14 @@ CACHE_WAIT_IMAGE = "python:3.12-slim"  # the hydration Job's image: one pull per
 CACHE_MARKER = ".modelplane-hydrated"  # written by the cache's hydration Job
 
 
-def cache_wait_container(ready: str) -> dict[str, Any]:
-    """Waits until the model cache's marker names `ready` (`repo@revision`)."""
-    marker = f"{CACHE_MOUNT}/{CACHE_MARKER}"
+def cache_wait_container(ready: str, directory: str | None = None) -> dict[str, Any]:
+    """Waits until the model cache's marker in ``directory`` (None: the volume's root) names
+    `ready` (`repo@revision`). It mounts the whole volume: the directory may not exist yet."""
+    marker = (
+        f"{CACHE_MOUNT}/{directory}/{CACHE_MARKER}"
+        if directory
+        else f"{CACHE_MOUNT}/{CACHE_MARKER}"
+    )
     script = (
         f'until [ "$(cat {marker} 2>/dev/null || true)" = "$MODELPLANE_CACHE_READY" ]; do '
         'echo "waiting for the model cache to hold $MODELPLANE_CACHE_READY"; sleep 15; done'
@@ -270,7 +281,7 @@ def pod_template(
         pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
     init = [dump(c) for c in spec.init_containers]
     if ctx.cache_claim is not None and ctx.cache_ready is not None:
-        init.insert(0, cache_wait_container(ctx.cache_ready))
+        init.insert(0, cache_wait_container(ctx.cache_ready, ctx.cache_dir))
     if init:
         pod["initContainers"] = init
     pod["containers"] = containers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -60,3 +61,21 @@ class ModelCache(Namespaced):
     kind: Literal["ModelCache"] = "ModelCache"
     metadata: ObjectMeta
     spec: ModelCacheSpec
+
+
+REVISIONS_DIR = "revisions"
+"""Each source (`repo@revision`) a cache holds has a directory of its own under this one of
+the volume: a new revision downloads beside the one replicas still read (docs/api.md,
+"ModelCache")."""
+
+
+def cache_source(cache: ModelCache) -> str | None:
+    """What the cache holds: `repo@revision` (None: a source without one)."""
+    hf = cache.spec.hugging_face
+    return f"{hf.repo}@{hf.revision}" if hf is not None else None
+
+
+def source_dir(source: str) -> str:
+    """The volume's directory of one source, relative to its root: `revisions/<16 hex>` (a
+    digest: branch names hold `/`, and every source needs a name of its own)."""
+    return f"{REVISIONS_DIR}/{hashlib.sha256(source.encode()).hexdigest()[:16]}"

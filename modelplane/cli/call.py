@@ -104,7 +104,13 @@ def caller_key(
     base_dir: Path,
 ) -> tuple[str | None, str | None, str]:
     """(caller, key, why not): the named caller's key, else the first one readable here
-    (environment or file; a key kept only in stack config is not read by `call`)."""
+    (environment or file; a key kept only in stack config is not read by `call`); of a
+    caller's several keys the newest unexpired one (api.md "Keys")."""
+    from datetime import UTC, datetime
+
+    from modelplane.caller_keys import KeyFormatError, newest_live_key, parse_keys
+
+    now = datetime.now(UTC)
     auth = gateway.spec.auth if gateway is not None else None
     if auth is None:
         if caller:
@@ -128,7 +134,15 @@ def caller_key(
         except SecretNotFound as exc:
             tried.append(f"{c.name}: {exc}")
             continue
-        return c.name, found.value.strip(), ""
+        try:
+            newest = newest_live_key(parse_keys(found.value, where=f"{c.name}'s keys"), now)
+        except KeyFormatError as exc:
+            tried.append(f"{c.name}: {exc}")
+            continue
+        if newest is None:
+            tried.append(f"{c.name}: every key has expired")
+            continue
+        return c.name, newest.key, ""
     return None, None, "no caller's key is readable here: " + "; ".join(tried)
 
 

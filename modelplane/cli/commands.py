@@ -467,6 +467,7 @@ def _mount() -> None:
         dev_cluster,
         dev_fleet,
         engine_verbs,
+        keys,
         maintenance,
         project,
         render,
@@ -481,6 +482,7 @@ def _mount() -> None:
     app.registered_commands.extend(render.app.registered_commands)
     app.add_typer(dev_cluster.app, name="dev-cluster")
     app.add_typer(dev_fleet.app, name="dev-fleet")
+    app.add_typer(keys.app, name="keys")
     from modelplane.cli import rollout_verbs
 
     app.add_typer(rollout_verbs.app, name="rollout")

@@ -281,6 +281,7 @@ def preview(
     """
     with _expected_failures():
         f = _load(fleet, lock, backend, secrets_provider)
+        _missing_keys_warning(f, output)
         plan = f.plan()
         _shortfalls(plan, output)
         run = _run(
@@ -314,6 +315,17 @@ def preview(
     _report(run, output, plan, headers=not no_headers)
     if expect_no_changes and _has_changes(run):
         raise _fail(f"--expect-no-changes: {_changed_list(run)} would change")
+
+
+def _missing_keys_warning(f: Fleet, output: Output) -> None:
+    """`preview` makes no caller key: a missing one is said (the gateway stack's preview
+    fails on it when that stack exists; `up` would refuse the fleet)."""
+    from modelplane.secrets import CallerKeysMissing, missing_caller_keys
+
+    missing = missing_caller_keys(f.spec, f.path, f.env)
+    if missing and output is not Output.json:
+        message = str(CallerKeysMissing(missing, f.path))
+        err.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 def up(
@@ -392,6 +404,14 @@ def up(
 
         waiting = parse_duration(lock_wait)
         f = _load(fleet, lock, backend, secrets_provider, require_specs=True)
+        # Callers' keys: made only by the first `up` in a terminal on a local backend, saying
+        # so; anywhere else a missing one is an error naming `modelplane keys create`.
+        for made in f.check_gateway_secrets(make_missing=_interactive() and f.first_local_up()):
+            err.print(
+                f"created caller key {escape(str(made))} (mode 0600; the first `up` on a "
+                "local backend makes the missing ones: `modelplane keys list` shows them)",
+                highlight=False,
+            )
         if not yes and not _interactive():
             raise _fail(
                 "`up` changes the fleet's resources and asks for confirmation first, but this is "
@@ -608,7 +628,7 @@ def _rollouts_ahead(f: Fleet, plan: Plan) -> dict[str, str]:
     for key, dep in f.spec.deployments.items():
         kept = {r.name for r in plan.lock.replicas_of(key)}
         replicas = [r for r in plan.previous.replicas_of(key) if r.name in kept]
-        progress = lock_progress(dep, replicas, labels)
+        progress = lock_progress(dep, replicas, labels, f.spec.caches)
         if progress is not None:
             out[key] = progress.line
     return out

@@ -54,7 +54,12 @@ from modelplane.devcluster.rest import KubeRest, KubeRestError
 from modelplane.devcluster.server import render_kubeconfig, wait_until_ready
 from modelplane.devfleet import netns
 from modelplane.devfleet.nodes import KWOK_ANNOTATION, KWOK_VALUE, ClusterNodes
-from modelplane.devfleet.stages import POD_READY_STAGE, pod_ready_stages
+from modelplane.devfleet.stages import (
+    POD_COMPLETE_STAGE,
+    POD_READY_STAGE,
+    pod_complete_stages,
+    pod_ready_stages,
+)
 from modelplane.gobuild.fleet import FleetBinaries
 from modelplane.gobuild.kube import KubeBinaries
 from modelplane.observe.usage import access_log_arguments
@@ -240,6 +245,11 @@ def kwok_config(stages_dir: Path) -> str:
         if stage.name == f"{POD_READY_STAGE}.yaml":
             # Serving pods start unready; the pod agent makes them Ready (stages.py).
             for doc in pod_ready_stages(stage.read_text()):
+                text += "---\n" + yaml.safe_dump(doc, sort_keys=False)
+            continue
+        if stage.name == f"{POD_COMPLETE_STAGE}.yaml":
+            # A ModelCache download takes a few seconds (stages.py).
+            for doc in pod_complete_stages(stage.read_text()):
                 text += "---\n" + yaml.safe_dump(doc, sort_keys=False)
             continue
         text += "---\n" + stage.read_text()

@@ -6,6 +6,10 @@ server passes only once its weights are loaded. So the dev fleet splits the stag
 
 - ``pod-ready`` (kwok's, unchanged) for every pod without a serving port (``http`` or
   ``pd-proxy``, the ports the pod agent runs a stand-in on): hydration Jobs, endpoint pickers;
+- kwok's ``pod-complete`` (a Job's pod Succeeds) at once for every Job but a ModelCache's
+  download, whose pod completes after ``HYDRATE_SECONDS`` (``pod-complete-model-cache``):
+  a stand-in for a download, so `up` waits for a new revision's weights before the
+  rollout to it, as on a cluster;
 - ``pod-running-unready`` for serving pods: Running with an IP, but ``Ready`` and
   ``ContainersReady`` False (reason ``ContainersNotReady``) and every container not ready.
   The pod agent (``agent.py``) marks the pod Ready once its stand-ins answer the pod's
@@ -26,6 +30,10 @@ from modelplane.errors import EnvironmentProblem
 
 POD_READY_STAGE = "pod-ready"
 UNREADY_STAGE = "pod-running-unready"
+POD_COMPLETE_STAGE = "pod-complete"
+CACHE_COMPLETE_STAGE = "pod-complete-model-cache"
+HYDRATE_SECONDS = 4.0  # the stand-in download of a ModelCache source
+CACHE_LABEL_KEY = '.metadata.labels["modelplane.ai/modelcache"]'
 # Every container port name of the pod (none: an empty result, which `NotIn` accepts).
 PORT_NAMES_KEY = ".spec.containers[]?.ports[]?.name"
 
@@ -72,3 +80,22 @@ def pod_ready_stages(text: str) -> list[dict[str, Any]]:
         template = template.replace(old, new)
     unready["spec"]["next"]["statusTemplate"] = template
     return [ready, unready]
+
+
+def pod_complete_stages(text: str) -> list[dict[str, Any]]:
+    """kwok's ``pod-complete`` stage (YAML) -> [pod-complete for every other Job's pod, the
+    ModelCache download's, delayed by ``HYDRATE_SECONDS``]."""
+    stage = yaml.safe_load(text)
+    if not isinstance(stage, dict) or stage.get("metadata", {}).get("name") != POD_COMPLETE_STAGE:
+        raise StageError(f"expected kwok's {POD_COMPLETE_STAGE!r} stage")
+    others = copy.deepcopy(stage)
+    others["spec"]["selector"]["matchExpressions"].append(
+        {"key": CACHE_LABEL_KEY, "operator": "DoesNotExist"}
+    )
+    download = copy.deepcopy(stage)
+    download["metadata"]["name"] = CACHE_COMPLETE_STAGE
+    download["spec"]["selector"]["matchExpressions"].append(
+        {"key": CACHE_LABEL_KEY, "operator": "Exists"}
+    )
+    download["spec"]["delay"] = {"durationMilliseconds": int(HYDRATE_SECONDS * 1000)}
+    return [others, download]

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
-from modelplane.stacks import StackUnit, cache_clusters
+from modelplane.stacks import StackUnit, cache_clusters, mounting
 
 MESSAGE_PREFIX = "modelplane-inputs: "
 _MESSAGE = re.compile(r"modelplane-inputs: ([0-9a-f]{16,64})")
@@ -99,6 +99,9 @@ def secret_digests(
     from modelplane.secrets import SecretNotFound, resolve_secret
 
     environ = os.environ if environ is None else environ
+    gateway = fleet.gateway if unit.kind == "InferenceGateway" else None
+    auth = gateway.spec.auth if gateway is not None else None
+    callers = {(c.secret_ref.name, c.secret_ref.key) for c in auth.callers} if auth else set()
     out: dict[str, str | None] = {}
     for name, key in secret_refs(fleet, unit):
         try:
@@ -108,8 +111,28 @@ def secret_digests(
         except SecretNotFound:
             out[f"{name}/{key}"] = None
             continue
+        if (name, key) in callers:
+            # A caller's key that ended since (notAfter) changes the gateway's inputs: the
+            # next `up` leaves its hash out of the table (authz refuses it already).
+            value += _expired_note(value)
         out[f"{name}/{key}"] = hashlib.sha256(value.encode()).hexdigest()
     return out
+
+
+def _expired_note(text: str) -> str:
+    """``"\0expired:<n>"`` when ``n`` of a caller's keys have ended, else nothing (so a
+    fingerprint without an ended key is what it always was)."""
+    from datetime import UTC, datetime
+
+    from modelplane.caller_keys import KeyFormatError, parse_keys
+
+    try:
+        keys = parse_keys(text)
+    except KeyFormatError:
+        return ""
+    now = datetime.now(UTC)
+    expired = sum(k.expired(now) for k in keys)
+    return f"\0expired:{expired}" if expired else ""
 
 
 def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict[str, Any]:
@@ -133,9 +156,14 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
         ends = unit.key.split("/")
         return {"clusters": {c: _dump(fleet.clusters.get(c)) for c in ends}}
     if unit.kind == "ModelCache":
+        # The revisions replicas run decide which sources the volume keeps.
         return {
             "cache": _dump(fleet.caches[unit.key]),
             "clusters": cache_clusters(fleet, unit.key),
+            "revisions": {
+                key: sorted({r.revision or "" for r in lock.replicas_of(key)})
+                for key in mounting(fleet, unit.key)
+            },
         }
     if unit.kind == "ModelDeployment":
         dep = fleet.deployments[unit.key]

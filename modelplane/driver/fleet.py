@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from modelplane.api.errors import FleetInvalid
 from modelplane.api.fleet import FleetSpec
@@ -35,7 +37,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
-from modelplane.driver.front_door import ensure_fleet_caller_keys, ensure_front_door_key
+from modelplane.driver.front_door import ensure_front_door_key
 from modelplane.driver.migrate import Migration
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
@@ -62,7 +64,13 @@ from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
-from modelplane.secrets import gateway_secret_errors, private_dir
+from modelplane.secrets import (
+    CallerKeysMissing,
+    gateway_secret_errors,
+    missing_caller_keys,
+    private_dir,
+    write_new_key_file,
+)
 from modelplane.stacks import (
     GATEWAY_STACK,
     StackUnit,
@@ -262,15 +270,37 @@ class Fleet:
             )
         return self._runtime
 
-    def check_gateway_secrets(self) -> None:
-        """Before `up` runs any stack: the callers' keys kept in the fleet's own state
-        (`file:.modelplane/...`) are made the first time, and a gateway secret no source has
-        is a FleetInvalid naming file, object and field -- it would otherwise fail the gateway
-        stack after the others were applied (api.md "Callers")."""
-        ensure_fleet_caller_keys(self.spec, self.path)
-        errors = gateway_secret_errors(self.spec, self.path, self.env)
+    def check_gateway_secrets(self, *, make_missing: bool = False) -> list[Path]:
+        """Before `up` runs any stack: a caller's key file modelplane keeps (in the fleet's
+        `.modelplane/` or the dev fleet's state) that does not exist is CallerKeysMissing,
+        every one named with the command that makes it -- never a new key made silently
+        (security review M3) -- unless ``make_missing`` (the CLI's first `up` in a terminal
+        on a local backend, :meth:`first_local_up`), which makes them and returns the files.
+        Then a gateway secret no source has, or a caller's keys malformed or all expired, is
+        a FleetInvalid naming file, object and field -- it would otherwise fail the gateway
+        stack after the others were applied (api.md "Callers", "Keys")."""
+        missing = missing_caller_keys(self.spec, self.path, self.env)
+        if missing and not make_missing:
+            raise CallerKeysMissing(missing, self.path)
+        skip = frozenset(m.caller for m in missing)  # made below, once nothing else is wrong
+        errors = gateway_secret_errors(self.spec, self.path, self.env, skip_callers=skip)
         if errors:
             raise FleetInvalid(errors)
+        made: list[Path] = []
+        for entry in missing:
+            assert entry.path is not None and entry.home is not None
+            write_new_key_file(entry.path, entry.home)
+            made.append(entry.path)
+        return made
+
+    def first_local_up(self) -> bool:
+        """Whether this is the fleet's first `up` on a local ``file://`` backend: the backend
+        holds no gateway stack yet (so no caller has been given a key it published)."""
+        url = urlparse(self.backend)
+        if url.scheme != "file":
+            return False
+        stacks = Path(url2pathname(url.path)) / ".pulumi" / "stacks"
+        return not any(stacks.rglob(f"{GATEWAY_STACK}.json*")) if stacks.is_dir() else True
 
     def plan(self, optimize: bool = False, time_limit: float = DEFAULT_TIME_LIMIT) -> Plan:
         """Schedule against the committed lock (pure: nothing is written); with `optimize`,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelplane.driver import stacklock
@@ -93,18 +92,3 @@ def ensure_front_door_key(
             locked = True
     if locked:
         session.program_env[ENV] = value
-
-
-def ensure_fleet_caller_keys(fleet_spec: object, fleet_dir: Path) -> list[Path]:
-    """A random API key (mode 0600) for each InferenceGateway caller whose secretRef is a file
-    in the fleet's own state directory (`file:.modelplane/...`, never committed) that does not
-    exist yet, as `dev-fleet up` does for its state: `up` makes the example fleets' keys, and
-    `modelplane call` reads them. Returns the files written (never their content)."""
-    from modelplane.secrets import ensure_caller_key_files, expand_path_variables
-
-    def place(ref: str) -> Path | None:
-        expanded, missing = expand_path_variables(ref, {})
-        path = Path(expanded)
-        return None if missing else path if path.is_absolute() else fleet_dir / path
-
-    return ensure_caller_key_files(fleet_spec, place, fleet_dir / ".modelplane")

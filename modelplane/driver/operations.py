@@ -37,7 +37,7 @@ from modelplane.driver.workspace import (
     existing_stack,
 )
 from modelplane.errors import Retryable
-from modelplane.stacks import StackUnit
+from modelplane.stacks import StackUnit, mounting
 
 if TYPE_CHECKING:
     from pulumi.automation import Stack
@@ -517,6 +517,13 @@ class UpOp(EngineOp):
         if unit.kind == "ModelDeployment":
             every = self.ctx.session.program_env.get(TEMPLATES_ENV) or "{}"
             mine = json.loads(every).get(unit.key)
+            return {TEMPLATES_CONFIG: json.dumps(mine, sort_keys=True) if mine else None}
+        if unit.kind == "ModelCache":
+            # The sources replicas still read (modelplane.rollout.cache_use): the templates
+            # of the deployments mounting the cache, by deployment.
+            every = json.loads(self.ctx.session.program_env.get(TEMPLATES_ENV) or "{}")
+            users = mounting(self.ctx.fleet, unit.key)
+            mine = {k: v for k, v in every.items() if k in users}
             return {TEMPLATES_CONFIG: json.dumps(mine, sort_keys=True) if mine else None}
         return {}
 

@@ -86,10 +86,10 @@ class Prepared:
     """Replicas whose revision's template the runtime state lost: they change at once."""
 
 
-def target_of(dep: ModelDeployment, record: RolloutRecord | None) -> str:
+def target_of(spec: FleetSpec, dep: ModelDeployment, record: RolloutRecord | None) -> str:
     """The revision replicas go to: the spec's, or -- after the spec's revision failed its
     analysis and was rolled back -- the last good one, until the spec changes."""
-    desired = revision(dep)
+    desired = revision(dep, spec.caches)
     if record is not None and record.failed == desired and record.target != desired:
         return record.target
     return desired
@@ -114,10 +114,10 @@ def prepare(
             deployments[key] = locked
             continue
         record = copy.deepcopy(records.get(key))  # the caller's records stay as they were
-        desired = revision(dep)
-        target = target_of(dep, record)
+        desired = revision(dep, spec.caches)
+        target = target_of(spec, dep, record)
         templates = dict(record.templates) if record is not None else {}
-        templates[desired] = template(dep)
+        templates[desired] = template(dep, spec.caches)
         how = strategy or dep.spec.rollout.strategy
         replicas = []
         for r in locked.replicas:
@@ -198,7 +198,7 @@ def unfinished(spec: FleetSpec, lock: PlacementLock, records: Mapping[str, Rollo
     for key, record in records.items():
         if key not in spec.deployments or record.paused or record.phase == "Paused":
             continue
-        target = target_of(spec.deployments[key], record)
+        target = target_of(spec, spec.deployments[key], record)
         if any(r.revision != target for r in lock.replicas_of(key)):
             return True
     return False
@@ -437,7 +437,7 @@ class Rollouts:
         """The step planned for ``key`` and the surge replicas placed for it."""
         dep = self.spec.deployments[key]
         locked = lock.deployments[key]
-        desired = revision(dep)
+        desired = revision(dep, self.spec.caches)
         pods: dict[str | None, int] = {}
 
         def expected(rev: str | None) -> int:

@@ -35,6 +35,7 @@ DEFAULT_STALE_AFTER = 60.0  # seconds: a Prometheus sample older than this is mi
 POOL_LABEL = "modelplane.ai/pool"
 REPLICA_LABEL = "modelplane.ai/replica"
 CACHE_LABEL = "modelplane.ai/modelcache"
+CACHE_CURRENT = "modelplane.ai/cache-current"  # components.model_cache.CURRENT
 ROLE_LABEL = "modelplane.ai/role"
 SERVING_ROLES = ("unified", "prefill", "decode")
 GATEWAY_PATH = (
@@ -433,6 +434,14 @@ def _job_state(job: dict[str, Any]) -> CacheObservation:
     return CacheObservation("Hydrating", f"{int(status.get('failed') or 0)} failed attempt(s)")
 
 
+def _current_last(job: dict[str, Any]) -> tuple[int, str]:
+    meta = job.get("metadata") or {}
+    current = (meta.get("labels") or {}).get(CACHE_CURRENT)
+    # "true": the cache's own source; absent: a Job from before sources had Jobs of their own.
+    rank = {"true": 2, None: 1}.get(current, 0)
+    return rank, str(meta.get("name") or "")
+
+
 def observe_caches(reader: KubeReader, caches: Iterable[str]) -> dict[str, CacheObservation]:
     """Each cache (`ns/name`) by its hydration Job (labelled `modelplane.ai/modelcache`)."""
     return read_caches(reader, caches)[0]
@@ -447,6 +456,9 @@ def read_caches(
     wanted = sorted(set(caches))
     for ns in sorted({key.split("/", 1)[0] for key in wanted}):
         jobs = reader.items(f"/apis/batch/v1/namespaces/{ns}/jobs", labelSelector=CACHE_LABEL)
+        # A cache's own source's Job last (`modelplane.ai/cache-current`), so it is the one
+        # reported; the Jobs of sources replicas still read, and its prune Job, before it.
+        jobs = sorted(jobs, key=_current_last)
         by_cache = {f"{ns}/{j['metadata']['labels'][CACHE_LABEL]}": _job_state(j) for j in jobs}
         for job in jobs:
             done = _epoch((job.get("status") or {}).get("completionTime"))

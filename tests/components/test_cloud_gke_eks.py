@@ -30,6 +30,7 @@ from components.model_cache import (
     hydrated_marker,
 )
 from components.workload.pods import cache_wait_container
+from modelplane.api.model_cache import source_dir
 from tests.components.cluster_helpers import (
     EKS_CLASSES,
     MNG,
@@ -442,6 +443,7 @@ def _hydrate(tmp_path: Path, mount: Path, revision: str) -> str:
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "MODELPLANE_REPO": "Qwen/Qwen3-Coder",
         "MODELPLANE_REVISION": revision,
+        "MODELPLANE_DIR": source_dir(f"Qwen/Qwen3-Coder@{revision}"),
     }
     subprocess.run(["/bin/sh", "-c", script], env=env, check=True, timeout=30)
     calls = tmp_path / "calls"
@@ -453,13 +455,52 @@ def _hydrate(tmp_path: Path, mount: Path, revision: str) -> str:
 def test_cloud_cache_rehydrates_when_the_revision_changes(tmp_path):
     mount = tmp_path / "models"
     mount.mkdir()
+    v1, v2 = (mount / source_dir(f"Qwen/Qwen3-Coder@{r}") for r in ("v1", "v2"))
     first = _hydrate(tmp_path, mount, "v1")
-    assert "hf download Qwen/Qwen3-Coder --revision v1" in first
-    assert (mount / MARKER).read_text() == "Qwen/Qwen3-Coder@v1"
+    assert f"hf download Qwen/Qwen3-Coder --revision v1 --local-dir {v1}" in first
+    assert (v1 / MARKER).read_text() == "Qwen/Qwen3-Coder@v1"
     assert _hydrate(tmp_path, mount, "v1") == ""  # same weights: nothing to do
-    # A revision bump downloads again (the old script saw a marker and kept the old weights).
-    assert "--revision v2" in _hydrate(tmp_path, mount, "v2")
-    assert (mount / MARKER).read_text() == "Qwen/Qwen3-Coder@v2"
+    # A revision bump downloads beside the weights replicas still read, into its own directory.
+    assert f"--revision v2 --local-dir {v2}" in _hydrate(tmp_path, mount, "v2")
+    assert (v2 / MARKER).read_text() == "Qwen/Qwen3-Coder@v2"
+    assert (v1 / MARKER).read_text() == "Qwen/Qwen3-Coder@v1"
+
+
+@pytest.mark.parametrize(
+    ("keep", "root", "left"),
+    [
+        (["a@v2"], False, {"revisions/a@v2"}),
+        (["a@v1", "a@v2"], False, {"revisions/a@v1", "revisions/a@v2"}),
+        (["a@v2"], True, {"revisions/a@v2", "config.json", ".modelplane-hydrated"}),
+        ([], False, set()),
+    ],
+    ids=["after-a-rollout", "during-a-rollout", "root-still-read", "nothing-read"],
+)
+def test_cloud_cache_prune_removes_only_what_no_replica_reads(tmp_path, keep, root, left):
+    from components.model_cache import prune_manifest
+
+    mount = tmp_path / "models"
+    dirs = {f"revisions/{s}": mount / source_dir(s) for s in ("a@v1", "a@v2", "a@v3")}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_text("w")
+    (mount / "config.json").write_text("{}")  # the layout before directories: the root
+    (mount / MARKER).write_text("a@v0")
+    job = prune_manifest(CACHE, {}, keep, root=root)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    script = container["command"][-1].replace(MOUNT, str(mount))
+    subprocess.run(
+        ["/bin/sh", "-c", script], env={"PATH": "/usr/bin:/bin", **env}, check=True, timeout=30
+    )
+    present = {name for name, d in dirs.items() if d.exists()}
+    present |= {p.name for p in mount.iterdir() if p.name != "revisions"}
+    assert present == left
+    # Named by what it keeps: it runs again only when that changes.
+    again = prune_manifest(CACHE, {}, list(reversed(keep)), root=root)
+    assert again["metadata"]["name"] == job["metadata"]["name"]
+    other = prune_manifest(CACHE, {}, keep, root=not root)
+    assert other["metadata"]["name"] != job["metadata"]["name"]
 
 
 def test_cloud_cache_pvc_is_not_awaited_and_replicas_wait_for_hydration():
@@ -483,9 +524,16 @@ def test_cloud_cache_pvc_is_not_awaited_and_replicas_wait_for_hydration():
         assert wait["name"] == "wait-for-model-cache"
         assert env_of(wait) == {"MODELPLANE_CACHE_READY": hydrated_marker(cache)}
         assert hydrated_marker(cache) == "Qwen/Qwen3-Coder-480B-A35B-Instruct@v1"
+        # The whole volume (the source's directory may not exist yet), its marker there.
         assert wait["volumeMounts"] == [
             {"name": "model-cache", "mountPath": MOUNT, "readOnly": True}
         ]
+        assert f"{MOUNT}/{source_dir(hydrated_marker(cache))}/{MARKER}" in wait["command"][-1]
+        # The engine sees the source's directory alone, at the same path.
+        engine_mount = next(
+            m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == MOUNT
+        )
+        assert engine_mount["subPath"] == source_dir(hydrated_marker(cache))
 
 
 def test_cloud_cache_wait_container_returns_once_the_marker_matches(tmp_path):

@@ -67,7 +67,7 @@ def test_replicas_render_at_their_own_revision(
         for i, rec in enumerate(recorded)
     ]
     monkeypatch.setenv(TEMPLATES_ENV, json.dumps({new.key: {revisions["old"]: template(old)}}))
-    at = replicas_at_revision(new, locked)
+    at, _ = replicas_at_revision(new, locked)
     assert set(at) == {r.name for r, rec in zip(locked, recorded, strict=True) if rec == "old"}
     run = MockRun()
 
@@ -88,6 +88,6 @@ def test_without_the_template_a_replica_renders_the_spec(monkeypatch: pytest.Mon
     old, new = deployment(SMALL), deployment(SMALL.replace(OLD, NEW))
     locked = [replica(new, {"unified": "mixed"}).model_copy(update={"revision": revision(old)})]
     monkeypatch.delenv(TEMPLATES_ENV, raising=False)
-    assert replicas_at_revision(new, locked) == {}
+    assert replicas_at_revision(new, locked) == ({}, {})
     monkeypatch.setenv(TEMPLATES_ENV, "not json")
-    assert replicas_at_revision(new, locked) == {}
+    assert replicas_at_revision(new, locked) == ({}, {})

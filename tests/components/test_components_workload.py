@@ -11,7 +11,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.model_cache import ModelCacheComponent
+from components.model_cache import ModelCacheComponent, job_name
 from components.model_deployment import replica_manifests
 from components.workload.targets import ClusterTarget
 from modelplane.api.names import replica_name
@@ -288,7 +288,12 @@ def test_cache_pvc_job_and_secret() -> None:
     secret = run.one("kubernetes:core/v1:Secret")
     assert contains_secret(secret.inputs["stringData"])
     assert secret.get("stringData") == {"HF_TOKEN": "hf_s3cret"}
-    job = run.one("kubernetes:batch/v1:Job")
+    jobs = {j.get("metadata.name"): j for j in run.of_type("kubernetes:batch/v1:Job")}
+    # The download of the cache's source, and the prune of what no replica reads.
+    hydrate = job_name(CACHE, "Qwen/Qwen3-Coder-480B-A35B-Instruct@v1")
+    assert hydrate in jobs and len(jobs) == 2
+    assert next(n for n in jobs if n != hydrate).startswith("modelcache-coder-prune-")
+    job = jobs[hydrate]
     container = job.get("spec.template.spec.containers.0")
     script = container["command"][-1]
     assert ".modelplane-hydrated" in script and "hf download" in script

@@ -531,14 +531,18 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
     Fleet.load(target, env=env).check_gateway_secrets()
 
 
-def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) -> None:
+def test_auth_example_fleets_keys_are_made_by_keys_create_never_by_up(tmp_path: Path) -> None:
     """specs/quickstart (like every cloud example) turns auth on with keys in its own `.modelplane/`:
-    the first `up` (Fleet.load for up) writes them (0600), later ones keep them; a file
-    outside the fleet's state is never made."""
+    `up` (Fleet.load for up) makes none and names them all (security review M3); `modelplane keys
+    create` writes them (0600), later `up`s keep them; a file outside the fleet's state is never made."""
     import shutil
 
+    from typer.testing import CliRunner
+
+    from modelplane.cli import app, commands  # noqa: F401  (registers every verb)
     from modelplane.cli.call import caller_key
     from modelplane.driver.fleet import Fleet
+    from modelplane.secrets import CallerKeysMissing
 
     target = tmp_path / "quickstart"
     shutil.copytree(
@@ -552,13 +556,19 @@ def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) 
         "MODELPLANE_SECRET_FRONT_DOOR_TLS_CRT": "-----BEGIN CERTIFICATE-----\n",
         "MODELPLANE_SECRET_FRONT_DOOR_TLS_KEY": "-----BEGIN PRIVATE KEY-----\n",
     }
-    Fleet.load(target, env=env).check_gateway_secrets()
+    with pytest.raises(CallerKeysMissing) as missing:
+        Fleet.load(target, env=env).check_gateway_secrets()
+    assert [m.caller for m in missing.value.missing] == ["app", "ops"]
+    assert not (target / ".modelplane" / "callers").exists()
+    created = CliRunner().invoke(app, ["keys", "create", str(target)], env={"COLUMNS": "500"})
+    assert created.exit_code == 0, created.output
     made = sorted((target / ".modelplane" / "callers").iterdir())
     assert [p.name for p in made] == ["app", "ops"]
     keys = {p.name: p.read_text() for p in made}
     assert all(k.startswith("sk-mp-") for k in keys.values())
+    assert not any(k.strip() in created.output for k in keys.values())  # never printed
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in made)
-    Fleet.load(target, env=env).check_gateway_secrets()
+    assert Fleet.load(target, env=env).check_gateway_secrets() == []
     assert {p.name: p.read_text() for p in made} == keys  # kept, never rotated by `up`
     assert caller_key(gateway, None, env=env, base_dir=target)[:2] == ("app", keys["app"].strip())
     # Outside the fleet's state: not made (and so reported).
@@ -569,8 +579,8 @@ def test_auth_example_fleets_keys_are_made_in_their_state_by_up(tmp_path: Path) 
     assert not (tmp_path / "ops.key").exists()
 
 
-def test_auth_up_writes_missing_caller_keys_into_the_fleets_state(tmp_path: Path) -> None:
-    from modelplane.driver.front_door import ensure_fleet_caller_keys
+def test_auth_keys_modelplane_keeps_are_files_in_the_fleets_state(tmp_path: Path) -> None:
+    from modelplane.secrets import caller_key_files, missing_caller_keys
 
     target = gateway_fleet(
         tmp_path,
@@ -580,9 +590,12 @@ def test_auth_up_writes_missing_caller_keys_into_the_fleets_state(tmp_path: Path
         "    - {name: out, secretRef: {name: 'file:callers/out', key: key}}\n",
     )
     fleet = load_fleet(target).fleet
-    [written] = ensure_fleet_caller_keys(fleet, target)
-    assert written == target / ".modelplane" / "callers" / "dev"
-    key = written.read_text().strip()
-    assert key.startswith("sk-mp-") and written.stat().st_mode & 0o777 == 0o600
-    assert ensure_fleet_caller_keys(fleet, target) == []  # kept: a key is not rotated by `up`
-    assert not (target / "callers").exists()  # never outside the fleet's state directory
+    dev, ops, out = caller_key_files(fleet, target, {})
+    assert dev.path == (target / ".modelplane" / "callers" / "dev").resolve()
+    assert ops.path is None and "MODELPLANE_SECRET_OPS_KEYS_OPS" in ops.why
+    assert out.path is None and "outside .modelplane/" in out.why  # yours: never made
+    assert [m.caller for m in missing_caller_keys(fleet, target, {})] == ["dev"]
+    # Given through the environment (CI, the reconcile pod): not missing.
+    env = {"MODELPLANE_SECRET_FILE__MODELPLANE_CALLERS_DEV_KEY": "sk-dev"}
+    assert dev.env_var in env
+    assert missing_caller_keys(fleet, target, env) == []

@@ -120,3 +120,54 @@ def test_auth_rotation_through_traefik_fails_no_other_caller(
         stop.set()
         thread.join(10)
     assert len(results) > 20 and set(results) == {200}, results[:20]
+
+
+def test_keys_two_keys_of_one_caller_through_traefik(tmp_path: Path) -> None:
+    """A rotation end to end (api.md "Keys"): the table `up` publishes for a caller with an old
+    key ending in an hour and a new one, read by the real authz behind the real Traefik: both
+    keys let the caller in during the grace period, and once authz's clock passes the end the
+    old one gets 401 with no new table, the new one 200."""
+    from datetime import UTC, datetime, timedelta
+
+    from components.gateway import callers_table
+    from modelplane.caller_keys import rfc3339
+
+    start = datetime.now(UTC)
+    now = [start.timestamp()]
+    keys = tmp_path / "callers.json"
+    end = rfc3339(start + timedelta(hours=1))
+    keys.write_text(callers_table({"team-a": f"sk-a-old notAfter={end}\nsk-a-new\n"}, now=start))
+    handler = authz.make_handler(authz.Keys(keys, clock=lambda: now[0]))
+    service = authz.BoundedServer(("127.0.0.1", 0), handler, 64)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    echo = serve_http(HeadersEcho)
+    address = f"http://127.0.0.1:{service.server_address[1]}/"
+    dynamic = {
+        "http": {
+            "routers": routes_to("echo", "auth", "strip"),
+            "middlewares": {
+                "auth": traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"],
+                "strip": traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"],
+            },
+            "services": {
+                "echo": {
+                    "loadBalancer": {
+                        "servers": [{"url": f"http://127.0.0.1:{echo.server_address[1]}"}]
+                    }
+                }
+            },
+        }
+    }
+    try:
+        with running_traefik(tmp_path, dynamic, lambda port: post(port, {})[0] == 401) as port:
+            for key in ("sk-a-old", "sk-a-new"):
+                status, body = post(port, {"Authorization": f"Bearer {key}"})
+                assert status == 200 and body["x-modelplane-caller"] == "team-a", body
+                assert body["authorization"] is None  # the key never reaches the engine
+            now[0] = (start + timedelta(hours=1)).timestamp()  # the grace period is over
+            status, body = post(port, {"Authorization": "Bearer sk-a-old"})
+            assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+            assert post(port, {"x-api-key": "sk-a-new"})[0] == 200
+    finally:
+        service.shutdown()
+        echo.shutdown()

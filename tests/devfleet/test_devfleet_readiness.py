@@ -24,9 +24,11 @@ from modelplane.devfleet.probes import (
     run_probe,
 )
 from modelplane.devfleet.stages import (
+    HYDRATE_SECONDS,
     PORT_NAMES_KEY,
     UNREADY_STAGE,
     StageError,
+    pod_complete_stages,
     pod_ready_stages,
 )
 from modelplane.devfleet.standin import StandinConfig, StandinHostThread, StandinIdentity
@@ -263,6 +265,35 @@ def test_stage_split_on_kwoks_pod_ready_stage() -> None:
     assert template["containerStatuses"][0]["ready"] is False
     assert "phase: Running" in unready["spec"]["next"]["statusTemplate"]
     assert ready["spec"]["next"] == yaml.safe_load(text)["spec"]["next"]
+
+
+def test_stage_split_delays_only_a_model_caches_download() -> None:
+    binaries = cached_fleet_binaries()
+    if binaries is None:
+        pytest.skip("kwok's stages are vendored by `make setup` (not built yet)")
+    text = (binaries.stages_dir / "pod-complete.yaml").read_text()
+    others, download = pod_complete_stages(text)
+    assert (others["metadata"]["name"], download["metadata"]["name"]) == (
+        "pod-complete",
+        "pod-complete-model-cache",
+    )
+    label = '.metadata.labels["modelplane.ai/modelcache"]'
+    assert others["spec"]["selector"]["matchExpressions"][-1] == {
+        "key": label,
+        "operator": "DoesNotExist",
+    }
+    assert download["spec"]["selector"]["matchExpressions"][-1] == {
+        "key": label,
+        "operator": "Exists",
+    }
+    assert "delay" not in others["spec"]
+    assert download["spec"]["delay"] == {"durationMilliseconds": int(HYDRATE_SECONDS * 1000)}
+    # Both still only for a Job's pods, and the same transition (Succeeded).
+    assert (
+        others["spec"]["next"] == download["spec"]["next"] == yaml.safe_load(text)["spec"]["next"]
+    )
+    with pytest.raises(StageError, match="pod-complete"):
+        pod_complete_stages("metadata: {name: pod-ready}\n")
 
 
 def test_stage_split_refuses_another_stage() -> None:

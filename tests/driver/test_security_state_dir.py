@@ -24,10 +24,13 @@ def _runtime_store(fleet: Path) -> None:
 
 
 def _caller_keys(fleet: Path) -> None:
-    from modelplane.api.loader import load_fleet
-    from modelplane.driver.front_door import ensure_fleet_caller_keys
+    from typer.testing import CliRunner
 
-    assert ensure_fleet_caller_keys(load_fleet(fleet).fleet, fleet)  # keys were written
+    from modelplane.cli import app, commands  # noqa: F401  (registers every verb)
+
+    made = CliRunner().invoke(app, ["keys", "create", str(fleet)])  # security review M3
+    assert made.exit_code == 0, made.output
+    assert list((fleet / ".modelplane" / "callers").iterdir())  # keys were written
 
 
 MAKERS: dict[str, Callable[[Path], None]] = {
