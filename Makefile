@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup engine local test test-prometheus prometheus lint typecheck bench clean-local cel-tables
+.PHONY: setup engine local test test-prometheus prometheus lint typecheck bench clean-local cel-tables hydrate-requirements
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ test-prometheus: setup prometheus
 cel-tables: $(STAMP)
 	$(BIN)/python -m modelplane.cel.grammar > modelplane/cel/parser_tables.py.new
 	mv modelplane/cel/parser_tables.py.new modelplane/cel/parser_tables.py
+
+# The ModelCache hydration Job's pinned, hashed requirements (network to PyPI), after a
+# change of components/manifests/hydrate_requirements.py's PIN (security review M10).
+hydrate-requirements: $(STAMP)
+	$(BIN)/python -m components.manifests.hydrate_requirements
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -20,7 +20,8 @@ request's body, puts its `model` in the header `x-ai-eg-model`, routes on it, an
   Gateway's namespace; never a load balancer). The service routes attach to it as well as
   to the front door, so a request by model name takes the service's own route on its second
   pass: its weights, retries, passive health and the workload gateways' credentials, as a
-  request to the service's path does. The loop is plain HTTP inside the gateway's cluster.
+  request to the service's path does. The loop is plain HTTP inside the gateway's cluster,
+  with the front door's stream timeouts (its own ClientTrafficPolicy).
 - a `BackendTrafficPolicy` on each generated route: one more try while nothing was sent
   (the idle timer fired before the first byte, a reset, a refused connection).
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from components.load_balancers import client_traffic_policy
 from components.serving_stack import envoy_proxy_manifest, envoy_proxy_ref
 from components.workload.objects import (
     ROUTES_FROM,
@@ -117,7 +119,10 @@ def loop_manifests(gateway_class: str) -> list[Manifest]:
         "metadata": metadata(LOOP, SYSTEM_NAMESPACE, OPENAI_LABELS),
         "spec": {"endpoints": [{"fqdn": {"hostname": loop_host(), "port": LOOP_PORT}}]},
     }
-    return [proxy, gateway, backend]
+    # The second pass holds a silent stream as long as the front door does (Envoy's default
+    # would reset it after 5 minutes), and refuses `_` headers the same way.
+    timeouts = client_traffic_policy(LOOP, SYSTEM_NAMESPACE, OPENAI_LABELS)
+    return [proxy, gateway, timeouts, backend]
 
 
 def service_backend(service: ModelService) -> Manifest:

@@ -32,6 +32,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import modelplane.authz as authz_module
+from components.images import FRONT_DOOR_IMAGE, front_door_image
 from components.load_balancers import (
     HSTS,
     HSTS_SECONDS,
@@ -57,7 +58,7 @@ from components.workload.objects import (
     register,
 )
 from components.workload.routes import GATEWAY_GROUP, gateway_ref
-from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.api.inference_gateway import GATEWAY_CHART_VERSIONS, InferenceGateway
 from modelplane.caller_keys import live_keys, parse_keys, rfc3339
 from modelplane.observe.usage import access_log_arguments
 
@@ -69,7 +70,8 @@ TRAEFIK = {
     # traefik/traefik-helm-chart tag v41.3.0 (2026-08-21, Traefik v3.7.11); every values key
     # below checked against its values.yaml. Since 40.2.0 the chart ships no Gateway API CRDs:
     # they come from the serving stack's vendored bundle, or the platform (docs/api.md).
-    "version": "41.3.0",
+    # The pin is the allowlist's first (`spec.version` may name only an allowed one, M10).
+    "version": GATEWAY_CHART_VERSIONS["Traefik"][0],
     "namespace": "traefik-system",
     "controller": "traefik.io/gateway-controller",
     "class": "traefik",
@@ -80,7 +82,8 @@ ENVOY = {
     "release": "mp-envoy-gateway",
     "chart": "oci://docker.io/envoyproxy/gateway-helm",
     "repo": None,
-    "version": "v1.8.3",  # = the serving stack's envoyGateway pin (components/charts.py)
+    # = the serving stack's envoyGateway pin (components/charts.py), the allowlist's first.
+    "version": GATEWAY_CHART_VERSIONS["EnvoyGateway"][0],
     "namespace": "envoy-gateway-system",
     "controller": "gateway.envoyproxy.io/gatewayclass-controller",
     "class": "modelplane-envoy",
@@ -352,7 +355,7 @@ def transport_manifests(
 # --- callers with keys (api.md "Callers") -------------------------------------------------
 AUTHZ_NAME = "modelplane-authz"
 AUTHZ_PORT = 8080
-AUTHZ_IMAGE = "python:3.12-alpine"
+AUTHZ_IMAGE = FRONT_DOOR_IMAGE  # a tag; `spec.images.frontDoor` pins it (components/images.py)
 # Threads are bounded (modelplane/authz.py MAX_CONNECTIONS): a leak or a flood is killed, not
 # the node starved.
 AUTHZ_MEMORY_LIMIT = "256Mi"
@@ -412,10 +415,11 @@ def authz_source() -> str:
     return Path(authz_module.__file__).read_text()
 
 
-def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
+def authz_manifests(table: pulumi.Input[str], image: str = AUTHZ_IMAGE) -> list[Manifest]:
     """The authorization service behind the routes' forwardAuth: its keys (a Secret of
-    hashes), its code (a ConfigMap run by a stock Python image), Deployment, Service,
-    PodDisruptionBudget and NetworkPolicy (ingress from the front door's Traefik only)."""
+    hashes), its code (a ConfigMap run by a stock Python image, ``image``), Deployment,
+    Service, PodDisruptionBudget and NetworkPolicy (ingress from the front door's Traefik
+    only)."""
     source = authz_source()
     selector = {"modelplane.ai/authz": AUTHZ_NAME}  # never a recommended label (immutable)
     return [
@@ -457,7 +461,7 @@ def authz_manifests(table: pulumi.Input[str]) -> list[Manifest]:
                         "containers": [
                             {
                                 "name": "authz",
-                                "image": AUTHZ_IMAGE,
+                                "image": image,
                                 "command": [
                                     "python",
                                     "/app/authz.py",
@@ -595,6 +599,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                     s["release"],
                     name=s["release"],
                     chart=s["chart"],
+                    # Validated against GATEWAY_CHART_VERSIONS (modelplane.api).
                     version=gateway.spec.version or s["version"],
                     repository_opts=repo,
                     namespace=s["namespace"],
@@ -674,7 +679,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                 keys_in, pulumi.Output.from_input(front_door_key)
             ).apply(lambda args: callers_table(args[0], args[1]))
             table = pulumi.Output.secret(table)
-            for manifest in authz_manifests(table):
+            for manifest in authz_manifests(table, front_door_image(gateway)):
                 register(hand_off(manifest) if render_only else manifest, after, scope="gateway")
         self.address = gw.status.apply(_first_address)
         self.scheme = pulumi.Output.from_input("https" if tls is not None else "http")

@@ -2,7 +2,9 @@
 
 Per cluster, in the cache's namespace: a RWX PVC of `sizeGiB` on the cluster's RWX
 StorageClass, the HuggingFace token Secret (when `authSecret` is set; its value is a Pulumi
-secret resolved by the stack program), and per source (`repo@revision`) a hydration Job that
+secret resolved by the stack program), the `hf` CLI's pinned, hashed requirements (a
+ConfigMap, components/manifests/hydrate-requirements.txt: the Job installs exactly those wheels,
+security review M10), and per source (`repo@revision`) a hydration Job that
 downloads it into a directory of its own, `revisions/<digest>` (`source_dir`), with a marker
 file naming it: a re-run for the same weights is a no-op. A new revision downloads beside the
 one replicas still read; the deployments that mount the cache move to it through their
@@ -33,6 +35,8 @@ from typing import Any
 
 import pulumi
 
+from components.images import MODEL_CACHE_IMAGE
+from components.manifests.hydrate_requirements import REQUIREMENTS
 from components.workload.objects import (
     MODEL_CACHE,
     SKIP_AWAIT,
@@ -51,7 +55,15 @@ from modelplane.api.model_cache import REVISIONS_DIR, ModelCache, cache_source, 
 from modelplane.api.names import child_name
 from modelplane.rollout import CacheUse
 
-HYDRATE_IMAGE = "python:3.12-slim"
+HYDRATE_IMAGE = MODEL_CACHE_IMAGE  # a tag; `spec.images.modelCache` pins it (components/images.py)
+REQUIREMENTS_DIR = "/etc/modelplane/hydrate"
+REQUIREMENTS_FILE = "requirements.txt"
+# The `hf` CLI and its dependencies, pinned with hashes (security review M10): the Job installs
+# exactly these wheels or fails; it never resolves anything from PyPI at run time.
+PIP_INSTALL = (
+    "pip install --no-cache-dir --quiet --disable-pip-version-check --require-hashes "
+    f"--only-binary=:all: -r {REQUIREMENTS_DIR}/{REQUIREMENTS_FILE}"
+)
 MOUNT = CACHE_MOUNT
 MARKER = CACHE_MARKER
 
@@ -63,7 +75,7 @@ if [ "$(cat "$dir/{MARKER}" 2>/dev/null || true)" = "$want" ]; then
 fi
 mkdir -p "$dir"
 rm -f "$dir/{MARKER}"
-pip install --no-cache-dir --quiet "huggingface_hub[cli]"
+{PIP_INSTALL}
 hf download "$MODELPLANE_REPO" --revision "$MODELPLANE_REVISION" --local-dir "$dir"
 printf '%s' "$want" > "$dir/{MARKER}"
 """
@@ -175,13 +187,37 @@ def secret_manifest(
     }
 
 
+def requirements_text() -> str:
+    """components/manifests/hydrate-requirements.txt (generated: hydrate_requirements.py)."""
+    return REQUIREMENTS.read_text()
+
+
+def requirements_name(cache_name: str) -> str:
+    """The ConfigMap of the hydration Jobs' pinned requirements (one per cache)."""
+    return child_name("modelcache", cache_name, "requirements")
+
+
+def requirements_manifest(cache: ModelCache, object_labels: Mapping[str, str]) -> Manifest:
+    """The pinned, hashed requirements the hydration Jobs install (mounted read-only)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            requirements_name(cache.metadata.name), cache.metadata.namespace, object_labels
+        ),
+        "data": {REQUIREMENTS_FILE: requirements_text()},
+    }
+
+
 def job_name(cache: ModelCache, source: str) -> str:
     """`modelcache-<cache>-hydrate-<digest>`: one Job per source, so a new revision's
     download never replaces (or deletes) the Job of one replicas still read."""
     return child_name("modelcache", cache.metadata.name, "hydrate", source_dir(source)[-8:])
 
 
-def _pod_spec(cache: ModelCache, container: dict[str, Any]) -> dict[str, Any]:
+def _pod_spec(
+    cache: ModelCache, container: dict[str, Any], extra_volumes: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
     return {
         "restartPolicy": "OnFailure",
         "containers": [container],
@@ -189,7 +225,8 @@ def _pod_spec(cache: ModelCache, container: dict[str, Any]) -> dict[str, Any]:
             {
                 "name": "model-cache",
                 "persistentVolumeClaim": {"claimName": cache_claim_name(cache.metadata.name)},
-            }
+            },
+            *extra_volumes,
         ],
     }
 
@@ -201,10 +238,13 @@ def job_manifest(
     with_token: bool,
     source: str | None = None,
     awaited: bool = False,
+    image: str = HYDRATE_IMAGE,
 ) -> Manifest:
     """The download of ``source`` (`repo@revision`; None: the cache's own) into its
     directory. ``awaited``: `up` waits until it completes (a new revision, before the
-    rollout to it), else not (a first download: the pods wait for it themselves)."""
+    rollout to it), else not (a first download: the pods wait for it themselves). It
+    installs the `hf` CLI from the cache's requirements ConfigMap (pinned, hashed);
+    ``image``: ClusterTarget.model_cache_image."""
     hf = cache.spec.hugging_face
     assert hf is not None
     own = cache_source(cache)
@@ -242,17 +282,38 @@ def job_manifest(
         "spec": {
             "backoffLimit": 3,
             "template": {
-                "metadata": {"labels": dict(object_labels)},
+                "metadata": {
+                    "labels": dict(object_labels),
+                    # The pins it installs: new pins, a new Job spec.
+                    "annotations": {
+                        "modelplane.ai/requirements-sha256": hashlib.sha256(
+                            requirements_text().encode()
+                        ).hexdigest()
+                    },
+                },
                 "spec": _pod_spec(
                     cache,
                     {
                         "name": "hydrate",
-                        "image": HYDRATE_IMAGE,
+                        "image": image,
                         "command": ["/bin/sh", "-c", HYDRATE_SCRIPT],
                         "env": env,
-                        "volumeMounts": [{"name": "model-cache", "mountPath": MOUNT}],
+                        "volumeMounts": [
+                            {"name": "model-cache", "mountPath": MOUNT},
+                            {
+                                "name": "requirements",
+                                "mountPath": REQUIREMENTS_DIR,
+                                "readOnly": True,
+                            },
+                        ],
                         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
                     },
+                    [
+                        {
+                            "name": "requirements",
+                            "configMap": {"name": requirements_name(cache.metadata.name)},
+                        }
+                    ],
                 ),
             },
         },
@@ -260,7 +321,12 @@ def job_manifest(
 
 
 def prune_manifest(
-    cache: ModelCache, object_labels: Mapping[str, str], sources: Sequence[str], *, root: bool
+    cache: ModelCache,
+    object_labels: Mapping[str, str],
+    sources: Sequence[str],
+    *,
+    root: bool,
+    image: str = HYDRATE_IMAGE,
 ) -> Manifest:
     """The Job that removes what no replica reads: named by what it keeps, so it runs once
     each time that changes (a rollout finished, a revision added)."""
@@ -283,7 +349,7 @@ def prune_manifest(
                     cache,
                     {
                         "name": "prune",
-                        "image": HYDRATE_IMAGE,
+                        "image": image,
                         "command": ["/bin/sh", "-c", PRUNE_SCRIPT],
                         "env": [
                             {"name": "MODELPLANE_KEEP", "value": " ".join(keep)},
@@ -305,6 +371,7 @@ def cache_jobs(
     *,
     with_token: bool,
     render_only: bool = False,
+    image: str = HYDRATE_IMAGE,
 ) -> list[Manifest]:
     """One cluster's Jobs: a download per source in use, then the prune. The cache's own
     source is awaited when replicas read another one (they move to it by a rollout, which
@@ -318,10 +385,11 @@ def cache_jobs(
             with_token=with_token,
             source=source,
             awaited=others and source == own and not render_only,
+            image=image,
         )
         for source in use.sources
     ]
-    return [*jobs, prune_manifest(cache, object_labels, use.sources, root=use.root)]
+    return [*jobs, prune_manifest(cache, object_labels, use.sources, root=use.root, image=image)]
 
 
 class ModelCacheComponent(pulumi.ComponentResource):
@@ -386,8 +454,14 @@ class ModelCacheComponent(pulumi.ComponentResource):
                     hand_off(made) if target.render_only else made, after, scope=cluster
                 )
                 deps.append(secret)
+            deps.append(register(requirements_manifest(cache, object_labels), after, scope=cluster))
             for job in cache_jobs(
-                cache, object_labels, use, with_token=with_token, render_only=target.render_only
+                cache,
+                object_labels,
+                use,
+                with_token=with_token,
+                render_only=target.render_only,
+                image=target.model_cache_image,
             ):
                 register(
                     job,

@@ -75,7 +75,7 @@ from components.workload.routes import (
 from components.workload.targets import ClusterTarget
 from modelplane.api.model_cache import ModelCache, source_dir
 from modelplane.api.model_deployment import ModelDeployment
-from modelplane.api.names import child_name
+from modelplane.api.names import child_name, workload_name
 from modelplane.api.placement_lock import LockedReplica
 
 __all__ = [
@@ -196,13 +196,14 @@ def replica_manifests(
             cache_claim=cache_claim,
             cache_ready=cache_ready,
             cache_dir=cache_dir,
+            cache_image=target.model_cache_image,
             extended=extended_resources(role, devices),
             extra_labels=pd.role_labels(role_name) if disaggregated else {},
         )
         out.append(
             _role_workload(
                 ctx,
-                child_name(replica.name, role_name),
+                workload_name(replica.name, role_name),
                 role_labels,
                 decode_sidecar=role_name == "decode",
             )
@@ -289,6 +290,7 @@ def network_policy(
     revisions = [at_revision[n] for n in here if at_revision and n in at_revision]
     return network_policies.deployment_policy(
         deployment,
+        target.name,
         installed_gateway=target.inference_pools,
         gateway_namespace=target.gateway_namespace,
         front_door=target.front_door_here,

@@ -22,7 +22,7 @@ import pulumi
 import modelplane.authz as authz_module
 import modelplane.router as router_module
 from components.ai_gateway import ai_gateway_manifests
-from components.gateway import LOCKED_DOWN
+from components.gateway import AUTHZ_IMAGE, LOCKED_DOWN
 from components.workload.objects import (
     SYSTEM_NAMESPACE,
     Manifest,
@@ -41,7 +41,7 @@ ROUTER_NAME = "modelplane-router"
 ROUTE_NAME = "modelplane-openai"
 ROUTER_PORT = 8080
 ROUTER_PORT_NAME = "openai"
-ROUTER_IMAGE = "python:3.12-alpine"
+ROUTER_IMAGE = AUTHZ_IMAGE  # one image for the auth path; `spec.images.frontDoor` pins it
 ROUTER_SELECTOR = {"modelplane.ai/router": ROUTER_NAME}  # never a recommended label
 ROUTER_LABELS = labels(app_labels("inference-gateway", ROUTER_NAME, "router"))
 OPENAI_PREFIX = "/v1/"
@@ -121,8 +121,10 @@ def router_manifests(
     gateway: tuple[str, str],
     listener: str | None,
     tls_secret: str | None = None,
+    image: str = ROUTER_IMAGE,
 ) -> list[Manifest]:
-    """The router's objects in the order they must exist (the route last). ``keys_secret``:
+    """The router's objects in the order they must exist (the route last). ``image``: the
+    router's (`components.gateway.front_door_image`). ``keys_secret``:
     the Secret holding `callers.json` (None: every request is let in, as `anonymous`);
     ``tls_secret``: the front door's TLS Secret, whose certificate alone (never its key) the
     router mounts to trust the front door it sends requests on to over https."""
@@ -187,7 +189,7 @@ def router_manifests(
                         "containers": [
                             {
                                 "name": "router",
-                                "image": ROUTER_IMAGE,
+                                "image": image,
                                 "command": command,
                                 "ports": [{"name": ROUTER_PORT_NAME, "containerPort": ROUTER_PORT}],
                                 "readinessProbe": {
@@ -276,6 +278,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
         tls_secret: str | None = None,
         render_only: bool = False,
         envoy_class: str | None = None,
+        image: str = ROUTER_IMAGE,
         depends_on: Sequence[pulumi.Resource] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -296,6 +299,7 @@ class ModelRouterComponent(pulumi.ComponentResource):
                 gateway=gateway,
                 listener=listener,
                 tls_secret=tls_secret,
+                image=image,
             )
         for manifest in manifests:
             made = register(

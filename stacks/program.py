@@ -341,6 +341,7 @@ def cluster_target(
     render_only: bool = False,
 ) -> ClusterTarget:
     """Where a cache or deployment stack puts its objects on cluster ``name``."""
+    from components.images import model_cache_image
     from components.workload.targets import ClusterTarget
 
     gateway = ctx.fleet.gateway
@@ -354,6 +355,7 @@ def cluster_target(
         front_door_key=front_door_key,
         render_only=render_only,
         front_door_here=gateway.spec.backend if gateway is not None and here else None,
+        model_cache_image=model_cache_image(gateway),
     )
 
 
@@ -520,6 +522,7 @@ async def run_gateway(ctx: Context) -> None:
         InferenceGatewayComponent,
         service_listener,
     )
+    from components.images import front_door_image
     from components.model_router import ModelRouterComponent, waking_services
     from components.model_service import (
         LOOP_INTERNAL_SERVICE,
@@ -721,6 +724,7 @@ async def run_gateway(ctx: Context) -> None:
             listener=service_listener(gateway),
             render_only=render_only,
             envoy_class=None if traefik else str(ENVOY["class"]),
+            image=front_door_image(gateway),
             depends_on=[igw],
             opts=pulumi.ResourceOptions(providers=providers),
         )

@@ -1,7 +1,7 @@
 """Who may open a connection to a deployment's pods and to the authorization service
 (security review M4; docs/architecture.md, "Security").
 
-Per deployment and cluster hosting its replicas, one NetworkPolicy `<deployment>-ingress`
+Per deployment and cluster hosting its replicas, one NetworkPolicy `<deployment>-<cluster>-ingress`
 selects every serving pod of the deployment there (every role, LeaderWorkerSet leaders and
 workers: `modelplane.ai/deployment` with a `modelplane.ai/role`) and admits ingress only from:
 
@@ -151,12 +151,16 @@ def serving_ports(deployment: ModelDeployment) -> tuple[set[int], set[int]]:
     return {POOL_PORT}, metrics
 
 
-def policy_name(deployment: ModelDeployment) -> str:
-    return child_name(deployment.metadata.name, "ingress")
+def policy_name(deployment: ModelDeployment, cluster: str) -> str:
+    """`<deployment>-<cluster>-ingress`: one per InferenceCluster, since what it admits is
+    that cluster's (its gateway, whether the front door runs there), and two InferenceClusters
+    may share one API server (a replica moving between them meets the other's policy)."""
+    return child_name(deployment.metadata.name, cluster, "ingress")
 
 
 def deployment_policy(
     deployment: ModelDeployment,
+    cluster: str,
     *,
     installed_gateway: bool,
     gateway_namespace: str | None = None,
@@ -199,7 +203,7 @@ def deployment_policy(
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkPolicy",
-        "metadata": metadata(policy_name(deployment), ns, object_labels),
+        "metadata": metadata(policy_name(deployment, cluster), ns, object_labels),
         "spec": {"podSelector": own, "policyTypes": ["Ingress"], "ingress": rules},
     }
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from components.images import MODEL_CACHE_IMAGE
 from components.workload.claims import CLAIM_NAME
 from components.workload.objects import (
     DEPLOYMENT,
@@ -49,6 +50,9 @@ LIVENESS = {"periodSeconds": 15, "timeoutSeconds": 5, "failureThreshold": 4}
 Position = Literal["single", "leader", "worker"]
 
 
+CACHE_WAIT_IMAGE = MODEL_CACHE_IMAGE  # the hydration Job's image: one pull per node
+
+
 @dataclass(frozen=True)
 class PodContext:
     """What one role of one replica needs to build its pods."""
@@ -64,6 +68,8 @@ class PodContext:
     # The source's directory of the volume (`revisions/<digest>`), mounted at CACHE_MOUNT;
     # None: the volume's root (a replica from before sources had directories).
     cache_dir: str | None = None
+    # The image of the wait for the cache (ClusterTarget.model_cache_image).
+    cache_image: str = CACHE_WAIT_IMAGE
     # Extended resources (device plugins) each pod requests, e.g. {"vpc.amazonaws.com/efa": 16}.
     extended: Mapping[str, int] = field(default_factory=dict)
     # Labels of serving pods only (prefill/decode: the llm-d role labels the EPP filters on).
@@ -213,13 +219,15 @@ def engine_container(
     return body
 
 
-CACHE_WAIT_IMAGE = "python:3.12-slim"  # the hydration Job's image: one pull per node
 CACHE_MARKER = ".modelplane-hydrated"  # written by the cache's hydration Job
 
 
-def cache_wait_container(ready: str, directory: str | None = None) -> dict[str, Any]:
+def cache_wait_container(
+    ready: str, directory: str | None = None, image: str = CACHE_WAIT_IMAGE
+) -> dict[str, Any]:
     """Waits until the model cache's marker in ``directory`` (None: the volume's root) names
-    `ready` (`repo@revision`). It mounts the whole volume: the directory may not exist yet."""
+    `ready` (`repo@revision`). It mounts the whole volume: the directory may not exist yet.
+    ``image``: the hydration Job's (one pull per node)."""
     marker = (
         f"{CACHE_MOUNT}/{directory}/{CACHE_MARKER}"
         if directory
@@ -231,7 +239,7 @@ def cache_wait_container(ready: str, directory: str | None = None) -> dict[str, 
     )
     return {
         "name": "wait-for-model-cache",
-        "image": CACHE_WAIT_IMAGE,
+        "image": image,
         "command": ["/bin/sh", "-c", script],
         "env": [{"name": "MODELPLANE_CACHE_READY", "value": ready}],
         "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}],
@@ -281,7 +289,7 @@ def pod_template(
         pod["terminationGracePeriodSeconds"] = spec.termination_grace_period_seconds
     init = [dump(c) for c in spec.init_containers]
     if ctx.cache_claim is not None and ctx.cache_ready is not None:
-        init.insert(0, cache_wait_container(ctx.cache_ready, ctx.cache_dir))
+        init.insert(0, cache_wait_container(ctx.cache_ready, ctx.cache_dir, ctx.cache_image))
     if init:
         pod["initContainers"] = init
     pod["containers"] = containers

@@ -8,6 +8,7 @@ from typing import Literal
 
 import pulumi
 
+from components.images import MODEL_CACHE_IMAGE
 from modelplane.api.inference_class import ClassDevice, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.pod_security import BASELINE, PRIVILEGED, exempt_deployments
@@ -51,6 +52,9 @@ class ClusterTarget:
     # The fleet's InferenceGateway's backend when it runs on this cluster (its proxies route
     # to a replica's Service directly when the cluster's gateway has no address); else None.
     front_door_here: Literal["Traefik", "EnvoyGateway"] | None = None
+    # The image of the ModelCache Jobs and the replicas' wait for the cache here (the
+    # platform's `spec.images.modelCache`, pinned by digest; else the default tag).
+    model_cache_image: str = MODEL_CACHE_IMAGE
 
     @classmethod
     def from_spec(
@@ -64,6 +68,7 @@ class ClusterTarget:
         front_door_key: pulumi.Input[str] | None = None,
         render_only: bool = False,
         front_door_here: Literal["Traefik", "EnvoyGateway"] | None = None,
+        model_cache_image: str = MODEL_CACHE_IMAGE,
     ) -> ClusterTarget:
         pools = {
             pool.name: tuple(classes[pool.class_name].spec.devices)
@@ -91,6 +96,7 @@ class ClusterTarget:
                 else None
             ),
             front_door_here=front_door_here,
+            model_cache_image=model_cache_image,
         )
 
     def pod_security(self, namespace: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import re
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -79,6 +81,50 @@ class GatewayTLS(Strict):
     cleartext), else Redirect."""
 
 
+GATEWAY_CHART_VERSIONS: Mapping[str, tuple[str, ...]] = {
+    # traefik/traefik-helm-chart: the pin (every values key modelplane sets checked against
+    # its values.yaml; since 40.2.0 the chart ships no Gateway API CRDs, which the vendored
+    # bundle provides: an older chart would install a second set).
+    "Traefik": ("41.3.0",),
+    # envoyproxy/gateway-helm: the pin (= the serving stack's envoyGateway) and the previous
+    # pin, both 1.8 (Gateway API v1.5.1, the vendored bundle; Envoy AI Gateway v1.1.0 needs
+    # >= 1.8.1).
+    "EnvoyGateway": ("v1.8.3", "v1.8.1"),
+}
+"""`spec.version`: the front-door chart versions known to work, per backend, the pin first
+(security review M10: a spec cannot point the front door at an unreviewed chart)."""
+
+DIGEST_REFERENCE = re.compile(r"^[a-z0-9][a-z0-9._\-/:]*@sha256:[0-9a-f]{64}$")
+"""An image pinned by content: `<repository>[:tag]@sha256:<64 hex>`."""
+
+
+def digest_reference(value: str) -> str:
+    if not DIGEST_REFERENCE.match(value):
+        raise ValueError(
+            f"{value!r} is not pinned by digest: write <repository>[:tag]@sha256:<64 hex "
+            "digits> (a tag alone can be moved to other content)"
+        )
+    return value
+
+
+class GatewayImages(Strict):
+    """Images of modelplane's own containers, for a platform's mirror (security review M10).
+    Each is a reference pinned by digest; unset: the default tag (docs/api.md)."""
+
+    front_door: str | None = None
+    """The key check (`modelplane-authz`) and the OpenAI router: any image with `python3`
+    (3.11 or later) and its standard library (default `python:3.12-alpine`)."""
+    model_cache: str | None = None
+    """The ModelCache download and prune Jobs and the replicas' wait for the cache: Python
+    3.12 with pip on glibc, x86_64 or aarch64 (the pinned wheels' platforms; default
+    `python:3.12-slim`)."""
+
+    @field_validator("front_door", "model_cache")
+    @classmethod
+    def _by_digest(cls, value: str | None) -> str | None:
+        return None if value is None else digest_reference(value)
+
+
 DEFAULT_FLEET_CIDR = "10.0.0.0/8"
 DEFAULT_CLUSTER_PREFIX = 16
 
@@ -121,6 +167,10 @@ class InferenceGatewaySpec(Strict):
     cluster: GatewayCluster
     """The cluster the gateway runs on (exactly one of inferenceClusterRef or existing)."""
     version: str | None = Field(default=None, description="chart version override")
+    """The front-door chart's version: one of GATEWAY_CHART_VERSIONS[backend] (default: the
+    pin, its first)."""
+    images: GatewayImages = Field(default_factory=GatewayImages)
+    """Image overrides (pinned by digest) for modelplane's own containers."""
     auth: GatewayAuth | None = None
     """API keys per caller; without it the front door is open to anyone who reaches it."""
     tls: GatewayTLS | None = None
@@ -141,11 +191,22 @@ class InferenceGatewaySpec(Strict):
         return data
 
     @model_validator(mode="after")
-    def _auth_transport(self) -> InferenceGatewaySpec:
-        """Every problem at once: `auth` needs Traefik, and (unless `auth.allowInsecure`) TLS
-        with plain HTTP refused, so no caller's key travels in cleartext."""
+    def _problems(self) -> InferenceGatewaySpec:
+        """Every problem at once: the chart version on the allowlist; `auth` needs Traefik,
+        and (unless `auth.allowInsecure`) TLS with plain HTTP refused, so no caller's key
+        travels in cleartext."""
         problems: list[tuple[str, str]] = []
+        allowed = GATEWAY_CHART_VERSIONS[self.backend]
+        if self.version is not None and self.version not in allowed:
+            problems.append(
+                (
+                    "version",
+                    f"{self.version!r} is not a {self.backend} chart version modelplane knows "
+                    f"to work; allowed: {', '.join(allowed)} (security review M10)",
+                )
+            )
         if self.auth is None:
+            raise_if(problems)
             return self
         if self.backend != "Traefik":
             problems.append(

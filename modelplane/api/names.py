@@ -29,6 +29,13 @@ def child_name(*parts: str, limit: int = MAX_NAME) -> str:
     return f"{full[: limit - len(digest) - 1].rstrip('-')}-{digest}"
 
 
+def workload_name(replica: str, role: str) -> str:
+    """The Deployment or LeaderWorkerSet of one role of a replica (`<replica>-<role>`, cut and
+    hashed past 63 characters). The observation counts a pod for the replica only when this
+    workload's controller owns it (security M9)."""
+    return child_name(replica, role)
+
+
 # A LeaderWorkerSet `<lws>` makes one worker StatefulSet `<lws>-<group>` per group, whose pods
 # carry the label `controller-revision-hash: <lws>-<group>-<hash>` (hash up to 10 characters);
 # a label value longer than 63 characters stops the worker pods from being created.

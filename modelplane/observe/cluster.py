@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from modelplane.api.names import workload_name
 from modelplane.autoscale import parse_metrics, replica_values
 from modelplane.cel.quantity import parse_quantity
 from modelplane.health.observation import (
@@ -18,6 +20,8 @@ from modelplane.health.observation import (
 )
 from modelplane.observe.kube import KubeError, KubeReader
 from modelplane.observe.prometheus import (
+    LWS_GROUP,
+    POD_TEMPLATE_HASH,
     PROMETHEUS_NAMESPACE,
     PROMETHEUS_PROXY,
     PROMETHEUS_SERVICE,
@@ -47,6 +51,55 @@ SERVICE_LABEL = "modelplane.ai/service"
 ENDPOINT_LABEL = "modelplane.ai/endpoint"
 ROUTE_API = "gateway.networking.k8s.io/v1"
 ENVOY_BACKEND_API = "gateway.envoyproxy.io/v1alpha1"
+
+
+APPS_API = "apps/v1"
+
+
+def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The object's controller (its one ownerReference with `controller: true`), else None."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    found = [r for r in refs if isinstance(r, Mapping) and r.get("controller") is True]
+    return found[0] if len(found) == 1 else None
+
+
+def owned_by_workload(
+    pod: Mapping[str, Any],
+    deployments: Collection[str] = (),
+    leader_worker_sets: Collection[str] = (),
+) -> bool:
+    """Whether the pod's controller is one the named workloads make (pure; security M9/H2):
+    a ReplicaSet `<deployment>-<pod-template-hash>` of one of `deployments` (the Deployment
+    controller's name for it), or a StatefulSet of one of `leader_worker_sets`: `<lws>`
+    (leader pods) or `<lws>-<group>` (a group's workers). A pod without such a controller
+    (a bare pod, a Job's, another Deployment's or StatefulSet's) is not the replica's."""
+    ref = controller_ref(pod)
+    if ref is None or ref.get("apiVersion") != APPS_API:
+        return False
+    kind, name = ref.get("kind"), str(ref.get("name") or "")
+    if kind == "ReplicaSet":
+        return any(re.fullmatch(re.escape(d) + "-" + POD_TEMPLATE_HASH, name) for d in deployments)
+    if kind == "StatefulSet":
+        return any(
+            name == lws or re.fullmatch(re.escape(lws) + "-" + LWS_GROUP, name)
+            for lws in leader_worker_sets
+        )
+    return False
+
+
+def replica_pod_owned(pod: Mapping[str, Any], leader_worker_sets: Collection[str] = ()) -> bool:
+    """Whether a pod labelled for a replica and role is owned by that role's workload
+    (`workload_name(replica, role)`): its LeaderWorkerSet's StatefulSets when
+    `leader_worker_sets` (the LeaderWorkerSets of the pod's namespace) names it, else its
+    Deployment's ReplicaSets."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    replica, role = labels.get(REPLICA_LABEL), labels.get(ROLE_LABEL)
+    if not replica or not role:
+        return False
+    workload = workload_name(str(replica), str(role))
+    if workload in leader_worker_sets:
+        return owned_by_workload(pod, leader_worker_sets=[workload])
+    return owned_by_workload(pod, deployments=[workload])
 
 
 def _ready(obj: dict[str, Any]) -> bool:
@@ -268,15 +321,19 @@ class ClusterReader:
         return parse_metrics(text)
 
     def prometheus_samples(
-        self, replicas: Iterable[str], now: float, stale_after: float
+        self,
+        replicas: Iterable[str],
+        now: float,
+        stale_after: float,
+        namespaces: Iterable[str] | None = None,
     ) -> dict[str, dict[str, PodSamples]]:
         """The cluster's Prometheus (the serving stack's), through the API server's service
-        proxy: the newest samples per replica and pod within `stale_after` seconds of `now`.
-        Raises KubeError (absent, unreachable) or PrometheusAnswerError."""
+        proxy: the newest samples per replica and pod within `stale_after` seconds of `now`
+        (`namespaces`: of pods in these only). Raises KubeError (absent, unreachable) or
+        PrometheusAnswerError."""
+        query = metrics_query(replicas, stale_after, namespaces)
         try:
-            body = self.reader.get(
-                PROMETHEUS_PROXY, query=metrics_query(replicas, stale_after), time=f"{now:.3f}"
-            )
+            body = self.reader.get(PROMETHEUS_PROXY, query=query, time=f"{now:.3f}")
         except KubeError as exc:
             if exc.status == 404:
                 raise KubeError(404, f"no Service {PROMETHEUS_SERVICE_REF}") from None
@@ -345,13 +402,11 @@ class ClusterReader:
         claims: dict[str, list[bool]] = {}
         groups: dict[str, list[int]] = {}
         api = None
-        for ns in sorted(set(namespaces)):
-            for pod in self.reader.items(
+        spaces = sorted(set(namespaces))
+        for ns in spaces:
+            labelled = self.reader.items(
                 f"/api/v1/namespaces/{ns}/pods", labelSelector=REPLICA_LABEL
-            ):
-                labels = (pod.get("metadata") or {}).get("labels") or {}
-                if labels.get(ROLE_LABEL) in SERVING_ROLES:
-                    pods.setdefault(labels[REPLICA_LABEL], []).append(pod)
+            )
             api = api or self.resource_api()
             if api is not None:
                 for claim in self.reader.items(
@@ -360,15 +415,26 @@ class ClusterReader:
                     replica = claim["metadata"]["labels"][REPLICA_LABEL]
                     allocated = bool((claim.get("status") or {}).get("allocation"))
                     claims.setdefault(replica, []).append(allocated)
+            leader_worker_sets: set[str] = set()
             for lws in self.reader.items(
                 f"/apis/{LWS_API}/namespaces/{ns}/leaderworkersets", labelSelector=REPLICA_LABEL
             ):
                 replica = lws["metadata"]["labels"][REPLICA_LABEL]
+                leader_worker_sets.add(str(lws["metadata"].get("name")))
                 want = int((lws.get("spec") or {}).get("replicas") or 1)
                 ready = int((lws.get("status") or {}).get("readyReplicas") or 0)
                 entry = groups.setdefault(replica, [0, 0])
                 entry[0] += want
                 entry[1] += ready
+            # A pod counts for its replica only when the replica's own Deployment or
+            # LeaderWorkerSet owns it: a labelled pod of another owner (a bare pod, a Job's,
+            # another workload's) is not read, Ready or counted (security M9, H2).
+            for pod in labelled:
+                labels = (pod.get("metadata") or {}).get("labels") or {}
+                if labels.get(ROLE_LABEL) in SERVING_ROLES and replica_pod_owned(
+                    pod, leader_worker_sets
+                ):
+                    pods.setdefault(labels[REPLICA_LABEL], []).append(pod)
         out = {}
         wanted = set(metrics_for)
         scraped: dict[str, dict[str, PodSamples]] | None = None
@@ -376,7 +442,7 @@ class ClusterReader:
         if wanted & set(pods):
             try:
                 scraped = self.prometheus_samples(
-                    sorted(wanted), time.time() if now is None else now, stale_after
+                    sorted(wanted), time.time() if now is None else now, stale_after, spaces
                 )
             except (KubeError, PrometheusAnswerError) as exc:
                 unscraped = f"prometheus: {exc}"

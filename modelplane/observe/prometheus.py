@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from modelplane.api.names import MAX_NAME
 from modelplane.errors import EnvironmentProblem
 
 #: The Prometheus the serving stack installs (kube-prometheus-stack, release
@@ -29,6 +30,19 @@ PROMETHEUS_PROXY = (
     f"/api/v1/namespaces/{PROMETHEUS_NAMESPACE}/services/"
     f"{PROMETHEUS_SERVICE}:{PROMETHEUS_PORT_NAME}/proxy/api/v1/query"
 )
+
+#: The Deployment controller names each ReplicaSet `<deployment>-<pod-template-hash>`: the
+#: hash is apimachinery's `rand.SafeEncodeString` of a 32-bit number's decimal digits, 1 to
+#: 10 of these characters (never `-`).
+POD_TEMPLATE_HASH = "[bcdfghjklmnpqrstvwxz2456789]{1,10}"
+#: A LeaderWorkerSet's group index. LWS v0.8: the leader StatefulSet `<lws>` (controlled by
+#: the LeaderWorkerSet) owns the leader pods `<lws>-<group>`, labelled `worker-index: "0"`;
+#: each leader pod owns the worker StatefulSet `<lws>-<group>`, which owns that group's
+#: worker pods `<lws>-<group>-<index>` (`worker-index: "<index>"`, from 1).
+LWS_GROUP = "(?:0|[1-9][0-9]*)"
+#: `child_name`'s cut: a name past 63 characters is its first 54 (trailing `-` dropped),
+#: `-` and 8 hex digits of its hash (modelplane.api.names).
+NAME_CUT, NAME_HASH = 54, "[0-9a-f]{8}"
 
 ENGINE_JOB = "modelplane-engines"
 #: Target labels the scrape job puts on every engine series.
@@ -45,35 +59,85 @@ ENGINE_METRICS = (
 )
 
 
+_WORKER_INDEX = "__meta_kubernetes_pod_label_leaderworkerset_sigs_k8s_io_worker_index"
+_REPLICA = "__meta_kubernetes_pod_label_modelplane_ai_replica"
+_ROLE = "__meta_kubernetes_pod_label_modelplane_ai_role"
+_KIND = "__meta_kubernetes_pod_controller_kind"
+_CONTROLLER = "__meta_kubernetes_pod_controller_name"
+#: The workload (Deployment or LeaderWorkerSet) whose controller owns the pod, from
+#: `<controller kind>;<controller name>;<worker-index label>`: a ReplicaSet
+#: `<deployment>-<pod-template-hash>`; a leader pod's StatefulSet `<lws>` (worker index 0);
+#: a worker's StatefulSet `<lws>-<group>` (worker index 1 and up).
+OWNER_WORKLOAD = (
+    f"ReplicaSet;(.+)-{POD_TEMPLATE_HASH};.*"
+    "|StatefulSet;(.+);0"
+    f"|StatefulSet;(.+)-{LWS_GROUP};[1-9][0-9]*"
+)
+
+
 def engine_scrape_job(scrape_interval: str = "5s") -> dict[str, Any]:
     """The Prometheus scrape job for modelplane's serving pods: pods labelled
     `modelplane.ai/replica` with a serving role, their container port named `http`,
-    path `/metrics`; each series gets the replica, pod and namespace as labels."""
+    path `/metrics`; each series gets the replica, pod and namespace as labels.
+
+    Only a pod its replica's own workload owns is scraped (security M9): its controller is a
+    ReplicaSet or StatefulSet of the workload modelplane names for the pod's replica and role
+    (`workload_name`: `<replica>-<role>`, or past 63 characters its first 54 and a hash, whose
+    8 hex digits relabeling cannot compute and takes from the controller's name). A labelled
+    bare pod, a Job's, another Deployment's or StatefulSet's is not. Every namespace's pods
+    are discovered: this job is the serving stack's, installed before any deployment's
+    namespace exists and not re-rendered per deployment; the driver's query asks for the
+    namespaces it observes (`metrics_query`)."""
+    tmp_rx, tmp_expected, tmp_workload = "__tmp_replica_role", "__tmp_expected", "__tmp_workload"
     return {
         "job_name": ENGINE_JOB,
         "scrape_interval": scrape_interval,
         "metrics_path": "/metrics",
         "kubernetes_sd_configs": [{"role": "pod"}],
         "relabel_configs": [
-            {
-                "source_labels": ["__meta_kubernetes_pod_label_modelplane_ai_replica"],
-                "regex": ".+",
-                "action": "keep",
-            },
-            {
-                "source_labels": ["__meta_kubernetes_pod_label_modelplane_ai_role"],
-                "regex": "unified|prefill|decode",
-                "action": "keep",
-            },
+            {"source_labels": [_REPLICA], "regex": ".+", "action": "keep"},
+            {"source_labels": [_ROLE], "regex": "unified|prefill|decode", "action": "keep"},
             {
                 "source_labels": ["__meta_kubernetes_pod_container_port_name"],
                 "regex": "http",
                 "action": "keep",
             },
+            # Owned by modelplane's workload of the replica (security M9).
+            {"source_labels": [_KIND], "regex": "ReplicaSet|StatefulSet", "action": "keep"},
             {
-                "source_labels": ["__meta_kubernetes_pod_label_modelplane_ai_replica"],
-                "target_label": REPLICA_TARGET_LABEL,
+                "source_labels": [_KIND, _CONTROLLER, _WORKER_INDEX],
+                "regex": OWNER_WORKLOAD,
+                "replacement": "${1}${2}${3}",
+                "target_label": tmp_workload,
             },
+            {"source_labels": [tmp_workload], "regex": ".+", "action": "keep"},
+            {
+                "source_labels": [_REPLICA, _ROLE],
+                "separator": "-",
+                "regex": "(.*)",
+                "replacement": "${1}",
+                "target_label": tmp_rx,
+            },
+            {
+                "source_labels": [tmp_rx],
+                "regex": f"(.{{1,{MAX_NAME}}})",
+                "replacement": "${1}",
+                "target_label": tmp_expected,
+            },
+            {
+                "source_labels": [tmp_rx, tmp_workload],
+                "regex": f"([^;]{{{NAME_CUT}}})[^;]{{{MAX_NAME + 1 - NAME_CUT},}};.*(-{NAME_HASH})",
+                "replacement": "${1};${2}",
+                "target_label": tmp_expected,
+            },
+            {
+                "source_labels": [tmp_expected],
+                "regex": "(.*?)-*;(.*)",
+                "replacement": "${1}${2}",
+                "target_label": tmp_expected,
+            },
+            {"source_labels": [tmp_workload], "target_label": tmp_expected, "action": "keepequal"},
+            {"source_labels": [_REPLICA], "target_label": REPLICA_TARGET_LABEL},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": POD_TARGET_LABEL},
             {
                 "source_labels": ["__meta_kubernetes_namespace"],
@@ -87,12 +151,20 @@ def _window(stale_after: float) -> str:
     return f"{max(1, math.ceil(stale_after))}s"
 
 
-def metrics_query(replicas: Iterable[str], stale_after: float) -> str:
+def metrics_query(
+    replicas: Iterable[str], stale_after: float, namespaces: Iterable[str] | None = None
+) -> str:
     """PromQL: the raw samples of the engine metrics of these replicas within the last
-    `stale_after` seconds (a range selector, so each sample keeps its own timestamp)."""
+    `stale_after` seconds (a range selector, so each sample keeps its own timestamp);
+    `namespaces`: of pods in these namespaces only."""
     names = "|".join(ENGINE_METRICS)
     wanted = "|".join(sorted({_escape(r) for r in replicas}))
-    return f'{{__name__=~"{names}",{REPLICA_TARGET_LABEL}=~"{wanted}"}}[{_window(stale_after)}]'
+    where = ""
+    if namespaces is not None:
+        where = f',{NAMESPACE_TARGET_LABEL}=~"{"|".join(sorted({_escape(n) for n in namespaces}))}"'
+    return (
+        f'{{__name__=~"{names}",{REPLICA_TARGET_LABEL}=~"{wanted}"{where}}}[{_window(stale_after)}]'
+    )
 
 
 def _escape(value: str) -> str:
@@ -184,6 +256,9 @@ def pod_values(samples: Mapping[str, PodSamples], pods: Iterable[str]) -> list[d
 __all__ = [
     "ENGINE_JOB",
     "ENGINE_METRICS",
+    "LWS_GROUP",
+    "OWNER_WORKLOAD",
+    "POD_TEMPLATE_HASH",
     "PROMETHEUS_NAMESPACE",
     "PROMETHEUS_PORT",
     "PROMETHEUS_PORT_NAME",

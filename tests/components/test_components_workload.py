@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import yaml
 
 from components.model_cache import ModelCacheComponent, job_name
 from components.model_deployment import replica_manifests
+from components.workload.pods import LWS_WORKER_INDEX
 from components.workload.targets import ClusterTarget
 from modelplane.api.names import replica_name
 from tests.components.workload_helpers import (
@@ -34,11 +34,11 @@ from tests.components.workload_helpers import (
     deployment,
     engine,
     env_of,
-    pod_templates,
     replica,
     target,
 )
 from tests.pulumi_mocks import MockRun, contains_secret
+from tests.relabel import target_labels
 
 
 def test_multi_node_worker_is_a_leader_worker_set_with_claims() -> None:
@@ -439,11 +439,43 @@ def _sanitize(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
 
 
-def scrape_targets(job: dict[str, Any], pod: dict[str, Any], pod_name: str) -> list[dict[str, str]]:
-    """kubernetes_sd (role pod: one target per container port) and the job's relabeling,
-    evaluated on a rendered pod template: the targets' labels."""
+#: A pod-template-hash as the Deployment controller writes it (apimachinery's safe alphabet).
+RS_HASH = "5d4b8c9f7"
+
+
+def owned_templates(run: MockRun) -> list[tuple[dict[str, Any], str, str, str | None]]:
+    """Each rendered pod template with the controller its pods get from the real controllers:
+    a Deployment's ReplicaSet `<deployment>-<hash>`; a LeaderWorkerSet's leader StatefulSet
+    `<lws>` (worker index 0) and a group's worker StatefulSet `<lws>-<group>` (index 1..)."""
+    found: list[tuple[dict[str, Any], str, str, str | None]] = []
+    for d in run.of_type(DEPLOYMENT):
+        found.append(
+            (d.get("spec.template"), "ReplicaSet", f"{d.get('metadata.name')}-{RS_HASH}", None)
+        )
+    for lws in run.of_type(LWS):
+        name = lws.get("metadata.name")
+        found.append(
+            (lws.get("spec.leaderWorkerTemplate.leaderTemplate"), "StatefulSet", name, "0")
+        )
+        found.append(
+            (lws.get("spec.leaderWorkerTemplate.workerTemplate"), "StatefulSet", f"{name}-0", "1")
+        )
+    return [f for f in found if f[0]]
+
+
+def scrape_targets(
+    job: dict[str, Any],
+    pod: dict[str, Any],
+    pod_name: str,
+    controller: tuple[str, str] | None = None,
+    worker_index: str | None = None,
+) -> list[dict[str, str]]:
+    """kubernetes_sd (role pod: one target per container port) and the job's relabeling
+    (tests/relabel.py), evaluated on a rendered pod template: the targets' labels."""
     out = []
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = dict((pod.get("metadata") or {}).get("labels") or {})
+    if worker_index is not None:
+        labels[LWS_WORKER_INDEX] = worker_index
     for container in pod["spec"]["containers"]:
         for port in container.get("ports") or []:
             meta = {f"__meta_kubernetes_pod_label_{_sanitize(k)}": v for k, v in labels.items()}
@@ -454,18 +486,12 @@ def scrape_targets(job: dict[str, Any], pod: dict[str, Any], pod_name: str) -> l
                 "__meta_kubernetes_pod_container_name": container["name"],
                 "__address__": f"10.0.0.1:{port['containerPort']}",
             }
-            kept = True
-            for rule in job["relabel_configs"]:
-                value = ";".join(meta.get(s, "") for s in rule["source_labels"])
-                if rule.get("action") == "keep":
-                    kept = kept and re.fullmatch(rule["regex"], value) is not None
-                elif kept:
-                    meta[rule["target_label"]] = value
-            if kept:
-                out.append(
-                    {k: v for k, v in meta.items() if not k.startswith("__meta")}
-                    | {"container": container["name"]}
-                )
+            if controller is not None:
+                meta["__meta_kubernetes_pod_controller_kind"] = controller[0]
+                meta["__meta_kubernetes_pod_controller_name"] = controller[1]
+            kept = target_labels(meta, job["relabel_configs"])
+            if kept is not None:
+                out.append(kept | {"container": container["name"]})
     return out
 
 
@@ -499,9 +525,11 @@ def test_serving_stack_prometheus_scrapes_each_serving_engine(
     assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
     run, _ = deploy(text, pools)
     got = []
-    for template in pod_templates(run):
+    for template, kind, controller, index in owned_templates(run):
         role = template["metadata"]["labels"].get("modelplane.ai/role", "none")
-        for scraped in scrape_targets(job, template, f"{role}-pod"):
+        # Without its controller (a bare pod of the same labels) no template is scraped.
+        assert scrape_targets(job, template, f"{role}-pod") == []
+        for scraped in scrape_targets(job, template, f"{role}-pod", (kind, controller), index):
             container = scraped["container"]
             replica = scraped[REPLICA_TARGET_LABEL]
             assert replica == template["metadata"]["labels"]["modelplane.ai/replica"]

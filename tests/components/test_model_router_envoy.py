@@ -74,6 +74,11 @@ def test_openai_on_envoy_routes_each_model_name_through_ai_gateway_to_the_servic
     assert host == f"{service['name']}.envoy-gateway-system.svc.cluster.local"
     [listener] = gateway["spec"]["listeners"]
     assert (listener["protocol"], listener["port"]) == ("HTTP", endpoint["fqdn"]["port"])
+    # ... which holds a silent stream as long as the front door does.
+    loop_timeouts = found[("ClientTrafficPolicy", "modelplane-openai-loop-timeouts")]
+    front_timeouts = found[("ClientTrafficPolicy", "modelplane-timeouts")]
+    assert loop_timeouts["spec"]["targetRefs"][0]["name"] == "modelplane-openai-loop"
+    assert loop_timeouts["spec"]["timeout"] == front_timeouts["spec"]["timeout"]
     # ... where the service's route takes the second pass, with its weights and checks.
     service_route = found[("HTTPRoute", "qwen")]
     parents = {(p["name"], p.get("sectionName")) for p in service_route["spec"]["parentRefs"]}

@@ -201,7 +201,7 @@ def test_security_unified_engine_admits_its_gateway_and_prometheus_only(
 def test_security_policy_is_one_per_deployment_and_cluster_and_valid() -> None:
     run, policy, dep = _render(SMALL, {"unified": "mixed"}, replicas=3)
     assert len(run.of_type(POLICY)) == 1  # three replicas on west, one policy
-    assert policy["metadata"]["name"] == "small-ingress"
+    assert policy["metadata"]["name"] == "small-west-ingress"  # per InferenceCluster
     assert policy["metadata"]["namespace"] == NAMESPACE
     assert k8s_schemas.errors(policy) == []
     pods = _serving_pods(run)

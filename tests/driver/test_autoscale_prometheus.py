@@ -272,6 +272,14 @@ def test_autoscale_replicas_ask_prometheus_once_per_cluster(
             "name": "p1",
             "namespace": "demo",
             "labels": {"modelplane.ai/replica": "r1", "modelplane.ai/role": "unified"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "r1-unified-5d4b8c9f7",
+                    "controller": True,
+                }
+            ],
         }
     }
 

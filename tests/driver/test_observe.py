@@ -58,6 +58,78 @@ def _set_ready(rest: Any, path: str, ready: bool, extra: dict[str, Any] | None =
     )
 
 
+#: The pod of each replica (its ReplicaSet's, so its name is the controller's).
+PODS: dict[str, str] = {}
+
+
+def _labels(replica: str) -> dict[str, str]:
+    return {
+        "modelplane.ai/replica": replica,
+        "modelplane.ai/role": "unified",
+        "modelplane.ai/deployment": "m",
+    }
+
+
+def _pod_spec() -> dict[str, Any]:
+    # Bound to a node with no kubelet: no scheduler, nobody else writes its status.
+    return {
+        "nodeName": "obs-s0",
+        "automountServiceAccountToken": False,
+        "containers": [{"name": "engine", "image": "x"}],
+    }
+
+
+def _owned_pod(rest: Any, replica: str) -> str:
+    """A pod of the replica's Deployment as the real controllers make it: owned by a
+    ReplicaSet `<deployment>-<pod-template-hash>` (`m-rN-unified-...`). The ReplicaSet
+    controller makes it; without kube-controller-manager the test makes it, owned the same."""
+    selector = {"modelplane.ai/replica": replica, "modelplane.ai/role": "unified"}
+    rs = rest.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{NS}/replicasets",
+        body={
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": f"{replica}-unified-7b9d5f", "labels": _labels(replica)},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "template": {"metadata": {"labels": _labels(replica)}, "spec": _pod_spec()},
+            },
+        },
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = rest.request(
+            "GET",
+            f"/api/v1/namespaces/{NS}/pods",
+            query=[("labelSelector", f"modelplane.ai/replica={replica},modelplane.ai/role")],
+        )["items"]
+        if found:
+            [pod] = found
+            return str(pod["metadata"]["name"])
+        time.sleep(0.5)
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": rs["metadata"]["name"],
+        "uid": rs["metadata"]["uid"],
+        "controller": True,
+    }
+    name = f"{rs['metadata']['name']}-abcde"
+    rest.request(
+        "POST",
+        f"/api/v1/namespaces/{NS}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": _labels(replica), "ownerReferences": [owner]},
+            "spec": _pod_spec(),
+        },
+    )
+    return name
+
+
 @pytest.fixture(scope="module")
 def objects(dev_cluster: DevCluster) -> Iterator[DevCluster]:
     rest = dev_cluster.rest()
@@ -75,34 +147,41 @@ def objects(dev_cluster: DevCluster) -> Iterator[DevCluster]:
         "/api/v1/namespaces",
         body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
     )
-    for pod, ready in (("m-r0-a", True), ("m-r1-a", False)):
-        replica = pod.rsplit("-", 1)[0]
+    for replica, ready in (("m-r0", True), ("m-r1", False)):
+        pod = _owned_pod(rest, replica)
+        PODS[replica] = pod
+        _set_ready(rest, f"/api/v1/namespaces/{NS}/pods/{pod}", ready, {"phase": "Running"})
+    # Ready pods labelled for m-r0 that no controller of modelplane's owns: not m-r0's
+    # (security M9). One of another role (its ReplicaSet's selector, role unified, does not
+    # adopt it), one controlled by another object (a ConfigMap here: nobody adopts it).
+    other = rest.request(
+        "POST",
+        f"/api/v1/namespaces/{NS}/configmaps",
+        body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-a-workload"}},
+    )
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "not-a-workload",
+        "uid": other["metadata"]["uid"],
+        "controller": True,
+    }
+    for name, role, owners in (
+        ("m-r0-spoof-prefill", "prefill", []),
+        ("m-r0-spoof-owned", "unified", [foreign]),
+    ):
+        labels = _labels("m-r0") | {"modelplane.ai/role": role}
         rest.request(
             "POST",
             f"/api/v1/namespaces/{NS}/pods",
             body={
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {
-                    "name": pod,
-                    "labels": {
-                        "modelplane.ai/replica": replica,
-                        "modelplane.ai/role": "unified",
-                        "modelplane.ai/deployment": "m",
-                    },
-                },
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "containers": [{"name": "engine", "image": "x"}],
-                },
+                "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+                "spec": _pod_spec(),
             },
         )
-        _set_ready(
-            rest,
-            f"/api/v1/namespaces/{NS}/pods/{pod}",
-            ready,
-            {"phase": "Running"},
-        )
+        _set_ready(rest, f"/api/v1/namespaces/{NS}/pods/{name}", True, {"phase": "Running"})
     try:
         yield dev_cluster
     finally:
@@ -130,7 +209,7 @@ def test_observe_a_real_cluster(objects: DevCluster, tmp_path: Path) -> None:
     assert (seen.gateway_found, seen.gateway_address, seen.error) == (False, None, None)
     assert (seen.replicas["m-r0"].pods, seen.replicas["m-r0"].ready_pods) == (1, 1)
     assert (seen.replicas["m-r1"].pods, seen.replicas["m-r1"].ready_pods) == (1, 0)
-    assert seen.replicas["m-r1"].reasons == ("m-r1-a: Ready False",)
+    assert seen.replicas["m-r1"].reasons == (f"{PODS['m-r1']}: Ready False",)
     assert list(private.iterdir()) == []  # the client key's temp files are gone
     # Replicas are read only in the namespaces the lock has on this cluster.
     empty = observe_fleet(f, tmp_path, env={}, lock=PlacementLock())
