@@ -19,7 +19,6 @@ from components.model_deployment import ROOT_SOURCE, ModelDeploymentComponent
 from modelplane.api.loader import load_fleet
 from modelplane.api.model_cache import ModelCache, cache_source, source_dir
 from modelplane.api.names import replica_name
-from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.driver.fingerprint import owned_inputs
 from modelplane.driver.rollouts import prepare, templates_env
 from modelplane.rollout import CacheUse, cache_use, revision, template
@@ -33,11 +32,9 @@ from tests.components.workload_helpers import (
     replica,
     target,
 )
+from tests.driver.test_rollouts import CLUSTERS, KEY, locked
 from tests.pulumi_mocks import MockRun
 from tests.spec_docs import gpu_class, write_fleet
-
-KEY = "team/m"
-CLUSTERS = ("c1", "c2", "c3")
 
 
 def _fleet(tmp: Path, cache_revision: str, image: str = "vllm:a") -> Any:
@@ -94,16 +91,6 @@ def _fleet(tmp: Path, cache_revision: str, image: str = "vllm:a") -> Any:
     return loaded.fleet
 
 
-def _locked(revisions: list[str | None]) -> PlacementLock:
-    replicas = [
-        LockedReplica(
-            name=f"m-r{i}", cluster=CLUSTERS[i], index=0, pools={"unified": "gpu"}, revision=rev
-        )
-        for i, rev in enumerate(revisions)
-    ]
-    return PlacementLock(deployments={KEY: LockedDeployment(replicas=replicas)})
-
-
 def test_cloud_cache_revision_is_part_of_every_mounting_deployments_revision(
     tmp_path: Path,
 ) -> None:
@@ -124,7 +111,7 @@ def test_cloud_cache_revision_change_is_a_rollout_not_an_all_at_once_change(
     tmp_path: Path,
 ) -> None:
     v1, v2 = _fleet(tmp_path, "v1"), _fleet(tmp_path, "v2")
-    first = prepare(v1, _locked([None, None, None]), {})
+    first = prepare(v1, locked([None, None, None]), {})
     a = revision(v1.deployments[KEY], v1.caches)
     second = prepare(v2, first.lock, first.records, now=5.0)
     b = revision(v2.deployments[KEY], v2.caches)
@@ -145,7 +132,7 @@ def test_cloud_cache_revision_change_is_a_rollout_not_an_all_at_once_change(
     assert use == CacheUse(("org/model@v1", "org/model@v2"), root=False)
     # The cache stack runs again when the replicas' revisions change (its fingerprint).
     unit = StackUnit("cache-team-weights", Tier.CACHES, "ModelCache", "team/weights")
-    moved = _locked([b, a, a])
+    moved = locked([b, a, a])
     assert owned_inputs(v2, second.lock, unit) != owned_inputs(v2, moved, unit)
 
 

@@ -15,16 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
 from components.cloud import eks_args, gke
-from components.gateway import InferenceGatewayComponent
 from components.inference_cluster import InferenceClusterComponent
 from components.load_balancers import AWS_IDLE_TIMEOUT, INTERNAL_LB_ANNOTATIONS
 from components.serving_stack import PROXY_REPLICAS
-from modelplane.api.inference_gateway import InferenceGateway
 from tests import k8s_schemas
 from tests.components.cluster_helpers import (
     EKS_CLASSES,
@@ -38,6 +35,7 @@ from tests.components.cluster_helpers import (
     gke_cluster,
     release,
 )
+from tests.components.test_cloud_load_balancers import front_door
 from tests.pulumi_mocks import MockRun, Registered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,24 +69,6 @@ def _manifest(resource: Registered) -> dict[str, Any]:
     return {k: resource.get(k) for k in ("apiVersion", "kind", "metadata", "spec")}
 
 
-def _front_door(backend: str, cloud: str | None, *, install_controller: bool = True) -> MockRun:
-    gateway = InferenceGateway.model_validate(
-        {
-            "metadata": {"name": "default"},
-            "spec": {"backend": backend, "cluster": {"inferenceClusterRef": "edge"}},
-        }
-    )
-    return MockRun.of(
-        lambda: InferenceGatewayComponent(
-            "default",
-            gateway,
-            k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests"),
-            cloud=cloud,
-            install_controller=install_controller,
-        )
-    )
-
-
 def _gke() -> MockRun:
     return MockRun.of(
         lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})
@@ -115,13 +95,13 @@ PROXIED: dict[str, tuple[Callable[[Path], MockRun], str, dict[str, str] | None]]
     "existing-workload": (lambda _: existing_run(), "inference-gateway", None),
     "render-to-workload": (_render_to, "inference-gateway", None),
     "eks-envoy-front-door": (
-        lambda _: _front_door("EnvoyGateway", "EKS"),
+        lambda _: front_door("EnvoyGateway", "EKS"),
         "modelplane",
         {AWS_IDLE_TIMEOUT: "3600"},
     ),
-    "gke-envoy-front-door": (lambda _: _front_door("EnvoyGateway", "GKE"), "modelplane", None),
+    "gke-envoy-front-door": (lambda _: front_door("EnvoyGateway", "GKE"), "modelplane", None),
     "envoy-front-door-on-the-serving-stack-release": (
-        lambda _: _front_door("EnvoyGateway", None, install_controller=False),
+        lambda _: front_door("EnvoyGateway", None, install_controller=False),
         "modelplane",
         None,
     ),
@@ -196,7 +176,7 @@ def test_cloud_envoy_proxy_follows_the_serving_stack_release(cloud: str | None) 
     elif cloud == "EKS":
         run = _eks()
     else:
-        run = _front_door("EnvoyGateway", "EKS")
+        run = front_door("EnvoyGateway", "EKS")
         assert run.one(ENVOY_PROXY).depends_on(run.one(RELEASE, name="mp-envoy-gateway"))
         return
     assert run.one(ENVOY_PROXY).depends_on(release(run, "envoyGateway"))
@@ -210,7 +190,7 @@ def test_cloud_no_envoy_proxy_where_modelplane_runs_no_envoy_gateway(case: str) 
     """Traefik's front door has no EnvoyProxy; a platform's own controller (servingStack
     .gateway) keeps its own proxy settings: modelplane names none on its Gateway."""
     if case == "traefik-front-door":
-        run = _front_door("Traefik", "EKS")
+        run = front_door("Traefik", "EKS")
     else:
         controller = "EnvoyGateway" if case == "platform-envoy-gateway" else "Traefik"
         run = existing_run(

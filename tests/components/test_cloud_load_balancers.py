@@ -107,7 +107,8 @@ def test_gke_workload_gateway_keeps_silent_requests_alive(clusters: dict[str, Mo
     assert_envoy_outlasts_the_longest_request(run, "inference-gateway", "modelplane-system")
 
 
-def _front_door(backend: str, cloud: str | None) -> MockRun:
+def front_door(backend: str, cloud: str | None, *, install_controller: bool = True) -> MockRun:
+    """The InferenceGateway component of a front door on cluster `edge` (mocked)."""
     gateway = InferenceGateway.model_validate(
         {
             "metadata": {"name": "default"},
@@ -120,6 +121,7 @@ def _front_door(backend: str, cloud: str | None) -> MockRun:
             gateway,
             k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests"),
             cloud=cloud,
+            install_controller=install_controller,
         )
     )
 
@@ -130,7 +132,7 @@ def _front_door(backend: str, cloud: str | None) -> MockRun:
 def test_cloud_traefik_front_door_service_idles_for_the_longest_request(
     cloud: str | None, idle: str | None
 ) -> None:
-    run = _front_door("Traefik", cloud)
+    run = front_door("Traefik", cloud)
     traefik = run.one(RELEASE)
     annotations = traefik.get("values.service.annotations") or {}
     assert annotations.get(AWS_IDLE_TIMEOUT) == idle
@@ -150,7 +152,7 @@ def test_cloud_traefik_front_door_service_idles_for_the_longest_request(
 
 @pytest.mark.parametrize("cloud", ["EKS", "GKE"])
 def test_cloud_envoy_front_door_outlasts_the_longest_request(cloud: str) -> None:
-    run = _front_door("EnvoyGateway", cloud)
+    run = front_door("EnvoyGateway", cloud)
     gateway = run.one(GATEWAY)
     annotations = gateway.get("spec.infrastructure.annotations") or {}
     expected = {AWS_IDLE_TIMEOUT: str(LONGEST_REQUEST_SECONDS)} if cloud == "EKS" else {}

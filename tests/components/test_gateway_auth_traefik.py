@@ -29,20 +29,19 @@ from tests.components.traefik_helpers import (
 KEYS = {"team-a": "sk-team-a-0c1d", "batch": "sk-batch-77e2"}
 
 
-@pytest.fixture
-def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    keys = tmp_path / "callers.json"
-    keys.write_text(json.dumps({authz.key_hash(k): c for c, k in KEYS.items()}))
-    service = authz.serve(keys, "127.0.0.1", 0)
-    threading.Thread(target=service.serve_forever, daemon=True).start()
+def echo_behind_key_check(service: Any) -> tuple[dict[str, Any], Any]:
+    """Traefik's dynamic config: a headers echo (started, returned to shut down) behind the
+    key check (forwardAuth to the running authz ``service``) and the key's removal, as a
+    service route runs them."""
     echo = serve_http(HeadersEcho)
     address = f"http://127.0.0.1:{service.server_address[1]}/"
-    auth = traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"]
-    strip = traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"]
     dynamic = {
         "http": {
             "routers": routes_to("echo", "auth", "strip"),
-            "middlewares": {"auth": auth, "strip": strip},
+            "middlewares": {
+                "auth": traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"],
+                "strip": traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"],
+            },
             "services": {
                 "echo": {
                     "loadBalancer": {
@@ -52,6 +51,16 @@ def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
             },
         }
     }
+    return dynamic, echo
+
+
+@pytest.fixture
+def front_door(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    keys = tmp_path / "callers.json"
+    keys.write_text(json.dumps({authz.key_hash(k): c for c, k in KEYS.items()}))
+    service = authz.serve(keys, "127.0.0.1", 0)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    dynamic, echo = echo_behind_key_check(service)
     try:
         with running_traefik(tmp_path, dynamic, lambda port: post(port, {})[0] == 401) as port:
             yield port, keys
@@ -140,24 +149,7 @@ def test_keys_two_keys_of_one_caller_through_traefik(tmp_path: Path) -> None:
     handler = authz.make_handler(authz.Keys(keys, clock=lambda: now[0]))
     service = authz.BoundedServer(("127.0.0.1", 0), handler, 64)
     threading.Thread(target=service.serve_forever, daemon=True).start()
-    echo = serve_http(HeadersEcho)
-    address = f"http://127.0.0.1:{service.server_address[1]}/"
-    dynamic = {
-        "http": {
-            "routers": routes_to("echo", "auth", "strip"),
-            "middlewares": {
-                "auth": traefik_auth_middleware("chat-auth", "demo", {}, address)["spec"],
-                "strip": traefik_strip_key_middleware("chat-strip-key", "demo", {})["spec"],
-            },
-            "services": {
-                "echo": {
-                    "loadBalancer": {
-                        "servers": [{"url": f"http://127.0.0.1:{echo.server_address[1]}"}]
-                    }
-                }
-            },
-        }
-    }
+    dynamic, echo = echo_behind_key_check(service)
     try:
         with running_traefik(tmp_path, dynamic, lambda port: post(port, {})[0] == 401) as port:
             for key in ("sk-a-old", "sk-a-new"):
