@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import os
 import socket
 import ssl
 import threading
@@ -28,7 +27,6 @@ from typing import Any
 
 import pulumi_kubernetes as k8s
 import pytest
-import yaml
 
 from components.gateway import (
     HSTS_HEADER,
@@ -56,6 +54,7 @@ from components.workload.routes import traefik_auth_middleware
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.model_service import ModelService
 from tests import k8s_schemas
+from tests.components.test_gateway_auth import manifests
 from tests.components.traefik_helpers import QuietHandler, running_traefik, serve_http
 from tests.components.workload_helpers import load
 from tests.pulumi_mocks import MockRun
@@ -274,21 +273,13 @@ def test_security_transport_auth_render_refuses_plain_http(tmp_path: Path) -> No
             "    privateKey: {name: front-tls, key: key}\n",
         )
     )
-    saved = {k: os.environ.get(k) for k in KEYS}
-    os.environ.update(KEYS)
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the callers' and TLS secrets, this render only
+        for key, value in KEYS.items():
+            env.setenv(key, value)
         render_fleet(target, tmp_path / "out", stacks=["gateway"])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted((tmp_path / "out" / "gateway" / "manifests").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        found[(doc["kind"], doc["metadata"]["name"])] = doc
-        assert k8s_schemas.errors(doc) == [], path.name
+    found = manifests(tmp_path / "out" / "gateway")
+    for key, doc in found.items():
+        assert k8s_schemas.errors(doc) == [], key
     assert ("HTTPRoute", "modelplane-https-redirect") not in found
     assert found[("Middleware", HSTS_MIDDLEWARE)]["spec"]["headers"]["stsSeconds"] == 31536000
     assert found[("TLSOption", TLS_OPTION)]["spec"]["minVersion"] == "VersionTLS12"

@@ -117,17 +117,21 @@ def _owned_pod(rest: Any, replica: str) -> str:
         "controller": True,
     }
     name = f"{rs['metadata']['name']}-abcde"
+    _create_pod(rest, name, _labels(replica), [owner])
+    return name
+
+
+def _create_pod(rest: Any, name: str, labels: dict[str, str], owners: list[Any]) -> None:
     rest.request(
         "POST",
         f"/api/v1/namespaces/{NS}/pods",
         body={
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "labels": _labels(replica), "ownerReferences": [owner]},
+            "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
             "spec": _pod_spec(),
         },
     )
-    return name
 
 
 @pytest.fixture(scope="module")
@@ -171,16 +175,7 @@ def objects(dev_cluster: DevCluster) -> Iterator[DevCluster]:
         ("m-r0-spoof-owned", "unified", [foreign]),
     ):
         labels = _labels("m-r0") | {"modelplane.ai/role": role}
-        rest.request(
-            "POST",
-            f"/api/v1/namespaces/{NS}/pods",
-            body={
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
-                "spec": _pod_spec(),
-            },
-        )
+        _create_pod(rest, name, labels, owners)
         _set_ready(rest, f"/api/v1/namespaces/{NS}/pods/{name}", True, {"phase": "Running"})
     try:
         yield dev_cluster
