@@ -89,6 +89,7 @@ class PlaintextSecret(UserError, ValueError):
 class ResolvedSecret:
     value: str
     source: str  # "config", "env" or "file" -- never the value itself
+    where: str = ""  # for people: the config key, variable or file (never the value)
 
 
 def config_key(name: str, key: str) -> str:
@@ -129,12 +130,12 @@ def resolve_secret(
     if value:
         if is_secret is not None and not is_secret(full_key):
             raise PlaintextSecret(full_key)
-        return ResolvedSecret(value, "config")
+        return ResolvedSecret(value, "config", f"config secret {full_key}")
     var = env_var(name, key)
     tried.append(f"environment variable {var}")
     value = env.get(var)
     if value:
-        return ResolvedSecret(value, "env")
+        return ResolvedSecret(value, "env", f"environment variable {var}")
     if name.startswith(FILE_PREFIX):
         raw = name[len(FILE_PREFIX) :]
         try:
@@ -145,7 +146,7 @@ def resolve_secret(
         tried.append(f"file {path} (a regular file of at most {MAX_SECRET_FILE_BYTES} bytes)")
         value = _read_secret_file(path)
         if value is not None:
-            return ResolvedSecret(value, "file")
+            return ResolvedSecret(value, "file", f"file {path}")
     else:
         tried.append(f"a file, by naming the secret 'file:<path>' instead of {name!r}")
     raise SecretNotFound(name, key, tried)
@@ -342,6 +343,85 @@ class CallerKeysMissing(UserError):
             f"{len(missing)} caller key(s) missing: {listed}; `up` makes none outside a first "
             f"`up` in a terminal on a local backend. New keys: `{create}`; in CI or the "
             f"reconcile pod give the existing ones instead (the files, or {given})"
+        )
+
+
+@dataclass(frozen=True)
+class ShortCallerKey:
+    """A caller whose unexpired keys include one shorter than the rule (security review L8)."""
+
+    caller: str
+    source: str  # where its key text is, for people (never a key)
+    lines: tuple[int, ...]
+    kept: bool  # a file modelplane keeps: `keys rotate` replaces it
+
+
+def short_caller_keys(
+    fleet_spec: object,
+    fleet_dir: Path,
+    env: Mapping[str, str],
+    *,
+    skip_callers: frozenset[str] = frozenset(),
+) -> list[ShortCallerKey]:
+    """Every caller whose key text, read from a file or ``MODELPLANE_SECRET_*``, holds an
+    unexpired key shorter than ``MIN_KEY_LENGTH``. Stack config is encrypted and not read
+    here (the gateway stack's program refuses a short key there); a key no source has or a
+    malformed text is :func:`gateway_secret_errors`' to report."""
+    from datetime import UTC, datetime
+
+    from modelplane.caller_keys import KeyFormatError, short_key_lines
+
+    configured = configured_secret_keys(fleet_dir, "gateway")
+    now = datetime.now(UTC)
+    found: list[ShortCallerKey] = []
+    for entry in caller_key_files(fleet_spec, fleet_dir, env):
+        if entry.caller in skip_callers:
+            continue
+        try:
+            text = resolve_secret(
+                entry.ref,
+                entry.ref_key,
+                config=lambda full: "set" if full in configured else None,
+                env=env,
+                base_dir=fleet_dir,
+            )
+            lines = short_key_lines(text.value, now) if text.source != "config" else []
+        except (SecretNotFound, KeyFormatError):
+            continue
+        if lines:
+            kept = entry.path is not None
+            found.append(ShortCallerKey(entry.caller, text.where, tuple(lines), kept))
+    return found
+
+
+class CallerKeysTooShort(UserError):
+    """Callers with a key shorter than the rule, all of them, with where each key text is and
+    its lines (one line, never a key: security review L8)."""
+
+    def __init__(self, short: list[ShortCallerKey], fleet_dir: str | Path) -> None:
+        from modelplane.caller_keys import MIN_KEY_LENGTH, SHORT_KEY_RULE
+        from modelplane.caller_keys import short_keys as describe
+
+        self.short = short
+        listed = ", ".join(describe(s.caller, s.source, s.lines) for s in short)
+        kept = [s.caller for s in short if s.kept]
+        fixes: list[str] = []
+        if kept:
+            callers = " ".join(f"--caller {c}" for c in kept)
+            fixes.append(
+                f"`modelplane keys rotate {fleet_dir} {callers} --grace 0` appends a new key "
+                "and ends the short ones"
+            )
+        others = [s.caller for s in short if not s.kept]
+        if others:
+            theirs = "its" if len(others) == 1 else "their"
+            fixes.append(
+                f"caller {', '.join(others)}: put a key of {MIN_KEY_LENGTH} characters or more "
+                f"in {theirs} source"
+            )
+        super().__init__(
+            f"{len(short)} caller(s) with a key shorter than {MIN_KEY_LENGTH} characters: "
+            f"{listed}; {SHORT_KEY_RULE}: " + "; ".join(fixes)
         )
 
 

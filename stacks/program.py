@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -68,7 +68,7 @@ from modelplane.api.placement_lock import LockedReplica, PlacementLock
 from modelplane.lock import read_lock
 from modelplane.network import addresses_of, with_addresses
 from modelplane.rollout import CacheUse
-from modelplane.secrets import PlaintextSecret, SecretNotFound, resolve_secret
+from modelplane.secrets import PlaintextSecret, ResolvedSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import (
     StackUnit,
     cache_clusters,
@@ -210,8 +210,16 @@ def load_context(stack: str | None = None) -> Context:
     )
 
 
-def secret_value(ctx: Context, name: str, key: str, *, what: str) -> pulumi.Output[str]:
-    """A secretRef's value as a secret Output (config, env, then `file:` path)."""
+def secret_value(
+    ctx: Context,
+    name: str,
+    key: str,
+    *,
+    what: str,
+    check: Callable[[ResolvedSecret], str | None] | None = None,
+) -> pulumi.Output[str]:
+    """A secretRef's value as a secret Output (config, env, then `file:` path); ``check``
+    returns why a found value is refused (the run fails naming ``what``), else None."""
     try:
         resolved = resolve_secret(
             name, key, config=get_config, base_dir=ctx.fleet_dir, is_secret=is_config_secret
@@ -224,7 +232,25 @@ def secret_value(ctx: Context, name: str, key: str, *, what: str) -> pulumi.Outp
             _fail(f"{what}: {exc}")
         pulumi.log.warn(f"{what}: {exc}; using a placeholder value")
         return pulumi.Output.secret(PLACEHOLDER_SECRET)
+    problem = check(resolved) if check is not None else None
+    if problem:
+        _fail(f"{what}: {problem}")
     return pulumi.Output.secret(resolved.value)
+
+
+def caller_keys_problem(found: ResolvedSecret) -> str | None:
+    """Why a caller's key text is not published: malformed, or an unexpired key shorter than
+    the rule (security review L8; the driver refuses the same before any stack runs, but
+    stack config is only read here), naming where the text is and its lines, never a key."""
+    from datetime import UTC, datetime
+
+    from modelplane.caller_keys import SHORT_KEY_RULE, KeyFormatError, line_numbers, short_key_lines
+
+    try:
+        lines = short_key_lines(found.value, datetime.now(UTC), where=found.where)
+    except KeyFormatError as exc:
+        return str(exc)
+    return f"{found.where}, {line_numbers(lines)}: {SHORT_KEY_RULE}" if lines else None
 
 
 def absolute_render_to(cluster: InferenceCluster, fleet_dir: Path) -> InferenceCluster:
@@ -590,6 +616,7 @@ async def run_gateway(ctx: Context) -> None:
                 c.secret_ref.name,
                 c.secret_ref.key,
                 what=f"InferenceGateway {gateway.metadata.name} spec.auth caller {c.name}",
+                check=caller_keys_problem,
             )
             for c in gateway.spec.auth.callers
         }

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from modelplane.cli.engine_verbs import BackendOpt, SecretsOpt, _expected_failures, _load
 from modelplane.cli.output import get_console, print_json
 
 app = typer.Typer(
@@ -124,22 +125,52 @@ def create(
 def rotate(
     fleet: FleetArg,
     caller: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option("--caller", help="The caller whose key to replace (repeatable)."),
-    ],
+    ] = None,
     grace: Annotated[
         str,
         typer.Option(
             "--grace",
-            help="How long the old key(s) keep working (e.g. 24h, 30m; 0: stop at once).",
+            help="How long the old key(s) keep working (e.g. 24h, 30m; 0: stop at once for "
+            "a caller).",
         ),
     ] = "24h",
+    front_door: Annotated[
+        bool,
+        typer.Option(
+            "--front-door",
+            help="Rotate the fleet's front-door key (kept in the stacks' config) instead.",
+        ),
+    ] = False,
+    after: Annotated[
+        str,
+        typer.Option(
+            "--after",
+            help="--front-door: when the front door starts sending the new key (after an "
+            "`up` made the workload gateways accept it); before --grace ends.",
+        ),
+    ] = "10m",
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
     show: ShowOpt = False,
 ) -> None:
     """Append a new key to each caller's key file and end its older keys `--grace` from now
     (`notAfter=`; an earlier end is kept, keys already ended are dropped). Then run `up`: it
     publishes old and new; clients move to the new key within the grace period; after it
-    the authorization service refuses the old one by its clock, with no further `up`."""
+    the authorization service refuses the old one by its clock, with no further `up`.
+
+    `--front-door`: the same for the key the front door shows the workload gateways, in
+    every stack's config: the next `up` makes every workload gateway accept the new key, the
+    first `up` after `--after` makes the front door send it, the first after `--grace` drops
+    the old one (a reconcile service's rounds do these `up`s)."""
+    if front_door:
+        if caller:
+            raise _fail("--front-door and --caller: rotate one at a time", 2)
+        _rotate_front_door(fleet, after, grace, backend, secrets_provider)
+        return
+    if not caller:
+        raise _fail("name a --caller (repeatable), or --front-door", 2)
     from modelplane.caller_keys import CallerKey, format_keys, new_key, parse_keys, rfc3339
     from modelplane.cli.health import parse_duration
     from modelplane.secrets import replace_key_file
@@ -183,6 +214,25 @@ def rotate(
     console.print(
         f"`modelplane up {escape(str(fleet))}` publishes old and new; give clients the new key "
         f"before {rfc3339(end)}",
+        highlight=False,
+    )
+
+
+def _rotate_front_door(
+    fleet: Path, after: str, grace: str, backend: str | None, secrets: str | None
+) -> None:
+    from modelplane.cli.health import parse_duration
+
+    switch, end = timedelta(seconds=parse_duration(after)), timedelta(seconds=parse_duration(grace))
+    if not fleet.is_dir():
+        raise _fail(f"{fleet} is not a fleet directory", 2)
+    with _expected_failures():
+        done = _load(fleet, None, backend, secrets).rotate_front_door_key(after=switch, grace=end)
+    get_console(stderr=True).print(
+        f"rotated the front-door key in {len(done.stacks)} stack(s): new key "
+        f"modelplane-{escape(done.id)}, sent from {done.switch}; older keys end by {done.end}. "
+        f"Run `modelplane up {escape(str(fleet))}` now (the workload gateways accept it), and "
+        f"again after {done.switch} and after {done.end} (or let reconcile do it)",
         highlight=False,
     )
 

@@ -5,8 +5,17 @@ Deployment `modelplane-system/modelplane-authz` with the Secret `modelplane-call
 (components/gateway.py). kwok's pods run nothing, so the dev fleet runs the same service
 itself, inside the fleet's network namespace, at ``authz_ip(slot)``: its Service's DNS name
 resolves there through the namespace's hosts file. Its keys file is the Secret's
-`callers.json` (hashes only), read from every cluster's API server every half second and kept
-mode 0600 in ``<state>/authz/callers.json`` -- as kubelet refreshes a mounted Secret.
+`callers.json` (hashes only), read every half second and kept mode 0600 in
+``<state>/authz/callers.json`` -- as kubelet refreshes a mounted Secret.
+
+It does not know the gateway's cluster, so it asks every cluster's API server and takes the
+table of exactly one cluster, never a merge (security review L10: another dev cluster's
+Secret must not add a caller or replace the front door's credentials): a Secret the gateway
+stack made (its labels, ``GATEWAY_LABELS``; any other is ignored), the newest by
+`metadata.creationTimestamp` where several clusters hold one (a gateway moved from one
+cluster to another), the cluster listed first on a tie. Not done: someone who may create
+Secrets in a dev cluster's `modelplane-system` can copy the labels onto a newer one (dev
+only: the dev clusters are this machine's own).
 """
 
 from __future__ import annotations
@@ -18,7 +27,10 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from modelplane import authz
 from modelplane.devcluster.rest import KubeRestError
@@ -29,6 +41,14 @@ HOST = "modelplane-authz.modelplane-system.svc.cluster.local"  # components.gate
 PORT = 8080
 SECRET_PATH = "/api/v1/namespaces/modelplane-system/secrets/modelplane-callers"
 POLL = 0.5
+# The labels components/gateway.py gives the Secret (AUTHZ_LABELS): the gateway stack made it.
+GATEWAY_LABELS = {
+    "app.kubernetes.io/managed-by": "modelplane",
+    "app.kubernetes.io/part-of": "modelplane",
+    "app.kubernetes.io/component": "authz",
+    "app.kubernetes.io/instance": "modelplane-authz",
+}
+OLDEST = datetime.min.replace(tzinfo=UTC)
 
 
 def authz_ip(slot: int) -> str:
@@ -39,42 +59,74 @@ def keys_path(state: Path) -> Path:
     return state / "authz" / "callers.json"
 
 
-def merged_table(
-    clusters: list[FleetCluster], seen: dict[int, dict[str, str]] | None = None
-) -> dict[str, str] | None:
-    """Every cluster's `callers.json` merged (only the gateway cluster has one); None unless
-    every API server answered, with the Secret or a 404 (the last table is kept then, as
-    kubelet keeps a mounted Secret it cannot refresh): a busy gateway cluster that times out
-    while the others say "no such Secret" must not read as "no callers" and refuse them all.
+@dataclass(frozen=True)
+class CallersSecret:
+    """One cluster's `modelplane-callers` as the gateway stack made it: its table and when
+    the Secret was created."""
 
-    ``seen``: each cluster's last table, kept across calls. A Secret that was there and is
-    gone (404) keeps its last table, as kubelet keeps a deleted Secret's files in a running
-    pod: the Kubernetes provider replaces a Secret whose data changed (delete, then create
-    under the same name), and that moment must not refuse every caller."""
-    table: dict[str, str] = {}
+    table: dict[str, Any]
+    created: datetime
+
+
+def gateway_table(
+    clusters: list[FleetCluster], seen: dict[int, CallersSecret] | None = None
+) -> dict[str, Any] | None:
+    """The callers table of one cluster: of the clusters holding a `modelplane-callers` the
+    gateway stack made, the newest Secret's (ties: the cluster listed first); {} when none
+    does. None unless every API server answered, with the Secret or a 404 (the last table is
+    kept then, as kubelet keeps a mounted Secret it cannot refresh): a busy gateway cluster
+    that times out while the others say "no such Secret" must not read as "no callers" and
+    refuse them all.
+
+    ``seen``: each cluster's last Secret, kept across calls. A Secret that was there and is
+    gone (404, or one the gateway stack did not make) keeps its last table and creation time,
+    as kubelet keeps a deleted Secret's files in a running pod: the Kubernetes provider
+    replaces a Secret whose data changed (delete, then create under the same name), and that
+    moment must not refuse every caller. A gateway moved to another cluster is read from the
+    new one at once (its Secret is newer than the kept one)."""
+    seen = {} if seen is None else seen
     for i, cluster in enumerate(clusters):
         try:
-            secret = cluster.rest().get(SECRET_PATH, timeout=2)
+            found = callers_secret(cluster.rest().get(SECRET_PATH, timeout=2))
         except KubeRestError as exc:
-            if exc.status == 404:
-                table.update((seen or {}).get(i, {}))
-                continue
-            return None
-        except OSError:
-            return None
-        raw = (secret.get("data") or {}).get("callers.json")
-        if raw:
-            try:
-                found = json.loads(base64.b64decode(raw))
-            except ValueError:
+            if exc.status != 404:
                 return None
-            table.update(found)
-            if seen is not None and isinstance(found, dict):
-                seen[i] = found
-    return table
+            found = None
+        except (OSError, ValueError):
+            return None
+        if found is not None:
+            seen[i] = found
+    held = [(i, seen[i]) for i in range(len(clusters)) if i in seen]
+    if not held:
+        return {}
+    _, newest = max(held, key=lambda item: (item[1].created, -item[0]))
+    return newest.table
 
 
-def write_table(path: Path, table: dict[str, str]) -> bool:
+def callers_secret(secret: dict[str, Any]) -> CallersSecret | None:
+    """The Secret's table when the gateway stack made it (``GATEWAY_LABELS``, a
+    `callers.json`), else None; ValueError when its `callers.json` is not a JSON object."""
+    meta = secret.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    raw = (secret.get("data") or {}).get("callers.json")
+    if any(labels.get(k) != v for k, v in GATEWAY_LABELS.items()) or not raw:
+        return None
+    table = json.loads(base64.b64decode(raw))
+    if not isinstance(table, dict):
+        raise ValueError("callers.json is not a JSON object")
+    return CallersSecret(table, created(meta.get("creationTimestamp")))
+
+
+def created(stamp: object) -> datetime:
+    """`metadata.creationTimestamp` (RFC 3339, UTC); the oldest time when absent or bad."""
+    try:
+        value = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return OLDEST
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def write_table(path: Path, table: dict[str, Any]) -> bool:
     """Write atomically (0600); False when unchanged."""
     return write_private(path, json.dumps(table, sort_keys=True))
 
@@ -101,14 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     netns.enter(str(data["netns"]))
     clusters = [FleetCluster.from_state(c) for c in data["clusters"]]
     path = keys_path(args.state)
-    seen: dict[int, dict[str, str]] = {}
-    write_table(path, merged_table(clusters, seen) or {})
+    seen: dict[int, CallersSecret] = {}
+    write_table(path, gateway_table(clusters, seen) or {})
     server = authz.serve(path, authz_ip(int(data["slot"])), PORT)
     stop = threading.Event()
 
     def sync() -> None:
         while not stop.wait(POLL):
-            table = merged_table(clusters, seen)
+            table = gateway_table(clusters, seen)
             if table is not None:
                 write_table(path, table)
 

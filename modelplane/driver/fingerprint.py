@@ -13,7 +13,10 @@ successful update. The fingerprint covers:
 - the program itself: the source and vendored files of the ``stacks``, ``components``,
   ``crds`` and ``modelplane`` packages, and the versions of the Pulumi SDKs (and so of the
   providers) it registers resources with;
-- for the gateway, the clusters whose endpoints it leaves out of routes (``reconcile``).
+- for the gateway, the clusters whose endpoints it leaves out of routes (``reconcile``);
+- for the stacks that read the front-door key while it is rotated, which keys the workload
+  gateways accept and which one the front door sends *now* (modelplane/front_door_keys.py:
+  the first `up` after a key's switch or end runs them).
 
 The digest is recorded in the update's message (``modelplane-inputs: <digest>``), which
 every Pulumi backend keeps in the stack history, so skipping works from any checkout.
@@ -27,6 +30,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -290,9 +294,43 @@ def stack_fingerprint(
     }
     if unit.kind == "InferenceGateway" and unroutable:
         data["unroutable"] = sorted(unroutable)
+    front_door = front_door_phase(unit.kind, extra_config or {}, environ)
+    if front_door is not None:
+        data["frontDoor"] = front_door
     if project:
         data["project"] = project
     return digest(data)
+
+
+def front_door_phase(
+    kind: str,
+    config: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any] | None:
+    """What a stack of ``kind`` renders from the front-door keys at ``now`` (a deployment:
+    the users its workload gateways accept; the gateway: those and the user it sends), from
+    the environment's key text when it is set, else from the schedule in the stack's config;
+    None for other kinds and for keys without times (a fingerprint as it always was)."""
+    from modelplane import front_door_keys
+    from modelplane.caller_keys import KeyFormatError
+
+    if kind not in ("ModelDeployment", "InferenceGateway"):
+        return None
+    environ = os.environ if environ is None else environ
+    text = environ.get(secret_env_name("modelplane-front-door", "key"))
+    schedule = config.get(front_door_keys.SCHEDULE_CONFIG)
+    if text:
+        try:
+            schedule = front_door_keys.schedule(front_door_keys.parse(text))
+        except KeyFormatError:
+            return None
+    phase = front_door_keys.phase(
+        schedule if isinstance(schedule, str) else None, now or datetime.now(UTC)
+    )
+    if phase is not None and kind == "ModelDeployment":
+        phase.pop("sent")  # a deployment's workload gateways check keys, never send one
+    return phase
 
 
 def update_message(fingerprint: str, subject: str | None = None) -> str:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -37,7 +38,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
-from modelplane.driver.front_door import ensure_front_door_key
+from modelplane.driver.front_door import Rotation, ensure_front_door_key, rotate_front_door_key
 from modelplane.driver.migrate import Migration
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
@@ -66,9 +67,11 @@ from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
 from modelplane.secrets import (
     CallerKeysMissing,
+    CallerKeysTooShort,
     gateway_secret_errors,
     missing_caller_keys,
     private_dir,
+    short_caller_keys,
     write_new_key_file,
 )
 from modelplane.stacks import (
@@ -278,7 +281,8 @@ class Fleet:
         on a local backend, :meth:`first_local_up`), which makes them and returns the files.
         Then a gateway secret no source has, or a caller's keys malformed or all expired, is
         a FleetInvalid naming file, object and field -- it would otherwise fail the gateway
-        stack after the others were applied (api.md "Callers", "Keys")."""
+        stack after the others were applied (api.md "Callers", "Keys"); an unexpired key
+        shorter than the rule is CallerKeysTooShort, every caller named (security review L8)."""
         missing = missing_caller_keys(self.spec, self.path, self.env)
         if missing and not make_missing:
             raise CallerKeysMissing(missing, self.path)
@@ -286,6 +290,9 @@ class Fleet:
         errors = gateway_secret_errors(self.spec, self.path, self.env, skip_callers=skip)
         if errors:
             raise FleetInvalid(errors)
+        short = short_caller_keys(self.spec, self.path, self.env, skip_callers=skip)
+        if short:
+            raise CallerKeysTooShort(short, self.path)
         made: list[Path] = []
         for entry in missing:
             assert entry.path is not None and entry.home is not None
@@ -714,6 +721,17 @@ class Fleet:
             if adopt is not None:
                 done.runtime_documents = adopt(self.path.name)
         return done
+
+    def rotate_front_door_key(
+        self, *, after: timedelta, grace: timedelta, observer: Observer | None = None
+    ) -> Rotation:
+        """A new front-door key in every stack that reads it, sent from ``after`` on; the
+        older keys end ``grace`` from now (modelplane/front_door_keys.py)."""
+        with self.session(observer) as session:
+            session.list_stacks()  # a fresh backend is initialised before config is set
+            return rotate_front_door_key(
+                session, [u.name for u in self.stacks()], session.env, after=after, grace=grace
+            )
 
     @contextmanager
     def session(self, observer: Observer | None = None) -> Iterator[EngineSession]:

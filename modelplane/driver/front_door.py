@@ -8,14 +8,24 @@ gateway stacks read it as the secret `modelplane-front-door`/`key` (architecture
 provider (`pulumi config set --secret`), with the value another stack already holds or, the
 first time, a new random one. `MODELPLANE_SECRET_MODELPLANE_FRONT_DOOR_KEY` in the
 environment takes the place of all of this. The key is never printed or written in plaintext.
+
+`modelplane keys rotate DIR --front-door` appends a key and ends the older ones
+(modelplane/front_door_keys.py); the keys' ids and times without the keys go beside the
+secret as plain config (`modelplane:frontDoorSchedule`), which orders rotations: a stack
+whose schedule is older than another's (a rotation cut short by a lock, a stack made since)
+gets the newest keys at the next `up`.
 """
 
 from __future__ import annotations
 
-import secrets
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from modelplane import front_door_keys
+from modelplane.caller_keys import KeyFormatError, format_keys, rfc3339
 from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError
 from modelplane.driver.workspace import read_stack_config
@@ -24,6 +34,7 @@ if TYPE_CHECKING:
     from modelplane.driver.workspace import EngineSession
 
 CONFIG_KEY = "modelplane:secrets.modelplane-front-door.key"
+SCHEDULE_CONFIG = front_door_keys.SCHEDULE_CONFIG
 ENV = "MODELPLANE_SECRET_MODELPLANE_FRONT_DOOR_KEY"
 
 
@@ -39,11 +50,32 @@ def _holders(session: EngineSession) -> list[str]:
     return [n for n in names if CONFIG_KEY in read_stack_config(session.config_dir, n)]
 
 
-def existing_key(session: EngineSession) -> str | None:
-    """The key one of the fleet's stacks holds (decrypted by the engine), or None."""
+def _schedule(session: EngineSession, stack: str) -> str | None:
+    value = read_stack_config(session.config_dir, stack).get(SCHEDULE_CONFIG)
+    return value if isinstance(value, str) and value else None
+
+
+def _rank(schedule: str | None) -> tuple[str, int]:
+    """Which of two schedules is newer: each rotation appends a key with a later
+    ``notBefore`` (RFC 3339 in UTC, so the text sorts by time)."""
+    if schedule is None:
+        return ("", 0)
+    try:
+        rows = json.loads(schedule)
+        times = [str(r.get("notBefore") or "") for r in rows]
+    except (ValueError, TypeError, AttributeError):
+        return ("", 0)
+    return (max(times, default=""), len(rows))
+
+
+def existing_key(session: EngineSession, schedule: str | None = None) -> str | None:
+    """The key text one of the fleet's stacks holds (decrypted by the engine), or None;
+    ``schedule``: only from a stack whose schedule is that one."""
     from pulumi.automation.errors import CommandError
 
     for name in _holders(session):
+        if _schedule(session, name) != schedule:
+            continue
         try:
             value = session.stack(name, create=False).get_config(CONFIG_KEY).value
         except CommandError:
@@ -53,36 +85,59 @@ def existing_key(session: EngineSession) -> str | None:
     return None
 
 
+def _newest_schedule(session: EngineSession) -> str | None:
+    schedules = [_schedule(session, n) for n in _holders(session)]
+    return max(schedules, key=_rank, default=None)
+
+
+def _write(session: EngineSession, name: str, value: str, schedule: str | None) -> None:
+    session.stack(name)  # made (or selected) first: config belongs to a stack
+    session.set_secret_config(name, CONFIG_KEY, value)
+    session.sync_config(name, {SCHEDULE_CONFIG: schedule})
+
+
 def ensure_front_door_key(
     session: EngineSession, stacks: Iterable[str], env: Mapping[str, str], *, write: bool = True
 ) -> None:
-    """Give every deployment and gateway stack among ``stacks`` the fleet's key.
+    """Give every deployment and gateway stack among ``stacks`` the fleet's key: the one the
+    stacks hold, the newest rotation's when they differ (a rotation cut short, a stack made
+    since), else a new one.
 
     ``write``: set it in their config (up); otherwise (preview, which writes no config) the
     key, when some stack holds one, reaches the program through the environment only."""
     from pulumi.automation.errors import CommandError
 
     if env.get(ENV):
+        try:
+            front_door_keys.parse(env[ENV], where=ENV)
+        except KeyFormatError as exc:
+            raise DriverError(str(exc)) from None
         return
     wanted = [s for s in stacks if needs_key(s)]
-    lacking = [s for s in wanted if CONFIG_KEY not in read_stack_config(session.config_dir, s)]
+    newest = _newest_schedule(session)
+    lacking = [
+        s
+        for s in wanted
+        if CONFIG_KEY not in read_stack_config(session.config_dir, s)
+        or _schedule(session, s) != newest
+    ]
     if not lacking:
         return
 
-    value = existing_key(session)
+    value = existing_key(session, newest)
     if not write:
         # A preview writes no config: the key held, or a stand-in for the one `up` will make
         # (a secret either way, so the preview shows the same changes).
-        session.program_env[ENV] = value or secrets.token_urlsafe(32)
+        session.program_env[ENV] = value or front_door_keys.new_key()
         return
     # A new key goes to every stack (one that held an unreadable one included): one per fleet.
     targets = lacking if value is not None else wanted
-    value = value or secrets.token_urlsafe(32)
+    if value is None:
+        value, newest = front_door_keys.new_key(), None
     locked = False
     for name in targets:
         try:
-            session.stack(name)  # made (or selected) first: config belongs to a stack
-            session.set_secret_config(name, CONFIG_KEY, value)
+            _write(session, name, value, newest)
         except (CommandError, DriverError) as exc:
             if not stacklock.is_lock_error(exc):
                 raise
@@ -92,3 +147,66 @@ def ensure_front_door_key(
             locked = True
     if locked:
         session.program_env[ENV] = value
+
+
+@dataclass
+class Rotation:
+    """What ``rotate_front_door_key`` did (no key in it)."""
+
+    id: str
+    switch: str  # RFC 3339: from then on the front door sends the new key
+    end: str  # RFC 3339: the older keys end
+    stacks: list[str] = field(default_factory=list)
+
+
+def rotate_front_door_key(
+    session: EngineSession,
+    stacks: Iterable[str],
+    env: Mapping[str, str],
+    *,
+    after: timedelta,
+    grace: timedelta,
+    now: datetime | None = None,
+) -> Rotation:
+    """Append a new front-door key (sent from ``after`` on) and end the older ones ``grace``
+    from now, in every stack that holds the key and every deployment and gateway stack among
+    ``stacks`` (modelplane/front_door_keys.py says what each `up` then does)."""
+    from pulumi.automation.errors import CommandError
+
+    if env.get(ENV):
+        raise DriverError(
+            f"the front-door key comes from {ENV}: rotate it there (append a line `<new key> "
+            "id=<id> notBefore=<time>` and give the older lines `notAfter=<later time>`; "
+            'api.md "Keys")'
+        )
+    wanted = [s for s in stacks if needs_key(s)]
+    ensure_front_door_key(session, wanted, env)  # every stack on the newest key first
+    newest = _newest_schedule(session)
+    value = existing_key(session, newest)
+    if value is None:
+        raise DriverError(
+            "the fleet has no front-door key yet: `modelplane up` makes it (a fleet with "
+            "replicas behind workload gateways)"
+        )
+    now = now or datetime.now(UTC)
+    try:
+        keys = front_door_keys.rotated(front_door_keys.parse(value), now, after=after, grace=grace)
+    except ValueError as exc:
+        raise DriverError(f"cannot rotate the front-door key: {exc}") from None
+    text, schedule = format_keys(keys), front_door_keys.schedule(keys)
+    targets = sorted(set(_holders(session)) | set(wanted))
+    done: list[str] = []
+    for name in targets:
+        try:
+            _write(session, name, text, schedule)
+        except (CommandError, DriverError) as exc:
+            rest = ", ".join(t for t in targets if t not in done)
+            why = "locked by another update" if stacklock.is_lock_error(exc) else "failed"
+            raise DriverError(
+                f"the front-door key was rotated in {', '.join(done) or 'no stack'} but not "
+                f"in {rest} ({why}); the next `modelplane up` gives them the new keys"
+            ) from None
+        done.append(name)
+    new = keys[-1]
+    assert new.id is not None and new.not_before is not None
+    return Rotation(new.id, rfc3339(new.not_before), rfc3339(now + grace), done)

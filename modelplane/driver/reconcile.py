@@ -59,7 +59,7 @@ from modelplane.observe import DEFAULT_TIMEOUT, kubeconfig_for, observe_fleet, p
 from modelplane.observe.cluster import DEFAULT_STALE_AFTER
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.observe.router import router_metrics
-from modelplane.secrets import CallerKeysMissing
+from modelplane.secrets import CallerKeysMissing, CallerKeysTooShort
 from modelplane.stacks import GATEWAY_STACK
 from modelplane.wake import parse_held, sleeping_models
 
@@ -210,9 +210,9 @@ class Reconciler:
             current.error = f"the fleet is invalid ({len(exc.errors)} error(s)): " + "; ".join(
                 str(e) for e in exc.errors[:5]
             )
-        except (DriverError, CallerKeysMissing) as exc:
+        except (DriverError, CallerKeysMissing, CallerKeysTooShort) as exc:
             # A caller's key missing here (an emptyDir copy of the fleet) is said each round,
-            # never made anew (security review M3).
+            # never made anew (security review M3); so is a short one (L8).
             current.error = str(exc)
         if current.error or current.orphan_errors:  # a message may quote the backend URL
             secrets = self._backend_secrets()

@@ -207,8 +207,8 @@ AUTH_SPEC = (
     "    privateKey: {name: front-tls, key: key}\n    http: Redirect\n"
 )
 KEYS = {
-    "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-team-a-5f9c2e7d",
-    "MODELPLANE_SECRET_KEYS_BATCH": "sk-batch-81b3a0c4",
+    "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-team-a-5f9c2e7d-0b41a9c3e6f2d8b7",
+    "MODELPLANE_SECRET_KEYS_BATCH": "sk-batch-81b3a0c4-7e2d5f9a1c6b3e08",
     "MODELPLANE_SECRET_FRONT_TLS_CRT": "-----BEGIN CERTIFICATE-----\nfakecert7c1d\n",
     "MODELPLANE_SECRET_FRONT_TLS_KEY": "-----BEGIN PRIVATE KEY-----\nfakekey93ab\n",
 }
@@ -263,7 +263,7 @@ def test_auth_and_tls_render_no_secret_value(rendered: Path) -> None:
         for value in KEYS.values():
             assert value.strip().splitlines()[-1] not in text, f"a secret leaked into {path}"
         # Not even the hashes of the keys are in the render: the whole table is a secret.
-        for value in ("sk-team-a-5f9c2e7d", "sk-batch-81b3a0c4"):
+        for value in ("sk-team-a-5f9c2e7d-0b41a9c3e6f2d8b7", "sk-batch-81b3a0c4-7e2d5f9a1c6b3e08"):
             assert authz.key_hash(value) not in text, path
     found = manifests(rendered)
     # specs/local's cluster renders to a folder: its Secrets are hand-offs (H5), keys named.
@@ -510,7 +510,7 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
         "    - {name: team-a, secretRef: {name: 'file:team-a.key', key: k}}\n"
         "    - {name: ops, secretRef: {name: missing-keys, key: ops}}\n",
     )
-    (target / "team-a.key").write_text("sk-a\n")
+    (target / "team-a.key").write_text("sk-a-" + "4" * 40 + "\n")
     runner = CliRunner()
     plain = runner.invoke(app, ["validate", str(target), "-o", "json"], env={"COLUMNS": "500"})
     assert plain.exit_code == 0, plain.output
@@ -527,7 +527,7 @@ def test_auth_missing_gateway_secret_is_reported_before_anything_runs(tmp_path: 
     assert "spec.auth.callers[1].secretRef" in str(raised.value)
     assert "spec.auth.callers[0]" not in str(raised.value)
     # Set in the environment: nothing to report.
-    env = {"PATH": os.environ["PATH"], "MODELPLANE_SECRET_MISSING_KEYS_OPS": "sk-ops"}
+    env = {"PATH": os.environ["PATH"], "MODELPLANE_SECRET_MISSING_KEYS_OPS": "sk-ops-" + "5" * 40}
     Fleet.load(target, env=env).check_gateway_secrets()
 
 

@@ -20,8 +20,8 @@ AUTH = (
     "    - {name: batch, secretRef: {name: keys, key: batch}, limits: {requestsPerMinute: 60}}\n"
 )
 KEYS = {
-    "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a-1f2e",
-    "MODELPLANE_SECRET_KEYS_BATCH": "sk-b-9d8c",
+    "MODELPLANE_SECRET_KEYS_TEAM_A": "sk-a-1f2e-8c4d2b7e9a0f3c6d5b1e7a9c",
+    "MODELPLANE_SECRET_KEYS_BATCH": "sk-b-9d8c-3f7a1e5c0b9d2e4f6a8c1d3e",
     "MODELPLANE_SECRET_FRONT_TLS_CRT": "-----BEGIN CERTIFICATE-----\nfakecert5e1a\n",
     "MODELPLANE_SECRET_FRONT_TLS_KEY": "-----BEGIN PRIVATE KEY-----\nfakekey0b7d\n",
 }

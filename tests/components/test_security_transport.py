@@ -246,7 +246,7 @@ def test_security_transport_shards_loop_through_the_internal_service() -> None:
 
 
 KEYS = {
-    "MODELPLANE_SECRET_KEYS_A": "sk-a-3c9e",
+    "MODELPLANE_SECRET_KEYS_A": "sk-a-3c9e-5b8d1f4a7c2e9b0d6f3a8e1c",
     "MODELPLANE_SECRET_FRONT_TLS_CRT": "-----BEGIN CERTIFICATE-----\nfakecert\n",
     "MODELPLANE_SECRET_FRONT_TLS_KEY": "-----BEGIN PRIVATE KEY-----\nfakekey\n",
 }
