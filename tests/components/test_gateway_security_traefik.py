@@ -33,6 +33,7 @@ from modelplane.observe.usage import Counts, access_log_arguments, count_usage
 from tests.components.traefik_helpers import (
     HeadersEcho,
     free_port,
+    routes_to,
     running_traefik,
     serve_http,
 )
@@ -275,3 +276,59 @@ def test_hostile_forged_caller_headers_stripped_and_never_counted(
         ("team-a", "demo/chat"): Counts(requests=1),
         ("-", "demo/chat"): Counts(requests=2, refused=2),
     }
+
+
+def test_keys_workload_gateway_accepts_both_front_door_keys_during_a_rotation(
+    tmp_path: Path,
+) -> None:
+    """Security review M2: while the front-door key is rotated, the workload gateway's check
+    (the real Traefik's `basicAuth`, the htpasswd modelplane renders) lets in the old key
+    and the new one, each only under its own user; the front door sends the new one."""
+    from datetime import UTC, datetime, timedelta
+
+    from modelplane import front_door_keys
+    from modelplane.caller_keys import CallerKey, format_keys
+
+    now = datetime.now(UTC)
+    old = HOP_KEY * 3
+    # Rotated five minutes ago, switched one minute later, the old key ends in an hour.
+    keys = front_door_keys.rotated(
+        [CallerKey(old)],
+        now - timedelta(minutes=5),
+        after=timedelta(minutes=1),
+        grace=timedelta(hours=1),
+    )
+    text, new = format_keys(keys), keys[1]
+    check = front_door.traefik_check("qwen-front-door", "demo", {})["spec"]["basicAuth"]
+    check = {**check, "users": front_door.htpasswd(text).splitlines()}
+    check.pop("secret")
+    echo = serve_http(HeadersEcho)
+    upstream = f"http://127.0.0.1:{echo.server_address[1]}"
+    dynamic = {
+        "http": {
+            "routers": routes_to("echo", "front-door"),
+            "middlewares": {"front-door": {"basicAuth": check}},
+            "services": {"echo": {"loadBalancer": {"servers": [{"url": upstream}]}}},
+        }
+    }
+
+    def basic(user: str, key: str) -> dict[str, str]:
+        import base64
+
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{key}".encode()).decode()}
+
+    path = "/demo/qwen-a/v1/chat/completions"
+    try:
+        with running_traefik(tmp_path, dynamic, lambda p: post(p, path, {})[0] == 401) as port:
+            sent = {"Authorization": front_door.basic_credentials(text)}
+            assert sent == basic(f"modelplane-{new.id}", new.key)
+            cases = {
+                "sent (new)": (sent, 200),
+                "old": (basic("modelplane", old), 200),
+                "new key, old user": (basic("modelplane", new.key), 401),
+                "old key, new user": (basic(f"modelplane-{new.id}", old), 401),
+            }
+            got = {name: post(port, path, headers)[0] for name, (headers, _) in cases.items()}
+            assert got == {name: status for name, (_, status) in cases.items()}
+    finally:
+        echo.shutdown()

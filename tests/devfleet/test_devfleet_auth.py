@@ -428,3 +428,140 @@ def test_security_frontdoors_accept_no_route_from_another_namespace(
         except Exception:  # noqa: BLE001
             pass
         api.close()
+
+
+# --- rotating a caller's key and the front-door key under load (security review M2, M3) ---
+
+SWITCH_AFTER, FRONT_GRACE, CALLER_GRACE = 50, 80, 80  # seconds from the rotation
+
+
+def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_valid_caller(
+    deployed: Any, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet
+) -> None:
+    """Two callers call demo/chat back to back (its three replicas are behind workload
+    gateways on other clusters) while `dev`'s key and the front-door key are rotated:
+    `up` (the workload gateways accept both front-door keys, authz both of dev's), dev's
+    client moves to its new key, the first `up` after the switch (the front door sends the
+    new key), the first after the ends (the old front-door key's line goes; authz refuses
+    dev's old key by its clock). Not one request of either caller is refused; at the end the
+    old front-door credentials and dev's old key are refused and the new ones let in."""
+    import subprocess
+    import sys
+
+    from kubernetes.client import CoreV1Api
+
+    from components.workload.front_door import basic_credentials, check_name
+    from modelplane.caller_keys import parse_keys
+    from modelplane.devfleet import netns
+    from modelplane.driver.front_door import CONFIG_KEY
+
+    target, url, tls, keys = deployed
+    dev_file = dev_fleet.root / "callers" / "dev"
+    current = {"dev": parse_keys(dev_file.read_text())[-1].key, "batch": keys["batch"]}
+    old_dev = current["dev"]
+    results: dict[str, list[tuple[float, int]]] = {"dev": [], "batch": []}
+    stop = threading.Event()
+
+    def client(caller: str) -> None:
+        while not stop.is_set():
+            try:
+                status = post(url, tls, {"Authorization": f"Bearer {current[caller]}"})[0]
+            except OSError:
+                status = 0
+            results[caller].append((time.monotonic(), status))
+
+    def front_door_text() -> str:
+        fleet = deployer.fleet(target)
+        with fleet.session() as session:
+            return str(session.stack("gateway", create=False).get_config(CONFIG_KEY).value)
+
+    def workload_users() -> list[set[str]]:
+        """The users each replica's workload gateway accepts (its htpasswd Secret)."""
+        found = []
+        for cluster in dev_fleet.clusters:
+            core = CoreV1Api(fx.api_client(cluster))
+            for secret in core.list_namespaced_secret("demo").items:
+                if secret.metadata.name == check_name("qwen"):
+                    text = base64.b64decode(secret.data["users"]).decode()
+                    found.append({line.split(":", 1)[0] for line in text.splitlines()})
+        return found
+
+    def sent_user() -> str:
+        """The user of the credentials the front door's key check hands Traefik."""
+        core = CoreV1Api(fx.api_client(dev_fleet.cluster("dev-1")))
+        secret = core.read_namespaced_secret("modelplane-callers", "modelplane-system")
+        table = json.loads(base64.b64decode(secret.data["callers.json"]))
+        token = table["frontDoor"].removeprefix("Basic ")
+        return base64.b64decode(token).decode().split(":", 1)[0]
+
+    def up() -> None:
+        run = deployer.run("up", str(target), "--yes", timeout=900)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        for key in (*current.values(), old_dev):
+            assert key not in run.stdout + run.stderr
+
+    def every_gateway_accepts(*users: str) -> bool:
+        found = workload_users()
+        return bool(found) and all(u == set(users) for u in found)
+
+    old_text = front_door_text()
+    assert every_gateway_accepts("modelplane") and sent_user() == "modelplane"
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in current]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(2)
+        rotated_at = time.monotonic()
+        for argv in (
+            ["--caller", "dev", "--grace", f"{CALLER_GRACE}s"],
+            ["--front-door", "--after", f"{SWITCH_AFTER}s", "--grace", f"{FRONT_GRACE}s"],
+        ):
+            done = deployer.run("keys", "rotate", str(target), *argv, timeout=300)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        new_id = fdk_new_id(front_door_text())
+        up()  # accept: every workload gateway takes both keys, authz both of dev's
+        accepted_at = time.monotonic() - rotated_at
+        assert every_gateway_accepts("modelplane", f"modelplane-{new_id}"), workload_users()
+        assert sent_user() == "modelplane", f"up took {accepted_at:.0f} s: past the switch"
+        current["dev"] = parse_keys(dev_file.read_text())[-1].key
+        assert current["dev"] != old_dev
+        time.sleep(max(0.0, rotated_at + SWITCH_AFTER + 1 - time.monotonic()))
+        up()  # the switch
+        assert sent_user() == f"modelplane-{new_id}"
+        time.sleep(max(0.0, rotated_at + max(FRONT_GRACE, CALLER_GRACE) + 1 - time.monotonic()))
+        up()  # the ends
+        assert every_gateway_accepts(f"modelplane-{new_id}"), workload_users()
+        time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    summary = {
+        c: {"requests": len(r), "refused": sum(s != 200 for _, s in r)} for c, r in results.items()
+    }
+    print("rotation under load:", json.dumps({**summary, "acceptUpSeconds": round(accepted_at)}))
+    for caller, rows in results.items():
+        failed = [r for r in rows if r[1] != 200]
+        assert len(rows) > 20 and not failed, (caller, failed[:5])
+    assert post(url, tls, {"x-api-key": old_dev})[0] == 401
+    assert post(url, tls, {"x-api-key": current["dev"]})[0] == 200
+    # Straight to a workload gateway: the old front-door credentials are refused, the new
+    # ones let in.
+    endpoints = deployer.fleet(target).status().gateway["endpoints"]
+    replica = next(e["url"] for e in endpoints if e.get("url") and "/demo/qwen" in e["url"])
+    new_text = front_door_text()
+    attempts = [[replica, basic_credentials(old_text)], [replica, basic_credentials(new_text)]]
+    argv = [*netns.exec_prefix(dev_fleet.netns), sys.executable, "-c", BYPASS]
+    done = subprocess.run(
+        [*argv, json.dumps(attempts)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [int(s) for s in done.stdout.split()] == [401, 200], done.stdout
+
+
+def fdk_new_id(text: str) -> str:
+    from modelplane import front_door_keys
+
+    new = front_door_keys.parse(text)[-1]
+    assert new.id is not None
+    return new.id
