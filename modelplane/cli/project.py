@@ -20,11 +20,15 @@ def project(
     """Write DIR/Pulumi.yaml, the fleet's own Pulumi project derived from the repository's
     root Pulumi.yaml (the program in stacks/, the repository's .venv, the fleet's own stack
     config and state), so `cd DIR && pulumi up -s <stack>` runs what `modelplane up DIR` runs.
+    The file also records the fleet's uid (`modelplane.fleetUid`), generated on the first
+    write and kept: commit it, it tells this fleet from another of the same name on a
+    postgres:// backend.
     """
     from modelplane.driver.project import (
         PROJECT_FILE,
         ProjectError,
         fleet_project_text,
+        fleet_uid,
         repository_root,
         write_fleet_project,
     )
@@ -42,6 +46,12 @@ def project(
                     f"run `modelplane project {fleet_dir}`"
                 )
             get_console().print(f"{path} is up to date", highlight=False)
+            if fleet_uid(fleet_dir) is None:  # derived, from before fleets had a uid
+                get_console().print(
+                    f"{path} records no fleet uid: `modelplane project {fleet_dir}` adds one "
+                    '(docs/architecture.md, "Where runtime state lives")',
+                    highlight=False,
+                )
             return
         changed = write_fleet_project(root, fleet_dir)
     except ProjectError as exc:

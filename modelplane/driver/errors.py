@@ -10,6 +10,7 @@ __all__ = [
     "DriverError",
     "EngineFailed",
     "EngineUnavailable",
+    "FleetIdTaken",
     "FleetInvalid",
     "PassphraseMissing",
     "StackLocked",
@@ -30,6 +31,12 @@ class EngineUnavailable(DriverError, EnvironmentProblem):
 
 class BackendError(DriverError, EnvironmentProblem):
     """The state backend URL is unusable."""
+
+
+class FleetIdTaken(BackendError):
+    """A shared runtime store holds the fleet's id for another fleet (another fleet uid):
+    refused before anything is read or written (docs/architecture.md, "Where runtime state
+    lives")."""
 
 
 class StackLocked(DriverError, Retryable):

@@ -6,12 +6,23 @@ The documents sit next to the stacks' state, in the same database, in one table:
     modelplane_runtime(fleet text, name text, document jsonb, updated timestamptz,
                        primary key (fleet, name))
 
-``fleet`` is the fleet's project scope (its backend path is shared by every fleet of the
-database, so documents are keyed by a fleet id, default the fleet directory's name). Every
-write is one statement (``insert ... on conflict do update``): a reader sees the old or the
-new document, never a torn one. The connection is opened per call (a reconcile round
-writes a handful of documents; the round trip is measured in docs/benchmarks.md) so a
-restarted database costs one failed write, never a stuck process.
+``fleet`` is the fleet id (the database is shared by every fleet on it, so documents are
+keyed by it: ``MODELPLANE_FLEET_ID``, else the fleet's Pulumi project name). Every write is
+one statement (``insert ... on conflict do update``): a reader sees the old or the new
+document, never a torn one. The connection is opened per call (a reconcile round writes a
+handful of documents; the round trip is measured in docs/benchmarks.md) so a restarted
+database costs one failed write, never a stuck process.
+
+A name can be shared by two fleets by mistake, so each id is claimed by the fleet's uid
+(``modelplane.fleetUid`` in its ``Pulumi.yaml``, modelplane.driver.project) in a second
+table::
+
+    modelplane_fleets(fleet text primary key, uid text, claimed timestamptz)
+
+The first write of a fleet with a uid claims an unclaimed id (and so adopts the documents a
+fleet without a uid kept there). Until a fleet owns its id, each statement first reads the
+claim, and a fleet of another uid (or of none) is refused with
+:class:`~modelplane.driver.errors.FleetIdTaken` before anything is read or written.
 
 The client is ``pg8000`` (pure Python). The URL is the backend's own: its password is
 never logged or quoted in an error.
@@ -27,16 +38,21 @@ import threading
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from modelplane.driver.errors import BackendError
+from modelplane.driver.errors import BackendError, FleetIdTaken
 from modelplane.driver.settings import redact_url
 
 TABLE = "modelplane_runtime"
+FLEETS = "modelplane_fleets"
 CONNECT_TIMEOUT = 10.0
 
 _SCHEMA = (
     f"create table if not exists {TABLE} ("
     " fleet text not null, name text not null, document jsonb not null,"
     " updated timestamptz not null default now(), primary key (fleet, name))"
+)
+_FLEETS_SCHEMA = (
+    f"create table if not exists {FLEETS} ("
+    " fleet text primary key, uid text not null, claimed timestamptz not null default now())"
 )
 
 
@@ -124,15 +140,24 @@ def tls_context(url: str, host: str, query: dict[str, str]) -> ssl.SSLContext | 
 
 
 class PostgresStore:
-    """Named JSON documents of one fleet in the ``modelplane_runtime`` table."""
+    """Named JSON documents of one fleet in the ``modelplane_runtime`` table.
 
-    def __init__(self, url: str, fleet: str) -> None:
+    ``uid``: the fleet's uid (None for a fleet whose ``Pulumi.yaml`` records none), checked
+    against the id's claim; ``project_file``: where the fleet's ``name`` is set (for the
+    refusal's message)."""
+
+    def __init__(
+        self, url: str, fleet: str, uid: str | None = None, project_file: str | None = None
+    ) -> None:
         self.url = url
         self.fleet = fleet
+        self.uid = uid
+        self.project_file = project_file
         self._args = connect_args(url)
         self._ready = False
         self._conn: Any = None
         self._guard = threading.Lock()
+        self._owned = False  # the id's claim names this fleet's uid: nothing more to check
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url)!r}, fleet={self.fleet!r})"
@@ -154,19 +179,32 @@ class PostgresStore:
             ) from None
         if not self._ready:
             conn.run(_SCHEMA)
+            conn.run(_FLEETS_SCHEMA)
             self._ready = True
         return conn
 
     def _run(self, sql: str, **params: Any) -> list[Any]:
+        """One statement that reads (:meth:`_execute`)."""
+        return self._execute(sql, params, write=False)
+
+    def _write(self, sql: str, **params: Any) -> list[Any]:
+        """One statement that writes: the fleet's id claimed first (:meth:`_execute`)."""
+        return self._execute(sql, params, write=True)
+
+    def _execute(self, sql: str, params: dict[str, Any], write: bool) -> list[Any]:
         """One statement on the store's connection (opened on first use: a connection costs
-        a server process, ~100 ms; a statement well under 1 ms). A broken connection (the
-        server restarted) is opened again once."""
+        a server process, ~100 ms; a statement well under 1 ms), after the fleet id's claim
+        is checked (:meth:`_check_claim_locked`). A broken connection (the server restarted)
+        is opened again once."""
         with self._guard:
             for attempt in (0, 1):
                 if self._conn is None:
                     self._conn = self._connect()
                 try:
+                    self._check_claim_locked(write)
                     return list(self._conn.run(sql, **params) or [])
+                except FleetIdTaken:
+                    raise
                 except Exception as exc:
                     self.close_locked()
                     if attempt == 0 and _broken(exc):
@@ -176,6 +214,42 @@ class PostgresStore:
                         f"{type(exc).__name__}: {_message(exc)}"
                     ) from None
         raise AssertionError("unreachable")
+
+    def _check_claim_locked(self, write: bool) -> None:
+        """Until this fleet owns its id, before each statement: refuse an id another fleet
+        claimed; a write of a fleet with a uid claims an unclaimed id (the first uid to claim
+        it owns it; from then on nothing is checked). A fleet without a uid never owns one:
+        each of its statements costs one more (well under 1 ms)."""
+        if self._owned:
+            return
+        if write and self.uid is not None:
+            self._conn.run(
+                f"insert into {FLEETS} (fleet, uid) values (:f, :u) on conflict (fleet) do nothing",
+                f=self.fleet,
+                u=self.uid,
+            )
+        rows = self._conn.run(f"select uid from {FLEETS} where fleet = :f", f=self.fleet)
+        owner = str(rows[0][0]) if rows else None
+        if owner is None:
+            return
+        if owner != self.uid:
+            raise FleetIdTaken(self._taken(owner))
+        self._owned = True
+
+    def _taken(self, owner: str) -> str:
+        """The refusal: one line with the id, whose it is, and the fix."""
+        mine = (
+            f"this fleet's is {self.uid}"
+            if self.uid is not None
+            else "this fleet's Pulumi.yaml records none; if it is that fleet, use a checkout "
+            "whose Pulumi.yaml has its `modelplane.fleetUid`"
+        )
+        where = self.project_file or "the fleet's Pulumi.yaml"
+        return (
+            f"fleet id {self.fleet!r} belongs to another fleet on this database "
+            f"({redact(self.url)}: fleet uid {owner}; {mine}): set a distinct `name` in "
+            f"{where}, or MODELPLANE_FLEET_ID"
+        )
 
     def close_locked(self) -> None:
         conn, self._conn = self._conn, None
@@ -196,6 +270,8 @@ class PostgresStore:
                 f=self.fleet,
                 n=name,
             )
+        except FleetIdTaken:
+            raise  # another fleet's documents: never read as this fleet's
         except BackendError:
             return None  # the state is a memory: unreadable reads as empty
         if not rows:
@@ -206,7 +282,7 @@ class PostgresStore:
             return None
 
     def save(self, name: str, document: Any) -> None:
-        self._run(
+        self._write(
             f"insert into {TABLE} (fleet, name, document) values (:f, :n, cast(:d as jsonb)) "
             "on conflict (fleet, name) do update set document = excluded.document, "
             "updated = now()",
@@ -216,17 +292,21 @@ class PostgresStore:
         )
 
     def delete(self, name: str) -> None:
-        self._run(f"delete from {TABLE} where fleet = :f and name = :n", f=self.fleet, n=name)
+        self._write(f"delete from {TABLE} where fleet = :f and name = :n", f=self.fleet, n=name)
 
     def adopt(self, old_fleet: str) -> int:
         """Move the documents kept under another fleet key (the fleet's key before it had a
-        project name of its own) to this fleet's, unless this fleet has one of that name;
-        how many moved. One statement."""
-        rows = self._run(
+        project name of its own) to this fleet's, unless this fleet has one of that name or
+        another fleet uid claimed that key (its documents are that fleet's); how many moved.
+        One statement."""
+        rows = self._write(
             f"update {TABLE} set fleet = :f where fleet = :o and name not in "
-            f"(select name from {TABLE} where fleet = :f) returning name",
+            f"(select name from {TABLE} where fleet = :f) and not exists "
+            f"(select 1 from {FLEETS} c where c.fleet = :o and c.uid is distinct from "
+            "cast(:u as text)) returning name",
             f=self.fleet,
             o=old_fleet,
+            u=self.uid,
         )
         return len(rows)
 

@@ -18,12 +18,21 @@ Pulumi Cloud organization, a bucket, a PostgreSQL database) never share a stack:
 ``modelplane-<directory name>`` (:func:`fleet_project_name`). The root project is the
 embedded default fleet's, ``modelplane-local``. Stacks of the one project every fleet used
 before, ``modelplane``, move to the fleet's own with ``modelplane migrate DIR``.
+
+A name can be shared by mistake (two directories of one name, a copied ``Pulumi.yaml``), so
+the file also records the fleet's identity: ``modelplane.fleetUid``, a random UUID that
+``modelplane project DIR`` writes once when the file has none and keeps from then on, the
+same on every checkout (:func:`fleet_uid`). A ``postgres://`` runtime store refuses a fleet
+whose id another uid claimed (modelplane.driver.pgstore; docs/architecture.md, "Where
+runtime state lives"). Pulumi carries top-level keys it does not know (the project schema
+allows them, ``Project.AdditionalKeys``) without a warning, and no stack sees it as config.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +51,16 @@ LEGACY_PROJECT = "modelplane"
 NAME_PREFIX = "modelplane-"
 # Pulumi's rule for project names (pkg/workspace: alphanumerics, `-`, `_`, `.`; 100 at most).
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+# The fleet's identity in its Pulumi.yaml: `modelplane: {fleetUid: <uuid>}`, a top-level key
+# of modelplane's own (Pulumi keeps unknown top-level keys; a `config:` entry would become
+# stack config, and one namespaced `modelplane:` may not carry a `default`).
+OWN_KEY = "modelplane"
+UID_FIELD = "fleetUid"
+UID_COMMENT = (
+    "# The fleet's identity, generated once by `modelplane project` and kept: a postgres://\n"
+    "# runtime store refuses another fleet of the same `name` (a copy of this file for another\n"
+    "# fleet must drop this and set its own `name`).\n"
+)
 
 
 class ProjectError(DriverError):
@@ -96,16 +115,50 @@ def fleet_project_name(fleet_dir: Path) -> str:
     path = fleet_dir / PROJECT_FILE
     if not path.is_file():
         return derived_project_name(fleet_dir)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProjectError(f"cannot read {path}: {exc}") from None
+    data = _read_fleet_project(path)
     name = data.get("name") if isinstance(data, dict) else None
     problem = project_name_problem(name)
     if problem is not None:
         raise ProjectError(f"{path}: field `name`: {problem}")
     assert isinstance(name, str)
     return name
+
+
+def _read_fleet_project(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProjectError(f"cannot read {path}: {exc}") from None
+
+
+def new_fleet_uid() -> str:
+    """A fresh fleet identity (a random UUID)."""
+    return str(uuid.uuid4())
+
+
+def fleet_uid(fleet_dir: Path) -> str | None:
+    """The fleet's identity: ``modelplane.fleetUid`` in ``<fleet>/Pulumi.yaml`` (a UUID,
+    written by ``modelplane project``), else None (no file, or one written before fleets had
+    one). Raises ProjectError naming the file and field when it is not a UUID."""
+    path = fleet_dir / PROJECT_FILE
+    if not path.is_file():
+        return None
+    data = _read_fleet_project(path)
+    own = data.get(OWN_KEY) if isinstance(data, dict) else None
+    if own is None:
+        return None
+    value = own.get(UID_FIELD) if isinstance(own, dict) else own
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return str(uuid.UUID(value))
+        except ValueError:
+            pass
+    raise ProjectError(
+        f"{path}: field `{OWN_KEY}.{UID_FIELD}`: {value!r} is not a UUID (delete the "
+        f"`{OWN_KEY}` block and run `modelplane project {fleet_dir}` to write a new one)"
+    )
 
 
 def _anchored(value: str, root_dir: Path, fleet_dir: Path) -> str:
@@ -131,8 +184,11 @@ def fleet_label(root_dir: Path, fleet_dir: Path) -> str:
     )
 
 
-def fleet_project(root: Mapping[str, Any], root_dir: Path, fleet_dir: Path) -> dict[str, Any]:
-    """The fleet's own project settings, derived from the root project's."""
+def fleet_project(
+    root: Mapping[str, Any], root_dir: Path, fleet_dir: Path, *, new_uid: str | None = None
+) -> dict[str, Any]:
+    """The fleet's own project settings, derived from the root project's, with the fleet's
+    uid (:func:`fleet_uid`) when its file has one, else ``new_uid`` when given."""
     root_dir, fleet_dir = root_dir.resolve(), fleet_dir.resolve()
     if fleet_dir == root_dir:
         raise ProjectError(
@@ -140,7 +196,7 @@ def fleet_project(root: Mapping[str, Any], root_dir: Path, fleet_dir: Path) -> d
         )
     out: dict[str, Any] = {}
     for key, value in root.items():
-        if key in FLEET_FIELDS:
+        if key in FLEET_FIELDS or key == OWN_KEY:  # the root's identity is not the fleet's
             continue
         if key == "name":  # the fleet's own: kept when its file names one
             value = fleet_project_name(fleet_dir)
@@ -156,6 +212,9 @@ def fleet_project(root: Mapping[str, Any], root_dir: Path, fleet_dir: Path) -> d
         out[key] = value
     if "backend" in root:
         out["backend"] = {"url": FLEET_BACKEND}
+    uid = fleet_uid(fleet_dir) or new_uid
+    if uid is not None:
+        out[OWN_KEY] = {UID_FIELD: uid}
     return out
 
 
@@ -179,18 +238,23 @@ def header(label: str, main: str) -> str:
     )
 
 
-def fleet_project_text(root_dir: Path, fleet_dir: Path) -> str:
-    """The text of ``<fleet>/Pulumi.yaml``: the header and the derived settings."""
-    settings = fleet_project(read_project(root_dir), root_dir, fleet_dir)
-    body = yaml.safe_dump(settings, sort_keys=False)
+def fleet_project_text(root_dir: Path, fleet_dir: Path, *, new_uid: str | None = None) -> str:
+    """The text of ``<fleet>/Pulumi.yaml``: the header, the derived settings, and the fleet's
+    uid last (kept from the file, else ``new_uid``; none when neither)."""
+    settings = fleet_project(read_project(root_dir), root_dir, fleet_dir, new_uid=new_uid)
+    own = settings.pop(OWN_KEY, None)
+    body: str = yaml.safe_dump(settings, sort_keys=False)
+    if own is not None:
+        body += UID_COMMENT + yaml.safe_dump({OWN_KEY: own}, sort_keys=False)
     return header(fleet_label(root_dir, fleet_dir), str(settings["main"])) + body
 
 
 def write_fleet_project(root_dir: Path, fleet_dir: Path) -> bool:
-    """Write ``<fleet>/Pulumi.yaml``; True when it changed."""
+    """Write ``<fleet>/Pulumi.yaml`` with the fleet's uid (a new one when the file has none,
+    kept on every later write); True when it changed."""
     if not fleet_dir.is_dir():
         raise ProjectError(f"{fleet_dir}: not a directory")
-    text = fleet_project_text(root_dir, fleet_dir)
+    text = fleet_project_text(root_dir, fleet_dir, new_uid=new_fleet_uid())
     path = fleet_dir / PROJECT_FILE
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False

@@ -132,21 +132,28 @@ def store_for(
     fleet_dir: str | Path,
     environ: Mapping[str, str] | None = None,
 ) -> StateStore:
-    """The fleet's store: in the backend's database for ``postgres://``, else the files of
-    the fleet's ``.modelplane/``."""
+    """The fleet's store: in the backend's database for ``postgres://``, keyed by
+    :func:`fleet_id` and checked against the fleet's uid (``modelplane.fleetUid`` in its
+    ``Pulumi.yaml``: another fleet of the same id is refused, modelplane.driver.pgstore), else
+    the files of the fleet's ``.modelplane/`` (inside the fleet's folder: no other fleet's, so
+    nothing to check)."""
     if is_shared(backend_url):
         from modelplane.driver.pgstore import PostgresStore
+        from modelplane.driver.project import PROJECT_FILE, fleet_uid
 
-        key = (str(backend_url), fleet_id(fleet_dir, environ))
+        folder = Path(fleet_dir).resolve()
+        key = (str(backend_url), fleet_id(folder, environ), fleet_uid(folder), str(folder))
         with _SHARED_LOCK:  # one store (one connection) per database and fleet per process
             store = _SHARED.get(key)
             if store is None:
-                store = _SHARED[key] = PostgresStore(*key)
+                store = _SHARED[key] = PostgresStore(
+                    key[0], key[1], key[2], project_file=str(folder / PROJECT_FILE)
+                )
         return store
     return FileStore(Path(state_dir))
 
 
-_SHARED: dict[tuple[str, str], StateStore] = {}
+_SHARED: dict[tuple[str, str, str | None, str], StateStore] = {}
 _SHARED_LOCK = threading.Lock()
 
 

@@ -7,20 +7,26 @@ tests/driver/test_engine_local.py (a fleet's own project).
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
 from modelplane.api.loader import load_fleet
 from modelplane.driver.project import (
     FLEET_BACKEND,
+    OWN_KEY,
+    UID_COMMENT,
+    UID_FIELD,
     ProjectError,
     derived_project_name,
     fleet_project,
     fleet_project_name,
     fleet_project_text,
+    fleet_uid,
     read_project,
     write_fleet_project,
 )
@@ -32,7 +38,7 @@ SPECS = REPO / "specs"
 FLEETS = sorted(p.name for p in SPECS.iterdir() if p.is_dir())
 
 
-def _cli():
+def _cli() -> typer.Typer:
     from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
 
     return app
@@ -206,3 +212,89 @@ def test_a_fleet_project_keeps_the_name_set_in_it(tmp_path: Path) -> None:
     assert fleet_project(root, tmp_path / "repo", fleet)["name"] == "modelplane-prod"
     (fleet / "Pulumi.yaml").write_text("name: payments-llm\nruntime: python\nmain: x\n")
     assert fleet_project(root, tmp_path / "repo", fleet)["name"] == "payments-llm"
+
+
+def test_writing_the_fleet_project_adds_a_uid_once_and_keeps_it(tmp_path: Path) -> None:
+    """The fleet's identity (security review L11): `modelplane project` writes a random uid
+    into a file that has none, and every later write keeps it, whatever else changes."""
+    fleet = tmp_path / "prod"
+    fleet.mkdir()
+    assert fleet_uid(fleet) is None  # no file: no uid
+    assert write_fleet_project(REPO, fleet)
+    uid = fleet_uid(fleet)
+    assert uid is not None and str(uuid.UUID(uid)) == uid
+    text = (fleet / "Pulumi.yaml").read_text()
+    project = yaml.safe_load(text)
+    assert project[OWN_KEY] == {UID_FIELD: uid}
+    assert list(project)[-1] == OWN_KEY and UID_COMMENT in text  # last, explained
+    assert not write_fleet_project(REPO, fleet)  # unchanged: the same uid, not a new one
+    # A later write that changes the file (an edit, another `name`) keeps the uid.
+    edited = text.replace("name: modelplane-prod", "name: payments") + "# edited\n"
+    (fleet / "Pulumi.yaml").write_text(edited)
+    assert write_fleet_project(REPO, fleet)
+    again = yaml.safe_load((fleet / "Pulumi.yaml").read_text())
+    assert (again["name"], fleet_uid(fleet)) == ("payments", uid)
+    # Another fleet gets another uid.
+    other = tmp_path / "other" / "prod"
+    other.mkdir(parents=True)
+    write_fleet_project(REPO, other)
+    assert fleet_uid(other) not in (None, uid)
+
+
+def test_a_fleet_project_without_a_uid_stays_derived_until_written(tmp_path: Path) -> None:
+    """A file from before fleets had a uid: still derived (`--check` passes, saying how to add
+    one), and the next `modelplane project` adds one, keeping its `name`."""
+    fleet = tmp_path / "legacy"
+    fleet.mkdir()
+    legacy = fleet_project_text(REPO, fleet).replace("name: modelplane-legacy", "name: team-a")
+    (fleet / "Pulumi.yaml").write_text(legacy)
+    assert fleet_uid(fleet) is None and fleet_project_text(REPO, fleet) == legacy
+    runner = CliRunner()
+    ok = runner.invoke(_cli(), ["project", str(fleet), "--check"], env={"COLUMNS": "300"})
+    assert ok.exit_code == 0 and "up to date" in ok.output and "records no fleet uid" in ok.output
+    assert (fleet / "Pulumi.yaml").read_text() == legacy  # --check writes nothing
+    assert write_fleet_project(REPO, fleet)
+    assert fleet_uid(fleet) is not None and fleet_project_name(fleet) == "team-a"
+    ok = runner.invoke(_cli(), ["project", str(fleet), "--check"], env={"COLUMNS": "300"})
+    assert ok.exit_code == 0 and "records no fleet uid" not in ok.output
+
+
+def test_the_root_projects_uid_is_not_the_fleets(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    fleet = tmp_path / "repo" / "prod"
+    fleet.mkdir()
+    root = {"name": "r", "runtime": "python", "main": "s/", OWN_KEY: {UID_FIELD: "x"}}
+    assert OWN_KEY not in fleet_project(root, tmp_path / "repo", fleet)
+    derived = fleet_project(root, tmp_path / "repo", fleet, new_uid="n")
+    assert derived[OWN_KEY] == {UID_FIELD: "n"}
+
+
+UID = "0b9f5a52-3c1e-4d2b-9a61-5f4c8e7d6a10"
+
+
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        (None, None),  # no Pulumi.yaml
+        ("name: a\n", None),  # written before fleets had a uid
+        (f"name: a\nmodelplane:\n  fleetUid: {UID}\n", UID),
+        (f"name: a\nmodelplane:\n  fleetUid: {UID.upper()}\n", UID),  # one spelling
+        ("name: a\nmodelplane: {}\n", None),
+        ("name: a\nmodelplane:\n  fleetUid: prod\n", "error: `modelplane.fleetUid`: 'prod'"),
+        ("name: a\nmodelplane:\n  fleetUid: 7\n", "error: `modelplane.fleetUid`: 7 is not"),
+        ("name: a\nmodelplane: prod\n", "error: `modelplane.fleetUid`: 'prod' is not a UUID"),
+        ("name: [\n", "error: cannot read"),
+    ],
+)
+def test_the_fleet_uid_in_its_project(
+    tmp_path: Path, file: str | None, expected: str | None
+) -> None:
+    if file is not None:
+        (tmp_path / "Pulumi.yaml").write_text(file)
+    if expected is not None and expected.startswith("error: "):
+        with pytest.raises(ProjectError) as caught:
+            fleet_uid(tmp_path)
+        assert expected.removeprefix("error: ") in str(caught.value)
+        assert str(tmp_path / "Pulumi.yaml") in str(caught.value)  # names the file
+        return
+    assert fleet_uid(tmp_path) == expected
