@@ -278,6 +278,33 @@ def test_hostile_forged_caller_headers_stripped_and_never_counted(
     }
 
 
+@pytest.mark.parametrize("size", [2 * 1024 * 1024, 8 * 1024 * 1024], ids=["2MiB", "8MiB"])
+def test_hostile_huge_headers_at_the_front_door_are_refused(
+    gateways: tuple[int, int], size: int
+) -> None:
+    """Security review L2 at the front door: headers past the entry point's bound (Go's
+    1 MiB) get 431 before the key check or an engine sees them, with a valid key too; the
+    front door goes on serving."""
+    import socket
+
+    front, _ = gateways
+    request = (
+        b"POST /demo/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        + f"x-api-key: {KEYS['team-a']}\r\n".encode()
+        + b"x-padding: "
+        + b"a" * size
+        + b"\r\nContent-Length: 2\r\n\r\n{}"
+    )
+    with socket.create_connection(("127.0.0.1", front), timeout=30) as conn:
+        try:
+            conn.sendall(request)
+        except OSError:
+            pass  # the server may close while the rest is still being sent
+        answer = conn.recv(1024)
+    assert answer.split(b"\r\n")[0].split(b" ")[1] == b"431", answer[:200]
+    assert post(front, "/demo/chat/v1/x", {"x-api-key": KEYS["team-a"]})[0] == 200
+
+
 def test_keys_workload_gateway_accepts_both_front_door_keys_during_a_rotation(
     tmp_path: Path,
 ) -> None:
