@@ -13,11 +13,16 @@ import pulumi_kubernetes as kubernetes
 #: that ``modelplane up`` and a plain ``pulumi up -s`` (with whatever the user exported)
 #: record the same inputs and never see a change the other made. (Provider 4.25, the one the
 #: engine builds and the SDK pinned to it, has no ``enablePatchForce`` or
-#: ``upsertExistingObjects``.)
+#: ``upsertExistingObjects``.) One is not the default: ``enable_secret_mutable``. Without it
+#: the provider replaces a Secret whose data changed, and a Secret of a fixed name is
+#: deleted before it is made again: a gateway's check that reads it (the workload gateways'
+#: htpasswd, the front door's injected credentials) fails in between, and its routes answer
+#: 404 or 500 while a key is rotated. With it the data is updated in place (the provider
+#: treats the flag as an update of itself, never a replacement of what it manages).
 EXPLICIT_DEFAULTS: dict[str, Any] = {
     "delete_unreachable": False,
     "enable_config_map_mutable": False,
-    "enable_secret_mutable": False,
+    "enable_secret_mutable": True,
     "enable_server_side_apply": True,
     "skip_update_unreachable": False,
     "suppress_deprecation_warnings": False,

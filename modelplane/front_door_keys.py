@@ -41,6 +41,7 @@ from modelplane.caller_keys import (
     NOT_BEFORE,
     CallerKey,
     KeyFormatError,
+    format_keys,
     parse_keys,
     parse_time,
     rfc3339,
@@ -94,8 +95,9 @@ def sent(keys: Sequence[CallerKey], now: datetime) -> CallerKey:
     return due[-1] if due else live[0]
 
 
-def schedule(keys: Sequence[CallerKey]) -> str:
-    """The keys' ids and times as canonical JSON (plain config: no key in it)."""
+def schedule(keys: Sequence[CallerKey], changed: datetime | None = None) -> str:
+    """The keys' ids and times as canonical JSON (plain config: no key in it), with the
+    time of the change that made them (``changed``: which of two schedules is newer)."""
     rows = [
         {
             "id": k.id,
@@ -104,17 +106,35 @@ def schedule(keys: Sequence[CallerKey]) -> str:
         }
         for k in keys
     ]
-    return json.dumps(rows, sort_keys=True, separators=(",", ":"))
+    data = {"changed": rfc3339(changed) if changed else None, "keys": rows}
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def phase(schedule_json: str | None, now: datetime) -> dict[str, Any] | None:
-    """What the stacks render at ``now`` from a schedule, without its keys: the users
-    accepted and the user sent. None without a schedule or times (nothing changes with the
-    clock) or with one that does not parse (the stacks' own parse reports it)."""
+def changed(schedule_json: str | None) -> str:
+    """When a schedule was made (RFC 3339 in UTC: the text sorts by time), "" if unknown."""
+    try:
+        data = json.loads(schedule_json or "null")
+        return str(data.get("changed") or "") if isinstance(data, dict) else ""
+    except ValueError:
+        return ""
+
+
+def phase(
+    schedule_json: str | None,
+    now: datetime,
+    *,
+    keep: str | None = None,
+    only: Sequence[str] | None = None,
+) -> dict[str, Any] | None:
+    """What the stacks render at ``now`` from a schedule, without its keys: the users the
+    workload gateways accept (``keep`` among them) and the user the front door sends (one
+    of ``only``: the driver's hold, below). None without a schedule or times (nothing
+    changes with the clock) or with one that does not parse (the stacks' own parse reports
+    it)."""
     if not schedule_json:
         return None
     try:
-        rows = json.loads(schedule_json)
+        rows = json.loads(schedule_json)["keys"]
         if not any(r.get(NOT_AFTER) or r.get(NOT_BEFORE) for r in rows):
             return None
         keys = [
@@ -126,9 +146,11 @@ def phase(schedule_json: str | None, now: datetime) -> dict[str, Any] | None:
             )
             for r in rows
         ]
+        kept = [CallerKey("", None, k.not_before, k.id) if user(k) == keep else k for k in keys]
+        allowed = [k for k in keys if only is None or user(k) in only] or keys
         return {
-            "accepted": [user(k) for k in accepted(keys, now)],
-            "sent": user(sent(keys, now)),
+            "accepted": [user(k) for k in accepted(kept, now)],
+            "sent": user(sent(allowed, now)),
         }
     except (ValueError, TypeError, KeyError, AttributeError, KeyFormatError):
         return None
@@ -171,3 +193,65 @@ def rotated(
         if not k.expired(now)
     ]
     return [*kept, CallerKey(new_key(), None, now + after, new_id(keys))]
+
+
+def switched(keys: Sequence[CallerKey], now: datetime, *, grace: timedelta) -> list[CallerKey]:
+    """The keys after ``keys switch`` at ``now``: the newest key still waiting for its
+    switch is sent from now on (its ``notBefore`` now), the keys before it end ``grace``
+    from now (an earlier end kept); ValueError when no key waits."""
+    waiting = [i for i, k in enumerate(keys) if not k.due(now) and not k.expired(now)]
+    if not waiting:
+        raise ValueError(
+            "no front-door key waits for its switch (`modelplane keys rotate DIR "
+            "--front-door` adds one)"
+        )
+    at, end = waiting[-1], now + grace
+    out: list[CallerKey] = []
+    for i, k in enumerate(keys):
+        if i < at:
+            ends = min(k.not_after, end) if k.not_after is not None else end
+            out.append(CallerKey(k.key, ends, k.not_before, k.id))
+        elif i == at:
+            out.append(CallerKey(k.key, k.not_after, now, k.id))
+        else:
+            out.append(k)
+    return out
+
+
+# --- the driver's hold: what the stacks saw in the previous `up` --------------------------
+# The workload gateways and the front door are rendered by different stacks, one after the
+# other, so each transition is made safe by what the other did in an earlier `up` (the
+# driver reads their outputs before this one: modelplane/driver/operations.py):
+# - a workload gateway keeps accepting the user the front door sent last, ended or not, until
+#   the front door sends another (``keeping``);
+# - the front door sends only keys every workload gateway accepted already (``restricted``).
+KEEP_CONFIG = "modelplane:frontDoorKeep"
+ACCEPTED_CONFIG = "modelplane:frontDoorAccepted"
+
+
+def keeping(text: str, keep: str | None) -> str:
+    """The key text with the key of user ``keep`` no longer ending (the front door may still
+    send it); unchanged without ``keep`` or such a key."""
+    if not keep:
+        return text
+    keys = parse(text)
+    out = [CallerKey(k.key, None, k.not_before, k.id) if user(k) == keep else k for k in keys]
+    return format_keys(out) if out != keys else text
+
+
+def restricted(text: str, users: Sequence[str] | None) -> str:
+    """The key text without the keys whose users are not among ``users`` (the ones every
+    workload gateway accepted); unchanged without ``users`` or when none would be left."""
+    if users is None:
+        return text
+    keys = parse(text)
+    out = [k for k in keys if user(k) in users]
+    return format_keys(out) if out and out != keys else text
+
+
+def users_accepted(text: str, now: datetime) -> list[str]:
+    return [user(k) for k in accepted(parse(text), now)]
+
+
+def user_sent(text: str, now: datetime) -> str:
+    return user(sent(parse(text), now))

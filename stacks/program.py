@@ -51,6 +51,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -58,6 +59,7 @@ import pulumi
 import yaml
 from pulumi.runtime.config import get_config, is_config_secret
 
+from modelplane import front_door_keys as fdk
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.inference_gateway import InferenceGateway
@@ -469,12 +471,29 @@ def no_gateway_address_warning(
     )
 
 
-def front_door_key(ctx: Context) -> pulumi.Output[str]:
-    """The fleet's front-door key (components/workload/front_door.py): the driver generates it
-    and keeps it as a config secret of every deployment and gateway stack."""
+def front_door_key(
+    ctx: Context, *, keep: str | None = None, only: list[str] | None = None
+) -> pulumi.Output[str]:
+    """The fleet's front-door keys (components/workload/front_door.py): the driver generates
+    them and keeps them as a config secret of every deployment and gateway stack. ``keep``:
+    the user the front door sent last, accepted even when its key ended; ``only``: the
+    users every workload gateway accepted in an earlier `up`, the only ones the front door
+    may send (modelplane/front_door_keys.py, the driver's hold)."""
     from components.workload.front_door import KEY_SECRET
 
-    return secret_value(ctx, *KEY_SECRET, what="the fleet's front-door key")
+    text = secret_value(ctx, *KEY_SECRET, what="the fleet's front-door key")
+    return text.apply(lambda t: fdk.restricted(fdk.keeping(t, keep), only))
+
+
+def _plain_config(key: str) -> str | None:
+    """A plain config value of the stack (a full ``namespace:name`` key)."""
+    namespace, _, name = key.partition(":")
+    return pulumi.Config(namespace).get(name)
+
+
+def _plain(text: pulumi.Output[str], what: Callable[[str, datetime], Any]) -> pulumi.Output[Any]:
+    """Something about the keys that holds no key, as a plain output."""
+    return pulumi.Output.unsecret(text.apply(lambda t: what(t, datetime.now(UTC))))
 
 
 async def run_deployment(ctx: Context) -> None:
@@ -504,7 +523,7 @@ async def run_deployment(ctx: Context) -> None:
         # key -- components/workload/targets.py).
         hop = None
         if not conn.render_to and workload_controller(ctx.fleet.clusters[name]) is not None:
-            hop_key = hop_key or front_door_key(ctx)
+            hop_key = hop_key or front_door_key(ctx, keep=_plain_config(fdk.KEEP_CONFIG))
             hop = hop_key
         targets[name] = cluster_target(
             ctx, name, conn, front_door_key=hop, render_only=bool(conn.render_to)
@@ -527,6 +546,10 @@ async def run_deployment(ctx: Context) -> None:
         sources=sources,
     )
     pulumi.export("endpoints", comp.endpoints)
+    if hop_key is not None:
+        # Which front-door users the workload gateways take (no key): the driver lets the
+        # front door send only a key every deployment took in an earlier `up`.
+        pulumi.export("frontDoorUsers", _plain(hop_key, fdk.users_accepted))
     pulumi.export(
         "replicas",
         [
@@ -654,7 +677,16 @@ async def run_gateway(ctx: Context) -> None:
     traefik = gateway.spec.backend == "Traefik"
     may_shard = traefik and len(endpoints) > MAX_BACKENDS
     routed = [s for s in ctx.fleet.services.values() if s.spec.models]
-    hop_key = front_door_key(ctx) if may_shard or any(e.replica for e in endpoints) else None
+    accepted = _plain_config(fdk.ACCEPTED_CONFIG)
+    hop_key = (
+        front_door_key(ctx, only=json.loads(accepted) if accepted else None)
+        if may_shard or any(e.replica for e in endpoints)
+        else None
+    )
+    if hop_key is not None:
+        # The user the front door sends (no key): the deployments keep accepting it until
+        # the front door sends another.
+        pulumi.export("frontDoorUser", _plain(hop_key, fdk.user_sent))
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
         gateway,

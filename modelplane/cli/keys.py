@@ -24,7 +24,7 @@ from modelplane.cli.output import get_console, print_json
 
 app = typer.Typer(
     help="The callers' API keys modelplane keeps in files: create, rotate, list (never shown "
-    "unless --show).",
+    "unless --show); the front-door key: rotate --front-door, switch.",
     no_args_is_help=True,
 )
 
@@ -237,6 +237,34 @@ def _rotate_front_door(
     )
 
 
+def switch(
+    fleet: FleetArg,
+    grace: Annotated[
+        str,
+        typer.Option("--grace", help="How long the older front-door keys keep working."),
+    ] = "10m",
+    backend: BackendOpt = None,
+    secrets_provider: SecretsOpt = None,
+) -> None:
+    """Send the front-door key a `keys rotate --front-door` added from now on instead of
+    from its `--after`, and end the older keys `--grace` from now. Run it after the `up`
+    that made every workload gateway accept the new key, then `up` again (the front door
+    switches), and once more after the grace (the old key goes)."""
+    from modelplane.cli.health import parse_duration
+
+    end = timedelta(seconds=parse_duration(grace))
+    if not fleet.is_dir():
+        raise _fail(f"{fleet} is not a fleet directory", 2)
+    with _expected_failures():
+        done = _load(fleet, None, backend, secrets_provider).switch_front_door_key(grace=end)
+    get_console(stderr=True).print(
+        f"switched the front-door key in {len(done.stacks)} stack(s): modelplane-"
+        f"{escape(done.id)} is sent from now on; older keys end by {done.end}. Run "
+        f"`modelplane up {escape(str(fleet))}` now, and again after {done.end}",
+        highlight=False,
+    )
+
+
 def list_keys(
     fleet: FleetArg,
     output: Annotated[
@@ -301,4 +329,5 @@ def list_keys(
 
 app.command("create")(create)
 app.command("rotate")(rotate)
+app.command("switch")(switch)
 app.command("list")(list_keys)

@@ -80,10 +80,11 @@ def gateway_table(
 
     ``seen``: each cluster's last Secret, kept across calls. A Secret that was there and is
     gone (404, or one the gateway stack did not make) keeps its last table and creation time,
-    as kubelet keeps a deleted Secret's files in a running pod: the Kubernetes provider
-    replaces a Secret whose data changed (delete, then create under the same name), and that
-    moment must not refuse every caller. A gateway moved to another cluster is read from the
-    new one at once (its Secret is newer than the kept one)."""
+    as kubelet keeps a deleted Secret's files in a running pod: a Secret replaced (delete,
+    then create under the same name: a stack from before modelplane's providers updated
+    Secrets in place, components/providers.py) must not refuse every caller meanwhile. A
+    gateway moved to another cluster is read from the new one at once (its Secret is newer
+    than the kept one)."""
     seen = {} if seen is None else seen
     for i, cluster in enumerate(clusters):
         try:

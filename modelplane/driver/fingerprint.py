@@ -280,6 +280,7 @@ def stack_fingerprint(
     program: str | None = None,
     unroutable: Sequence[str] = (),
     project: str = "",
+    hold: Mapping[str, Any] | None = None,
 ) -> str:
     """The digest of every input of one stack (see the module docstring); ``unroutable``:
     the clusters the gateway leaves out of routes (an input of the gateway stack only);
@@ -294,7 +295,7 @@ def stack_fingerprint(
     }
     if unit.kind == "InferenceGateway" and unroutable:
         data["unroutable"] = sorted(unroutable)
-    front_door = front_door_phase(unit.kind, extra_config or {}, environ)
+    front_door = front_door_phase(unit.kind, {**(extra_config or {}), **(hold or {})}, environ)
     if front_door is not None:
         data["frontDoor"] = front_door
     if project:
@@ -310,8 +311,9 @@ def front_door_phase(
 ) -> dict[str, Any] | None:
     """What a stack of ``kind`` renders from the front-door keys at ``now`` (a deployment:
     the users its workload gateways accept; the gateway: those and the user it sends), from
-    the environment's key text when it is set, else from the schedule in the stack's config;
-    None for other kinds and for keys without times (a fingerprint as it always was)."""
+    the environment's key text when it is set, else from the schedule in the stack's config,
+    with the driver's hold (``config``: the stack's whole config); None for other kinds and
+    for keys without times (a fingerprint as it always was)."""
     from modelplane import front_door_keys
     from modelplane.caller_keys import KeyFormatError
 
@@ -325,8 +327,13 @@ def front_door_phase(
             schedule = front_door_keys.schedule(front_door_keys.parse(text))
         except KeyFormatError:
             return None
+    keep = config.get(front_door_keys.KEEP_CONFIG)
+    only = config.get(front_door_keys.ACCEPTED_CONFIG)
     phase = front_door_keys.phase(
-        schedule if isinstance(schedule, str) else None, now or datetime.now(UTC)
+        schedule if isinstance(schedule, str) else None,
+        now or datetime.now(UTC),
+        keep=keep if isinstance(keep, str) else None,
+        only=json.loads(only) if isinstance(only, str) else None,
     )
     if phase is not None and kind == "ModelDeployment":
         phase.pop("sent")  # a deployment's workload gateways check keys, never send one

@@ -38,7 +38,12 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
-from modelplane.driver.front_door import Rotation, ensure_front_door_key, rotate_front_door_key
+from modelplane.driver.front_door import (
+    Rotation,
+    ensure_front_door_key,
+    rotate_front_door_key,
+    switch_front_door_key,
+)
 from modelplane.driver.migrate import Migration
 from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
@@ -442,6 +447,8 @@ class Fleet:
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
             ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
+            # What the stacks did with the front-door keys last time, before any runs now.
+            ctx.front_door_hold = ops.front_door_hold(ctx, self.stacks(plan))
             ctx.lock_wait, ctx.say = lock_wait, observer.message
             if refresh:
                 ctx.up_options["refresh"] = True
@@ -731,6 +738,17 @@ class Fleet:
             session.list_stacks()  # a fresh backend is initialised before config is set
             return rotate_front_door_key(
                 session, [u.name for u in self.stacks()], session.env, after=after, grace=grace
+            )
+
+    def switch_front_door_key(
+        self, *, grace: timedelta, observer: Observer | None = None
+    ) -> Rotation:
+        """The front-door key a rotation added is sent from now on; the older keys end
+        ``grace`` from now (modelplane/front_door_keys.py)."""
+        with self.session(observer) as session:
+            session.list_stacks()
+            return switch_front_door_key(
+                session, [u.name for u in self.stacks()], session.env, grace=grace
             )
 
     @contextmanager

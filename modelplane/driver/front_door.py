@@ -18,14 +18,13 @@ gets the newest keys at the next `up`.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from modelplane import front_door_keys
-from modelplane.caller_keys import KeyFormatError, format_keys, rfc3339
+from modelplane.caller_keys import CallerKey, KeyFormatError, format_keys, rfc3339
 from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError
 from modelplane.driver.workspace import read_stack_config
@@ -55,17 +54,9 @@ def _schedule(session: EngineSession, stack: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _rank(schedule: str | None) -> tuple[str, int]:
-    """Which of two schedules is newer: each rotation appends a key with a later
-    ``notBefore`` (RFC 3339 in UTC, so the text sorts by time)."""
-    if schedule is None:
-        return ("", 0)
-    try:
-        rows = json.loads(schedule)
-        times = [str(r.get("notBefore") or "") for r in rows]
-    except (ValueError, TypeError, AttributeError):
-        return ("", 0)
-    return (max(times, default=""), len(rows))
+def _rank(schedule: str | None) -> str:
+    """Which of two schedules is newer: the later change (a stack without one: the oldest)."""
+    return front_door_keys.changed(schedule)
 
 
 def existing_key(session: EngineSession, schedule: str | None = None) -> str | None:
@@ -159,6 +150,55 @@ class Rotation:
     stacks: list[str] = field(default_factory=list)
 
 
+def _rewrite(
+    session: EngineSession,
+    stacks: Iterable[str],
+    env: Mapping[str, str],
+    change: Callable[[list[CallerKey]], list[CallerKey]],
+    verb: str,
+    at: datetime,
+) -> tuple[list[CallerKey], list[str]]:
+    """``change`` applied to the fleet's front-door keys, written into every stack that
+    holds them and every deployment and gateway stack among ``stacks``; the new keys and
+    the stacks written."""
+    from pulumi.automation.errors import CommandError
+
+    if env.get(ENV):
+        raise DriverError(
+            f"the front-door key comes from {ENV}: {verb} it there (a rotation appends a line "
+            "`<new key> id=<id> notBefore=<time>` and gives the older lines "
+            '`notAfter=<later time>`; api.md "Keys")'
+        )
+    wanted = [s for s in stacks if needs_key(s)]
+    ensure_front_door_key(session, wanted, env)  # every stack on the newest key first
+    newest = _newest_schedule(session)
+    value = existing_key(session, newest)
+    if value is None:
+        raise DriverError(
+            "the fleet has no front-door key yet: `modelplane up` makes it (a fleet with "
+            "replicas behind workload gateways)"
+        )
+    try:
+        keys = change(front_door_keys.parse(value))
+    except ValueError as exc:
+        raise DriverError(f"cannot {verb} the front-door key: {exc}") from None
+    text, schedule = format_keys(keys), front_door_keys.schedule(keys, at)
+    targets = sorted(set(_holders(session)) | set(wanted))
+    done: list[str] = []
+    for name in targets:
+        try:
+            _write(session, name, text, schedule)
+        except (CommandError, DriverError) as exc:
+            rest = ", ".join(t for t in targets if t not in done)
+            why = "locked by another update" if stacklock.is_lock_error(exc) else "failed"
+            raise DriverError(
+                f"the front-door key was changed in {', '.join(done) or 'no stack'} but not "
+                f"in {rest} ({why}); the next `modelplane up` gives them the new keys"
+            ) from None
+        done.append(name)
+    return keys, done
+
+
 def rotate_front_door_key(
     session: EngineSession,
     stacks: Iterable[str],
@@ -171,42 +211,38 @@ def rotate_front_door_key(
     """Append a new front-door key (sent from ``after`` on) and end the older ones ``grace``
     from now, in every stack that holds the key and every deployment and gateway stack among
     ``stacks`` (modelplane/front_door_keys.py says what each `up` then does)."""
-    from pulumi.automation.errors import CommandError
-
-    if env.get(ENV):
-        raise DriverError(
-            f"the front-door key comes from {ENV}: rotate it there (append a line `<new key> "
-            "id=<id> notBefore=<time>` and give the older lines `notAfter=<later time>`; "
-            'api.md "Keys")'
-        )
-    wanted = [s for s in stacks if needs_key(s)]
-    ensure_front_door_key(session, wanted, env)  # every stack on the newest key first
-    newest = _newest_schedule(session)
-    value = existing_key(session, newest)
-    if value is None:
-        raise DriverError(
-            "the fleet has no front-door key yet: `modelplane up` makes it (a fleet with "
-            "replicas behind workload gateways)"
-        )
-    now = now or datetime.now(UTC)
-    try:
-        keys = front_door_keys.rotated(front_door_keys.parse(value), now, after=after, grace=grace)
-    except ValueError as exc:
-        raise DriverError(f"cannot rotate the front-door key: {exc}") from None
-    text, schedule = format_keys(keys), front_door_keys.schedule(keys)
-    targets = sorted(set(_holders(session)) | set(wanted))
-    done: list[str] = []
-    for name in targets:
-        try:
-            _write(session, name, text, schedule)
-        except (CommandError, DriverError) as exc:
-            rest = ", ".join(t for t in targets if t not in done)
-            why = "locked by another update" if stacklock.is_lock_error(exc) else "failed"
-            raise DriverError(
-                f"the front-door key was rotated in {', '.join(done) or 'no stack'} but not "
-                f"in {rest} ({why}); the next `modelplane up` gives them the new keys"
-            ) from None
-        done.append(name)
+    at = now or datetime.now(UTC)
+    keys, done = _rewrite(
+        session,
+        stacks,
+        env,
+        lambda keys: front_door_keys.rotated(keys, at, after=after, grace=grace),
+        "rotate",
+        at,
+    )
     new = keys[-1]
     assert new.id is not None and new.not_before is not None
-    return Rotation(new.id, rfc3339(new.not_before), rfc3339(now + grace), done)
+    return Rotation(new.id, rfc3339(new.not_before), rfc3339(at + grace), done)
+
+
+def switch_front_door_key(
+    session: EngineSession,
+    stacks: Iterable[str],
+    env: Mapping[str, str],
+    *,
+    grace: timedelta,
+    now: datetime | None = None,
+) -> Rotation:
+    """Send the key a rotation added from now on, not from its ``notBefore`` (after an `up`
+    made the workload gateways accept it), and end the older keys ``grace`` from now."""
+    at = now or datetime.now(UTC)
+    keys, done = _rewrite(
+        session,
+        stacks,
+        env,
+        lambda keys: front_door_keys.switched(keys, at, grace=grace),
+        "switch",
+        at,
+    )
+    new = next(k for k in reversed(keys) if k.not_before == at)
+    return Rotation(new.id or "", rfc3339(at), rfc3339(at + grace), done)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from modelplane import front_door_keys
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import stacklock
@@ -84,6 +85,9 @@ class RunContext:
     # The stacks this run's `stack ls` listed (None: not listed; select each stack).
     existing: set[str] | None = None
     digests: dict[str, str] = field(default_factory=dict)  # outputs_digest per stack
+    # The front-door users the stacks saw in the previous `up` (front_door_hold), or None
+    # (a preview: the stacks' config keeps what the last `up` wrote).
+    front_door_hold: dict[str, str | None] | None = None
     _subject: list[str | None] = field(default_factory=list)  # [commit subject], once known
 
     def commit_subject(self) -> str | None:
@@ -261,6 +265,39 @@ def _read_outputs(ctx: RunContext, names: Sequence[str]) -> None:
             ctx.remember(name, outputs)
 
 
+def _last_outputs(ctx: RunContext, name: str) -> Mapping[str, Any]:
+    """A stack's outputs as its last update left them, secrets masked: the stack cache's,
+    else the backend's (nothing for a stack that does not exist)."""
+    entry = ctx.cache.valid(name) if ctx.cache is not None else None
+    if entry is not None:
+        return entry.masked
+    if ctx.existing is not None and name not in ctx.existing:
+        return {}
+    _read_outputs(ctx, [name])
+    return ctx.masked.get(name, {})
+
+
+def front_door_hold(ctx: RunContext, units: Sequence[StackUnit]) -> dict[str, str | None]:
+    """What the stacks did with the front-door keys in the previous `up`, read before this
+    one runs them (modelplane/front_door_keys.py): ``keep``, the user the front door sent
+    (the deployments keep accepting it); ``accepted``, the users every deployment's workload
+    gateways took (the only ones the front door may send; JSON). None where unknown (no
+    such stack yet, or one made before these outputs): no hold."""
+    keep: str | None = None
+    accepted: set[str] | None = None
+    for unit in units:
+        if unit.kind == "InferenceGateway":
+            user = _last_outputs(ctx, unit.name).get("frontDoorUser")
+            keep = user if isinstance(user, str) else None
+        elif unit.kind == "ModelDeployment":
+            users = _last_outputs(ctx, unit.name).get("frontDoorUsers")
+            if isinstance(users, list):
+                found = {str(u) for u in users}
+                accepted = found if accepted is None else accepted & found
+    listed = json.dumps(sorted(accepted)) if accepted is not None else None
+    return {"keep": keep, "accepted": listed}
+
+
 def deployed_outputs(ctx: RunContext, name: str) -> tuple[dict[str, Any], frozenset[str]]:
     """A deployed stack's outputs (plain values) and the names of its secret outputs."""
     _read_outputs(ctx, [name])
@@ -275,6 +312,7 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         unit,
         {dep: ctx.output_digest(dep) for dep in unit.depends_on},
         extra_config=ctx.session.extra_config(unit.name),
+        hold=ctx.session.hold_config(unit.name),
         environ=ctx.session.env,
         base_dir=ctx.fleet_dir,
         unroutable=ctx.unroutable,
@@ -511,13 +549,16 @@ class UpOp(EngineOp):
         gateway's unroutable clusters and replicas, a deployment's older revisions' pod
         templates during a rollout (None: no such key)."""
         unit = self.unit
+        hold = self.ctx.front_door_hold
         if unit.kind == "InferenceGateway":
             listed = json.dumps(sorted(self.ctx.unroutable)) if self.ctx.unroutable else None
-            return {UNROUTABLE_CONFIG: listed}
+            held = {} if hold is None else {front_door_keys.ACCEPTED_CONFIG: hold["accepted"]}
+            return {UNROUTABLE_CONFIG: listed, **held}
         if unit.kind == "ModelDeployment":
             every = self.ctx.session.program_env.get(TEMPLATES_ENV) or "{}"
             mine = json.loads(every).get(unit.key)
-            return {TEMPLATES_CONFIG: json.dumps(mine, sort_keys=True) if mine else None}
+            held = {} if hold is None else {front_door_keys.KEEP_CONFIG: hold["keep"]}
+            return {TEMPLATES_CONFIG: json.dumps(mine, sort_keys=True) if mine else None, **held}
         if unit.kind == "ModelCache":
             # The sources replicas still read (modelplane.rollout.cache_use): the templates
             # of the deployments mounting the cache, by deployment.

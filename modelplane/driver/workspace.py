@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from modelplane import front_door_keys
 from modelplane.driver.engine_calls import Call, CallLog, engine_command
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.project import LEGACY_PROJECT
@@ -47,7 +48,10 @@ DRIVER_CONFIG = ("modelplane:specs", "modelplane:lock")
 # (stacks/program.py): inputs of the fingerprint through the routing state and the lock.
 UNROUTABLE_CONFIG = "modelplane:unroutable"
 TEMPLATES_CONFIG = "modelplane:revisionTemplates"
-PROGRAM_CONFIG = (UNROUTABLE_CONFIG, TEMPLATES_CONFIG)
+# The driver's front-door hold (modelplane/front_door_keys.py): an input of the fingerprint
+# only through what it changes (modelplane/driver/fingerprint.py, ``front_door_phase``).
+HOLD_CONFIG = (front_door_keys.KEEP_CONFIG, front_door_keys.ACCEPTED_CONFIG)
+PROGRAM_CONFIG = (UNROUTABLE_CONFIG, TEMPLATES_CONFIG, *HOLD_CONFIG)
 FLEET_ENV = "MODELPLANE_FLEET_DIR"
 LOCK_ENV = "MODELPLANE_LOCK"
 # The clusters and `replica:<name>` entries the gateway leaves out of routes
@@ -412,6 +416,11 @@ class EngineSession:
         """The stack's config beyond the driver's own keys (encrypted values as stored)."""
         config = read_stack_config(self.config_dir, stack)
         return {k: v for k, v in config.items() if k not in DRIVER_CONFIG + PROGRAM_CONFIG}
+
+    def hold_config(self, stack: str) -> dict[str, Any]:
+        """The stack's front-door hold as its config holds it (what the last sync wrote)."""
+        config = read_stack_config(self.config_dir, stack)
+        return {k: v for k, v in config.items() if k in HOLD_CONFIG}
 
     def sync_config(self, stack: str, values: Mapping[str, str | None]) -> list[str]:
         """Set (or, for None, remove) plain config values of an existing stack where its

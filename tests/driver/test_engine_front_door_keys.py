@@ -60,8 +60,9 @@ def test_keys_front_door_rotation_in_every_stack(
         for stack in STACKS:  # encrypted in the committed config; only the schedule is plain
             assert key.key not in (fleet_dir / f"Pulumi.{stack}.yaml").read_text()
     schedules = {s: stored(s)[SCHEDULE_CONFIG] for s in STACKS}
-    assert set(schedules.values()) == {fdk.schedule(keys)}
-    assert [r["id"] for r in json.loads(schedules["gateway"])] == [None, keys[1].id]
+    (schedule,) = set(schedules.values())
+    assert [r["id"] for r in json.loads(schedule)["keys"]] == [None, keys[1].id]
+    assert json.loads(schedule)["keys"] == json.loads(fdk.schedule(keys))["keys"]
 
     # A rotation cut short: the deployment's stack still on the old key. The next `up`
     # gives it the newest keys (the newer schedule wins), and the stacks agree again.
@@ -70,6 +71,20 @@ def test_keys_front_door_rotation_in_every_stack(
     check(Fleet.load(fleet_dir, env=env).up())
     assert {s: held(s) for s in STACKS} == texts
     assert stored("deploy-demo-qwen")[SCHEDULE_CONFIG] == schedules["gateway"]
+
+    # `keys switch`: the new key is sent from now on (its notBefore moves to now) and the old
+    # one ends 5 minutes later, in every stack; a second switch finds no key waiting.
+    switched = runner.invoke(app, ["keys", "switch", str(fleet_dir), "--grace", "5m"], env=cli_env)
+    assert switched.exit_code == 0, switched.output
+    after_switch = {s: fdk.parse(held(s)) for s in STACKS}
+    assert after_switch["gateway"] == after_switch["deploy-demo-qwen"]
+    new = after_switch["gateway"][1]
+    assert new.key == keys[1].key and new.not_before is not None
+    assert new.not_before < keys[1].not_before  # type: ignore[operator]
+    assert after_switch["gateway"][0].not_after < keys[0].not_after  # type: ignore[operator]
+    again = runner.invoke(app, ["keys", "switch", str(fleet_dir)], env=cli_env)
+    assert again.exit_code != 0 and "no front-door key waits" in again.output, again.output
+    texts = {s: held(s) for s in STACKS}
 
     # Refused, nothing written: a switch after the end; a key from the environment.
     late = ["keys", "rotate", str(fleet_dir), "--front-door", "--after", "2h", "--grace", "1h"]

@@ -166,9 +166,38 @@ def test_keys_front_door_phase_at_each_instant(at: datetime, phase: dict) -> Non
 
 def test_keys_front_door_schedule_holds_no_key() -> None:
     keys = rotation()
-    text = fdk.schedule(keys)
+    text = fdk.schedule(keys, T0)
     assert all(k.key not in text for k in keys)
-    assert [r["id"] for r in json.loads(text)] == [None, keys[1].id]
+    assert [r["id"] for r in json.loads(text)["keys"]] == [None, keys[1].id]
+    # Which of two schedules is newer: the later change, whatever the keys' times.
+    switched = fdk.schedule(
+        fdk.switched(keys, T0 + timedelta(minutes=1), grace=GRACE), T0 + timedelta(minutes=1)
+    )
+    assert fdk.changed(switched) > fdk.changed(text) > fdk.changed(None) == ""
+
+
+@pytest.mark.parametrize(
+    ("at", "sent"),
+    [(T0 + timedelta(minutes=1), "new"), (T0 + timedelta(minutes=1, seconds=-1), "old")],
+)
+def test_keys_front_door_switch_sends_the_waiting_key_now(at: datetime, sent: str) -> None:
+    """`keys switch` one minute after the rotation: the new key is sent from that moment,
+    not from its `notBefore` nine minutes later; the old one ends `grace` after the switch."""
+    keys = rotation()
+    switch_at = T0 + timedelta(minutes=1)
+    out = fdk.switched(keys, switch_at, grace=timedelta(minutes=5))
+    assert out[1].not_before == switch_at and out[1].key == keys[1].key
+    assert out[0].not_after == switch_at + timedelta(minutes=5)  # earlier than the rotation's
+    name = {OLD: "old", keys[1].key: "new"}
+    assert name[fdk.sent(out, at).key] == sent
+    assert [name[k.key] for k in fdk.accepted(out, switch_at + timedelta(minutes=5))] == ["new"]
+
+
+def test_keys_front_door_switch_without_a_waiting_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="no front-door key waits"):
+        fdk.switched([CallerKey(OLD)], T0, grace=GRACE)
+    with pytest.raises(ValueError, match="no front-door key waits"):
+        fdk.switched(rotation(), T0 + AFTER, grace=GRACE)  # switched already
 
 
 def test_keys_front_door_fingerprint_changes_at_the_switch_for_the_gateway_only() -> None:
@@ -192,3 +221,115 @@ def test_keys_front_door_fingerprint_changes_at_the_switch_for_the_gateway_only(
     assert front_door_phase("InferenceGateway", {}, env, T0 + AFTER) == gateway["switched"]
     one = {"MODELPLANE_SECRET_MODELPLANE_FRONT_DOOR_KEY": OLD}
     assert front_door_phase("InferenceGateway", config, one, T0) is None
+
+
+# --- the driver's hold: each transition made safe by the other stacks' previous `up` --------
+
+
+def test_keys_front_door_hold_keeps_the_user_the_front_door_sent() -> None:
+    """A workload gateway keeps accepting the user the front door sent last, even after its
+    key ended, until the front door sends another (so an `up` that runs the deployments
+    before the gateway never drops what the front door still sends)."""
+    text = format_keys(rotation())
+    ended = T0 + GRACE
+    assert users(front_door.htpasswd(text, ended)).keys() == {f"modelplane-{rotation_id(text)}"}
+    kept = fdk.keeping(text, "modelplane")
+    assert users(front_door.htpasswd(kept, ended)).keys() == {
+        "modelplane",
+        f"modelplane-{rotation_id(text)}",
+    }
+    assert fdk.keeping(text, None) == text and fdk.keeping(text, "modelplane-nobody") == text
+
+
+def rotation_id(text: str) -> str:
+    new = fdk.parse(text)[-1]
+    assert new.id is not None
+    return new.id
+
+
+@pytest.mark.parametrize(
+    ("only", "sent"),
+    [
+        (None, "new"),  # no hold: the clock decides
+        (["modelplane"], "old"),  # the workload gateways took only the old key so far
+        (["modelplane", "modelplane-{id}"], "new"),
+        (["modelplane-other"], "new"),  # nothing left: the hold is ignored
+    ],
+)
+def test_keys_front_door_hold_sends_only_what_every_gateway_took(
+    only: list[str] | None, sent: str
+) -> None:
+    keys = rotation()
+    text = format_keys(keys)
+    allowed = None if only is None else [u.replace("{id}", str(keys[1].id)) for u in only]
+    held = fdk.restricted(text, allowed)
+    token = front_door.basic_credentials(held, T0 + AFTER).removeprefix("Basic ")
+    key = base64.b64decode(token).decode().split(":", 1)[1]
+    assert {OLD: "old", keys[1].key: "new"}[key] == sent
+    phase = fdk.phase(fdk.schedule(keys), T0 + AFTER, only=allowed)
+    assert phase is not None
+    assert phase["sent"] == ("modelplane" if sent == "old" else f"modelplane-{keys[1].id}")
+
+
+def test_keys_front_door_hold_changes_the_fingerprint_only_when_it_changes_the_render() -> None:
+    keys = rotation()
+    schedule = {fdk.SCHEDULE_CONFIG: fdk.schedule(keys)}
+    ended = T0 + GRACE
+
+    def deploy(keep: str | None) -> object:
+        return front_door_phase("ModelDeployment", {**schedule, fdk.KEEP_CONFIG: keep}, {}, ended)
+
+    assert deploy("modelplane") != deploy(f"modelplane-{keys[1].id}") == deploy(None)
+    # One key and no times: the hold renders nothing else, so no fingerprint entry at all.
+    one = {fdk.SCHEDULE_CONFIG: fdk.schedule([CallerKey(OLD)])}
+    assert front_door_phase("ModelDeployment", {**one, fdk.KEEP_CONFIG: "modelplane"}, {}) is None
+    assert front_door_phase("InferenceGateway", {**one, fdk.ACCEPTED_CONFIG: '["x"]'}, {}) is None
+
+
+class _Cache:
+    def __init__(self, outputs: dict[str, dict]) -> None:
+        self.outputs = outputs
+
+    def valid(self, name: str) -> object:
+        if name not in self.outputs:
+            return None
+        return type("Entry", (), {"masked": self.outputs[name]})()
+
+
+@pytest.mark.parametrize(
+    ("outputs", "hold"),
+    [
+        ({}, {"keep": None, "accepted": None}),  # no stack yet
+        (
+            {
+                "gateway": {"frontDoorUser": "modelplane"},
+                "deploy-demo-a": {"frontDoorUsers": ["modelplane", "modelplane-x"]},
+                "deploy-demo-b": {"frontDoorUsers": ["modelplane"]},  # not run since
+                "deploy-demo-c": {"endpoints": []},  # no replica behind a workload gateway
+            },
+            {"keep": "modelplane", "accepted": '["modelplane"]'},
+        ),
+        (
+            {
+                "gateway": {"frontDoorUser": "modelplane-x"},
+                "deploy-demo-a": {"frontDoorUsers": ["modelplane-x"]},
+                "deploy-demo-b": {"frontDoorUsers": ["modelplane", "modelplane-x"]},
+            },
+            {"keep": "modelplane-x", "accepted": '["modelplane-x"]'},
+        ),
+    ],
+    ids=["new-fleet", "one-deployment-behind", "switched"],
+)
+def test_keys_front_door_hold_read_from_the_last_outputs(
+    outputs: dict[str, dict], hold: dict[str, str | None]
+) -> None:
+    from types import SimpleNamespace
+
+    from modelplane.driver.operations import front_door_hold
+
+    units = [
+        SimpleNamespace(kind="InferenceGateway", name="gateway"),
+        *(SimpleNamespace(kind="ModelDeployment", name=f"deploy-demo-{n}") for n in "abc"),
+    ]
+    ctx = SimpleNamespace(cache=_Cache(outputs), existing=set(outputs), masked={})
+    assert front_door_hold(ctx, units) == hold  # type: ignore[arg-type]
