@@ -1,8 +1,9 @@
 """A spec author is not a cluster admin (docs/api.md "Pod Security and namespaces"; security
 finding M8): reserved namespaces refused for every namespaced kind, every pod template checked
 against Kubernetes' Pod Security "baseline" unless a cluster's allowlist
-(`InferenceCluster.spec.podSecurity.exemptDeployments`) names the deployment, and the level
-the namespaces modelplane creates enforce.
+(`InferenceCluster.spec.podSecurity.exemptDeployments`) names the deployment, a template's
+service account and the Secrets it reads allowed only where the cluster's allowlist names
+them (`serviceAccounts`, `secrets`), and the level the namespaces modelplane creates enforce.
 
 Pure: the fleet in, errors out.
 """
@@ -75,12 +76,21 @@ _DEPLOYMENT_KEY = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?
 DeploymentKey = Annotated[str, Field(pattern=_DEPLOYMENT_KEY, max_length=127)]
 
 
+NamespacedName = Annotated[str, Field(pattern=_DEPLOYMENT_KEY, max_length=127)]
+
+
 class PodSecurityOptions(Strict):
     """The platform's allowlist on one cluster (docs/api.md "Pod Security and namespaces")."""
 
     exempt_deployments: list[DeploymentKey] = Field(default_factory=list, max_length=1000)
     """ModelDeployments (`<namespace>/<name>`) whose pods may run outside Pod Security
     "baseline" on this cluster; their namespaces there enforce `privileged`."""
+    service_accounts: list[NamespacedName] = Field(default_factory=list, max_length=1000)
+    """Service accounts (`<namespace>/<name>`) a pod template may run as on this cluster
+    (`default` needs no entry)."""
+    secrets: list[NamespacedName] = Field(default_factory=list, max_length=1000)
+    """Secrets (`<namespace>/<name>`) a pod template may read on this cluster: as a volume,
+    an `env` `secretKeyRef` or an `envFrom` `secretRef`."""
 
 
 def reserved_namespace(namespace: str) -> bool:
@@ -162,6 +172,42 @@ def baseline_problems(template: PodTemplate, where: str) -> list[tuple[str, str]
     return out
 
 
+def _grants(template: PodTemplate, where: str) -> Iterator[tuple[str, str, str, str]]:
+    """(path, what, allowlist field, its `<name>`) for each service account and Secret the pod
+    template uses that a spec author could otherwise take from its namespace."""
+    spec = template.spec
+    account = spec.service_account_name
+    if account and account != "default":
+        yield f"{where}.spec.serviceAccountName", "service account", "serviceAccounts", account
+    for i, volume in enumerate(spec.volumes):
+        if volume.secret is not None:
+            path = f"{where}.spec.volumes[{i}].secret.secretName"
+            yield path, "Secret", "secrets", str(volume.secret.get("secretName") or "")
+    for field, containers in (
+        ("containers", spec.containers),
+        ("initContainers", spec.init_containers),
+    ):
+        for c, container in enumerate(containers):
+            at = f"{where}.spec.{field}[{c}]"
+            for e, env in enumerate(container.env):
+                ref = env.value_from.secret_key_ref if env.value_from is not None else None
+                if ref is not None:
+                    path = f"{at}.env[{e}].valueFrom.secretKeyRef.name"
+                    yield path, "Secret", "secrets", ref.name
+            for e, source in enumerate(container.env_from):
+                if source.secret_ref is not None:
+                    path = f"{at}.envFrom[{e}].secretRef.name"
+                    yield path, "Secret", "secrets", source.secret_ref.name
+
+
+def _allowed(cluster: InferenceCluster, field: str, key: str) -> bool:
+    options = cluster.spec.pod_security
+    if options is None:
+        return False
+    listed = options.service_accounts if field == "serviceAccounts" else options.secrets
+    return key in listed
+
+
 def exempt_deployments(cluster: InferenceCluster) -> list[str]:
     """The deployments the cluster's allowlist names."""
     options = cluster.spec.pod_security
@@ -203,11 +249,30 @@ def pod_security_errors(fleet: FleetSpec) -> list[SpecError]:
                     "namespace of the workload's",
                 )
     for key, deployment in fleet.deployments.items():
+        selector = deployment.spec.cluster_selector
+        candidates = [n for n, c in fleet.clusters.items() if selector.matches(c.metadata.labels)]
+        namespace = deployment.metadata.namespace or "default"
+        for where, template in _templates(deployment):
+            for path, what, field, name in _grants(template, where):
+                wanted = f"{namespace}/{name}"
+                missing = [
+                    n
+                    for n in candidates
+                    if key not in exempt_deployments(fleet.clusters[n])
+                    and not _allowed(fleet.clusters[n], field, wanted)
+                ]
+                if missing:
+                    error(
+                        "ModelDeployment",
+                        key,
+                        path,
+                        f"the {what} {wanted} is not allowed on cluster(s) {', '.join(missing)} "
+                        f"(a cluster's spec.podSecurity.{field} lets a pod template use it; a "
+                        "spec author is not the namespace's admin)",
+                    )
         problems = [p for where, t in _templates(deployment) for p in baseline_problems(t, where)]
         if not problems:
             continue
-        selector = deployment.spec.cluster_selector
-        candidates = [n for n, c in fleet.clusters.items() if selector.matches(c.metadata.labels)]
         missing = [n for n in candidates if key not in exempt_deployments(fleet.clusters[n])]
         if candidates and not missing:
             continue  # every cluster it may land on lets it in

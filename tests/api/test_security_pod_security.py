@@ -252,3 +252,95 @@ def test_security_namespace_levels() -> None:
     assert namespace_level(None, "ml") == BASELINE
     with pytest.raises(ValidationError):
         _cluster("c3", ["not-a-key"])
+
+
+# --- service accounts and Secrets: only what the platform's allowlist names ---------------
+
+SA = {"spec.serviceAccountName": "deployer"}
+VOLUME = {"spec.volumes": [{"name": "creds", "secret": {"secretName": "team-db"}}]}
+ENV_REF = {
+    "spec.initContainers": [
+        {
+            "name": "fetch",
+            "image": "busybox",
+            "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "team-db", "key": "t"}}}],
+        }
+    ]
+}
+
+
+def _allowing(name: str, **lists: list[str]) -> InferenceCluster:
+    data = _cluster(name).model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["podSecurity"] = lists
+    return InferenceCluster.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("template", "clusters", "expected"),
+    [
+        (
+            SA,
+            [_cluster("c1")],
+            [("spec.workers.template.spec.serviceAccountName", "ml/deployer", "c1")],
+        ),
+        ({"spec.serviceAccountName": "default"}, [_cluster("c1")], []),
+        (SA, [_allowing("c1", serviceAccounts=["ml/deployer"])], []),
+        (
+            SA,
+            [_allowing("c1", serviceAccounts=["other/deployer"])],
+            [("spec.workers.template.spec.serviceAccountName", "ml/deployer", "c1")],
+        ),
+        (
+            VOLUME,
+            [_cluster("c1")],
+            [("spec.workers.template.spec.volumes[0].secret.secretName", "ml/team-db", "c1")],
+        ),
+        (VOLUME, [_allowing("c1", secrets=["ml/team-db"])], []),
+        (
+            ENV_REF,
+            [_allowing("c1", serviceAccounts=["ml/team-db"])],
+            [
+                (
+                    "spec.workers.template.spec.initContainers[0].env[0].valueFrom.secretKeyRef.name",
+                    "ml/team-db",
+                    "c1",
+                )
+            ],
+        ),
+        (ENV_REF, [_allowing("c1", secrets=["ml/team-db"])], []),
+        # Every cluster the deployment may land on must allow it; the refusal names the others.
+        (
+            VOLUME,
+            [_allowing("c1", secrets=["ml/team-db"]), _cluster("c2")],
+            [("spec.workers.template.spec.volumes[0].secret.secretName", "ml/team-db", "c2")],
+        ),
+        # A deployment the platform exempts is trusted with its namespace's accounts and Secrets.
+        ({**SA, **VOLUME}, [_cluster("c1", exempt=["ml/x"])], []),
+    ],
+    ids=[
+        "sa-refused",
+        "sa-default",
+        "sa-allowed",
+        "sa-other-namespace",
+        "volume-refused",
+        "volume-allowed",
+        "env-ref-wrong-list",
+        "env-ref-allowed",
+        "one-cluster-of-two",
+        "exempt",
+    ],
+)
+def test_security_service_accounts_and_secrets_only_from_the_allowlist(
+    template: dict[str, Any], clusters: list[InferenceCluster], expected: list[tuple[str, str, str]]
+) -> None:
+    dep = _deployment(name="x", namespace="ml", template=template)
+    found = _errors(dep, clusters=clusters)
+    assert [path for _, path, _ in found] == [path for path, _, _ in expected]
+    for (_, _, message), (_, name, where) in zip(found, expected, strict=True):
+        assert f" {name} is not allowed on cluster(s) {where} " in message, message
+        assert "spec.podSecurity." in message
+
+
+def test_security_a_pod_template_without_accounts_or_secrets_needs_no_allowlist() -> None:
+    dep = _deployment(name="x", namespace="ml", template={"spec.serviceAccountName": None})
+    assert _errors(dep) == []
