@@ -435,9 +435,9 @@ def test_security_frontdoors_accept_no_route_from_another_namespace(
 # The front door switches by `keys switch` after the `up` that published the new key (not
 # by the clock, which a slow `up` could pass); the old keys end this long after the switch.
 GRACE = 25
-# dev's old key: long enough for its client to move after the first `up` (the test's only
-# assumption about time: a slower `up` than this fails it).
-CALLER_GRACE = 120
+# dev's old key outlives the drill (its end by the authorization service's clock is pinned
+# with a fake clock: tests/driver/test_security_keys.py): no `up` here is timed.
+CALLER_GRACE = 3600
 
 
 def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_valid_caller(
@@ -447,9 +447,9 @@ def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_va
     gateways on other clusters) while `dev`'s key and the front-door key are rotated:
     `up` (the workload gateways accept both front-door keys, authz both of dev's), dev's
     client moves to its new key, `keys switch` and `up` (the front door sends the new key),
-    the first `up` after the ends (the old front-door key's line goes; authz refuses dev's
-    old key by its clock). Not one request of either caller is refused; at the end the
-    old front-door credentials and dev's old key are refused and the new ones let in."""
+    the first `up` after the old front-door key's end (its line goes). Not one request of
+    either caller is refused; at the end the old front-door credentials are refused by the
+    workload gateways and the new ones let in."""
     import subprocess
     import sys
 
@@ -543,7 +543,7 @@ def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_va
         done = deployer.run("keys", "switch", str(target), "--grace", f"{GRACE}s", timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         rotated = front_door_keys.parse(front_door_text())
-        ends = [k.not_after for k in [*rotated, *parse_keys(dev_file.read_text())] if k.not_after]
+        ends = [k.not_after for k in rotated if k.not_after]
         up()  # the switch
         assert sent_user() == f"modelplane-{new_id}"
         time.sleep(max(0.0, max(e.timestamp() for e in ends) + 1 - time.time()))
@@ -561,7 +561,8 @@ def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_va
     for caller, rows in results.items():
         failed = [r for r in rows if r[1] != 200]
         assert len(rows) > 20 and not failed, (caller, failed[:5], refusals, steps)
-    assert post(url, tls, {"x-api-key": old_dev})[0] == 401
+    # Both of dev's keys let in until the old one's end (an hour away).
+    assert post(url, tls, {"x-api-key": old_dev})[0] == 200
     assert post(url, tls, {"x-api-key": current["dev"]})[0] == 200
     # Straight to a workload gateway: the old front-door credentials are refused, the new
     # ones let in.
