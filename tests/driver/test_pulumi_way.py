@@ -760,27 +760,49 @@ def test_pulumi_way_the_program_reads_unroutable_clusters_from_stack_config(
 
 
 @pytest.mark.parametrize(
-    ("kind", "unroutable", "templates", "expected"),
+    ("kind", "unroutable", "templates", "expected", "hold"),
     [
         (
             "InferenceGateway",
             ("eu-1", "replica:a"),
             "",
             {"modelplane:unroutable": '["eu-1", "replica:a"]'},
+            None,
         ),
-        ("InferenceGateway", (), "", {"modelplane:unroutable": None}),  # removed when none
+        ("InferenceGateway", (), "", {"modelplane:unroutable": None}, None),  # none: removed
         (
             "ModelDeployment",
             (),
             '{"demo/qwen":{"r1":{"image":"a"}},"demo/other":{"r9":{}}}',
             {"modelplane:revisionTemplates": '{"r1": {"image": "a"}}'},  # its own only
+            None,
         ),
-        ("ModelDeployment", (), "", {"modelplane:revisionTemplates": None}),
-        ("InferenceCluster", ("eu-1",), "", {}),
+        ("ModelDeployment", (), "", {"modelplane:revisionTemplates": None}, None),
+        ("InferenceCluster", ("eu-1",), "", {}, None),
+        # The driver's front-door hold (an `up`): each side gets what the other did last.
+        (
+            "InferenceGateway",
+            (),
+            "",
+            {"modelplane:unroutable": None, "modelplane:frontDoorAccepted": '["modelplane"]'},
+            {"keep": "modelplane", "accepted": '["modelplane"]'},
+        ),
+        (
+            "ModelDeployment",
+            (),
+            "",
+            {"modelplane:revisionTemplates": None, "modelplane:frontDoorKeep": "modelplane"},
+            {"keep": "modelplane", "accepted": '["modelplane"]'},
+        ),
+        ("InferenceCluster", (), "", {}, {"keep": "modelplane", "accepted": None}),
     ],
 )
 def test_pulumi_way_up_sets_what_the_program_reads_as_stack_config(
-    kind: str, unroutable: tuple[str, ...], templates: str, expected: dict[str, str | None]
+    kind: str,
+    unroutable: tuple[str, ...],
+    templates: str,
+    expected: dict[str, str | None],
+    hold: dict[str, str | None] | None,
 ) -> None:
     from types import SimpleNamespace
 
@@ -788,7 +810,7 @@ def test_pulumi_way_up_sets_what_the_program_reads_as_stack_config(
     from modelplane.driver.workspace import TEMPLATES_ENV
 
     session = SimpleNamespace(program_env={TEMPLATES_ENV: templates} if templates else {})
-    ctx = SimpleNamespace(session=session, unroutable=unroutable)
+    ctx = SimpleNamespace(session=session, unroutable=unroutable, front_door_hold=hold)
     unit = SimpleNamespace(name="x", kind=kind, key="demo/qwen", tier=0)
     op = UpOp(ctx, unit, force=False)  # type: ignore[arg-type]
     assert op.program_config() == expected
