@@ -84,7 +84,8 @@ def _newest_schedule(session: EngineSession) -> str | None:
 def _write(session: EngineSession, name: str, value: str, schedule: str | None) -> None:
     session.stack(name)  # made (or selected) first: config belongs to a stack
     session.set_secret_config(name, CONFIG_KEY, value)
-    session.sync_config(name, {SCHEDULE_CONFIG: schedule})
+    if schedule is not None or _schedule(session, name) is not None:
+        session.sync_config(name, {SCHEDULE_CONFIG: schedule})
 
 
 def ensure_front_door_key(
