@@ -41,6 +41,7 @@ from modelplane.driver.errors import DriverError
 from modelplane.driver.front_door import (
     Rotation,
     ensure_front_door_key,
+    ever_rotated,
     rotate_front_door_key,
     switch_front_door_key,
 )
@@ -447,8 +448,10 @@ class Fleet:
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
             ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
-            # What the stacks did with the front-door keys last time, before any runs now.
-            ctx.front_door_hold = ops.front_door_hold(ctx, self.stacks(plan))
+            # What the stacks did with the front-door keys last time, before any runs now
+            # (only once the key was rotated: before that there is one key, nothing to hold).
+            if ever_rotated(session, session.env):
+                ctx.front_door_hold = ops.front_door_hold(ctx, self.stacks(plan))
             ctx.lock_wait, ctx.say = lock_wait, observer.message
             if refresh:
                 ctx.up_options["refresh"] = True

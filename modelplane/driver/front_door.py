@@ -76,6 +76,16 @@ def existing_key(session: EngineSession, schedule: str | None = None) -> str | N
     return None
 
 
+def ever_rotated(session: EngineSession, env: Mapping[str, str]) -> bool:
+    """Whether the fleet's front-door key has been rotated (a schedule in some stack's config,
+    or several keys in the environment's text): only then can the driver's hold change a
+    render, so only then are the stacks' outputs read for it."""
+    text = env.get(ENV)
+    if text:
+        return len([ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]) > 1
+    return any(_schedule(session, n) is not None for n in _holders(session))
+
+
 def _newest_schedule(session: EngineSession) -> str | None:
     schedules = [_schedule(session, n) for n in _holders(session)]
     return max(schedules, key=_rank, default=None)
