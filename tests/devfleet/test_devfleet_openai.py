@@ -107,6 +107,7 @@ def deployed(
     entries.append({"ip": SAAS_IP, "port": 9000, "replica": "saas", "cluster": "outside"})
     externals.write_text(json.dumps(entries))
     from modelplane.api.loader import load_fleet
+    from modelplane.caller_keys import parse_keys
     from modelplane.devcluster.certs import generate_ca, generate_serving_cert
     from modelplane.devfleet.fleet import ensure_caller_keys
 
@@ -122,7 +123,10 @@ def deployed(
     (tls_dir / "tls.key").write_bytes(cert.key_pem)
     (tls_dir / "ca.crt").write_bytes(ca.cert_pem)
     ensure_caller_keys(load_fleet(target).fleet, dev_fleet.root)
-    keys = {n: (dev_fleet.root / "callers" / n).read_text().strip() for n in ("dev", "batch")}
+    keys = {
+        n: parse_keys((dev_fleet.root / "callers" / n).read_text())[-1].key
+        for n in ("dev", "batch")
+    }
     up = deployer.run("up", str(target), "--yes", "--wait", "--timeout", "5m", timeout=900)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     base = deployer.fleet(target).status().gateway["openai"]
