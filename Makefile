@@ -8,10 +8,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup engine local test test-prometheus prometheus lint typecheck bench clean-local cel-tables hydrate-requirements
 
-$(STAMP): pyproject.toml
+# The exact versions it is tested with (constraints.txt) within pyproject.toml's ranges.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 # The Pulumi CLI, the Python language host and the Kubernetes provider, cached per user

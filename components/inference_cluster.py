@@ -21,25 +21,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import CLUSTER_AUTOSCALER_IMAGES
-from components.cloud.eks import (
-    AUTOSCALER_SERVICE_ACCOUNT,
+
+# The cloud components import their SDKs (modelplane's `gke` / `eks` extras): only a cluster
+# on that cloud imports them; their arguments and labels are plain data.
+from components.cloud.eks_args import (
     POOL_LABEL,
     EKSCapacityBlock,
-    EKSCluster,
     EKSClusterArgs,
     EKSGpu,
     EKSNetworking,
     EKSNodePool,
 )
-from components.cloud.gke import (
+from components.cloud.eks_iam import AUTOSCALER_SERVICE_ACCOUNT
+from components.cloud.gke_args import (
     GKE_NVIDIA_DRIVER_ROOT,
-    GKECluster,
     GKEClusterArgs,
     GKEGpu,
     GKEMaintenanceWindow,
@@ -64,6 +65,10 @@ from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClas
 from modelplane.api.inference_cluster import InferenceCluster, InferenceClusterSpec, NodePool
 from modelplane.api.maintenance import DEFAULT_GKE_WINDOW, EKS_DEFAULT_UNAVAILABLE, PoolUpgrade
 
+if TYPE_CHECKING:
+    from components.cloud.eks import EKSCluster
+    from components.cloud.gke import GKECluster
+
 GKE_STORAGE_CLASS = "modelplane-rwx"
 EKS_STORAGE_CLASS = "modelplane-rwx-efs"
 
@@ -83,6 +88,7 @@ def _class_of(
 def _recipe(
     cluster: InferenceCluster, pool: NodePool, classes: Mapping[str, InferenceClass], cloud: str
 ) -> GKEMachine | EKSMachine:
+
     cls = _class_of(cluster, pool, classes)
     provisioning = cls.spec.provisioning
     recipe: GKEMachine | EKSMachine | None = None
@@ -291,11 +297,15 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         self.pool_shapes = shapes
         self.render_to = render_to
         self.cloud: GKECluster | EKSCluster | None = None
+        gke_cloud: GKECluster | None = None
+        eks_cloud: EKSCluster | None = None
         driver_root = "/"
 
         # What a path to another cluster needs of this one (components/network/sides.py).
         self.network: dict[str, Any] | None = None
         if gke is not None:
+            from components.cloud.gke import GKECluster
+
             gke_cloud = GKECluster(name, gke, opts=child)
             self.cloud = gke_cloud
             self.kubeconfig = gke_cloud.kubeconfig
@@ -309,6 +319,8 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 "ranges": [net.node_cidr, net.pod_cidr, net.service_cidr],
             }
         elif eks is not None:
+            from components.cloud.eks import EKSCluster
+
             eks_cloud = EKSCluster(name, eks, opts=child)
             self.cloud = eks_cloud
             self.kubeconfig = eks_cloud.kubeconfig
@@ -339,7 +351,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         k8s_child = pulumi.ResourceOptions(parent=self, provider=self.provider)
 
         self.storage_class: kubernetes.storage.v1.StorageClass | None = None
-        if isinstance(self.cloud, GKECluster):
+        if gke_cloud is not None:
             # One class per Filestore tier a ModelCache may ask for (model_cache.py sizes each
             # cache's instance for its throughput); Zonal keeps the historical name.
             self.filestore_classes = {
@@ -352,7 +364,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                     provisioner="filestore.csi.storage.gke.io",
                     parameters={
                         "tier": FILESTORE_CSI_TIERS[tier],
-                        "network": self.cloud.network_name,
+                        "network": gke_cloud.network_name,
                     },
                     reclaim_policy="Delete",
                     volume_binding_mode="Immediate",
@@ -363,7 +375,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
             }
             self.storage_class = self.filestore_classes["Zonal"]
             self.storage_class_name = GKE_STORAGE_CLASS
-        elif isinstance(self.cloud, EKSCluster):
+        elif eks_cloud is not None:
             self.storage_class = kubernetes.storage.v1.StorageClass(
                 f"{name}-{EKS_STORAGE_CLASS}",
                 metadata={
@@ -373,14 +385,14 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 provisioner="efs.csi.aws.com",
                 parameters={
                     "provisioningMode": "efs-ap",
-                    "fileSystemId": self.cloud.file_system_id,
+                    "fileSystemId": eks_cloud.file_system_id,
                     "directoryPerms": "700",
                 },
                 reclaim_policy="Delete",
                 volume_binding_mode="Immediate",
                 opts=pulumi.ResourceOptions.merge(
                     k8s_child,
-                    pulumi.ResourceOptions(depends_on=[*self.cloud.mount_targets.values()]),
+                    pulumi.ResourceOptions(depends_on=[*eks_cloud.mount_targets.values()]),
                 ),
             )
             self.storage_class_name = EKS_STORAGE_CLASS
@@ -389,14 +401,14 @@ class InferenceClusterComponent(pulumi.ComponentResource):
             self.storage_class_name = cache.storage_class_name if cache is not None else None
 
         self.autoscaler: kubernetes.helm.v3.Release | None = None
-        if isinstance(self.cloud, EKSCluster) and self.cloud.autoscaler_identity is not None:
+        if eks_cloud is not None and eks_cloud.autoscaler_identity is not None:
             assert eks is not None
             self.autoscaler = self._autoscaler(
-                name, self.cloud, spec, eks.kubernetes_version, k8s_child
+                name, eks_cloud, spec, eks.kubernetes_version, k8s_child
             )
 
         self.efa_device_plugin: kubernetes.helm.v3.Release | None = None
-        if isinstance(self.cloud, EKSCluster) and any(p.fabric == "EFA" for p in spec.node_pools):
+        if eks_cloud is not None and any(p.fabric == "EFA" for p in spec.node_pools):
             self.efa_device_plugin = self._efa_device_plugin(name, spec, k8s_child)
 
         self.serving_stack: ServingStack | None = None

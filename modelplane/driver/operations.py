@@ -326,14 +326,18 @@ def _rendered_result(
     """A stack the engine cannot preview: its offline render (never a stack in the backend)."""
     from modelplane.render.runner import RenderError
 
+    # A stack this machine cannot run (a cloud SDK or plugin missing) fails before its render,
+    # which imports the same SDKs and would fail less clearly.
+    problem = ctx.problem(unit, started)
+    if problem is not None:
+        return problem
     try:
         rendered = offline.render(unit.name)
     except RenderError as exc:
         error = f"{reason}, but the offline render failed: {exc.cause}"
         return StackResult.failed(unit, error, time.monotonic() - started)
     new = offline.is_new(unit.name)
-    problem = ctx.problem(unit, started)
-    result = problem or StackResult(unit.name, unit.tier, Outcome.NEW if new else Outcome.RENDERED)
+    result = StackResult(unit.name, unit.tier, Outcome.NEW if new else Outcome.RENDERED)
     result.changes = {"create": rendered.count} if new else {}
     result.resources = list(rendered.resources) if new else []
     result.note = f"{reason} ({rendered.count} resources)"

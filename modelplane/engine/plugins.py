@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,14 @@ PURPOSE = {
     "gcp": "GKE clusters",
     "aws": "EKS clusters",
     "eks": "EKS clusters",
+}
+#: The Python SDK each plugin's resources are declared with, and the extra that installs it
+#: (pyproject.toml: the cloud SDKs are optional, only fleets on that cloud need them).
+SDKS = {
+    "kubernetes": ("pulumi_kubernetes", "pulumi-kubernetes", None),
+    "gcp": ("pulumi_gcp", "pulumi-gcp", "gke"),
+    "aws": ("pulumi_aws", "pulumi-aws", "eks"),
+    "eks": ("pulumi_eks", "pulumi-eks", "eks"),
 }
 #: The plugins a cluster stack needs beyond ``kubernetes``, by the cluster's source.
 CLOUD_PLUGINS = {"GKE": ("gcp",), "EKS": ("aws", "eks"), "Existing": ()}
@@ -63,7 +72,10 @@ def pinned_plugins() -> dict[str, Plugin]:
     """Every pinned provider's plugin, by name, from the installed SDKs' pulumi-plugin.json."""
     found: dict[str, Plugin] = {}
     for module in PROVIDER_MODULES:
-        spec = importlib.util.find_spec(module)
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):  # an extra not installed (missing_sdks says so)
+            continue
         if spec is None or not spec.submodule_search_locations:
             continue
         path = Path(next(iter(spec.submodule_search_locations))) / "pulumi-plugin.json"
@@ -161,11 +173,48 @@ def stack_plugins(fleet: FleetSpec, unit: StackUnit) -> set[str]:
     return names
 
 
+def sdk_installed(module: str) -> bool:
+    """Whether the Python SDK ``module`` can be imported here (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_sdks(names: Iterable[str]) -> list[str]:
+    """The plugins among ``names`` whose Python SDK is not installed."""
+    return [n for n in sorted(set(names)) if n in SDKS and not sdk_installed(SDKS[n][0])]
+
+
+def missing_sdk_message(stack: str, missing: list[str]) -> str:
+    """The error of a stack whose program cannot import its cloud SDKs."""
+    packages = ", ".join(SDKS[n][1] for n in missing)
+    purposes = "; ".join(sorted({PURPOSE.get(n, n) for n in missing}))
+    extras = sorted({extra for n in missing if (extra := SDKS[n][2])})
+    spec = f"modelplane[{','.join(extras)}]" if extras else "modelplane"
+    return (
+        f"stack {stack} needs the Python SDK(s) {packages} ({purposes}), which are not "
+        f"installed in this environment ({sys.executable}). Install them with: "
+        f"pip install '{spec}' (in a checkout: `make`, which installs every extra)"
+    )
+
+
+def sdk_of_module(module: str | None) -> str | None:
+    """The plugin whose Python SDK ``module`` (or a submodule of it) is, else None."""
+    top = (module or "").split(".")[0]
+    return next((name for name, (m, _, _) in SDKS.items() if m == top), None)
+
+
 def missing_for_stack(fleet: FleetSpec, unit: StackUnit, environ: Mapping[str, str]) -> str | None:
-    """The error for a stack whose plugins the engine would not find (None: all there)."""
+    """The error for a stack this environment cannot run: a cloud SDK its program imports is
+    not installed, or a plugin the engine would not find (None: all there)."""
+    needed = stack_plugins(fleet, unit)
+    sdks = missing_sdks(needed)
+    if sdks:
+        return missing_sdk_message(unit.name, sdks)
     if acquisition_enabled(environ):
         return None
-    missing = missing_plugins(stack_plugins(fleet, unit), environ)
+    missing = missing_plugins(needed, environ)
     return missing_message(unit.name, missing) if missing else None
 
 

@@ -22,6 +22,7 @@ from pulumi.runtime.settings import get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
 
 from modelplane.api.errors import FleetInvalid
+from modelplane.engine.plugins import missing_sdk_message, sdk_of_module
 from modelplane.errors import ModelplaneError
 from modelplane.lock import dump_lock
 from modelplane.planning import plan_fleet
@@ -165,6 +166,12 @@ def render_stack(
                 holder["outputs"] = await _resolve_exports(getattr(root, "outputs", {}))
 
             loop.run_until_complete(run_pulumi_func(body))
+        except ModuleNotFoundError as exc:
+            sdk = sdk_of_module(exc.name)
+            if sdk is None:
+                raise RenderError(stack, exc) from exc
+            # The cloud SDKs are extras: say which to install, not where the import was.
+            raise RenderError(stack, ModelplaneError(missing_sdk_message(stack, [sdk]))) from exc
         except Exception as exc:  # noqa: BLE001 - reported with the stack's name
             raise RenderError(stack, exc) from exc
         finally:

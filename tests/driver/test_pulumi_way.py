@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import stat
-import tomllib
 from pathlib import Path
 
 import jsonschema
@@ -49,8 +48,9 @@ def _cli():
 
 
 def _pins() -> dict[str, str]:
-    data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    pins = dict(d.split("==") for d in data["project"]["dependencies"])
+    """The provider SDKs' exact versions: constraints.txt, what `make` installs."""
+    lines = (REPO / "constraints.txt").read_text().splitlines()
+    pins = dict(ln.split("==") for ln in lines if "==" in ln and not ln.startswith("#"))
     return {name: pins[f"pulumi-{name}"] for name in ("kubernetes", "gcp", "aws", "eks")}
 
 
