@@ -16,7 +16,11 @@ successful update. The fingerprint covers:
 - for the gateway, the clusters whose endpoints it leaves out of routes (``reconcile``);
 - for the stacks that read the front-door key while it is rotated, which keys the workload
   gateways accept and which one the front door sends *now* (modelplane/front_door_keys.py:
-  the first `up` after a key's switch or end runs them).
+  the first `up` after a key's switch or end runs them);
+- the Pulumi ESC environments its stack config imports (``environment:``), by name. Their
+  values are resolved by the engine, at run time, from a service the driver does not read:
+  a stack that imports any is never skipped (:func:`can_skip`), so a changed ESC value is
+  always applied.
 
 The digest is recorded in the update's message (``modelplane-inputs: <digest>``), which
 every Pulumi backend keeps in the stack history, so skipping works from any checkout.
@@ -281,6 +285,7 @@ def stack_fingerprint(
     unroutable: Sequence[str] = (),
     project: str = "",
     hold: Mapping[str, Any] | None = None,
+    environments: Sequence[str] = (),
 ) -> str:
     """The digest of every input of one stack (see the module docstring); ``unroutable``:
     the clusters the gateway leaves out of routes (an input of the gateway stack only);
@@ -300,6 +305,8 @@ def stack_fingerprint(
         data["frontDoor"] = front_door
     if project:
         data["project"] = project
+    if environments:
+        data["environments"] = list(environments)
     return digest(data)
 
 
@@ -360,10 +367,13 @@ def can_skip(
     last_kind: str | None,
     last_result: str | None,
     last_message: str | None,
+    environments: Sequence[str] = (),
 ) -> bool:
-    """True when the last operation on the stack was a successful update with these inputs."""
+    """True when the last operation on the stack was a successful update with these inputs
+    (never for a stack importing ESC ``environments``: their values are unseen here)."""
     return (
-        last_kind == "update"
+        not environments
+        and last_kind == "update"
         and last_result == "succeeded"
         and recorded_fingerprint(last_message) == fingerprint
     )

@@ -317,6 +317,7 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         base_dir=ctx.fleet_dir,
         unroutable=ctx.unroutable,
         project=ctx.session.project,
+        environments=ctx.session.environments(unit.name),
     )
 
 
@@ -547,6 +548,7 @@ class UpOp(EngineOp):
         self.fingerprint = ""
         self.known_changed = False
         self.synced = False
+        self.environments: list[str] = []
 
     def program_config(self) -> dict[str, str | None]:
         """The run-time decisions this stack's program reads, as its stack config: the
@@ -587,8 +589,11 @@ class UpOp(EngineOp):
             self.sync_program_config()
         self.fingerprint = fingerprint_of(self.ctx, self.unit)
         self.message = update_message(self.fingerprint, self.ctx.commit_subject())
+        self.environments = self.ctx.session.environments(self.unit.name)
         if self.force or self.ctx.up_options.get("refresh") or self.ctx.cache is None:
             return None
+        if self.environments:
+            return None  # ESC values the driver cannot see: the engine runs it every time
         here = self.ctx.cache.updated_here(self.unit.name)
         if here is not None and here != self.fingerprint:
             # This run updated the stack with other inputs (a rollout's earlier step): it
@@ -616,7 +621,9 @@ class UpOp(EngineOp):
             return None
         last = stack.history(page_size=1, show_secrets=False)
         entry = last[0] if last else None
-        if entry is None or not can_skip(self.fingerprint, entry.kind, entry.result, entry.message):
+        if entry is None or not can_skip(
+            self.fingerprint, entry.kind, entry.result, entry.message, self.environments
+        ):
             return None
         name = self.unit.name
         self.ctx.remember(name, stack.outputs())
@@ -879,7 +886,11 @@ def status_stack(ctx: RunContext, unit: StackUnit, existing: set[str]) -> StackS
             when = entry.end_time or entry.start_time
             status.last_time = when.isoformat() if when else None
             status.in_sync = can_skip(
-                fingerprint_of(ctx, unit), entry.kind, entry.result, entry.message
+                fingerprint_of(ctx, unit),
+                entry.kind,
+                entry.result,
+                entry.message,
+                ctx.session.environments(unit.name),
             )
         return status
     except CommandError as exc:

@@ -417,6 +417,10 @@ class EngineSession:
         config = read_stack_config(self.config_dir, stack)
         return {k: v for k, v in config.items() if k not in DRIVER_CONFIG + PROGRAM_CONFIG}
 
+    def environments(self, stack: str) -> list[str]:
+        """The ESC environments the stack's config imports (never skipped: fingerprint.py)."""
+        return read_stack_environments(self.config_dir, stack)
+
     def hold_config(self, stack: str) -> dict[str, Any]:
         """The stack's front-door hold as its config holds it (what the last sync wrote)."""
         config = read_stack_config(self.config_dir, stack)
@@ -477,6 +481,26 @@ def engine_cli_version(root: Path) -> str | None:
         return cache.read_manifest(root, "engine").versions.get("pulumi") or None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def read_stack_environments(work_dir: Path, stack: str) -> list[str]:
+    """The Pulumi ESC environments the stack's config file imports (``environment:``, a list
+    of names, or the older ``environment: {imports: [...]}``), in order."""
+    path = work_dir / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise DriverError(f"cannot read stack config {path}: {exc}") from None
+    found = data.get("environment") if isinstance(data, dict) else None
+    if isinstance(found, dict):
+        found = found.get("imports")
+    if not isinstance(found, list):
+        return []
+    # An import is a name, or a one-key mapping `{name: {merge: false}}`.
+    names = [next(iter(i), None) if isinstance(i, dict) else i for i in found]
+    return [str(n) for n in names if n]
 
 
 def read_stack_config(work_dir: Path, stack: str) -> dict[str, Any]:

@@ -292,6 +292,47 @@ def test_skip_only_after_a_successful_update_with_the_same_inputs() -> None:
     assert not fp.can_skip("ab" * 32, None, None, None)
 
 
+@pytest.mark.parametrize(
+    ("stack_file", "environments"),
+    [
+        (None, []),
+        ("config: {a:b: c}\n", []),
+        ("environment:\n  - team/aws-prod\n  - team/gcp\n", ["team/aws-prod", "team/gcp"]),
+        ("environment:\n  imports:\n    - team/aws-prod\n", ["team/aws-prod"]),
+        ("environment:\n  - team/base: {merge: false}\n  - team/x\n", ["team/base", "team/x"]),
+        ("environment: team/not-a-list\n", []),
+    ],
+    ids=["no file", "no environment", "list", "imports (older form)", "import options", "bad"],
+)
+def test_esc_environments_a_stack_config_imports(
+    tmp_path: Path, stack_file: str | None, environments: list[str]
+) -> None:
+    from modelplane.driver.workspace import read_stack_environments
+
+    if stack_file is not None:
+        (tmp_path / "Pulumi.gateway.yaml").write_text(stack_file)
+    assert read_stack_environments(tmp_path, "gateway") == environments
+
+
+def test_esc_a_stack_importing_environments_is_never_skipped(fleet_dir: Path) -> None:
+    """Its ESC values are the engine's to read: the same inputs still run it (and a changed
+    import list is a changed fingerprint)."""
+    fleet = Fleet.load(fleet_dir, env={})
+    plan = fleet.plan()
+    unit = next(u for u in fleet.stacks(plan) if u.name == "gateway")
+
+    def fingerprint(environments: tuple[str, ...]) -> str:
+        return fp.stack_fingerprint(
+            fleet.spec, plan.lock, unit, {}, environ={}, program="p", environments=environments
+        )
+
+    plain, imported = fingerprint(()), fingerprint(("team/aws-prod",))
+    assert plain != imported != fingerprint(("team/aws-prod", "team/gcp"))
+    message = fp.update_message(imported)
+    assert fp.can_skip(imported, "update", "succeeded", message)
+    assert not fp.can_skip(imported, "update", "succeeded", message, ["team/aws-prod"])
+
+
 # --- backend, passphrase, environment -----------------------------------------------------
 
 
@@ -601,3 +642,43 @@ def test_markdown_without_offline_stacks_says_nothing_of_it() -> None:
         [StackResult("cluster-a", Tier.CLUSTERS, Outcome.SUCCEEDED, changes={"update": 1})],
     )
     assert "offline render" not in preview_markdown(Plan(lock, ScheduleResult(lock, {})), run)
+
+
+@pytest.mark.parametrize(("environments", "skipped"), [([], True), (["team/aws-prod"], False)])
+def test_esc_up_runs_a_stack_importing_environments_whatever_its_cache_says(
+    fleet_dir: Path, environments: list[str], skipped: bool
+) -> None:
+    """`up`'s skip decision (UpOp.prepare) with the stack cache holding this very fingerprint:
+    skipped without ESC imports, run with them."""
+    from types import SimpleNamespace
+
+    from modelplane.driver.operations import UpOp, fingerprint_of
+
+    fleet = Fleet.load(fleet_dir, env={})
+    plan = fleet.plan()
+    unit = next(u for u in fleet.stacks(plan) if u.name == "gateway")
+    session = SimpleNamespace(
+        extra_config=lambda _s: {},
+        hold_config=lambda _s: {},
+        environments=lambda _s: environments,
+        env={},
+        project="modelplane-test",
+    )
+    ctx = SimpleNamespace(
+        fleet=fleet.spec,
+        lock=plan.lock,
+        fleet_dir=fleet_dir,
+        session=session,
+        unroutable=(),
+        up_options={},
+        masked={},
+        digests={},
+        exists=lambda _s: False,
+        output_digest=lambda _s: None,
+        commit_subject=lambda: None,
+    )
+    recorded = fingerprint_of(ctx, unit)  # type: ignore[arg-type]
+    entry = SimpleNamespace(fingerprint=recorded, masked={}, outputs="digest")
+    ctx.cache = SimpleNamespace(updated_here=lambda _s: None, valid=lambda _s: entry)
+    result = UpOp(ctx, unit, force=False).prepare()  # type: ignore[arg-type]
+    assert (result is not None and result.outcome == Outcome.UNCHANGED) is skipped
