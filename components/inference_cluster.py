@@ -411,6 +411,9 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         if eks_cloud is not None and any(p.fabric == "EFA" for p in spec.node_pools):
             self.efa_device_plugin = self._efa_device_plugin(name, spec, k8s_child)
 
+        # An Existing cluster the platform connects privately (api.md "Paths").
+        network = existing.network if existing is not None else None
+        private_to = list(network.connected_to) if network is not None else []
         self.serving_stack: ServingStack | None = None
         if spec.serving_stack.install and render_to is None:
             self.serving_stack = ServingStack(
@@ -421,6 +424,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 gke_driver_installer=gke is not None,
                 owns_network=self.cloud is not None,
                 cloud=source if self.cloud is not None else None,
+                private_to=private_to,
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address
@@ -436,6 +440,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                     k8s_child,
                     pulumi.ResourceOptions(depends_on=[namespace] if namespace else []),
                 ),
+                private_to=private_to,
             )
             self.gateway_address = gateway_address(self.workload_gateway, own.port)
         elif spec.serving_stack.install or spec.serving_stack.gateway is not None:
@@ -465,6 +470,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 await_address=False,
                 cloud=source if render_own is None else None,
                 envoy_proxy=render_own is None,
+                private_to=private_to,
             )
             self.gateway_address = pulumi.Output.from_input(None)
         else:

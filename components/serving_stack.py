@@ -400,6 +400,11 @@ def workload_gateway_class(name: str, opts: pulumi.ResourceOptions) -> pulumi.Cu
     )
 
 
+PRIVATE_NETWORK_ANNOTATION = "modelplane.ai/private-network"
+"""On a workload Gateway: the clusters whose networks reach it privately (declared by the
+platform for an Existing cluster; GKE and EKS gateways are internal load balancers)."""
+
+
 def workload_gateway(
     name: str,
     class_name: str,
@@ -409,6 +414,7 @@ def workload_gateway(
     await_address: bool = True,
     cloud: str | None = None,
     envoy_proxy: bool = False,
+    private_to: Sequence[str] = (),
 ) -> pulumi.CustomResource:
     """The cluster's workload Gateway `modelplane-system/inference-gateway` of ``class_name``:
     a plain CustomResource so that `status` is an output, and Pulumi waits for an address
@@ -417,14 +423,22 @@ def workload_gateway(
     longest request (`spec.infrastructure.annotations`, which Envoy Gateway puts on the
     proxy's Service; components.load_balancers). ``envoy_proxy`` (the installed stack's
     Envoy Gateway, never a platform's own controller): `spec.infrastructure.parametersRef`
-    names the EnvoyProxy ``workload_envoy_proxy`` makes."""
+    names the EnvoyProxy ``workload_envoy_proxy`` makes. ``private_to``: on an Existing
+    cluster, the clusters the platform declared it privately connected to
+    (`existing.network.connectedTo`), recorded as the annotation PRIVATE_NETWORK_ANNOTATION
+    (what the shipped policy pack accepts instead of an internal load balancer)."""
     meta: dict[str, Any] = {
         "name": GATEWAY_NAME,
         "namespace": SYSTEM_NAMESPACE,
         "labels": app_labels("inference-gateway", GATEWAY_NAME, "workload-gateway"),
     }
+    annotations: dict[str, str] = {}
     if await_address:
-        meta["annotations"] = {"pulumi.com/waitFor": "jsonpath={.status.addresses[0].value}"}
+        annotations["pulumi.com/waitFor"] = "jsonpath={.status.addresses[0].value}"
+    if private_to:
+        annotations[PRIVATE_NETWORK_ANNOTATION] = ",".join(private_to)
+    if annotations:
+        meta["annotations"] = annotations
     infrastructure: dict[str, Any] = {}
     if cloud in INTERNAL_LB_ANNOTATIONS:
         infrastructure["annotations"] = service_annotations(cloud, internal=True)
@@ -489,6 +503,7 @@ class ServingStack(pulumi.ComponentResource):
         gke_driver_installer: bool = False,
         owns_network: bool = False,
         cloud: str | None = None,
+        private_to: Sequence[str] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         versions = dict(options.versions)
@@ -606,6 +621,7 @@ class ServingStack(pulumi.ComponentResource):
             80,
             cloud=cloud,
             envoy_proxy=True,
+            private_to=private_to,
             opts=self._opts(
                 depends_on=[
                     self.gateway_class,

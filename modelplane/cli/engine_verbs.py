@@ -97,6 +97,15 @@ PolicyPackOpt = Annotated[
         show_default=False,
     ),
 ]
+PolicyConfigOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy-pack-config",
+        help="A JSON file of config for the --policy-pack in the same position "
+        "(e.g. a rule's enforcementLevel; repeatable).",
+        show_default=False,
+    ),
+]
 LockOpt = Annotated[
     Path | None,
     typer.Option(
@@ -266,6 +275,7 @@ def preview(
     refresh: RefreshOpt = False,
     expect_no_changes: ExpectNoChangesOpt = False,
     policy_pack: PolicyPackOpt = None,
+    policy_pack_config: PolicyConfigOpt = None,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
 ) -> None:
@@ -293,6 +303,7 @@ def preview(
                 observer=obs,
                 refresh=refresh,
                 policy_packs=policy_pack or (),
+                policy_pack_configs=policy_pack_config or (),
             ),
         )
         if markdown is not None:
@@ -349,6 +360,7 @@ def up(
     refresh: RefreshOpt = False,
     expect_no_changes: ExpectNoChangesOpt = False,
     policy_pack: PolicyPackOpt = None,
+    policy_pack_config: PolicyConfigOpt = None,
     lock: LockOpt = None,
     backend: BackendOpt = None,
     secrets_provider: SecretsOpt = None,
@@ -448,6 +460,7 @@ def up(
                 refresh=refresh,
                 expect_no_changes=expect_no_changes,
                 policy_packs=policy_pack or (),
+                policy_pack_configs=policy_pack_config or (),
                 strategy=_STRATEGIES[strategy] if strategy is not None else None,
                 lock_wait=waiting,
             ),

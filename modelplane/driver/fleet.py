@@ -340,6 +340,7 @@ class Fleet:
         observer: Observer | None = None,
         refresh: bool = False,
         policy_packs: Iterable[str] = (),
+        policy_pack_configs: Iterable[str] = (),
     ) -> RunResult:
         """``pulumi preview`` of every stack against the new plan; writes nothing but state
         locks, and creates no stack. The plan's lock goes to ``.modelplane/plan/`` for the
@@ -363,6 +364,9 @@ class Fleet:
             packs = [str(p) for p in policy_packs]
             if packs:
                 ctx.preview_options["policy_packs"] = packs
+            configs = [str(c) for c in policy_pack_configs]
+            if configs:
+                ctx.preview_options["policy_pack_configs"] = configs
             offline = OfflinePreview(
                 self.path,
                 plan_lock,
@@ -391,6 +395,7 @@ class Fleet:
         refresh: bool = False,
         expect_no_changes: bool = False,
         policy_packs: Iterable[str] = (),
+        policy_pack_configs: Iterable[str] = (),
         strategy: str | None = None,
         rollout_timeout: float | None = None,
         lock_wait: float = 0.0,
@@ -411,8 +416,9 @@ class Fleet:
         Stacks whose inputs did not change since their last successful update are skipped
         unless ``all_stacks`` or ``refresh``. Stacks in the backend that the fleet no longer
         derives are reported (``orphans``); :meth:`prune` destroys them. ``refresh``,
-        ``expect_no_changes`` and ``policy_packs`` are passed to every ``pulumi up``
-        (``--refresh``, ``--expect-no-changes``, ``--policy-pack``).
+        ``expect_no_changes``, ``policy_packs`` and ``policy_pack_configs`` are passed to every
+        ``pulumi up`` (``--refresh``, ``--expect-no-changes``, ``--policy-pack``,
+        ``--policy-pack-config``); with a policy pack no stack is skipped (each is judged).
         """
         if self.spec.empty:  # nothing to deploy: tearing down is destroy's job
             raise FleetInvalid([no_specs(self.path)])
@@ -460,6 +466,9 @@ class Fleet:
             packs = [str(p) for p in policy_packs]
             if packs:
                 ctx.up_options["policy_packs"] = packs
+            configs = [str(c) for c in policy_pack_configs]
+            if configs:
+                ctx.up_options["policy_pack_configs"] = configs
             run = self._run(
                 "up", units, lambda u: ops.up_stack(ctx, u, force=all_stacks), parallel, observer
             )

@@ -550,6 +550,11 @@ class UpOp(EngineOp):
         self.synced = False
         self.environments: list[str] = []
 
+    def checks_everything(self) -> bool:
+        """A refresh reads every resource, a policy pack judges every one: nothing skipped."""
+        options = self.ctx.up_options
+        return bool(options.get("refresh") or options.get("policy_packs"))
+
     def program_config(self) -> dict[str, str | None]:
         """The run-time decisions this stack's program reads, as its stack config: the
         gateway's unroutable clusters and replicas, a deployment's older revisions' pod
@@ -590,7 +595,7 @@ class UpOp(EngineOp):
         self.fingerprint = fingerprint_of(self.ctx, self.unit)
         self.message = update_message(self.fingerprint, self.ctx.commit_subject())
         self.environments = self.ctx.session.environments(self.unit.name)
-        if self.force or self.ctx.up_options.get("refresh") or self.ctx.cache is None:
+        if self.force or self.ctx.cache is None or self.checks_everything():
             return None
         if self.environments:
             return None  # ESC values the driver cannot see: the engine runs it every time
@@ -617,7 +622,7 @@ class UpOp(EngineOp):
 
     def skip(self, stack: Stack) -> StackResult | None:
         self.sync_program_config()  # a stack this run created
-        if self.force or self.ctx.up_options.get("refresh") or self.known_changed:
+        if self.force or self.known_changed or self.checks_everything():
             return None
         last = stack.history(page_size=1, show_secrets=False)
         entry = last[0] if last else None

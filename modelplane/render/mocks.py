@@ -34,6 +34,7 @@ class Registration:
     inputs: dict[str, Any]
     custom: bool
     provider: str = ""
+    protect: bool = False
 
     @property
     def parent_type(self) -> str | None:
@@ -49,13 +50,13 @@ class RecordingMocks(Mocks):
     def __init__(self, upstream: Callable[[str], StackOutputs | None]) -> None:
         self.upstream = upstream
         self.registrations: list[Registration] = []
-        self._pending: dict[tuple[str, str], tuple[str, str]] = {}
+        self._pending: dict[tuple[str, str], tuple[str, str, bool]] = {}
 
     def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        parent, provider = self._pending.pop((args.typ, args.name), ("", ""))
+        parent, provider, protect = self._pending.pop((args.typ, args.name), ("", "", False))
         self.registrations.append(
             Registration(
-                args.typ, args.name, parent, dict(args.inputs), bool(args.custom), provider
+                args.typ, args.name, parent, dict(args.inputs), bool(args.custom), provider, protect
             )
         )
         if args.typ == STACK_REFERENCE:
@@ -144,9 +145,14 @@ class RecordingMonitor(MockMonitor):
         super().__init__(mocks)
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
-        self.mocks._pending[(request.type, request.name)] = (request.parent, request.provider)
+        self.mocks._pending[(request.type, request.name)] = (
+            request.parent,
+            request.provider,
+            bool(request.protect),
+        )
         return super().RegisterResource(_without_references(request, "object"))
 
     def ReadResource(self, request: Any) -> Any:  # noqa: N802
-        self.mocks._pending[(request.type, request.name)] = (request.parent, request.provider)
+        pending = (request.parent, request.provider, False)
+        self.mocks._pending[(request.type, request.name)] = pending
         return super().ReadResource(_without_references(request, "properties"))

@@ -85,7 +85,8 @@ def test_pulumi_way_cloud_sdks_are_the_gke_and_eks_extras() -> None:
     assert not names(PROJECT["dependencies"]) & CLOUD_SDKS
     assert names(extras["gke"]) == {"pulumi-gcp"}
     assert names(extras["eks"]) == {"pulumi-aws", "pulumi-eks"}
-    assert "modelplane[gke,eks]" in extras["dev"]  # the tests render both clouds
+    assert names(extras["policy"]) == {"pulumi-policy"}
+    assert "modelplane[gke,eks,policy]" in extras["dev"]  # the tests render both clouds
 
 
 # A Python that cannot import the named SDKs, as where the extra was never installed: the

@@ -489,3 +489,51 @@ func (h *host) GetProgramDependencies(
 	}
 	return resp, nil
 }
+
+// RunPlugin runs a plugin written in Python: a policy pack (PulumiPolicy.yaml, runtime python)
+// or a component provider (PulumiPlugin.yaml). Like Pulumi's own host, it runs the plugin's
+// directory (its `__main__.py`) with the interpreter of the plugin's toolchain options, the
+// engine's arguments after it, in the directory the engine asks, streaming its output back;
+// the plugin prints its port on the first line of stdout.
+func (h *host) RunPlugin(
+	req *pulumirpc.RunPluginRequest, server pulumirpc.LanguageRuntime_RunPluginServer,
+) error {
+	info := req.GetInfo()
+	if info == nil {
+		return errors.New("RunPlugin: no program info")
+	}
+	tc, err := toolchainFor(info)
+	if err != nil {
+		return err
+	}
+	dir := info.GetProgramDirectory()
+	if dir == "" {
+		dir = info.GetRootDirectory()
+	}
+	args := append([]string{"-u", dir}, req.GetArgs()...)
+	cmd, err := tc.Command(server.Context(), args...)
+	if err != nil {
+		return err
+	}
+	closer, stdout, stderr, err := rpcutil.MakeRunPluginStreams(server, false)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	cmd.Dir = req.GetPwd()
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, req.GetEnv()...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			return fmt.Errorf("running the Python plugin in %s: %w", dir, err)
+		}
+		return server.Send(&pulumirpc.RunPluginResponse{
+			Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: int32(exit.ExitCode())},
+		})
+	}
+	return closer.Close()
+}
