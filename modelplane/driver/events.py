@@ -100,6 +100,19 @@ def resource_change(metadata: Any) -> ResourceChange:
     return ResourceChange(_value(metadata.op), metadata.urn, metadata.type or rtype, name, props)
 
 
+def policy_message(event: Any) -> str:
+    """One policy violation as a line: pack, policy, level, the resource, the message."""
+    where = ""
+    if event.resource_urn:
+        kind, name = urn_type_and_name(event.resource_urn)
+        where = f" on {kind} {name}"
+    message = " ".join((event.message or "").split())
+    return (
+        f"policy {event.policy_pack_name}/{event.policy_name} ({event.enforcement_level})"
+        f"{where}: {message}"
+    )
+
+
 @dataclass
 class StackProgress:
     """Live state of one stack's operation, fed by engine events (thread-safe)."""
@@ -150,6 +163,15 @@ class StackProgress:
             target = self.errors if diag.severity == "error" else self.warnings
             if message and message not in target and not _noise(message):
                 target.append(message)
+            return
+        policy = getattr(event, "policy_event", None)
+        if policy is not None:
+            # A policy pack's verdict: a mandatory one stops the update (an error of the
+            # stack), an advisory one is said (a warning).
+            text = policy_message(policy)
+            target = self.errors if policy.enforcement_level == "mandatory" else self.warnings
+            if text not in target:
+                target.append(text)
             return
         summary = getattr(event, "summary_event", None)
         if summary is not None:

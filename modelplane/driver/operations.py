@@ -709,7 +709,10 @@ def run_up(stack: Stack, on_event: Callable[[Any], None], options: Mapping[str, 
             seen.append(True)
         on_event(event)
 
-    args = ["up", "--yes", "--skip-preview", *_parse_extra_args(**options)]
+    # A policy pack judges the preview first, as a plain `pulumi up` does: a mandatory
+    # violation then stops the update before it changes anything.
+    preview = [] if options.get("policy_packs") else ["--skip-preview"]
+    args = ["up", "--yes", *preview, *_parse_extra_args(**options)]
     args += ["--exec-kind", ExecKind.LOCAL.value]
     log, thread, stop, tmp, server = stack._setup_event_log(
         "up", listen, stack.workspace.pulumi_version or ""

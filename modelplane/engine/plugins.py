@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from modelplane.api.fleet import FleetSpec
     from modelplane.stacks import StackUnit
 
-#: The pinned provider SDKs (Python module names) whose plugins the program can use.
-PROVIDER_MODULES = ("pulumi_kubernetes", "pulumi_gcp", "pulumi_aws", "pulumi_eks")
 ACQUISITION = "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"
 #: What each plugin is for, in messages.
 PURPOSE = {
@@ -47,6 +45,8 @@ SDKS = {
     "aws": ("pulumi_aws", "pulumi-aws", "eks"),
     "eks": ("pulumi_eks", "pulumi-eks", "eks"),
 }
+#: The pinned provider SDKs (Python module names) whose plugins the program can use.
+PROVIDER_MODULES = tuple(module for module, _, _ in SDKS.values())
 #: The plugins a cluster stack needs beyond ``kubernetes``, by the cluster's source.
 CLOUD_PLUGINS = {"GKE": ("gcp",), "EKS": ("aws", "eks"), "Existing": ()}
 PATH_PLUGINS = {"GKE": ("gcp",), "EKS": ("aws",)}

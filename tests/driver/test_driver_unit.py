@@ -511,6 +511,39 @@ def test_urn_parsing() -> None:
     assert urn_type_and_name(urn) == ("kubernetes:apps/v1:Deployment", "qwen-63ecf-unified")
 
 
+@pytest.mark.parametrize(
+    ("level", "kind"),
+    [("mandatory", "errors"), ("advisory", "warnings"), ("remediate", "warnings")],
+)
+def test_policy_events_are_the_stacks_errors_or_warnings(level: str, kind: str) -> None:
+    """A policy pack's verdict as the engine's event log carries it (`policyEvent`)."""
+    urn = "urn:pulumi:s::p::modelplane:cluster:InferenceCluster$kubernetes:gateway.networking.k8s.io/v1:Gateway::local-gateway"
+    event = {
+        "sequence": 1,
+        "timestamp": 1,
+        "policyEvent": {
+            "resourceUrn": urn,
+            "message": "A workload Gateway is internal.\nworkload Gateway inference-gateway is public",
+            "color": "never",
+            "policyName": "workload-gateways-private",
+            "policyPackName": "modelplane",
+            "policyPackVersion": "0.0.1",
+            "policyPackVersionTag": "0.0.1",
+            "enforcementLevel": level,
+        },
+    }
+    progress = StackProgress("cluster-local")
+    for item in events_from_json([event, event]):  # said once
+        progress.feed(item)
+    said = {"errors": progress.errors, "warnings": progress.warnings}
+    assert said[kind] == [
+        f"policy modelplane/workload-gateways-private ({level}) on "
+        "kubernetes:gateway.networking.k8s.io/v1:Gateway local-gateway: "
+        "A workload Gateway is internal. workload Gateway inference-gateway is public"
+    ]
+    assert said["errors" if kind == "warnings" else "warnings"] == []
+
+
 def _recorded() -> dict:
     return json.loads(RECORDED.read_text())
 
