@@ -51,15 +51,15 @@ cel-tables: $(STAMP)
 	mv modelplane/cel/parser_tables.py.new modelplane/cel/parser_tables.py
 
 # The ModelCache hydration Job's pinned, hashed requirements (network to PyPI), after a
-# change of components/manifests/hydrate_requirements.py's PIN (security review M10).
+# change of modelplane/components/manifests/hydrate_requirements.py's PIN (security review M10).
 hydrate-requirements: $(STAMP)
-	$(BIN)/python -m components.manifests.hydrate_requirements
+	$(BIN)/python -m modelplane.components.manifests.hydrate_requirements
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-# The components against the provider SDKs' type hints (strict on components/cloud/); also run
+# The components against the provider SDKs' type hints (strict on modelplane/components/cloud/); also run
 # by `make test` (tests/components/test_typecheck.py). About a minute of CPU the first time (only the SDK
 # modules the components use are read), seconds after (.mypy_cache).
 typecheck: $(STAMP)

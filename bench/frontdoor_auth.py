@@ -41,14 +41,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.gateway import callers_table  # noqa: E402
-from components.workload import front_door  # noqa: E402
-from components.workload.routes import (  # noqa: E402
+from modelplane import authz  # noqa: E402
+from modelplane.components.gateway import callers_table  # noqa: E402
+from modelplane.components.workload import front_door  # noqa: E402
+from modelplane.components.workload.routes import (  # noqa: E402
     traefik_auth_middleware,
     traefik_retry_middleware,
     traefik_strip_key_middleware,
 )
-from modelplane import authz  # noqa: E402
 from modelplane.devcluster.certs import generate_ca, generate_serving_cert  # noqa: E402
 from modelplane.gobuild.fleet import cached_fleet_binaries  # noqa: E402
 

@@ -14,7 +14,7 @@ from every source of a secret (stack config, ``MODELPLANE_SECRET_*``, ``file:``)
 
 Several keys let a key be replaced without a window of refused requests: ``modelplane keys
 rotate`` appends a new key and ends the old ones after a grace period; `up` publishes every
-unexpired key's hash (components/gateway.py ``callers_table``).
+unexpired key's hash (modelplane/components/gateway.py ``callers_table``).
 
 A key shorter than ``MIN_KEY_LENGTH`` is refused (security review L8: the table holds
 unsalted SHA-256 hashes, so a short key falls to an offline guess from a leaked Secret): the

@@ -844,12 +844,12 @@ def not_answering(response: http.client.HTTPResponse | None, unreachable: bool) 
     return response.status == 404 and "json" not in kind
 
 
-PIN_HEADER = "x-modelplane-pin"  # components.workload.routes
+PIN_HEADER = "x-modelplane-pin"  # modelplane.components.workload.routes
 SESSION_HEADERS = ("x-session-id", "x-modelplane-session")
 MOVE_ON = frozenset({429, 502, 503})  # a pinned endpoint's refusal: tried unpinned
 
 
-TIER_HEADER = "x-modelplane-tier"  # components.workload.routes
+TIER_HEADER = "x-modelplane-tier"  # modelplane.components.workload.routes
 
 
 def move_on(plan: list[dict[str, str]], i: int) -> int | None:

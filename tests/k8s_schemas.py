@@ -1,7 +1,7 @@
 """Validate Kubernetes manifests against the real schemas, offline.
 
 - CRD kinds: the `openAPIV3Schema` of the served version in the repository's
-  `crds/` (LeaderWorkerSet, Gateway API, Inference Extension), made strict the
+  `modelplane/crds/` (LeaderWorkerSet, Gateway API, Inference Extension), made strict the
   way a structural schema is enforced by the API server with strict field
   validation: every object with `properties` rejects unknown fields unless it
   says `x-kubernetes-preserve-unknown-fields`. `metadata` is checked against

@@ -30,7 +30,7 @@ from Kubernetes 1.34; an older cluster fails only at deploy."""
 IAM_PRINCIPAL = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9+=,.@_/-]+$"
 EKS_AUTOSCALED_MINORS: tuple[str, ...] = ("1.34", "1.35", "1.36")
 """The Kubernetes minors an EKS cluster may run: those with a pinned cluster-autoscaler
-release (components/charts.py CLUSTER_AUTOSCALER_IMAGES; a test keeps both equal).
+release (modelplane/components/charts.py CLUSTER_AUTOSCALER_IMAGES; a test keeps both equal).
 cluster-autoscaler supports only its own minor, and the chart's default image is one minor."""
 
 
@@ -509,7 +509,7 @@ class WorkloadGateway(Strict):
 
 
 # The components of the serving stack whose versions `servingStack.versions` may override
-# (components.charts pins them; a test keeps both lists equal).
+# (modelplane.components.charts pins them; a test keeps both lists equal).
 SERVING_STACK_COMPONENTS: frozenset[str] = frozenset(
     {
         "certManager",

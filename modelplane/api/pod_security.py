@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from modelplane.api.pod_template import PodTemplate
 
 # Kubernetes' own (every `kube-*`), modelplane's and its serving stack's (components/charts.py,
-# components/gateway.py; tests/api/test_security_pod_security.py keeps them in step).
+# modelplane/components/gateway.py; tests/api/test_security_pod_security.py keeps them in step).
 RESERVED_NAMESPACES = frozenset(
     {
         "kube-system",

@@ -285,7 +285,7 @@ def _envoy_splits(fleet: FleetSpec) -> Iterator[SpecError]:
 
 
 # Gateway API: 16 backendRefs per HTTPRoute rule; Traefik shards a larger service in at most
-# 16 shards (api.md "Large services"; components/workload/routes.py).
+# 16 shards (api.md "Large services"; modelplane/components/workload/routes.py).
 RULE_BACKENDS = 16
 SHARDED_BACKENDS = RULE_BACKENDS * 16
 

@@ -33,7 +33,9 @@ FILE_PREFIX = "file:"
 DEV_FLEET_STATE_ENV = "MODELPLANE_DEV_FLEET_STATE"
 DEV_FLEET_STATE = "${" + DEV_FLEET_STATE_ENV + "}/"
 STATE_DIR = ".modelplane"  # the fleet's own: state, workspaces, callers' keys
-FRONT_DOOR_SECRET = "modelplane-front-door"  # components/workload/front_door.py KEY_SECRET
+FRONT_DOOR_SECRET = (
+    "modelplane-front-door"  # modelplane/components/workload/front_door.py KEY_SECRET
+)
 _VARIABLE = re.compile(r"\$(?:\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 # The uses of a secret, most privileged first: a secret one names, a later one may not.

@@ -40,7 +40,7 @@ def default_crds_dir() -> Path:
     explicit = os.environ.get(CRDS_DIR_ENV)
     if explicit:
         return Path(explicit).expanduser()
-    from crds import CRDS_DIR
+    from modelplane.crds import CRDS_DIR
 
     return CRDS_DIR
 

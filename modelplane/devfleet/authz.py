@@ -2,7 +2,7 @@
 
 On a real gateway cluster the InferenceGateway's `spec.auth` runs `modelplane/authz.py` as the
 Deployment `modelplane-system/modelplane-authz` with the Secret `modelplane-callers` mounted
-(components/gateway.py). kwok's pods run nothing, so the dev fleet runs the same service
+(modelplane/components/gateway.py). kwok's pods run nothing, so the dev fleet runs the same service
 itself, inside the fleet's network namespace, at ``authz_ip(slot)``: its Service's DNS name
 resolves there through the namespace's hosts file. Its keys file is the Secret's
 `callers.json` (hashes only), read every half second and kept mode 0600 in
@@ -37,7 +37,7 @@ from modelplane.devcluster.rest import KubeRestError
 from modelplane.devfleet import netns
 from modelplane.devfleet.cluster import FleetCluster
 
-HOST = "modelplane-authz.modelplane-system.svc.cluster.local"  # components.gateway
+HOST = "modelplane-authz.modelplane-system.svc.cluster.local"  # modelplane.components.gateway
 PORT = 8080
 SECRET_PATH = "/api/v1/namespaces/modelplane-system/secrets/modelplane-callers"
 POLL = 0.5
@@ -82,7 +82,7 @@ def gateway_table(
     gone (404, or one the gateway stack did not make) keeps its last table and creation time,
     as kubelet keeps a deleted Secret's files in a running pod: a Secret replaced (delete,
     then create under the same name: a stack from before modelplane's providers updated
-    Secrets in place, components/providers.py) must not refuse every caller meanwhile. A
+    Secrets in place, modelplane/components/providers.py) must not refuse every caller meanwhile. A
     gateway moved to another cluster is read from the new one at once (its Secret is newer
     than the kept one)."""
     seen = {} if seen is None else seen

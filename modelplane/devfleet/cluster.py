@@ -489,7 +489,7 @@ def traefik_argv(
         f"--providers.kubernetescrd.certAuthFilePath={ca}",
         "--providers.kubernetescrd.throttleDuration=0s",
         # modelplane's own objects only (security review H3). Stand-in: a chart front door
-        # lists modelplane's namespaces (components.gateway.release_values); this Traefik
+        # lists modelplane's namespaces (modelplane.components.gateway.release_values); this Traefik
         # starts before the fleet's namespaces are known, so it selects by the objects'
         # management label, which a tenant could copy.
         "--providers.kubernetescrd.labelSelector=app.kubernetes.io/managed-by=modelplane",

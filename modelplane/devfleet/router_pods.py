@@ -1,4 +1,4 @@
-"""The dev fleet's kubelet for the OpenAI router's pods (components/model_router.py).
+"""The dev fleet's kubelet for the OpenAI router's pods (modelplane/components/model_router.py).
 
 kwok runs no container, so the pod agent runs the router's real code (`modelplane/router.py`)
 for each Running pod of the Deployment `modelplane-system/modelplane-router`, on the pod's IP

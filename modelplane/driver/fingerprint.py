@@ -219,9 +219,10 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
     raise ValueError(f"unknown stack kind {unit.kind!r}")
 
 
-#: What a stack's program is made of: its packages (the program, the components, the vendored
-#: CRDs and manifests, and modelplane's own modules it imports), by these file kinds.
-PROGRAM_PACKAGES = ("stacks", "components", "crds", "modelplane")
+#: What a stack's program is made of: its package (the program, the components, the vendored
+#: CRDs and manifests, and modelplane's own modules it imports: all in ``modelplane``), by
+#: these file kinds.
+PROGRAM_PACKAGES = ("modelplane",)
 PROGRAM_FILES = ("*.py", "*.yaml", "*.yml", "*.json")
 #: The Python SDKs the program registers resources with (their version is each provider's).
 SDK_DISTRIBUTIONS = ("pulumi", "pulumi-kubernetes", "pulumi-gcp", "pulumi-aws", "pulumi-eks")

@@ -60,7 +60,7 @@ class OfflinePreview:
         units: list[StackUnit],
         existing: set[str],
         real_outputs: RealOutputs,
-        module: str = "stacks.program",
+        module: str = "modelplane.program",
     ) -> None:
         self.fleet_dir = fleet_dir
         self.lock_path = lock_path

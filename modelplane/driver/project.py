@@ -68,13 +68,13 @@ class ProjectError(DriverError):
 
 
 def repository_root() -> Path:
-    """The directory of the ``stacks`` program that holds the root ``Pulumi.yaml``."""
+    """The checkout holding the program (``modelplane/program``) and the root ``Pulumi.yaml``."""
     from modelplane.driver.workspace import program_dir
 
-    root = program_dir().parent
+    root = program_dir().parents[1]
     if not (root / PROJECT_FILE).is_file():
         raise ProjectError(
-            f"no {PROJECT_FILE} beside the Pulumi program {root / 'stacks'} (an installed "
+            f"no {PROJECT_FILE} at {root}, above the Pulumi program (an installed "
             "modelplane has none): run this from a checkout of the repository; "
             "`modelplane up DIR` needs no Pulumi.yaml"
         )

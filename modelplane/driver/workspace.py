@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 DRIVER_CONFIG = ("modelplane:specs", "modelplane:lock")
 # What `reconcile` and rollouts decide, set by the driver as stack config before an `up`
-# (stacks/program.py): inputs of the fingerprint through the routing state and the lock.
+# (modelplane/program.py): inputs of the fingerprint through the routing state and the lock.
 UNROUTABLE_CONFIG = "modelplane:unroutable"
 TEMPLATES_CONFIG = "modelplane:revisionTemplates"
 # The driver's front-door hold (modelplane/front_door_keys.py): an input of the fingerprint
@@ -58,15 +58,16 @@ LOCK_ENV = "MODELPLANE_LOCK"
 # (`modelplane.driver.state.Routing.exclusions`).
 UNROUTABLE_ENV = "MODELPLANE_UNROUTABLE"
 # The pod templates of older revisions replicas still run during a rollout (JSON
-# {deployment: {revision: template}}; stacks/program.py renders those replicas from them).
+# {deployment: {revision: template}}; modelplane/program.py renders those replicas from them).
 TEMPLATES_ENV = "MODELPLANE_REVISION_TEMPLATES"
 
 
 def program_dir() -> Path:
-    """The repository's (or installed) ``stacks`` package: the Pulumi program."""
-    spec = importlib.util.find_spec("stacks")
+    """The folder of the Pulumi program, the ``modelplane.program`` package (its
+    ``__main__.py``), in a checkout or an installed modelplane."""
+    spec = importlib.util.find_spec("modelplane.program")
     if spec is None or not spec.submodule_search_locations:
-        raise EngineUnavailable("the Pulumi program (the `stacks` package) is not importable")
+        raise EngineUnavailable("the Pulumi program (`modelplane.program`) is not importable")
     path = Path(next(iter(spec.submodule_search_locations))).resolve()
     if not (path / "__main__.py").is_file():
         raise EngineUnavailable(f"the Pulumi program {path}/__main__.py does not exist")

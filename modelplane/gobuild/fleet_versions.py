@@ -15,7 +15,9 @@ KWOK_VERSION = "0.8.0"
 KWOK_PACKAGE = "sigs.k8s.io/kwok/cmd/kwok"
 
 LWS_MODULE = "sigs.k8s.io/lws"
-LWS_VERSION = "0.8.0"  # = crds/lws-v0.8.0; why not the chart's v0.10.0: architecture.md, dev fleet
+LWS_VERSION = (
+    "0.8.0"  # = modelplane/crds/lws-v0.8.0; why not the chart's v0.10.0: architecture.md, dev fleet
+)
 LWS_PACKAGE = "sigs.k8s.io/lws/cmd"
 
 TRAEFIK_MODULE = "github.com/traefik/traefik/v3"

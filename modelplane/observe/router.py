@@ -1,4 +1,4 @@
-"""The OpenAI router's `/metrics` (components/model_router.py), read from each router pod
+"""The OpenAI router's `/metrics` (modelplane/components/model_router.py), read from each router pod
 through the gateway cluster's API server pod proxy: the counts `modelplane usage` shows and
 the requests held for models at zero, which `reconcile` wakes (api.md, "Scale to zero")."""
 
@@ -12,7 +12,7 @@ from modelplane.observe import kubeconfig_for
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 
 ROUTER_NAMESPACE = "modelplane-system"
-ROUTER_PORT = 8080  # components.model_router.ROUTER_PORT
+ROUTER_PORT = 8080  # modelplane.components.model_router.ROUTER_PORT
 ROUTER_PODS = (
     f"/api/v1/namespaces/{ROUTER_NAMESPACE}/pods?labelSelector=modelplane.ai%2Frouter%3D"
     "modelplane-router"

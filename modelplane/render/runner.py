@@ -30,7 +30,7 @@ from modelplane.render.mocks import RecordingMocks, RecordingMonitor, Registrati
 from modelplane.stacks import StackUnit, stack_units
 
 REDACTED = "[secret]"
-PROGRAM_MODULE = "stacks.program"
+PROGRAM_MODULE = "modelplane.program"
 PROJECT = "modelplane"
 NOT_MANIFESTS = ("kubernetes:helm.sh/", "kubernetes:yaml/", "kubernetes:kustomize/")
 

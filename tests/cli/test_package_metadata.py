@@ -165,8 +165,8 @@ def test_pulumi_way_a_fleet_of_existing_clusters_needs_no_cloud_extra(tmp_path: 
     assert "cluster-local" in out and "failed" not in out, out[-3000:]
     # No module of modelplane imports a cloud SDK before a cloud cluster is built.
     probe = (
-        "import sys, modelplane.cli.commands, modelplane.driver.fleet, stacks.program, "
-        "components.inference_cluster, components.cloud.gke_args, components.cloud.eks_args\n"
+        "import sys, modelplane.cli.commands, modelplane.driver.fleet, modelplane.program, "
+        "modelplane.components.inference_cluster, modelplane.components.cloud.gke_args, modelplane.components.cloud.eks_args\n"
         "print(sorted(m for m in sys.modules if m.startswith(('pulumi_gcp', 'pulumi_aws'))))"
     )
     imported = subprocess.run(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.charts import CHARTS
-from components.inference_cluster import InferenceClusterComponent
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_class import InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.components.charts import CHARTS
+from modelplane.components.inference_cluster import InferenceClusterComponent
 from modelplane.network import plan_addresses, with_addresses
 from tests.pulumi_mocks import MockRun, Registered, Secret
 

@@ -14,11 +14,11 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.model_cache import CURRENT, cache_jobs, job_name
-from components.model_deployment import ROOT_SOURCE, ModelDeploymentComponent
 from modelplane.api.loader import load_fleet
 from modelplane.api.model_cache import ModelCache, cache_source, source_dir
 from modelplane.api.names import replica_name
+from modelplane.components.model_cache import CURRENT, cache_jobs, job_name
+from modelplane.components.model_deployment import ROOT_SOURCE, ModelDeploymentComponent
 from modelplane.driver.fingerprint import owned_inputs
 from modelplane.driver.rollouts import prepare, templates_env
 from modelplane.rollout import CacheUse, cache_use, revision, template

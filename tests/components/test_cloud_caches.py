@@ -11,8 +11,8 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.model_cache import ModelCacheComponent
 from modelplane.api.model_cache import ModelCache
+from modelplane.components.model_cache import ModelCacheComponent
 from tests.components.cluster_helpers import eks_cluster, eks_run
 from tests.components.workload_helpers import CACHE, target
 from tests.pulumi_mocks import MockRun

@@ -5,7 +5,7 @@ Envoy Gateway, the front door) went through one pod on a 1..2-node system pool. 
 Envoy Gateway that modelplane installs now names an EnvoyProxy in
 ``spec.infrastructure.parametersRef`` (envoyproxy/gateway v1.8, "Customize EnvoyProxy"): two
 replicas, preferred anti-affinity on the node, a zone spread, and a budget
-(components/serving_stack.py ``envoy_proxy_manifest``). These tests pin the rendered objects
+(modelplane/components/serving_stack.py ``envoy_proxy_manifest``). These tests pin the rendered objects
 (Pulumi's mocks, and `modelplane render specs/multicloud`) and check them against the v1.8.3
 EnvoyProxy and Gateway API v1.5.1 CRDs. `pytest -k "cloud"`."""
 
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from components.cloud import eks_args, gke
-from components.inference_cluster import InferenceClusterComponent
-from components.load_balancers import AWS_IDLE_TIMEOUT, INTERNAL_LB_ANNOTATIONS
-from components.serving_stack import PROXY_REPLICAS
+from modelplane.components.cloud import eks_args, gke
+from modelplane.components.inference_cluster import InferenceClusterComponent
+from modelplane.components.load_balancers import AWS_IDLE_TIMEOUT, INTERNAL_LB_ANNOTATIONS
+from modelplane.components.serving_stack import PROXY_REPLICAS
 from tests import k8s_schemas
 from tests.components.cluster_helpers import (
     EKS_CLASSES,

@@ -17,20 +17,20 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.cloud import eks_node_groups as node_groups
-from components.cloud.eks import drain_time, schedule_time
-from components.cloud.eks_node_groups import block_actions
-from components.inference_cluster import InferenceClusterComponent
-from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
-from components.model_cache import (
+from modelplane.api.model_cache import source_dir
+from modelplane.components.cloud import eks_node_groups as node_groups
+from modelplane.components.cloud.eks import drain_time, schedule_time
+from modelplane.components.cloud.eks_node_groups import block_actions
+from modelplane.components.inference_cluster import InferenceClusterComponent
+from modelplane.components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
+from modelplane.components.model_cache import (
     HYDRATE_SCRIPT,
     MARKER,
     MOUNT,
     ModelCacheComponent,
     hydrated_marker,
 )
-from components.workload.pods import cache_wait_container
-from modelplane.api.model_cache import source_dir
+from modelplane.components.workload.pods import cache_wait_container
 from tests.components.cluster_helpers import (
     EKS_CLASSES,
     MNG,
@@ -477,7 +477,7 @@ def test_cloud_cache_rehydrates_when_the_revision_changes(tmp_path):
     ids=["after-a-rollout", "during-a-rollout", "root-still-read", "nothing-read"],
 )
 def test_cloud_cache_prune_removes_only_what_no_replica_reads(tmp_path, keep, root, left):
-    from components.model_cache import prune_manifest
+    from modelplane.components.model_cache import prune_manifest
 
     mount = tmp_path / "models"
     dirs = {f"revisions/{s}": mount / source_dir(s) for s in ("a@v1", "a@v2", "a@v3")}
@@ -666,8 +666,8 @@ def test_eks_cluster_autoscaler_image_matches_the_cluster_minor(version, tag):
 
 
 def test_cloud_both_envoy_gateway_installs_use_one_version():
-    from components.charts import CHARTS
-    from components.gateway import ENVOY
+    from modelplane.components.charts import CHARTS
+    from modelplane.components.gateway import ENVOY
 
     assert ENVOY["version"] == CHARTS["envoyGateway"].version
 
@@ -815,8 +815,8 @@ CHECKED_KEYS = {
 
 
 def test_cloud_efa_plugin_and_traefik_pins_and_their_values_keys():
-    from components.gateway import TRAEFIK, InferenceGatewayComponent
     from modelplane.api.inference_gateway import InferenceGateway
+    from modelplane.components.gateway import TRAEFIK, InferenceGatewayComponent
 
     run = eks_run("eks-west", eks_cluster())
     efa = run.one(RELEASE, name="eks-west-mp-aws-efa-k8s-device-plugin")
@@ -907,8 +907,8 @@ def test_cloud_lws_manifests_use_only_fields_of_the_dev_fleets_lws_crd():
 
 def test_eks_kubernetes_minors_are_those_with_a_pinned_cluster_autoscaler():
     # m4: a minor without a pinned image fell back to the chart's default (another minor).
-    from components.charts import CLUSTER_AUTOSCALER_IMAGES
     from modelplane.api.inference_cluster import EKS_AUTOSCALED_MINORS
+    from modelplane.components.charts import CLUSTER_AUTOSCALER_IMAGES
 
     assert set(EKS_AUTOSCALED_MINORS) == set(CLUSTER_AUTOSCALER_IMAGES)
 

@@ -3,7 +3,7 @@
 A non-streaming generation sends nothing until it is done. On EKS the gateways' Services are
 Classic Load Balancers (60 s idle timeout by default); on GKE passthrough load balancers whose
 VPC forgets a flow after 10 silent minutes; Envoy resets a stream after 5 silent minutes.
-components/load_balancers.py sets each hop; these tests pin the rendered resources per cloud
+modelplane/components/load_balancers.py sets each hop; these tests pin the rendered resources per cloud
 (Pulumi's mocks) and check Envoy Gateway's policy against its v1.8.3 CRD.
 `pytest -k "gke or eks or cloud"`."""
 
@@ -14,15 +14,15 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.gateway import TRAEFIK, InferenceGatewayComponent
-from components.inference_cluster import InferenceClusterComponent
-from components.load_balancers import (
+from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.components.gateway import TRAEFIK, InferenceGatewayComponent
+from modelplane.components.inference_cluster import InferenceClusterComponent
+from modelplane.components.load_balancers import (
     AWS_IDLE_TIMEOUT,
     KEEPALIVE_SECONDS,
     LONGEST_REQUEST_SECONDS,
     duration_seconds,
 )
-from modelplane.api.inference_gateway import InferenceGateway
 from tests import k8s_schemas
 from tests.components.cluster_helpers import (
     EKS_CLASSES,

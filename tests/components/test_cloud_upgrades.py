@@ -11,8 +11,8 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.cloud.eks import NODE_GROUP_TYPE, update_config
-from components.inference_cluster import InferenceClusterComponent, eks_args, gke_args
+from modelplane.components.cloud.eks import NODE_GROUP_TYPE, update_config
+from modelplane.components.inference_cluster import InferenceClusterComponent, eks_args, gke_args
 from tests.components.cluster_helpers import (
     EKS_CLASSES,
     MNG,

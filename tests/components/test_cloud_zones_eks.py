@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from components.cloud.eks import keep_control_plane_subnets
-from components.inference_cluster import InferenceClusterComponent
 from modelplane.api.inference_class import InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.loader import load_fleet
+from modelplane.components.cloud.eks import keep_control_plane_subnets
+from modelplane.components.inference_cluster import InferenceClusterComponent
 from tests.components.cluster_helpers import MNG, planned_cluster
 from tests.pulumi_mocks import MockRun
 

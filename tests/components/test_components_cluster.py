@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components.charts import CRDS_DIR
-from components.inference_cluster import InferenceClusterComponent
-from components.providers import cluster_provider
+from modelplane.components.charts import CRDS_DIR
+from modelplane.components.inference_cluster import InferenceClusterComponent
+from modelplane.components.providers import cluster_provider
 from tests.components.cluster_helpers import (
     K8S_PROVIDER,
     NODE_POOL,
@@ -411,7 +411,7 @@ def test_cluster_provider_needs_exactly_one_target() -> None:
 
 
 def test_validate_knows_exactly_the_pinned_serving_stack_components() -> None:
-    from components.charts import VERSION_KEYS
     from modelplane.api.inference_cluster import SERVING_STACK_COMPONENTS
+    from modelplane.components.charts import VERSION_KEYS
 
     assert VERSION_KEYS == SERVING_STACK_COMPONENTS

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from components.charts import CHARTS
-from components.cloud.eks import (
+from modelplane.components.charts import CHARTS
+from modelplane.components.cloud.eks import (
     EKSCapacityBlock,
     EKSCluster,
     EKSClusterArgs,
@@ -17,7 +17,7 @@ from components.cloud.eks import (
     EKSNodePool,
     plan_subnets,
 )
-from components.inference_cluster import InferenceClusterComponent
+from modelplane.components.inference_cluster import InferenceClusterComponent
 from tests.components.cluster_helpers import (
     EKS_CLASSES,
     K8S_PROVIDER,

@@ -11,10 +11,10 @@ import json
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.model_deployment import ModelDeploymentComponent
 from modelplane.api.placement_lock import LockedReplica
+from modelplane.components.model_deployment import ModelDeploymentComponent
+from modelplane.program import TEMPLATES_ENV, replicas_at_revision
 from modelplane.rollout import revision, template
-from stacks.program import TEMPLATES_ENV, replicas_at_revision
 from tests.components.workload_helpers import (
     DEPLOYMENT,
     LWS,

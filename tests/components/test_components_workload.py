@@ -10,11 +10,11 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.model_cache import ModelCacheComponent, job_name
-from components.model_deployment import replica_manifests
-from components.workload.pods import LWS_WORKER_INDEX
-from components.workload.targets import ClusterTarget
 from modelplane.api.names import replica_name
+from modelplane.components.model_cache import ModelCacheComponent, job_name
+from modelplane.components.model_deployment import replica_manifests
+from modelplane.components.workload.pods import LWS_WORKER_INDEX
+from modelplane.components.workload.targets import ClusterTarget
 from tests.components.workload_helpers import (
     CACHE,
     CLASSES,
@@ -516,7 +516,7 @@ def scrape_targets(
 def test_serving_stack_prometheus_scrapes_each_serving_engine(
     text: str, pools: dict[str, str], expected: list[tuple[str, str, str, str]]
 ) -> None:
-    from components.serving_stack import chart_values
+    from modelplane.components.serving_stack import chart_values
     from modelplane.observe.prometheus import ENGINE_JOB, REPLICA_TARGET_LABEL
 
     jobs = chart_values("prometheus")["prometheus"]["prometheusSpec"]["additionalScrapeConfigs"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.model_deployment import ModelDeploymentComponent
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedReplica
+from modelplane.components.model_deployment import ModelDeploymentComponent
 from tests.components.workload_helpers import (
     CODER,
     PD,

@@ -9,16 +9,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.gateway import InferenceGatewayComponent
-from components.model_service import (
+from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.api.model_service import ModelService
+from modelplane.components.gateway import InferenceGatewayComponent
+from modelplane.components.model_service import (
     EndpointInfo,
     ModelEndpointComponent,
     ModelServiceComponent,
     endpoint_manifests,
 )
-from components.workload.objects import HAND_OFF_ANNOTATION, hand_off
-from modelplane.api.inference_gateway import InferenceGateway
-from modelplane.api.model_service import ModelService
+from modelplane.components.workload.objects import HAND_OFF_ANNOTATION, hand_off
 from tests.components.workload_helpers import (
     ROUTE,
     SERVICE,

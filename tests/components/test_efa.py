@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from components.model_deployment import replica_manifests
-from components.workload.targets import ClusterTarget
 from modelplane.api.inference_class import ClassDevice
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedReplica
+from modelplane.components.model_deployment import replica_manifests
+from modelplane.components.workload.targets import ClusterTarget
 from modelplane.devfleet.nodes import cluster_nodes
 from modelplane.scheduler import schedule
 from tests.factories import cluster, deployment, fleet, gpu_device, inference_class, pool, request

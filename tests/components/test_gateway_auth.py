@@ -318,7 +318,7 @@ def test_auth_refuse_plain_http_has_no_public_web_listener() -> None:
     """Envoy Gateway: no `web` listener, so no port 80 on its Service. Traefik keeps `web` for
     the shards' second pass, on no LoadBalancer port (tests/components/
     test_security_transport.py)."""
-    from components.gateway import gateway_manifest
+    from modelplane.components.gateway import gateway_manifest
 
     listeners = gateway_manifest("EnvoyGateway", tls="Refuse")["spec"]["listeners"]
     assert [item["name"] for item in listeners] == ["websecure"]
@@ -391,7 +391,7 @@ def test_auth_dev_fleet_writes_missing_caller_keys_into_its_state(tmp_path: Path
 
 
 def test_auth_keys_table_hashes_keys_without_surrounding_whitespace() -> None:
-    from components.gateway import callers_table
+    from modelplane.components.gateway import callers_table
 
     table = json.loads(callers_table({"dev": "sk-dev\n", "ops": "  sk-ops "}, "hop-key\n"))
     assert table["callers"] == {authz.key_hash("sk-dev"): "dev", authz.key_hash("sk-ops"): "ops"}
@@ -475,7 +475,7 @@ def test_auth_service_callers_bad_input_is_a_validation_error(
 
 
 def test_auth_service_callers_valid_spec_and_its_route_names_them(tmp_path: Path) -> None:
-    from components.model_service import FrontDoor, service_policy_manifests
+    from modelplane.components.model_service import FrontDoor, service_policy_manifests
 
     target = gateway_fleet(
         tmp_path,

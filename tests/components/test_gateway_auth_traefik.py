@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
-from components.workload.routes import traefik_auth_middleware, traefik_strip_key_middleware
 from modelplane import authz
+from modelplane.components.workload.routes import (
+    traefik_auth_middleware,
+    traefik_strip_key_middleware,
+)
 from tests.components.traefik_helpers import (
     HeadersEcho,
     post_json,
@@ -138,8 +141,8 @@ def test_keys_two_keys_of_one_caller_through_traefik(tmp_path: Path) -> None:
     old one gets 401 with no new table, the new one 200."""
     from datetime import UTC, datetime, timedelta
 
-    from components.gateway import callers_table
     from modelplane.caller_keys import rfc3339
+    from modelplane.components.gateway import callers_table
 
     start = datetime.now(UTC)
     now = [start.timestamp()]

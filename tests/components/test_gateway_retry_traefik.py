@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from components.workload.routes import traefik_retry_middleware
+from modelplane.components.workload.routes import traefik_retry_middleware
 from tests.components.traefik_helpers import (
     QuietHandler,
     free_port,

@@ -19,19 +19,19 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components.load_balancers import (
+from modelplane import authz
+from modelplane.api.inference_cluster import InferenceCluster
+from modelplane.api.model_service import ModelService
+from modelplane.components.load_balancers import (
     AWS_IDLE_TIMEOUT,
     INTERNAL_LB_ANNOTATIONS,
     LONGEST_REQUEST_SECONDS,
     duration_seconds,
 )
-from components.model_deployment import ModelDeploymentComponent
-from components.model_service import EndpointInfo, ModelServiceComponent
-from components.workload import front_door
-from components.workload.targets import ClusterTarget
-from modelplane import authz
-from modelplane.api.inference_cluster import InferenceCluster
-from modelplane.api.model_service import ModelService
+from modelplane.components.model_deployment import ModelDeploymentComponent
+from modelplane.components.model_service import EndpointInfo, ModelServiceComponent
+from modelplane.components.workload import front_door
+from modelplane.components.workload.targets import ClusterTarget
 from tests.components.workload_helpers import (
     CLASSES,
     ROUTE,
@@ -213,7 +213,7 @@ def test_security_envoy_front_door_injects_the_credentials_from_a_secret() -> No
     run = MockRun()
 
     def program() -> None:
-        from components.model_service import FrontDoor
+        from modelplane.components.model_service import FrontDoor
 
         provider = k8s.Provider("gw-k8s", kubeconfig="kubeconfig-for-tests")
         ModelServiceComponent(
@@ -256,7 +256,7 @@ def test_security_envoy_front_door_injects_the_credentials_from_a_secret() -> No
 
 
 def test_security_traefik_front_door_sends_no_credentials_to_an_outside_provider() -> None:
-    from components.model_service import FrontDoor, service_route_manifest
+    from modelplane.components.model_service import FrontDoor, service_route_manifest
 
     route = service_route_manifest(
         load(ModelService, CHAT),
@@ -364,7 +364,7 @@ def test_security_render_gke_eks_workload_gateways_are_internal(multicloud: Path
 
 def test_cloud_render_multicloud_gateways_outlast_the_longest_request(multicloud: Path) -> None:
     """Every gateway `modelplane render specs/multicloud` writes holds a silent request for
-    the longest request (components/load_balancers.py): the EKS Classic LB's idle timeout,
+    the longest request (modelplane/components/load_balancers.py): the EKS Classic LB's idle timeout,
     and every Envoy listener's stream idle timeout (Envoy's default is 5 minutes)."""
     docs = _docs(multicloud)
     gateways = {

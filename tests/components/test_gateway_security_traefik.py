@@ -2,7 +2,7 @@
 (the dev fleet's build), everything on 127.0.0.1: a front-door Traefik with a ModelService
 route's Middlewares as modelplane renders them (`<service>-auth` forwardAuth to
 modelplane/authz.py, `<service>-strip-key`), forwarding to a workload Traefik whose route runs
-the replica's `basicAuth` check (components/workload/front_door.py), in front of a backend
+the replica's `basicAuth` check (modelplane/components/workload/front_door.py), in front of a backend
 that reports the headers it got. Traefik's file provider carries the Middlewares' specs (a
 Secret's `users` become the inline `users`). Select with `pytest -k "security or auth"`.
 """
@@ -20,9 +20,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from components.gateway import callers_table
-from components.workload import front_door
-from components.workload.routes import (
+from modelplane.components.gateway import callers_table
+from modelplane.components.workload import front_door
+from modelplane.components.workload.routes import (
     OWN_REQUEST_HEADERS,
     header_spellings,
     traefik_auth_middleware,

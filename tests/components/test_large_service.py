@@ -17,8 +17,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.gateway import TRAEFIK
-from components.model_service import (
+from modelplane.api.loader import load_fleet
+from modelplane.api.model_service import ModelService
+from modelplane.api.references import RULE_BACKENDS, SHARDED_BACKENDS
+from modelplane.components.gateway import TRAEFIK
+from modelplane.components.model_service import (
     LOOP_NAMESPACE,
     LOOP_SERVICE,
     EndpointInfo,
@@ -28,16 +31,13 @@ from components.model_service import (
     service_route_manifests,
     shard_check_name,
 )
-from components.workload import front_door
-from components.workload.routes import (
+from modelplane.components.workload import front_door
+from modelplane.components.workload.routes import (
     MAX_BACKENDS,
     SHARD_PATH,
     SplitError,
     shard_prefix,
 )
-from modelplane.api.loader import load_fleet
-from modelplane.api.model_service import ModelService
-from modelplane.api.references import RULE_BACKENDS, SHARDED_BACKENDS
 from modelplane.observe import usage
 from tests.components.workload_helpers import ROUTE, load
 from tests.pulumi_mocks import MockRun, contains_secret

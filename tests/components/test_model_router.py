@@ -1,5 +1,5 @@
 """Routing by model name (issue 37): `spec.models`, its validation, and the router objects
-the gateway stack renders (components/model_router.py). Select with `pytest -k openai`."""
+the gateway stack renders (modelplane/components/model_router.py). Select with `pytest -k openai`."""
 
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ spec:
 
 
 def _endpoints(replicas: int) -> list[Any]:
-    from components.model_service import EndpointInfo
+    from modelplane.components.model_service import EndpointInfo
 
     out = [
         EndpointInfo(
@@ -243,8 +243,8 @@ def _endpoints(replicas: int) -> list[Any]:
 def test_tiers_route_the_first_tier_and_keep_the_next_behind_a_header(
     replicas: int, serving: list[str], overflow: list[str]
 ) -> None:
-    from components.model_service import FrontDoor, service_route_manifests
     from modelplane.api.model_service import ModelService
+    from modelplane.components.model_service import FrontDoor, service_route_manifests
     from tests import k8s_schemas
     from tests.components.workload_helpers import load
 
@@ -317,7 +317,7 @@ def test_openai_router_runs_from_its_configmap_files_alone(tmp_path: Path) -> No
     import sys
     import urllib.request
 
-    from components.model_router import router_sources
+    from modelplane.components.model_router import router_sources
 
     for name, text in router_sources().items():
         (tmp_path / name).write_text(text)
@@ -368,7 +368,7 @@ def zero_fleet(tmp: Path, gateway: str, service: str, name: str = "zero") -> Pat
 
 
 def test_wake_a_service_over_a_deployment_at_zero_holds_its_model_names(tmp_path: Path) -> None:
-    from components.model_router import waking_services
+    from modelplane.components.model_router import waking_services
     from modelplane.render import render_fleet
 
     target = zero_fleet(tmp_path, "", "  models: [qwen]\n  wake: {deadline: 2m, queue: 8}\n")

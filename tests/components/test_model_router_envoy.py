@@ -1,5 +1,5 @@
 """Routing by model name on an Envoy Gateway front door (issue 37): Envoy AI Gateway's
-objects (components/ai_gateway.py) in the gateway stack, and what stays Traefik's. Select with
+objects (modelplane/components/ai_gateway.py) in the gateway stack, and what stays Traefik's. Select with
 `pytest -k openai`; the Traefik rendering is tests/components/test_model_router.py."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from components import ai_gateway
 from modelplane.api.loader import load_fleet
 from modelplane.api.model_service import ModelService
+from modelplane.components import ai_gateway
 from tests.components.test_gateway_auth import manifests
 from tests.components.test_model_router import local_fleet
 

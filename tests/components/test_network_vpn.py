@@ -1,4 +1,4 @@
-"""HaVpn: GCP HA VPN to AWS site-to-site VPN, four tunnels with BGP (components/network/vpn.py)."""
+"""HaVpn: GCP HA VPN to AWS site-to-site VPN, four tunnels with BGP (modelplane/components/network/vpn.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pulumi_aws as aws
 import pytest
 from pulumi.runtime.mocks import MockResourceArgs
 
-from components.network.sides import AwsSide, GcpSide
-from components.network.vpn import HaVpn, gcp_name
+from modelplane.components.network.sides import AwsSide, GcpSide
+from modelplane.components.network.vpn import HaVpn, gcp_name
 from tests.components.cluster_helpers import assert_no_plaintext
 from tests.pulumi_mocks import MockRun, Registered, Secret
 

@@ -13,12 +13,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.cloud.eks import DESIRED_SIZE, ignore_desired_size
-from components.gateway import InferenceGatewayComponent
-from components.model_deployment import replica_manifests
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.loader import load_fleet
 from modelplane.api.names import child_name, lws_name_budget, replica_name
+from modelplane.components.cloud.eks import DESIRED_SIZE, ignore_desired_size
+from modelplane.components.gateway import InferenceGatewayComponent
+from modelplane.components.model_deployment import replica_manifests
 from tests.components.cluster_helpers import existing_run
 from tests.components.workload_helpers import SMALL, replica, target
 from tests.components.workload_helpers import deployment as load_deployment
@@ -193,7 +193,7 @@ def test_ci_script_requires_the_apiserver() -> None:
 
 
 def _backend(key: str, path: str, *, replica: bool = False, weight: int = 1) -> Any:
-    from components.workload.routes import EndpointBackend
+    from modelplane.components.workload.routes import EndpointBackend
 
     return EndpointBackend(
         key=key,
@@ -219,7 +219,7 @@ def test_envoy_split_is_one_rule_or_an_error(
     paths: list[tuple[str, bool]], error: str | None
 ) -> None:
     """The old grouping made one rule per rewritePath: the first took 100 %."""
-    from components.workload.routes import SplitError, service_route
+    from modelplane.components.workload.routes import SplitError, service_route
 
     eps = [_backend(f"ns/e{i}", p, replica=r, weight=10 + i) for i, (p, r) in enumerate(paths)]
 
@@ -342,7 +342,7 @@ def test_frontier_multi_node_engines_join_one_group() -> None:
     """Without rank, node count and leader address each pod starts an independent server."""
     import re
 
-    from components.workload.disaggregation import decode_engine_port
+    from modelplane.components.workload.disaggregation import decode_engine_port
 
     found = _frontier_multi_node()
     assert {(k, r) for k, r, _ in found} == {

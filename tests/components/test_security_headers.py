@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from components.load_balancers import client_traffic_policy
-from components.model_service import (
+from modelplane.api.model_service import ModelService
+from modelplane.components.load_balancers import client_traffic_policy
+from modelplane.components.model_service import (
     EndpointInfo,
     FrontDoor,
     service_policy_manifests,
     service_route_manifest,
 )
-from components.workload.routes import header_spellings, traefik_client_headers_middleware
-from modelplane.api.model_service import ModelService
+from modelplane.components.workload.routes import (
+    header_spellings,
+    traefik_client_headers_middleware,
+)
 from tests import k8s_schemas
 from tests.components.workload_helpers import load
 
@@ -105,7 +108,7 @@ def test_security_envoy_gateway_refuses_underscore_headers() -> None:
 
 def test_security_authz_pod_is_hardened() -> None:
     """L2: the key check talks to no API server and needs no privilege."""
-    from components.gateway import authz_manifests
+    from modelplane.components.gateway import authz_manifests
 
     [deployment] = [m for m in authz_manifests("{}") if m["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]

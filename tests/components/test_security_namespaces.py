@@ -10,11 +10,11 @@ import dataclasses
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.charts import CHARTS
-from components.gateway import ENVOY, TRAEFIK
-from components.model_deployment import ModelDeploymentComponent
-from components.workload.objects import SYSTEM_NAMESPACE, namespace_manifest
 from modelplane.api.pod_security import ENFORCE_LABEL, reserved_namespace
+from modelplane.components.charts import CHARTS
+from modelplane.components.gateway import ENVOY, TRAEFIK
+from modelplane.components.model_deployment import ModelDeploymentComponent
+from modelplane.components.workload.objects import SYSTEM_NAMESPACE, namespace_manifest
 from modelplane.devfleet.cluster import LWS_NAMESPACE
 from modelplane.observe.prometheus import PROMETHEUS_NAMESPACE
 from tests import k8s_schemas
@@ -70,8 +70,8 @@ def test_security_deployment_namespace_enforces_baseline(
 
 
 def test_security_cluster_target_reads_the_allowlist() -> None:
-    from components.workload.targets import ClusterTarget
     from modelplane.api.inference_cluster import InferenceCluster
+    from modelplane.components.workload.targets import ClusterTarget
     from tests.factories import cluster, pool
 
     data = cluster("c1", [pool("gpu", "h100")]).model_dump(by_alias=True, exclude_none=True)

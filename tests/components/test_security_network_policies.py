@@ -15,12 +15,12 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.gateway import AUTHZ_PORT, GATEWAY_NAME, TRAEFIK, authz_manifests
-from components.model_deployment import ModelDeploymentComponent
-from components.model_router import ROUTER_LABELS, ROUTER_SELECTOR
-from components.workload import network_policies as np
-from components.workload.targets import ClusterTarget
 from modelplane.api.model_deployment import ModelDeployment
+from modelplane.components.gateway import AUTHZ_PORT, GATEWAY_NAME, TRAEFIK, authz_manifests
+from modelplane.components.model_deployment import ModelDeploymentComponent
+from modelplane.components.model_router import ROUTER_LABELS, ROUTER_SELECTOR
+from modelplane.components.workload import network_policies as np
+from modelplane.components.workload.targets import ClusterTarget
 from modelplane.observe.prometheus import PROMETHEUS_NAMESPACE
 from tests import k8s_schemas
 from tests.components.cluster_helpers import eks_cluster, eks_run, gke_class, gke_cluster
@@ -104,7 +104,7 @@ FRONT_DOOR_ENVOY: Source = (
     "envoy-gateway-system",
     {**ENVOY_PROXY, "gateway.envoyproxy.io/owning-gateway-name": GATEWAY_NAME},
 )
-# The second pass of an Envoy front door's OpenAI base URL (components/ai_gateway.py).
+# The second pass of an Envoy front door's OpenAI base URL (modelplane/components/ai_gateway.py).
 OPENAI_LOOP: Source = (
     "envoy-gateway-system",
     {**ENVOY_PROXY, "gateway.envoyproxy.io/owning-gateway-name": "modelplane-openai-loop"},
@@ -431,7 +431,7 @@ def test_security_front_door_labels_follow_the_installed_traefik() -> None:
 
 
 def test_security_gke_clusters_get_dataplane_v2_without_replacing_existing_ones() -> None:
-    from components.inference_cluster import InferenceClusterComponent
+    from modelplane.components.inference_cluster import InferenceClusterComponent
 
     run = MockRun.of(
         lambda: InferenceClusterComponent("gke-central", gke_cluster(), {"h100-gke": gke_class()})

@@ -14,10 +14,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.gateway import InferenceGatewayComponent
-from components.model_deployment import ModelDeploymentComponent
-from components.workload.objects import ROUTES_FROM, ROUTES_LABEL, ensure_namespace
 from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.components.gateway import InferenceGatewayComponent
+from modelplane.components.model_deployment import ModelDeploymentComponent
+from modelplane.components.workload.objects import ROUTES_FROM, ROUTES_LABEL, ensure_namespace
 from modelplane.devfleet.cluster import traefik_argv
 from modelplane.stacks import route_namespaces
 from tests.components.workload_helpers import SMALL, deployment, replica, target

@@ -1,6 +1,6 @@
 """Security M10 (docs/architecture.md, "Security"): the supply chain of the auth path and the
 ModelCache download. The hydration Job installs only the pinned, hashed wheels of
-components/manifests/hydrate-requirements.txt (`--require-hashes --only-binary=:all:`), from a
+modelplane/components/manifests/hydrate-requirements.txt (`--require-hashes --only-binary=:all:`), from a
 ConfigMap; no rendered manifest runs `pip install` otherwise; `InferenceGateway.spec.version`
 is one of the chart versions modelplane knows to work; modelplane's own images are the
 documented tags unless the platform pins them by digest (`spec.images`), which then reach
@@ -21,24 +21,24 @@ import yaml
 from packaging.tags import Tag, cpython_tags, parse_tag
 from typer.testing import CliRunner
 
-from components.images import FRONT_DOOR_IMAGE, MODEL_CACHE_IMAGE
-from components.manifests.hydrate_requirements import (
+from modelplane.api.inference_gateway import GATEWAY_CHART_VERSIONS
+from modelplane.api.loader import load_fleet
+from modelplane.cli import app, commands  # noqa: F401  (registers every verb)
+from modelplane.components.images import FRONT_DOOR_IMAGE, MODEL_CACHE_IMAGE
+from modelplane.components.manifests.hydrate_requirements import (
     PIN,
     PLATFORMS,
     REQUIREMENTS,
     parse,
     render,
 )
-from components.model_cache import (
+from modelplane.components.model_cache import (
     REQUIREMENTS_DIR,
     REQUIREMENTS_FILE,
     cache_jobs,
     requirements_manifest,
     requirements_name,
 )
-from modelplane.api.inference_gateway import GATEWAY_CHART_VERSIONS
-from modelplane.api.loader import load_fleet
-from modelplane.cli import app, commands  # noqa: F401  (registers every verb)
 from modelplane.render import render_fleet
 from modelplane.rollout import CacheUse
 
@@ -156,7 +156,7 @@ def test_security_hydrate_job_installs_with_require_hashes_from_the_pinned_file(
 
 
 def test_security_no_pip_install_without_hashes_in_components() -> None:
-    """The sources: every `pip install` in components/ requires hashes."""
+    """The sources: every `pip install` in modelplane/components/ requires hashes."""
     for path in sorted((ROOT / "components").rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if "pip install" in line and "--require-hashes" not in line:
@@ -306,8 +306,8 @@ def test_security_gateway_version_validate_names_file_object_field(tmp_path: Pat
 
 
 def test_security_chart_pins_are_the_allowlists_first() -> None:
-    from components.charts import CHARTS
-    from components.gateway import ENVOY, TRAEFIK
+    from modelplane.components.charts import CHARTS
+    from modelplane.components.gateway import ENVOY, TRAEFIK
 
     assert TRAEFIK["version"] == GATEWAY_CHART_VERSIONS["Traefik"][0]
     assert ENVOY["version"] == GATEWAY_CHART_VERSIONS["EnvoyGateway"][0]

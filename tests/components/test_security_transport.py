@@ -28,7 +28,9 @@ from typing import Any
 import pulumi_kubernetes as k8s
 import pytest
 
-from components.gateway import (
+from modelplane.api.inference_gateway import InferenceGateway
+from modelplane.api.model_service import ModelService
+from modelplane.components.gateway import (
     HSTS_HEADER,
     HSTS_MIDDLEWARE,
     HSTS_VALUE,
@@ -41,8 +43,8 @@ from components.gateway import (
     release_values,
     tls_option,
 )
-from components.load_balancers import ENVOY_TLS_CIPHERS
-from components.model_service import (
+from modelplane.components.load_balancers import ENVOY_TLS_CIPHERS
+from modelplane.components.model_service import (
     LOOP_INTERNAL_SERVICE,
     LOOP_NAMESPACE,
     LOOP_PORT,
@@ -50,9 +52,7 @@ from components.model_service import (
     FrontDoor,
     service_route_manifests,
 )
-from components.workload.routes import traefik_auth_middleware
-from modelplane.api.inference_gateway import InferenceGateway
-from modelplane.api.model_service import ModelService
+from modelplane.components.workload.routes import traefik_auth_middleware
 from tests import k8s_schemas
 from tests.components.test_gateway_auth import manifests
 from tests.components.traefik_helpers import QuietHandler, running_traefik, serve_http

@@ -1,4 +1,4 @@
-"""The components against the provider SDKs' own type hints (mypy; strict on components/cloud/).
+"""The components against the provider SDKs' own type hints (mypy; strict on modelplane/components/cloud/).
 
 The cloud components only ever run under Pulumi mocks, which accept any argument; mypy is what
 catches an argument name or input type that pulumi-gcp, pulumi-aws, pulumi-eks or

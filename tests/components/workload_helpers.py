@@ -9,14 +9,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.model_deployment import ModelDeploymentComponent
-from components.workload.targets import ClusterTarget
 from modelplane.api.inference_class import InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.model_cache import ModelCache
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.names import replica_name
 from modelplane.api.placement_lock import LockedReplica
+from modelplane.components.model_deployment import ModelDeploymentComponent
+from modelplane.components.workload.targets import ClusterTarget
 from tests.pulumi_mocks import MockRun
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -464,8 +464,8 @@ def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_va
 
     from kubernetes.client import CoreV1Api
 
-    from components.workload.front_door import basic_credentials, check_name
     from modelplane import front_door_keys
+    from modelplane.components.workload.front_door import basic_credentials, check_name
     from modelplane.devfleet import netns
     from modelplane.driver.front_door import CONFIG_KEY
 

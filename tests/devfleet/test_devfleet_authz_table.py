@@ -156,9 +156,9 @@ def test_security_dev_authz_keeps_a_seen_secrets_table_while_it_is_gone(
 
 
 def test_security_dev_authz_labels_are_the_gateway_stacks() -> None:
-    """The labels the dev fleet's authz requires are the ones components/gateway.py gives the
+    """The labels the dev fleet's authz requires are the ones modelplane/components/gateway.py gives the
     `modelplane-callers` Secret."""
-    from components.gateway import CALLERS_SECRET, authz_manifests
+    from modelplane.components.gateway import CALLERS_SECRET, authz_manifests
 
     [made] = [m for m in authz_manifests("{}") if m["kind"] == "Secret"]
     assert made["metadata"]["name"] == CALLERS_SECRET

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from kubernetes.client import BatchV1Api, CoreV1Api
 
-from components.model_cache import job_name
 from modelplane.api.model_cache import ModelCache, source_dir
+from modelplane.components.model_cache import job_name
 from modelplane.devfleet import fleet as devfleet
 from tests.fixtures import devfleet as fx
 

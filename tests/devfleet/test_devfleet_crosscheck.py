@@ -141,8 +141,8 @@ def _workloads(
     spec: FleetSpec, key: str, replica: LockedReplica, namespace: str, pin: bool
 ) -> list[dict[str, Any]]:
     """modelplane's own ResourceClaimTemplate and Deployment for the replica, in ``namespace``."""
-    from components.model_deployment import replica_manifests
-    from components.workload.targets import ClusterTarget
+    from modelplane.components.model_deployment import replica_manifests
+    from modelplane.components.workload.targets import ClusterTarget
 
     target = ClusterTarget.from_spec(
         spec.clusters[CLUSTER],

@@ -278,7 +278,7 @@ def test_bridge_routes_are_loopback_on_the_host() -> None:
 
 
 def test_front_door_service_is_the_charts_with_the_process_as_endpoint() -> None:
-    from components.gateway import TRAEFIK
+    from modelplane.components.gateway import TRAEFIK
     from modelplane.devfleet.cluster import front_door_service
 
     _, service, endpoints = front_door_service(ClusterAddresses("dev-1", 1, 7))

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from components.workload.front_door import basic_credentials
+from modelplane.components.workload.front_door import basic_credentials
 from modelplane.driver.engine_calls import LOG_ENV, Call, read_log
 from modelplane.driver.events import event_to_json
 from modelplane.driver.fleet import Fleet

@@ -33,14 +33,14 @@ def _edit(path: str, text: str) -> Callable[[Path], None]:
 @pytest.mark.parametrize(
     ("edit", "changes"),
     [
-        (_edit("components/gateway.py", "X = 2\n"), True),
-        (_edit("components/manifests/installer.yaml", "kind: Job\n"), True),
-        (_edit("crds/gateway-api/standard.yaml", "kind: CRD2\n"), True),
-        (_edit("components/new_module.py", ""), True),
-        (_edit("components/values.json", "{}"), True),
-        (_edit("components/README.md", "other docs\n"), False),
-        (_edit("components/__pycache__/gateway.cpython-311.pyc", "bytes"), False),
-        (_edit("components/__pycache__/stale.py", "X = 3\n"), False),
+        (_edit("modelplane/components/gateway.py", "X = 2\n"), True),
+        (_edit("modelplane/components/manifests/installer.yaml", "kind: Job\n"), True),
+        (_edit("modelplane/crds/gateway-api/standard.yaml", "kind: CRD2\n"), True),
+        (_edit("modelplane/components/new_module.py", ""), True),
+        (_edit("modelplane/components/values.json", "{}"), True),
+        (_edit("modelplane/components/README.md", "other docs\n"), False),
+        (_edit("modelplane/components/__pycache__/gateway.cpython-311.pyc", "bytes"), False),
+        (_edit("modelplane/components/__pycache__/stale.py", "X = 3\n"), False),
     ],
     ids=[
         "source",

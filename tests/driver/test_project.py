@@ -31,7 +31,7 @@ from modelplane.driver.project import (
     write_fleet_project,
 )
 from modelplane.driver.settings import default_backend
-from stacks.program import DEFAULT_SPECS, stack_config_dir
+from modelplane.program import DEFAULT_SPECS, stack_config_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "specs"

@@ -223,7 +223,7 @@ def test_the_driver_reads_and_writes_the_fleets_own_stack_config(tmp_path: Path)
 
 
 def _provider_inputs(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], **kwargs) -> dict:
-    from components.providers import cluster_provider
+    from modelplane.components.providers import cluster_provider
     from tests.pulumi_mocks import MockRun
 
     for key in (
@@ -664,7 +664,7 @@ def test_the_no_gateway_address_warning_only_when_true(
     cluster: str, address: str | None, gateway_cluster: str | None, warned: bool
 ) -> None:
     from modelplane.api.inference_gateway import InferenceGateway
-    from stacks.program import no_gateway_address_warning
+    from modelplane.program import no_gateway_address_warning
 
     ref = (
         {"inferenceClusterRef": gateway_cluster}
@@ -746,7 +746,7 @@ def test_pulumi_way_the_program_reads_unroutable_clusters_from_stack_config(
 ) -> None:
     from pulumi.runtime import set_all_config
 
-    from stacks import program
+    from modelplane import program
 
     if env is None:
         monkeypatch.delenv(program.UNROUTABLE_ENV, raising=False)

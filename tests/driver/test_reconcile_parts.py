@@ -53,14 +53,14 @@ PLACED = lock(
 def test_the_gateway_routes_only_placed_replicas_on_routable_clusters(
     records: list[dict[str, Any]], unroutable: set[str], kept: list[str]
 ) -> None:
-    from stacks.program import routable_records
+    from modelplane.program import routable_records
 
     out = routable_records(records, PLACED, "ml/m", frozenset(unroutable))
     assert [r["name"] for r in out] == kept
 
 
 def test_unroutable_clusters_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stacks.program import UNROUTABLE_ENV, unroutable_clusters
+    from modelplane.program import UNROUTABLE_ENV, unroutable_clusters
 
     monkeypatch.setenv(UNROUTABLE_ENV, "dev-3, dev-2,")
     assert unroutable_clusters() == frozenset({"dev-2", "dev-3"})

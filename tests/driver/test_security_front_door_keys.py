@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from components.workload import front_door
 from modelplane import front_door_keys as fdk
 from modelplane.caller_keys import CallerKey, KeyFormatError, format_keys, rfc3339
+from modelplane.components.workload import front_door
 from modelplane.driver.fingerprint import front_door_phase
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from components.gateway import callers_table
 from modelplane import authz, router
 from modelplane.caller_keys import CallerKey, KeyFormatError, format_keys, parse_keys, rfc3339
+from modelplane.components.gateway import callers_table
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -32,9 +32,9 @@ SOURCES = (
 PROBE = textwrap.dedent(
     """
     import json, sys
-    import components.charts as charts
+    import modelplane.components.charts as charts
     import crds, modelplane
-    from components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
+    from modelplane.components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
     from modelplane.devcluster.crds import default_crds_dir
     print(json.dumps({
         "modelplane": modelplane.__file__,

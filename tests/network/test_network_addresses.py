@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from components.inference_cluster import eks_args, gke_args
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_class import InferenceClass
 from modelplane.api.loader import load_fleet
@@ -22,6 +21,7 @@ from modelplane.api.placement_lock import (
     NetworkLock,
     PlacementLock,
 )
+from modelplane.components.inference_cluster import eks_args, gke_args
 from modelplane.driver.fleet import _prune_removed
 from modelplane.lock import dump_lock, read_lock, write_lock
 from modelplane.network import addresses_of, plan_addresses, with_addresses

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from components.network.path import ClusterPath
-from components.network.sides import AwsSide, GcpSide, side_of
 from modelplane.api.loader import load_fleet
 from modelplane.api.network import fleet_paths
 from modelplane.api.placement_lock import PlacementLock
+from modelplane.components.network.path import ClusterPath
+from modelplane.components.network.sides import AwsSide, GcpSide, side_of
 from modelplane.stacks import Tier, path_stack, stack_units
 from tests.components.test_network_vpn import CONNECTION, HA_GATEWAY, HA_IPS, connection_outputs
 from tests.network.test_network_addresses import _classes, _eks, _existing, _gke
@@ -160,7 +160,7 @@ def test_network_gke_and_eks_are_joined_by_the_ha_vpn() -> None:
 
 def test_network_cluster_stacks_export_what_a_path_needs() -> None:
     """The `network` output of a GKE and an EKS cluster stack, read back as path sides."""
-    from components.inference_cluster import InferenceClusterComponent
+    from modelplane.components.inference_cluster import InferenceClusterComponent
     from tests.components.cluster_helpers import EKS_CLASSES, eks_cluster, gke_class, gke_cluster
 
     run = MockRun()

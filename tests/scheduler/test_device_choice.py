@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from components.workload.claims import claim_requests
+from modelplane.components.workload.claims import claim_requests
 from modelplane.scheduler import schedule
 from modelplane.scheduler.matching import Matcher
 from tests.factories import (
