@@ -30,6 +30,15 @@ EXPLICIT_DEFAULTS: dict[str, Any] = {
 }
 
 
+def render_directory(render_to: str) -> str:
+    """``render_to`` as the provider records it: relative to the working directory, the
+    program's folder, which is also the provider's (the engine starts both there), so a moved
+    checkout or another machine's CI against the same state records the same path and
+    previews no change (an absolute path would replace every manifest: the provider replaces
+    its resources when the directory changes)."""
+    return os.path.relpath(os.path.realpath(os.path.expanduser(render_to)), os.getcwd())
+
+
 def cluster_provider(
     name: str,
     *,
@@ -40,8 +49,9 @@ def cluster_provider(
     """A ``kubernetes.Provider`` for one cluster.
 
     - ``kubeconfig``: the cluster's kubeconfig (wrapped as a secret, whatever the caller passed);
-    - ``render_to``: instead of applying, write manifests to that directory (made absolute; the
-      provider's ``render_yaml_to_directory`` mode, which cannot be combined with a kubeconfig).
+    - ``render_to``: instead of applying, write manifests to that directory (the provider's
+      ``render_yaml_to_directory`` mode, which cannot be combined with a kubeconfig), recorded
+      relative to the program's folder (:func:`render_directory`).
 
     Exactly one must be given: with neither, the provider would silently fall back to the
     ambient kubeconfig (``~/.kube/config``, ``$KUBECONFIG``), which modelplane never uses.
@@ -60,7 +70,7 @@ def cluster_provider(
             raise ValueError(f"cluster provider {name!r}: render_to is empty")
         return kubernetes.Provider(
             name,
-            render_yaml_to_directory=os.path.abspath(os.path.expanduser(render_to)),
+            render_yaml_to_directory=render_directory(render_to),
             kubeconfig="",
             opts=opts,
             **EXPLICIT_DEFAULTS,

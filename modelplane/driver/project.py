@@ -205,10 +205,10 @@ def fleet_project(
         elif key == "main":
             value = _anchored(str(value), root_dir, fleet_dir)
         elif key == "runtime" and isinstance(value, Mapping):
-            options = dict(value.get("options") or {})
-            if isinstance(options.get("virtualenv"), str):
-                options["virtualenv"] = _anchored(options["virtualenv"], root_dir, fleet_dir)
-            value = {**value, "options": options} if options else dict(value)
+            # As the root's, the virtualenv is the project's own (the fleet directory's
+            # `.venv`, which `pulumi install` there builds from the program's
+            # requirements.txt), not the repository's: nothing ties the fleet to a path.
+            value = dict(value)
         out[key] = value
     if "backend" in root:
         out["backend"] = {"url": FLEET_BACKEND}
@@ -232,6 +232,7 @@ def header(label: str, main: str) -> str:
         "# for `modelplane up` (PULUMI_BACKEND_URL overrides the backend for both).\n"
         "#\n"
         f"#   cd {label}\n"
+        "#   pulumi install          # this fleet's .venv: modelplane from the program's checkout\n"
         "#   pulumi stack select --create <stack>\n"
         "#   pulumi config set -s <stack> --secret modelplane:secrets.<name>.<key> <value>\n"
         "#   pulumi up -s <stack>\n"

@@ -154,8 +154,10 @@ def test_existing_render_to_has_no_serving_stack(tmp_path: Path) -> None:
     ic = run.run(lambda: InferenceClusterComponent("on-prem", cluster, {"h100-gke": gke_class()}))
 
     provider = run.one(K8S_PROVIDER)
-    assert provider.inputs["renderYamlToDirectory"] == str(out)
-    assert os.path.isabs(provider.inputs["renderYamlToDirectory"])
+    # Recorded relative to the working directory (the program's folder under the engine).
+    recorded = provider.inputs["renderYamlToDirectory"]
+    assert not os.path.isabs(recorded)
+    assert Path(os.getcwd(), recorded).resolve() == out.resolve()
     # Explicitly empty (never the ambient $KUBECONFIG); the provider accepts "" with renderTo.
     assert provider.inputs.get("kubeconfig", "") == ""
     assert ic.provider is not None

@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
+import modelplane.driver.workspace as workspace_module
 from modelplane.api.placement_lock import LockedDeployment, LockedReplica, PlacementLock
 from modelplane.driver import fingerprint as fp
 from modelplane.driver.errors import DriverError, PassphraseMissing
@@ -30,9 +32,11 @@ from modelplane.driver.settings import (
     resolve_backend,
     resolve_secrets,
 )
-from modelplane.driver.workspace import prepare_work_dir, project_settings
+from modelplane.driver.workspace import ENTRY_POINT, entry_dir, prepare_work_dir
 from modelplane.scheduler import DeploymentReport, ScheduleResult
 from modelplane.stacks import StackUnit, Tier
+
+REPO = Path(__file__).resolve().parents[2]
 
 DATA = Path(__file__).parents[1] / "data"
 TWO_CLUSTERS = DATA / "driver" / "two-clusters"
@@ -436,16 +440,36 @@ def test_stacks_verb_is_pure(fleet_dir: Path) -> None:
 # --- workspaces ---------------------------------------------------------------------------
 
 
-def test_work_dir_points_at_the_repository_program(tmp_path: Path) -> None:
+def test_work_dir_names_the_program_folder_relative_to_itself(tmp_path: Path) -> None:
     program = tmp_path / "stacks"
     program.mkdir()
     work = tmp_path / "ws" / "cluster-a"
-    prepare_work_dir(work, program)
-    prepare_work_dir(work, program)  # idempotent
-    assert (work / "program").resolve() == program.resolve()
-    settings = project_settings("modelplane-a")
-    assert settings["name"] == "modelplane-a" and settings["main"] == "program"
+    (work / "program").parent.mkdir(parents=True)
+    (work / "program").symlink_to(program)  # an older driver's link: removed
+    prepare_work_dir(work, program, project="modelplane-a")
+    prepare_work_dir(work, program, project="modelplane-a")  # idempotent
+    assert not (work / "program").is_symlink()
+    settings = yaml.safe_load((work / "Pulumi.yaml").read_text())
+    assert settings["name"] == "modelplane-a" and settings["main"] == "../../stacks"
+    assert (work / settings["main"]).resolve() == program.resolve()
     assert settings["runtime"]["name"] == "python"
+
+
+def test_the_program_folder_is_the_checkouts_stacks_else_a_real_folder_in_the_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In this checkout: the repository's stacks/, the folder hand-run projects name.
+    assert entry_dir(tmp_path / "ws") == REPO / "stacks"
+    assert not (tmp_path / "ws").exists()
+    # Installed (no checkout around the package): a real folder with a generated entry point.
+    package = tmp_path / "site-packages" / "modelplane" / "program"
+    package.mkdir(parents=True)
+    (package / "__main__.py").write_text("")
+    monkeypatch.setattr(workspace_module, "program_dir", lambda: package)
+    entry = entry_dir(tmp_path / "ws")
+    assert entry == tmp_path / "ws" / "program" and not entry.is_symlink()
+    assert (entry / "__main__.py").read_text() == ENTRY_POINT
+    assert 'run_module("modelplane.program"' in ENTRY_POINT
 
 
 # --- error messages -----------------------------------------------------------------------

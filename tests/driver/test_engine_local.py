@@ -33,6 +33,7 @@ from modelplane.stacks import StackUnit
 from tests.fixtures.engine import (
     CANARY,
     LOCAL,
+    REPO,
     TWO_CLUSTERS,
     check,
     copy_fleet,
@@ -76,7 +77,8 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert {"Deployment", "Service", "HTTPRoute", "ResourceClaimTemplate"} <= kinds, kinds
     # Stack outputs
     cluster = first.result("cluster-local").outputs
-    assert cluster["renderTo"] == str(rendered.resolve())
+    # Relative to the program's folder (this checkout's stacks/, where the engine runs it).
+    assert (REPO / "stacks" / cluster["renderTo"]).resolve() == rendered.resolve()
     assert cluster["kubeconfig"] == "[secret]"
     endpoints = first.result("deploy-demo-qwen").outputs["endpoints"]
     assert endpoints and all(replica["name"] in json.dumps(e) for e in endpoints), endpoints
@@ -497,7 +499,7 @@ def test_plain_pulumi_cli_runs_a_stack_from_the_fleet_project(
     run("stack", "select", "--create", "cluster-local")
     run("up", "-s", "cluster-local", "--yes", "--skip-preview")
     outputs = json.loads(run("stack", "output", "-s", "cluster-local", "--json").stdout)
-    assert outputs["renderTo"] == str((fleet_dir / "rendered").resolve())
+    assert (REPO / "stacks" / outputs["renderTo"]).resolve() == (fleet_dir / "rendered").resolve()
     # The stack's config is the fleet's own file, with no path in it.
     config = (fleet_dir / "Pulumi.cluster-local.yaml").read_text()
     assert str(tmp_path) not in config

@@ -26,7 +26,7 @@ from tests.fixtures.engine import LOCAL, REPO, manifests
 pytestmark = pytest.mark.engine
 
 STACKS = ("cluster-local", "deploy-demo-qwen", "gateway")  # tier order
-SOURCES = ("Pulumi.yaml", "stacks", "components", "modelplane", "crds")
+SOURCES = ("Pulumi.yaml", "stacks", "modelplane")
 
 
 def repo_copy(target: Path) -> Path:
@@ -102,7 +102,9 @@ def test_pulumi_up_at_the_root_deploys_the_embedded_default_fleet(
     assert not list(root.glob("Pulumi.*.yaml"))
     # The program ran on specs/local: its renderTo, its placement.
     outputs = json.loads(pulumi(root, cli_env, "stack", "output", "-s", STACKS[0], "--json").stdout)
-    assert outputs["renderTo"] == str((fleet / "rendered").resolve())
+    # Recorded relative to the program's folder (stacks/, where the engine starts the program
+    # and the provider): no machine path in the state.
+    assert outputs["renderTo"] == "../specs/local/rendered"
     by_plain = manifests(fleet / "rendered")
     (replica,) = yaml.safe_load(lock)["deployments"]["demo/qwen"]["replicas"]
     assert any(replica["name"] in name for name in by_plain), sorted(by_plain)
@@ -139,3 +141,20 @@ def test_pulumi_up_at_the_root_deploys_the_embedded_default_fleet(
         config = yaml.safe_load(gateway_config.read_text()).get("config") or {}
         assert config.get("modelplane:unroutable") == listed, config
         pulumi(root, cli_env, "preview", "-s", "gateway", "--expect-no-changes")
+
+    # The checkout moved (or another machine's CI on this state): nothing in the state names
+    # a path of this machine, so neither the plain CLI nor `modelplane up` changes anything.
+    checkpoints = state / ".pulumi" / "stacks" / "modelplane-local"
+    for checkpoint in checkpoints.glob("*.json"):
+        assert str(tmp_path) not in checkpoint.read_text(), checkpoint.name
+    moved = tmp_path / "moved" / "repo"
+    moved.parent.mkdir()
+    root.rename(moved)
+    moved_env = root_env(moved, env)
+    for stack in STACKS:
+        pulumi(moved, moved_env, "preview", "-s", stack, "--expect-no-changes")
+    again = modelplane_up(moved, moved_env)
+    for s in again["stacks"]:
+        assert s["result"] in ("succeeded", "skipped"), s
+        assert not any(s["changes"][k] for k in CHANGE_KINDS), (s["stack"], s["changes"])
+    assert manifests(moved / "specs" / "local" / "rendered") == by_plain

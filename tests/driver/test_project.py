@@ -77,6 +77,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
     # ... and reads as a project of that fleet: its own config and state, no stackConfigDir.
     project = yaml.safe_load(committed)
     assert (SPECS / fleet / project["main"]).resolve() == REPO / "stacks"
+    assert project["runtime"]["options"] == {"toolchain": "pip", "virtualenv": ".venv"}
     assert project["backend"] == {"url": FLEET_BACKEND}
     assert "stackConfigDir" not in project and stack_config_dir(SPECS / fleet) is None
     assert f"cd specs/{fleet}\n" in committed
@@ -100,7 +101,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
                 "description": "modelplane fleet fleets/a",
                 "runtime": {
                     "name": "python",
-                    "options": {"toolchain": "pip", "virtualenv": "../../v"},
+                    "options": {"toolchain": "pip", "virtualenv": "v"},  # the fleet's own
                 },
                 "main": "../../stacks/",
                 "backend": {"url": "file://./.modelplane/state?create_dir=true"},
@@ -115,7 +116,7 @@ def test_every_fleet_project_is_derived_from_the_root_one(fleet: str) -> None:
             "elsewhere",
             {
                 "name": "modelplane-elsewhere",
-                "runtime": {"name": "python", "options": {"virtualenv": "{tmp}/repo/.venv"}},
+                "runtime": {"name": "python", "options": {"virtualenv": ".venv"}},
                 "main": "{tmp}/repo/stacks",
             },
         ),
@@ -157,9 +158,10 @@ def test_the_project_command_writes_checks_and_explains(tmp_path: Path) -> None:
     wrote = runner.invoke(app, ["project", str(fleet)], env={"COLUMNS": "300"})
     assert wrote.exit_code == 0 and "wrote" in wrote.output, wrote.output
     project = yaml.safe_load((fleet / "Pulumi.yaml").read_text())
-    # A fleet outside the repository: absolute paths to this checkout's program and venv.
+    # A fleet outside the repository: an absolute path to this checkout's program; its own
+    # virtualenv (`pulumi install` there), never the repository's.
     assert project["main"] == f"{REPO / 'stacks'}/"
-    assert project["runtime"]["options"]["virtualenv"] == str(REPO / ".venv")
+    assert project["runtime"]["options"]["virtualenv"] == ".venv"
     assert project["backend"] == {"url": FLEET_BACKEND}
     assert not write_fleet_project(REPO, fleet)  # idempotent
     again = runner.invoke(app, ["project", str(fleet)], env={"COLUMNS": "300"})

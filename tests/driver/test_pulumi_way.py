@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import stat
 from pathlib import Path
@@ -168,10 +167,8 @@ def test_each_fleet_is_a_pulumi_project_without_absolute_paths(fleet: str) -> No
     assert project["name"] == f"modelplane-{fleet}"  # a project of its own on any backend
     main = SPECS / fleet / project["main"]
     assert (main / "__main__.py").is_file()
-    venv = project["runtime"]["options"]["virtualenv"]
-    assert (
-        not os.path.isabs(venv) and (SPECS / fleet / venv).resolve() == (REPO / ".venv").resolve()
-    )
+    # Its own virtualenv (`pulumi install` in the fleet directory), not the repository's.
+    assert project["runtime"]["options"]["virtualenv"] == ".venv"
     for path in (SPECS / fleet).glob("Pulumi*.yaml"):
         assert str(REPO) not in path.read_text() and "/home/" not in path.read_text()
     # The loader leaves the project and stack config files alone.
