@@ -52,7 +52,7 @@ from modelplane.components.cloud.gke_args import (
     GKEUpgrade,
 )
 from modelplane.components.model_cache import FILESTORE_CSI_TIERS, FILESTORE_STORAGE_CLASSES
-from modelplane.components.providers import cluster_provider
+from modelplane.components.providers import cluster_provider, render_directory
 from modelplane.components.serving_stack import (
     GATEWAY_CLASS_NAME,
     SYSTEM_NAMESPACE,
@@ -295,7 +295,8 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         super().__init__("modelplane:cluster:InferenceCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.pool_shapes = shapes
-        self.render_to = render_to
+        # As the provider records it (relative to the program's folder): no machine path.
+        self.render_to = render_directory(render_to) if render_to is not None else None
         self.cloud: GKECluster | EKSCluster | None = None
         gke_cloud: GKECluster | None = None
         eks_cloud: EKSCluster | None = None

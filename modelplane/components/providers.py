@@ -72,7 +72,12 @@ def cluster_provider(
             name,
             render_yaml_to_directory=render_directory(render_to),
             kubeconfig="",
-            opts=opts,
+            # Replaced (the directory changed: every resource is replaced with it) delete
+            # first: a replacement created first writes its file, which deleting the old
+            # resource then removes (tests/driver/test_engine_render_paths.py).
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions(delete_before_replace=True)
+            ),
             **EXPLICIT_DEFAULTS,
         )
     assert kubeconfig is not None  # exactly one of the two was given, and not render_to

@@ -389,7 +389,6 @@ def cluster_target(
 
 def run_cluster(ctx: Context) -> None:
     from modelplane.components.inference_cluster import InferenceClusterComponent
-    from modelplane.components.providers import render_directory
 
     cluster = absolute_render_to(ctx.fleet.clusters[ctx.unit.key], ctx.fleet_dir)
     cluster = with_addresses(cluster, addresses_of(ctx.fleet, ctx.lock, ctx.unit.key))
@@ -406,7 +405,7 @@ def run_cluster(ctx: Context) -> None:
     pulumi.export("kubeconfig", pulumi.Output.secret(comp.kubeconfig))
     # As the provider records it: relative to the program's folder, where every stack of the
     # fleet runs, so a downstream stack's provider records the same string.
-    pulumi.export("renderTo", render_directory(comp.render_to) if comp.render_to else None)
+    pulumi.export("renderTo", comp.render_to)
     pulumi.export("gatewayAddress", comp.gateway_address)
     pulumi.export("storageClassName", comp.storage_class_name)
     pulumi.export("poolShapes", comp.pool_shapes)

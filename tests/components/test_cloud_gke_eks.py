@@ -852,7 +852,7 @@ def test_cloud_efa_plugin_and_traefik_pins_and_their_values_keys():
 # --- LWS: the dev fleet's v0.8.0 CRD knows every field modelplane renders -------------------
 
 LWS_TYPE = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
-LWS_CRD = Path(__file__).resolve().parents[2] / "crds" / "lws-v0.8.0"
+LWS_CRD = Path(__file__).resolve().parents[2] / "modelplane" / "crds" / "lws-v0.8.0"
 
 
 def _unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:

@@ -164,7 +164,7 @@ def test_existing_render_to_has_no_serving_stack(tmp_path: Path) -> None:
     assert not run.find("modelplane:cluster:ServingStack")
     assert not run.of_type(RELEASE)
     assert not [r for r in run if r.type.startswith(("gcp:", "aws:", "eks:"))]
-    assert ic.render_to == str(out)
+    assert ic.render_to == recorded
     assert run.is_secret(ic.kubeconfig) and run.value(ic.kubeconfig) == ""
     assert ic.storage_class_name == "nfs-rwx"
     assert run.value(ic.gateway_address) is None

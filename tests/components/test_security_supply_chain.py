@@ -157,7 +157,7 @@ def test_security_hydrate_job_installs_with_require_hashes_from_the_pinned_file(
 
 def test_security_no_pip_install_without_hashes_in_components() -> None:
     """The sources: every `pip install` in modelplane/components/ requires hashes."""
-    for path in sorted((ROOT / "components").rglob("*.py")):
+    for path in sorted((ROOT / "modelplane" / "components").rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if "pip install" in line and "--require-hashes" not in line:
                 # A line that only continues onto the next one still names the flag there.

@@ -126,7 +126,7 @@ def _followed() -> set[str]:
 def _used_sdk_modules() -> set[str]:
     """`<sdk>.<submodule>` for every SDK submodule the components name."""
     used: set[str] = set()
-    for path in sorted((REPO / "components").rglob("*.py")):
+    for path in sorted((REPO / "modelplane" / "components").rglob("*.py")):
         tree = ast.parse(path.read_text())
         aliases: dict[str, str] = {}
         for node in ast.walk(tree):

@@ -3,6 +3,7 @@ versions) and what does not (caches, docs). Issue 34, "honest skipping"."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,13 +13,14 @@ from modelplane.driver import fingerprint
 
 
 def _tree(root: Path) -> dict[str, list[Path]]:
-    (root / "components" / "manifests").mkdir(parents=True)
-    (root / "components" / "gateway.py").write_text("X = 1\n")
-    (root / "components" / "manifests" / "installer.yaml").write_text("kind: DaemonSet\n")
-    (root / "components" / "README.md").write_text("docs\n")
-    (root / "crds" / "gateway-api").mkdir(parents=True)
-    (root / "crds" / "gateway-api" / "standard.yaml").write_text("kind: CRD\n")
-    return {"components": [root / "components"], "crds": [root / "crds"]}
+    package = root / "modelplane"
+    (package / "components" / "manifests").mkdir(parents=True)
+    (package / "components" / "gateway.py").write_text("X = 1\n")
+    (package / "components" / "manifests" / "installer.yaml").write_text("kind: DaemonSet\n")
+    (package / "components" / "README.md").write_text("docs\n")
+    (package / "crds" / "gateway-api").mkdir(parents=True)
+    (package / "crds" / "gateway-api" / "standard.yaml").write_text("kind: CRD\n")
+    return {"modelplane": [package]}
 
 
 def _edit(path: str, text: str) -> Callable[[Path], None]:
@@ -80,6 +82,12 @@ def test_an_sdk_upgrade_changes_the_program(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_program_covers_the_packages_a_stack_reads() -> None:
-    assert set(fingerprint.PROGRAM_PACKAGES) >= {"stacks", "components", "crds", "modelplane"}
+    # One package holds the program, the components and the vendored CRDs and manifests.
+    assert fingerprint.PROGRAM_PACKAGES == ("modelplane",)
+    spec = importlib.util.find_spec("modelplane")
+    assert spec is not None and spec.submodule_search_locations
+    (folder,) = (Path(p) for p in spec.submodule_search_locations)
+    for part in ("program/__main__.py", "components/gateway.py", "crds/__init__.py"):
+        assert (folder / part).is_file(), part
     assert set(fingerprint.SDK_DISTRIBUTIONS) >= {"pulumi", "pulumi-kubernetes"}
     assert all(v for k, v in fingerprint.sdk_versions().items() if k == "pulumi")
