@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,18 @@ gateway = modelplane.WorkloadGateway(
 )
 pulumi.export("gatewayName", gateway.gateway_name)
 pulumi.export("namespace", gateway.namespace)
+"""
+
+
+BAD_SERVING_STACK = """\
+import pulumi
+import pulumi_kubernetes as kubernetes
+import pulumi_modelplane as modelplane
+
+render = kubernetes.Provider("render", render_yaml_to_directory={rendered!r})
+modelplane.ServingStack(
+    "serving", versions={{"nope": "1"}}, opts=pulumi.ResourceOptions(providers=[render])
+)
 """
 
 
@@ -66,12 +79,16 @@ def seed_plugin_cache(pulumi_home: Path, engine_root: Path) -> None:
             (entry / plugin.binary).symlink_to(engine_root / "bin" / plugin.binary)
 
 
-def test_package_add_then_up_constructs_the_component_through_the_plugin(
-    tmp_path: Path, env: dict[str, str], engine_root: Path
-) -> None:
+Pulumi = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def consumer_project(
+    tmp_path: Path, env: dict[str, str], engine_root: Path, program: str
+) -> tuple[Path, Path, Pulumi]:
+    """A fresh Python Pulumi project (file backend, passphrase secrets, its own virtualenv)
+    running `program`; returns its directory, its virtualenv and a `pulumi` runner there."""
     project = tmp_path / "consumer"
     project.mkdir()
-    rendered = tmp_path / "rendered"
     (project / "Pulumi.yaml").write_text(
         yaml.safe_dump(
             {
@@ -84,9 +101,8 @@ def test_package_add_then_up_constructs_the_component_through_the_plugin(
         )
     )
     (project / "requirements.txt").write_text("pulumi>=3.0.0,<4.0.0\n")
-    (project / "__main__.py").write_text(PROGRAM.format(rendered=str(rendered)))
+    (project / "__main__.py").write_text(program)
     venv = consumer_venv(project)
-
     cli_env = {
         **env,
         "PULUMI_BACKEND_URL": (tmp_path / "state").as_uri(),
@@ -102,7 +118,7 @@ def test_package_add_then_up_constructs_the_component_through_the_plugin(
     (tmp_path / "state").mkdir()
     seed_plugin_cache(Path(env["PULUMI_HOME"]), engine_root)
 
-    def pulumi(*args: str) -> subprocess.CompletedProcess[str]:
+    def pulumi(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [str(engine_root / "bin" / "pulumi"), *args, "--non-interactive"],
             cwd=project,
@@ -111,8 +127,20 @@ def test_package_add_then_up_constructs_the_component_through_the_plugin(
             text=True,
             timeout=600,
         )
-        assert done.returncode == 0, f"pulumi {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        if ok:
+            assert done.returncode == 0, f"pulumi {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         return done
+
+    return project, venv, pulumi
+
+
+def test_package_add_then_up_constructs_the_component_through_the_plugin(
+    tmp_path: Path, env: dict[str, str], engine_root: Path
+) -> None:
+    rendered = tmp_path / "rendered"
+    project, venv, pulumi = consumer_project(
+        tmp_path, env, engine_root, PROGRAM.format(rendered=str(rendered))
+    )
 
     added = pulumi("package", "add", str(REPO / "provider"))
     said = added.stdout + added.stderr
@@ -171,3 +199,12 @@ def test_package_add_then_up_constructs_the_component_through_the_plugin(
     assert gateway_yaml[0]["spec"]["gatewayClassName"] == "envoy"
     kinds = {yaml.safe_load(text)["kind"] for text in files.values()}
     assert {"Gateway", "GatewayClass", "EnvoyProxy", "Namespace"} <= kinds, kinds
+
+    # ServingStack through the plugin: its args become modelplane's validated model there, so
+    # a spec error is the component's error (its Helm releases cannot be created, nor its CRD
+    # bundle rendered, without a cluster: docs/architecture.md).
+    (project / "__main__.py").write_text(BAD_SERVING_STACK.format(rendered=str(rendered)))
+    refused = pulumi("preview", ok=False)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0, said
+    assert "unknown component(s) nope" in said, said
