@@ -189,13 +189,20 @@ class EngineBuilder:
             package = src.HOST_MODULE
             (wdir / "tools.go").write_text(tools_go(src.HOST_MODULE))
         else:
-            self.step(name, f"modelplane's language host on {src.SDK_MODULE}@{ver}")
+            # modelplane's host also generates SDKs (GeneratePackage, Link: `pulumi package
+            # add`) with pkg/v3's Python code generator, at the CLI's release: the CLI's build
+            # already compiled most of pkg/v3, so the Go build cache shares it.
+            self.step(name, f"modelplane's language host on {src.SDK_MODULE}@{ver}, pkg/v3")
+            pkg = Upstream.fetch(self.go, src.PKG_MODULE, ver, wdir)
             wrapper = WrapperModule.wrapping(
-                WRAPPER_PREFIX + name, ((src.SDK_MODULE, ver),), (sdk.mod,)
+                WRAPPER_PREFIX + name,
+                ((src.PKG_MODULE, ver), (src.SDK_MODULE, ver)),
+                (pkg.mod, sdk.mod),
             )
-            sums = [sdk.go_sum, list(self.sources.pinned_sums)]
+            sums = [pkg.go_sum, sdk.go_sum, list(self.sources.pinned_sums)]
             package = "."
-            (wdir / "main.go").write_text(go_source("langhost/main.go"))
+            for file_name, text in src.modelplane_host_sources().items():
+                (wdir / file_name).write_text(text)
         self._write_wrapper(wdir, wrapper, sums)
         self._tidy(name, wdir)
         self._build(

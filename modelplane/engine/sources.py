@@ -72,10 +72,23 @@ class EngineSources:
         )
 
 
+def modelplane_host_sources() -> dict[str, str]:
+    """modelplane's language host: its Go files (gosrc/langhost/*.go) by name."""
+    directory = resources.files("modelplane.engine").joinpath("gosrc", "langhost")
+    return {
+        entry.name: entry.read_text()
+        for entry in sorted(directory.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".go")
+    }
+
+
 def modelplane_host_digest() -> str:
-    """The first 8 hex digits of the SHA-256 of modelplane's language host source."""
-    source = resources.files("modelplane.engine").joinpath("gosrc", "langhost", "main.go")
-    return hashlib.sha256(source.read_bytes()).hexdigest()[:8]
+    """The first 8 hex digits of the SHA-256 of modelplane's language host source (its Go
+    files, by name and content)."""
+    digest = hashlib.sha256()
+    for name, text in modelplane_host_sources().items():
+        digest.update(f"{name}\0{len(text)}\0{text}".encode())
+    return digest.hexdigest()[:8]
 
 
 #: go.sum lines for module versions the checksum database does not know (hashes taken from the

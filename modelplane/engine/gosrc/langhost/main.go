@@ -440,10 +440,56 @@ func (h *host) InstallDependencies(
 	var stdout, stderr io.Writer = streamWriter{send: server.Send}, streamWriter{send: server.Send, stderr: true}
 	dir := info.GetProgramDirectory()
 	useTools := req.GetUseLanguageVersionTools()
+	if venv, ok := existingPipVirtualenv(ctx, info, tc); ok && !useTools {
+		return installRequirements(ctx, tc, dir, venv, stdout, stderr)
+	}
 	if err := tc.EnsureVenv(ctx, dir, useTools, true, stdout, stderr); err != nil {
 		return err
 	}
 	return tc.InstallDependencies(ctx, dir, useTools, true, stdout, stderr)
+}
+
+// existingPipVirtualenv is the pip toolchain's virtualenv when the project names one that
+// exists. The toolchain's InstallDependencies would run `python -m venv` over it again and
+// upgrade pip, setuptools and wheel from the index every time (which needs the network, also
+// for a plugin such as `pulumi package add <dir>` runs); an existing one only needs the
+// project's requirements.
+func existingPipVirtualenv(
+	ctx context.Context, info *pulumirpc.ProgramInfo, tc toolchain.Toolchain,
+) (string, bool) {
+	fields := info.GetOptions().GetFields()
+	if _, ok := fields["virtualenv"]; !ok {
+		return "", false
+	}
+	if v, ok := fields["toolchain"]; ok && v.GetStringValue() != "pip" {
+		return "", false
+	}
+	venv, err := tc.VirtualEnvPath(ctx)
+	if err != nil || venv == "" || !toolchain.IsVirtualEnv(venv) {
+		return "", false
+	}
+	return venv, true
+}
+
+// installRequirements runs `pip install -r requirements.txt` in dir with the virtualenv's
+// interpreter, when dir has that file.
+func installRequirements(
+	ctx context.Context, tc toolchain.Toolchain, dir, venv string, stdout, stderr io.Writer,
+) error {
+	if _, err := os.Stat(filepath.Join(dir, "requirements.txt")); err != nil {
+		return nil
+	}
+	cmd, err := tc.ModuleCommand(ctx, "pip", "install", "-r", "requirements.txt")
+	if err != nil {
+		return err
+	}
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	fmt.Fprintf(stdout, "Installing dependencies in virtual environment %s...\n", venv)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("installing the requirements of %s into %s: %w", dir, venv, err)
+	}
+	return nil
 }
 
 func (h *host) RuntimeOptionsPrompts(
