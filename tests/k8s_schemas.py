@@ -24,7 +24,7 @@ import yaml
 from referencing import Registry, Resource
 
 ROOT = Path(__file__).resolve().parents[1]
-CRDS = ROOT / "crds"
+CRDS = ROOT / "modelplane" / "crds"
 # Test-only CRDs (too large for every dev cluster to install): Envoy Gateway's policy kinds.
 TEST_CRDS = ROOT / "tests" / "data" / "envoy-gateway-v1.8.3"
 # and Envoy AI Gateway's route kinds (an Envoy front door's OpenAI base URL).

@@ -25,15 +25,14 @@ SOURCES = (
     "README.md",
     "Pulumi.yaml",
     "modelplane",
-    "components",
     "stacks",
-    "crds",
 )
 PROBE = textwrap.dedent(
     """
     import json, sys
     import modelplane.components.charts as charts
-    import crds, modelplane
+    import modelplane
+    import modelplane.crds as crds
     from modelplane.components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
     from modelplane.devcluster.crds import default_crds_dir
     print(json.dumps({
@@ -113,7 +112,7 @@ def test_wheel_carries_the_crd_bundles(installed: dict[str, object]) -> None:
     ):
         files = installed[key]
         assert isinstance(files, list) and files
-        expected = sorted(p.name for p in (ROOT / "crds" / folder).glob("*.yaml"))
+        expected = sorted(p.name for p in (ROOT / "modelplane" / "crds" / folder).glob("*.yaml"))
         assert [Path(f).name for f in files] == expected
         assert all(f.startswith(site) for f in files)
     assert installed["lws"] == ["leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
@@ -125,7 +124,11 @@ def test_wheel_carries_the_gke_cloud_driver_installer(installed: dict[str, objec
     assert str(installed["gkeDriverInstaller"]).startswith(str(installed["site"]))
 
 
-def test_the_root_pulumi_project_stays_out_of_the_wheel(installed: dict[str, object]) -> None:
+def test_the_wheel_installs_one_package_and_no_project(installed: dict[str, object]) -> None:
+    """Only `modelplane` lands in site-packages (no generic `components`, `stacks`, `crds`),
+    with the program's entry point; the repository's projects stay out."""
     names = installed["wheel"]
-    assert isinstance(names, list) and "stacks/__main__.py" in names
+    assert isinstance(names, list) and "modelplane/program/__main__.py" in names
+    tops = {n.split("/", 1)[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"modelplane"}, sorted(tops)
     assert not [n for n in names if Path(n).name.startswith("Pulumi.")]
