@@ -50,12 +50,13 @@ from modelplane.driver.observer import Observer, OnEvent, channel
 from modelplane.driver.offline import OfflinePreview
 from modelplane.driver.plan import Plan
 from modelplane.driver.plugins import missing_for_stack
-from modelplane.driver.project import LEGACY_PROJECT, fleet_project_name
+from modelplane.driver.project import LEGACY_PROJECT, fleet_organization, fleet_project_name
 from modelplane.driver.rendering import refresh_skip_reason
 from modelplane.driver.results import Outcome, RunResult, StackResult
 from modelplane.driver.runner import run_tiers, tier_of_stack_name
 from modelplane.driver.settings import (
     default_backend,
+    is_diy,
     redact_url,
     resolve_backend,
     resolve_secrets,
@@ -203,6 +204,8 @@ class Fleet:
         # The fleet's own Pulumi project: its stacks are never another fleet's.
         self.project = fleet_project_name(self.path)
         self.backend = resolve_backend(self.path, backend, self.env)
+        # ... in its organization, when it names one (Pulumi Cloud; `organization` elsewhere).
+        self.organization = fleet_organization(self.path, self_managed=is_diy(self.backend))
         self.secrets_provider = secrets_provider
         # Before each stack's engine run: why this process must not act now (a reconcile
         # that lost its leader lease), else None. The stack fails with that reason.
@@ -778,6 +781,7 @@ class Fleet:
             observer.message,
             config_dir=self.path,
             project=self.project,
+            organization=self.organization,
         )
         session.expected = {u.name for u in stack_units(self.spec, self.previous)}
         session.fleet_label = str(self.path)

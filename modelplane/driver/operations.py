@@ -249,7 +249,7 @@ def _read_outputs(ctx: RunContext, names: Sequence[str]) -> None:
 
     def read(name: str) -> Any:
         try:
-            return ctx.session.workspace(name).stack_outputs(name)
+            return ctx.session.workspace(name).stack_outputs(ctx.session.qualified(name))
         except StackNotFoundError:
             return None
 
@@ -507,7 +507,7 @@ class EngineOp:
         if self.stack is not None:
             return self.stack
         ws = self.ctx.session.workspace(self.unit.name, self.extra_env)
-        return existing_stack(self.unit.name, ws)
+        return existing_stack(self.ctx.session.qualified(self.unit.name), ws)
 
     def renders(self) -> bool:
         """Every cluster the stack acts on renders manifests (renderTo): nothing to refresh."""
@@ -829,7 +829,7 @@ class DestroyOp(EngineOp):
         if self.ctx.cache is not None:
             self.ctx.cache.forget(self.unit.name)
         if self.remove:
-            stack.workspace.remove_stack(self.unit.name)
+            stack.workspace.remove_stack(stack.name)
             self.ctx.session.remove_work_dir(self.unit.name)
             result.note = "stack removed from the backend"
 

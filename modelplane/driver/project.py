@@ -161,6 +161,37 @@ def fleet_uid(fleet_dir: Path) -> str | None:
     )
 
 
+ORG_FIELD = "organization"
+_ORG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+#: The one organization of a self-managed backend (file://, s3://, postgres://, ...).
+DIY_ORGANIZATION = "organization"
+
+
+def fleet_organization(fleet_dir: Path, *, self_managed: bool) -> str | None:
+    """The organization the fleet's stacks live in: ``modelplane.organization`` in
+    ``<fleet>/Pulumi.yaml``, else None (the backend's default: the user's default Pulumi Cloud
+    organization). A self-managed backend has one organization, ``organization``: another is
+    refused. Raises ProjectError naming the file and field."""
+    path = fleet_dir / PROJECT_FILE
+    if not path.is_file():
+        return None
+    data = _read_fleet_project(path)
+    own = data.get(OWN_KEY) if isinstance(data, dict) else None
+    value = own.get(ORG_FIELD) if isinstance(own, dict) else None
+    if value is None:
+        return None
+    field = f"{path}: field `{OWN_KEY}.{ORG_FIELD}`"
+    if not isinstance(value, str) or not _ORG_NAME.match(value):
+        raise ProjectError(f"{field}: {value!r} is not a Pulumi organization name")
+    if self_managed and value != DIY_ORGANIZATION:
+        raise ProjectError(
+            f"{field}: {value!r}: a self-managed backend (file://, s3://, gs://, azblob://, "
+            f"postgres://) has one organization, `{DIY_ORGANIZATION}`; set that or remove "
+            "the field (organizations are Pulumi Cloud's)"
+        )
+    return value
+
+
 def _anchored(value: str, root_dir: Path, fleet_dir: Path) -> str:
     """A path of the root project, as the fleet's project must spell it: relative when the
     fleet is inside the repository (the committed files carry no absolute path), else absolute."""
@@ -212,9 +243,15 @@ def fleet_project(
         out[key] = value
     if "backend" in root:
         out["backend"] = {"url": FLEET_BACKEND}
+    own: dict[str, Any] = {}
     uid = fleet_uid(fleet_dir) or new_uid
     if uid is not None:
-        out[OWN_KEY] = {UID_FIELD: uid}
+        own[UID_FIELD] = uid
+    organization = fleet_organization(fleet_dir, self_managed=False)
+    if organization is not None:  # the fleet's own, kept as its uid is
+        own[ORG_FIELD] = organization
+    if own:
+        out[OWN_KEY] = own
     return out
 
 

@@ -175,9 +175,13 @@ class EngineSession:
         progress: Callable[[str], None] | None = None,
         config_dir: Path | None = None,
         project: str = LEGACY_PROJECT,
+        organization: str | None = None,
     ) -> None:
         self.work_root = work_root
         self.project = project  # the fleet's Pulumi project (modelplane.driver.project)
+        # The fleet's organization (`modelplane.organization`): stacks are named
+        # <organization>/<project>/<stack> to the engine; None: the backend's default.
+        self.organization = organization
         # The stacks' config files: the fleet directory (work_root is <fleet>/.modelplane/...).
         self.config_dir = config_dir or work_root.parent.parent
         self.program_env: dict[str, str] = {}
@@ -272,6 +276,19 @@ class EngineSession:
 
     # -- workspaces and stacks ------------------------------------------------------------
 
+    def qualified(self, stack: str) -> str:
+        """The name the engine is given for one of the fleet's stacks: org-qualified when the
+        fleet names its organization (its stacks land there, not in the user's default)."""
+        if self.organization is None:
+            return stack
+        return f"{self.organization}/{self.project}/{stack}"
+
+    def ours(self, listed: str) -> bool:
+        """Whether a name `pulumi stack ls` printed is in the fleet's organization (a name
+        without one is the backend's current one)."""
+        parts = listed.split("/")
+        return self.organization is None or len(parts) < 3 or parts[0] == self.organization
+
     def work_dir(self, stack: str) -> Path:
         return self.work_root / stack
 
@@ -306,9 +323,12 @@ class EngineSession:
         from pulumi.automation import Stack
 
         ws = self.workspace(name, extra_env)
+        engine_name = self.qualified(name)
         if exists:
-            return existing_stack(name, ws)
-        return Stack.create_or_select(name, ws) if create else Stack.select(name, ws)
+            return existing_stack(engine_name, ws)
+        if create:
+            return Stack.create_or_select(engine_name, ws)
+        return Stack.select(engine_name, ws)
 
     def set_secret_config(self, stack: str, key: str, value: str) -> None:
         """``pulumi config set --secret KEY`` with the value on standard input: never on a
@@ -320,7 +340,7 @@ class EngineSession:
         assert self._command is not None  # started by workspace()
         env = {**os.environ, **_cli_env(ws), "PULUMI_AUTOMATION_API": "true"}
         argv = [self._command.command, "--non-interactive", "config", "set", "--secret"]
-        argv += ["--stack", stack, key]  # no value: the CLI reads it from standard input
+        argv += ["--stack", self.qualified(stack), key]  # no value: the CLI reads standard input
         started = time.monotonic()
         done = subprocess.run(
             argv, input=value, text=True, capture_output=True, cwd=ws.work_dir, env=env
@@ -336,9 +356,15 @@ class EngineSession:
         """Every stack of the fleet's project in the backend, with the backend's record of
         its last update (one ``pulumi stack ls``)."""
         ws = self.workspace(".project")
-        markers = {s.name.rsplit("/", 1)[-1]: Marker.of(s) for s in ws.list_stacks()}
+        markers = {
+            s.name.rsplit("/", 1)[-1]: Marker.of(s) for s in ws.list_stacks() if self.ours(s.name)
+        }
         if not markers and self._check_legacy():
-            markers = {s.name.rsplit("/", 1)[-1]: Marker.of(s) for s in ws.list_stacks()}
+            markers = {
+                s.name.rsplit("/", 1)[-1]: Marker.of(s)
+                for s in ws.list_stacks()
+                if self.ours(s.name)
+            }
         self.existing = set(markers)
         if self.cache is not None:
             self.cache.markers = dict(markers)
@@ -416,7 +442,7 @@ class EngineSession:
         ws = self.workspace(name)
         try:
             result = ws.pulumi_command.run(
-                ["stack", "output", "--json", "--show-secrets", "--stack", name],
+                ["stack", "output", "--json", "--show-secrets", "--stack", self.qualified(name)],
                 ws.work_dir,
                 _cli_env(ws),
             )
@@ -470,7 +496,9 @@ class EngineSession:
             started = time.monotonic()
             ok = False
             try:
-                ws.pulumi_command.run([*argv, "--stack", stack], ws.work_dir, _cli_env(ws))
+                ws.pulumi_command.run(
+                    [*argv, "--stack", self.qualified(stack)], ws.work_dir, _cli_env(ws)
+                )
                 ok = True
             finally:
                 self.calls.add(Call(f"config {argv[1]}", stack, time.monotonic() - started, ok))

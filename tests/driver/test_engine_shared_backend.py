@@ -35,12 +35,18 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path, engine_root: Path) ->
         yield new_database(request.getfixturevalue("postgres_url"))
 
 
-def fleet_copy(tmp_path: Path, name: str, project: str | None) -> Path:
-    """specs/local copied to `name`; its Pulumi.yaml naming `project`, or none (derived)."""
+def fleet_copy(
+    tmp_path: Path, name: str, project: str | None, organization: str | None = None
+) -> Path:
+    """specs/local copied to `name`; its Pulumi.yaml naming `project`, or none (derived),
+    and the organization its stacks live in."""
     target = copy_fleet(LOCAL, tmp_path / name)
     (target / "Pulumi.yaml").unlink()
     if project is not None:
-        (target / "Pulumi.yaml").write_text(f"name: {project}\nruntime: python\nmain: x\n")
+        text = f"name: {project}\nruntime: python\nmain: x\n"
+        if organization is not None:
+            text += f"modelplane:\n  organization: {organization}\n"
+        (target / "Pulumi.yaml").write_text(text)
     return target
 
 
@@ -63,10 +69,13 @@ def versions(fleet: Fleet) -> dict[str, tuple[str, str]]:
 def test_shared_backend_two_fleets_never_touch_each_other(tmp_path: Path, shared: str) -> None:
     env = engine_env(tmp_path, PULUMI_BACKEND_URL=shared)
     one = fleet_copy(tmp_path, "one", None)  # derived: modelplane-one
-    two = fleet_copy(tmp_path, "two", "team-two")  # set in its Pulumi.yaml
+    # Set in its Pulumi.yaml, with its organization: the engine gets org-qualified names
+    # (a self-managed backend's one organization; on Pulumi Cloud the team's own).
+    two = fleet_copy(tmp_path, "two", "team-two", organization="organization")
     first = Fleet.load(one, env=env)
     second = Fleet.load(two, env=env)
     assert (first.project, second.project) == ("modelplane-one", "team-two")
+    assert (first.organization, second.organization) == (None, "organization")
     for fleet in (first, second):
         run = check(fleet.up())
         # The second fleet builds its own stacks: it does not take the first one's for its own.

@@ -23,6 +23,7 @@ from modelplane.driver.project import (
     UID_FIELD,
     ProjectError,
     derived_project_name,
+    fleet_organization,
     fleet_project,
     fleet_project_name,
     fleet_project_text,
@@ -300,3 +301,64 @@ def test_the_fleet_uid_in_its_project(
         assert str(tmp_path / "Pulumi.yaml") in str(caught.value)  # names the file
         return
     assert fleet_uid(tmp_path) == expected
+
+
+# --- the fleet's organization ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("block", "self_managed", "expected"),
+    [
+        (None, False, None),  # no file: the backend's default organization
+        ("name: f\n", True, None),
+        ("name: f\nmodelplane:\n  organization: acme\n", False, "acme"),  # Pulumi Cloud
+        ("name: f\nmodelplane:\n  organization: organization\n", True, "organization"),
+        ("name: f\nmodelplane:\n  organization: acme\n", True, "has one organization"),
+        ("name: f\nmodelplane:\n  organization: 'a b'\n", False, "not a Pulumi organization"),
+        ("name: f\nmodelplane:\n  organization: [x]\n", False, "not a Pulumi organization"),
+    ],
+    ids=["no-file", "unset", "cloud", "diy-default", "diy-other", "bad-name", "not-a-string"],
+)
+def test_fleet_organization(
+    tmp_path: Path, block: str | None, self_managed: bool, expected: str | None
+) -> None:
+    if block is not None:
+        (tmp_path / "Pulumi.yaml").write_text(block)
+    if expected in (None, "acme", "organization"):
+        assert fleet_organization(tmp_path, self_managed=self_managed) == expected
+        return
+    with pytest.raises(ProjectError) as refused:
+        fleet_organization(tmp_path, self_managed=self_managed)
+    text = str(refused.value)
+    assert str(tmp_path / "Pulumi.yaml") in text and "`modelplane.organization`" in text
+    assert expected in text
+
+
+def test_the_engine_gets_org_qualified_names_and_lists_only_the_orgs_stacks(
+    tmp_path: Path,
+) -> None:
+    from modelplane.driver.settings import SecretsSettings
+    from modelplane.driver.workspace import EngineSession
+
+    def session(organization: str | None) -> EngineSession:
+        secrets = SecretsSettings(provider=None, uses_passphrase=True)
+        return EngineSession(
+            tmp_path / "ws", "file:///x", secrets, {}, project="p", organization=organization
+        )
+
+    plain, acme = session(None), session("acme")
+    assert plain.qualified("gateway") == "gateway"
+    assert acme.qualified("gateway") == "acme/p/gateway"
+    for listed, ours in (("gateway", True), ("acme/p/gateway", True), ("other/p/gateway", False)):
+        assert acme.ours(listed) is ours
+        assert plain.ours(listed) is True
+
+
+def test_the_project_command_keeps_the_fleets_organization(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    (fleet / "Pulumi.yaml").write_text("name: team\nmodelplane:\n  organization: acme\n")
+    write_fleet_project(REPO, fleet)
+    written = yaml.safe_load((fleet / "Pulumi.yaml").read_text())
+    assert written["modelplane"]["organization"] == "acme"
+    assert written["modelplane"][UID_FIELD]
