@@ -94,7 +94,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = subprocess.run(
         [str(python), "-c", PROBE], cwd=work, check=True, capture_output=True, text=True
     )
-    return {"site": site, "wheel": names, **json.loads(out.stdout)}
+    return {"site": site, "wheel": names, "python": str(python), **json.loads(out.stdout)}
 
 
 def test_wheel_install_is_not_the_source_tree(installed: dict[str, object]) -> None:
@@ -132,3 +132,40 @@ def test_the_wheel_installs_one_package_and_no_project(installed: dict[str, obje
     tops = {n.split("/", 1)[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"modelplane"}, sorted(tops)
     assert not [n for n in names if Path(n).name.startswith("Pulumi.")]
+
+
+@pytest.mark.engine
+def test_an_installed_modelplane_runs_the_program_from_a_folder_in_the_fleet(
+    installed: dict[str, object], tmp_path: Path, engine_root: Path
+) -> None:
+    """No checkout around the package: the driver writes the program's entry point into the
+    fleet's workspaces (a real folder, not a link into site-packages) and the renderTo path
+    the state records is relative to it, so the fleet can move."""
+    import json
+
+    from modelplane.driver.workspace import ENTRY_POINT
+    from tests.fixtures.engine import LOCAL, copy_fleet, engine_env, manifests
+
+    fleet = copy_fleet(LOCAL, tmp_path / "fleet")
+    env = {k: v for k, v in engine_env(tmp_path).items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(installed["python"]), "-m", "modelplane", "up", str(fleet), "--yes", "-o", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {s["result"] for s in json.loads(done.stdout)["stacks"]} == {"succeeded"}
+    entry = fleet / ".modelplane" / "workspaces" / "program"
+    assert not entry.is_symlink() and (entry / "__main__.py").read_text() == ENTRY_POINT
+    project = (fleet / ".modelplane" / "workspaces" / "cluster-local" / "Pulumi.yaml").read_text()
+    assert "main: ../program" in project
+    assert manifests(fleet / "rendered")
+    state = fleet / ".modelplane" / "state" / ".pulumi" / "stacks"
+    (checkpoint,) = state.glob("*/cluster-local.json")
+    resources = json.loads(checkpoint.read_text())["checkpoint"]["latest"]["resources"]
+    (provider,) = [r for r in resources if r["type"] == "pulumi:providers:kubernetes"]
+    assert provider["inputs"]["renderYamlToDirectory"] == "../../../rendered"
