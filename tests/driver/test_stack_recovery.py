@@ -273,6 +273,7 @@ def _ctx(fail_select: list[Exception], said: list[str], lock_wait: float = 0.0) 
         backend="file:///f/.modelplane/state",
         project="modelplane-f",
         workspace=lambda *_a: None,
+        qualified=lambda name: name,  # no organization: the engine's names are the stacks'
     )
     return SimpleNamespace(
         session=session,
