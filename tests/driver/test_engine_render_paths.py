@@ -8,12 +8,12 @@ delete-before-replace: created first, a replacement's file would be deleted by t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.engine import project_cli
 
 pytestmark = pytest.mark.engine
 
@@ -54,34 +54,6 @@ def project_in(base: Path) -> Path:
     return project
 
 
-def cli(engine_root: Path, tmp_path: Path):  # noqa: ANN201 - a small closure
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_") and k != "KUBECONFIG"}
-    env.update(
-        PATH=f"{engine_root / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-        PULUMI_SKIP_UPDATE_CHECK="true",
-        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
-        PULUMI_BACKEND_URL=(tmp_path / "state").as_uri(),
-        PULUMI_CONFIG_PASSPHRASE="test",
-        PULUMI_HOME=str(tmp_path / "pulumi-home"),
-    )
-    (tmp_path / "state").mkdir()
-
-    def pulumi(project: Path, *args: str) -> str:
-        done = subprocess.run(
-            ["pulumi", *args, "--non-interactive"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
-
-    return pulumi
-
-
 def rendered(base: Path) -> dict[str, str]:
     folder = base / "out" / "1-manifest"
     return {name: (folder / name).read_text() for name in RENDERED if (folder / name).is_file()}
@@ -90,7 +62,7 @@ def rendered(base: Path) -> dict[str, str]:
 def test_render_paths_move_with_the_project_and_an_absolute_state_keeps_every_manifest(
     engine_root: Path, tmp_path: Path
 ) -> None:
-    pulumi = cli(engine_root, tmp_path)
+    pulumi = project_cli(engine_root, tmp_path)
     base = tmp_path / "checkout"
     project = project_in(base)
     pulumi(project, "stack", "init", "dev")

@@ -34,6 +34,7 @@ from modelplane.gobuild.gomod import (
     parse_go_mod,
 )
 from modelplane.gobuild.gotool import GoError, go_env
+from tests.fixtures.engine import project_cli
 
 WANTED = EngineVersions(pulumi="3.272.0", kubernetes="4.34.2")
 GO = shutil.which("go")  # before any fixture empties PATH
@@ -677,29 +678,10 @@ def test_local_python_project_renders_and_destroys_a_manifest(
     (project / "__main__.py").write_text(PROGRAM.format(out=str(out)))
     # No KUBECONFIG: the Python SDK forwards $KUBECONFIG as the provider's `kubeconfig`, which
     # provider releases before 4.32 reject next to renderYamlToDirectory.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_") and k != "KUBECONFIG"}
-    env.update(
-        PATH=f"{built_engine / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-        PULUMI_SKIP_UPDATE_CHECK="true",
-        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
-        PULUMI_BACKEND_URL=(tmp_path / "state").as_uri(),
-        PULUMI_CONFIG_PASSPHRASE="test",
-        PULUMI_HOME=str(tmp_path / "pulumi-home"),
-    )
-    (tmp_path / "state").mkdir()
+    run = project_cli(built_engine, tmp_path)
 
     def pulumi(*args: str) -> str:
-        proc = subprocess.run(
-            ["pulumi", *args, "--non-interactive"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout
+        return run(project, *args)
 
     pulumi("stack", "init", "dev")
     pulumi("up", "--yes", "--skip-preview")
