@@ -120,7 +120,7 @@ def test_cache_revision_downloads_first_then_rolls_out_without_a_failed_request(
 
     (fleet_dir / "models.yaml").write_text(models("v2"))
     started = time.time()
-    with fx.Load(url) as load:
+    with fx.Load(url, pace=fx.DRILL_PACE) as load:
         up(deployer, fleet_dir)
     statuses = [status for _, status, _ in load.results]
     assert statuses and all(s == 200 for s in statuses), [s for s in statuses if s != 200][:20]

@@ -20,6 +20,7 @@ from modelplane.devfleet import fleet as devfleet
 from modelplane.driver.fleet import Fleet
 from modelplane.lock import read_lock
 from tests.fixtures.devfleet import (
+    DRILL_PACE,
     GPU_16GI,
     REPO,
     Deployer,
@@ -96,7 +97,7 @@ def test_drain_moves_both_replicas_without_a_failed_request_and_uncordon_reopens
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert on(fleet_dir)["dev-1"] == 2
 
-    loads = [Load(served["url"]) for _ in range(CLIENTS)]
+    loads = [Load(served["url"], pace=DRILL_PACE) for _ in range(CLIENTS)]
     for load in loads:
         load.__enter__()
     try:

@@ -378,7 +378,7 @@ def test_failover_leader_killed_and_a_cluster_stopped_replicas_replaced_routes_d
     assert fx.rounds(leader.loop)[0]["ok"], fx.rounds(leader.loop)[0]
     assert lease_holder(gateway_cluster) == leader.name
     outage = fx.Outage(dev_fleet, dev_fleet.cluster("dev-3"))
-    with fx.Load(url) as load:
+    with fx.Load(url, pace=fx.DRILL_PACE) as load:
         fx.wait_for("requests served", lambda: load.count() > 5, timeout=30, interval=0.1)
         assert not load.failures(), load.results[-5:]
         # Exactly one acts, up to the kill: the standby ran no round, the Lease names the leader.

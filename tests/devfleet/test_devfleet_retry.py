@@ -243,7 +243,7 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
     assert dead in live_routes(gateway, CHAT)
     fx.wait_for("a first reconcile round", lambda: rounds(reconciler), timeout=300)
     victim = dev_fleet.cluster("dev-3")
-    loads = [fx.Load(services[CHAT]) for _ in range(CLIENTS)]
+    loads = [fx.Load(services[CHAT], pace=fx.DRILL_PACE) for _ in range(CLIENTS)]
     with Streams(services[STREAM], STREAMERS) as streams:
         for load in loads:
             load.__enter__()

@@ -32,6 +32,7 @@ from modelplane.driver.fleet import Fleet
 from modelplane.driver.state import RuntimeState
 from modelplane.lock import read_lock
 from tests.fixtures.devfleet import (
+    DRILL_PACE,
     GPU_16GI,
     REPO,
     Deployer,
@@ -95,7 +96,7 @@ def chat(url: str, timeout: float = 10.0) -> tuple[int, str]:
 
 
 class Traffic:
-    """``n`` clients back to back through the service, and a watcher recording how many qwen
+    """``n`` clients through the service (each at most one request per ``DRILL_PACE``), and a watcher recording how many qwen
     replicas are routable (in the routes and all pods Ready) every few tenths of a second."""
 
     def __init__(self, served: dict[str, Any], dev_fleet: devfleet.DevFleet, n: int = 4):
@@ -109,8 +110,10 @@ class Traffic:
 
     def _client(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             status, revision = chat(self.url)
             self.results.append((time.monotonic(), status, revision))
+            self._stop.wait(max(0.0, DRILL_PACE - (time.monotonic() - started)))
 
     def _watch(self) -> None:
         cores = [CoreV1Api(api_client(c)) for c in self.fleet.clusters]

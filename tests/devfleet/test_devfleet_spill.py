@@ -82,7 +82,7 @@ def test_spill_a_replica_stuck_behind_a_stockout_moves_and_the_pool_cools_down(
         raise AssertionError([(r.name, r.cluster, r.phase, r.reason) for r in replicas]) from None
     (stuck,) = waiting()
     url = deployer.fleet(fleet_dir).status().gateway["services"][CHAT]
-    load = fx.Load(url).__enter__()
+    load = fx.Load(url, pace=fx.DRILL_PACE).__enter__()
     loop = fx.start_reconcile(
         fleet_dir,
         deployer.env(),
