@@ -174,6 +174,7 @@ def test_auth_rotating_one_key_fails_no_request_of_another_caller(
                 if status != 200 and len(refusals) < 3:
                     refusals.append((body, headers))
             results.append((time.monotonic(), status))
+            stop.wait(fx.DRILL_PACE)
 
     thread = threading.Thread(target=steady, daemon=True)
     thread.start()
@@ -491,6 +492,7 @@ def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_va
             results[caller].append((now, status))
             if status != 200 and len(refusals) < 6:
                 refusals.append((caller, now, status, body, headers.get("www-authenticate", "")))
+            stop.wait(fx.DRILL_PACE)
 
     def front_door_text() -> str:
         fleet = deployer.fleet(target)
