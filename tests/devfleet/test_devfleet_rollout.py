@@ -96,8 +96,9 @@ def chat(url: str, timeout: float = 10.0) -> tuple[int, str]:
 
 
 class Traffic:
-    """``n`` clients through the service (each at most one request per ``DRILL_PACE``), and a watcher recording how many qwen
-    replicas are routable (in the routes and all pods Ready) every few tenths of a second."""
+    """``n`` clients through the service (each at most one request per ``DRILL_PACE``), and a
+    watcher recording how many qwen replicas are routable (in the routes and all pods Ready)
+    every few tenths of a second."""
 
     def __init__(self, served: dict[str, Any], dev_fleet: devfleet.DevFleet, n: int = 4):
         self.url, self.dir = served["url"], Path(served["dir"])
