@@ -38,6 +38,7 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
+from modelplane.driver.fleet_ca import ensure_fleet_ca
 from modelplane.driver.front_door import (
     Rotation,
     ensure_front_door_key,
@@ -362,6 +363,7 @@ class Fleet:
             existing = set(session.list_stacks())
             ctx = self._context(session, plan.lock, plan_lock, observer)
             ensure_front_door_key(session, sorted(existing), session.env, write=False)
+            ensure_fleet_ca(session, sorted(existing), session.env, write=False)
             if refresh:
                 ctx.preview_options["refresh"] = True
             packs = [str(p) for p in policy_packs]
@@ -457,6 +459,7 @@ class Fleet:
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
             ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
+            ensure_fleet_ca(session, [u.name for u in self.stacks(plan)], session.env)
             # What the stacks did with the front-door keys last time, before any runs now
             # (only once the key was rotated: before that there is one key, nothing to hold).
             if ever_rotated(session, session.env):
