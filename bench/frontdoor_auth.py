@@ -15,9 +15,17 @@ as a request travels client -> front door -> cluster (workload) gateway -> engin
   rewritten to the shard's prefix, where the shard's route runs the front-door check
   (`basicAuth`, credentials kept) and the retries, then the same workload gateway.
 
+- mtls: tls+auth, then the second pass to a workload gateway over mutual TLS (api.md "Mutual
+  TLS between the gateways"): the front door forwards to its own `web` entrypoint with the
+  path under `/_gateways/<cluster>`, where the cluster's route runs the front-door check and
+  takes the prefix off, and sends the request over https with a ServersTransport holding the
+  client certificate (fleet_pki); the workload gateway requires it (its default TLS options:
+  RequireAndVerifyClientCert) and runs the replica's check.
+
 Each Middleware's spec is as modelplane renders it. C keep-alive clients alternate between the
 three for T seconds, so all see the same machine at the same moment. Reports p50 and p99 of
-each, what TLS + auth + the hop check add, and what the shards' second pass adds. Run:
+each, what TLS + auth + the hop check add, what the shards' second pass adds, and what mutual
+TLS on the hop adds over the plain-HTTP hop (its second pass included). Run:
 `python bench/frontdoor_auth.py [--clients 4] [--seconds 20] [--json out.json]`.
 """
 
@@ -34,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -41,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from modelplane import authz  # noqa: E402
+from modelplane import authz, fleet_pki  # noqa: E402
 from modelplane.components.gateway import callers_table  # noqa: E402
 from modelplane.components.workload import front_door  # noqa: E402
 from modelplane.components.workload.routes import (  # noqa: E402
@@ -234,8 +243,76 @@ def main() -> int:
         "loadBalancer": {"servers": [{"url": f"http://127.0.0.1:{secure_hop}"}]}
     }
     sharded = traefik(found.traefik, work, "sharded", first, True, {"web": second})
+    # Mutual TLS to the workload gateway, as modelplane renders it on a Traefik front door.
+    fleet = fleet_pki.parse_ca(fleet_pki.new_ca(datetime.now(UTC)))
+    now = datetime.now(UTC)
+    server_name = fleet_pki.server_name("bench")
+    leaves = {
+        "server": fleet_pki.leaf(
+            fleet, name="bench", role="server", dns_names=[server_name], now=now
+        ),
+        "client": fleet_pki.leaf(fleet, name="front-door", role="client", now=now),
+    }
+    for role, made in leaves.items():
+        (work / f"{role}.crt").write_text(made.cert_pem)
+        (work / f"{role}.key").write_text(made.key_pem)
+    (work / "fleet-ca.crt").write_text(fleet.cert_pem)
+    mtls_hop_config = config("websecure", {"hop": {"basicAuth": check}}, True)
+    mtls_hop_config["tls"] = {
+        "certificates": [
+            {"certFile": str(work / "server.crt"), "keyFile": str(work / "server.key")}
+        ],
+        "options": {
+            "default": {
+                "minVersion": "VersionTLS12",
+                "clientAuth": {
+                    "caFiles": [str(work / "fleet-ca.crt")],
+                    "clientAuthType": "RequireAndVerifyClientCert",
+                },
+            }
+        },
+    }
+    mtls_hop = traefik(found.traefik, work, "mtls-hop", mtls_hop_config, True)
+    loop = free_port()
+    prefix = "/_gateways/bench"
+    door = config(
+        "websecure",
+        {
+            "auth": auth,
+            "strip": strip,
+            "retry": retry,
+            "to-gateway": {"addPrefix": {"prefix": prefix}},
+        },
+        True,
+        f"http://127.0.0.1:{loop}",
+    )
+    door["http"]["routers"]["gateway-bench"] = {
+        "rule": f"PathPrefix(`{prefix}/`)",
+        "entryPoints": ["web"],
+        "middlewares": ["hop-check", "hop-strip"],
+        "service": "gateway-bench",
+    }
+    door["http"]["middlewares"]["hop-check"] = {"basicAuth": shard_check}
+    door["http"]["middlewares"]["hop-strip"] = {"stripPrefix": {"prefixes": [prefix]}}
+    door["http"]["services"]["gateway-bench"] = {
+        "loadBalancer": {
+            "servers": [{"url": f"https://127.0.0.1:{mtls_hop}"}],
+            "serversTransport": "gateway-bench",
+        }
+    }
+    door["http"]["serversTransports"] = {
+        "gateway-bench": {
+            "serverName": server_name,
+            "rootCAs": [str(work / "fleet-ca.crt")],
+            "certificates": [
+                {"certFile": str(work / "client.crt"), "keyFile": str(work / "client.key")}
+            ],
+            "forwardingTimeouts": {"dialTimeout": "2s"},
+        }
+    }
+    mtls = traefik(found.traefik, work, "mtls", door, True, {"web": loop})
     context = ssl.create_default_context(cadata=ca.cert_pem.decode())
-    ports = {"tls+auth": secure, "sharded": sharded}
+    ports = {"tls+auth": secure, "sharded": sharded, "mtls": mtls}
 
     def connect(which: str) -> http.client.HTTPConnection:
         if which == "plain":
@@ -243,7 +320,7 @@ def main() -> int:
         return http.client.HTTPSConnection("127.0.0.1", ports[which], timeout=10, context=context)
 
     secured = {"Authorization": f"Bearer {KEY}"}
-    headers = {"plain": {}, "tls+auth": secured, "sharded": secured}
+    headers = {"plain": {}, "tls+auth": secured, "sharded": secured, "mtls": secured}
     time.sleep(2)
     for which in headers:  # wait for both, and warm them up
         deadline = time.monotonic() + 30
@@ -311,6 +388,10 @@ def main() -> int:
     report["second_pass_added"] = {
         "p50_ms": round(report["sharded"]["p50_ms"] - report["tls+auth"]["p50_ms"], 2),
         "p99_ms": round(report["sharded"]["p99_ms"] - report["tls+auth"]["p99_ms"], 2),
+    }
+    report["mtls_added"] = {
+        "p50_ms": round(report["mtls"]["p50_ms"] - report["tls+auth"]["p50_ms"], 2),
+        "p99_ms": round(report["mtls"]["p99_ms"] - report["tls+auth"]["p99_ms"], 2),
     }
     print(json.dumps(report, indent=2))
     if args.json:

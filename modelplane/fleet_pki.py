@@ -33,6 +33,8 @@ LIFETIME = timedelta(days=90)
 SKEW = timedelta(hours=1)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SERVER_NAME_SUFFIX = "gateway.modelplane.internal"
+GENERATION_CONFIG = "modelplane:certificateGeneration"
+"""Plain stack config of the cluster and gateway stacks: the certificates' generation."""
 SECRET = ("modelplane-fleet-ca", "pem")
 """The secretRef the stacks resolve the CA from: config
 `modelplane:secrets.modelplane-fleet-ca.pem`, or env
@@ -213,9 +215,13 @@ def leaf(
     role: Literal["server", "client"],
     dns_names: Sequence[str] = (),
     now: datetime,
+    generation: int = 0,
 ) -> Leaf:
     """The leaf of ``name`` for the period holding ``now``: byte-identical for the same CA, name,
-    role, DNS names (in any order) and period."""
+    role, DNS names (in any order), period and ``generation`` (`modelplane keys rotate
+    --certificates` counts it up: a new leaf before the period ends)."""
+    if generation < 0:
+        raise ValueError(f"generation must be 0 or more, not {generation}")
     if role not in ("server", "client"):
         raise ValueError(f"role must be 'server' or 'client', not {role!r}")
     if not name or "\0" in name:
@@ -232,7 +238,10 @@ def leaf(
     if not_after <= now:
         raise ValueError(f"the fleet CA expired at {ca.cert.not_valid_after_utc.isoformat()}")
 
-    info = "\0".join((role, name, ",".join(dns), start.isoformat())).encode()
+    parts = [role, name, ",".join(dns), start.isoformat()]
+    if generation:
+        parts.append(str(generation))
+    info = "\0".join(parts).encode()
     key = _derive_key(ca, info)
     ca_der = ca.cert.public_bytes(serialization.Encoding.DER)
     serial = int.from_bytes(hashlib.sha256(info + ca_der).digest()[:19], "big") | 1

@@ -601,12 +601,14 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         namespaces: Sequence[str] = (),
         fleet_ca: pulumi.Input[str] | None = None,
         workload_gateways: Mapping[str, tuple[str, int]] | None = None,
+        certificate_generation: int = 0,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``fleet_ca`` (the fleet CA's text, a secret): the front door reaches workload
         gateways over mutual TLS with a client certificate of it; ``workload_gateways``
         (Traefik): the address of each cluster's workload gateway the front door goes
-        through (gateway_tls.py, the second pass)."""
+        through (gateway_tls.py, the second pass); ``certificate_generation``: counted up by
+        `modelplane keys rotate --certificates` (fleet_pki.leaf)."""
         super().__init__(
             "modelplane:gateway:InferenceGateway",
             name,
@@ -672,8 +674,11 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
             made = hand_off(made) if render_only else made
             gw_deps.append(register(made, after, scope="gateway"))
         if fleet_ca is not None:
+            certs = gateway_tls.certificates(
+                fleet_ca, name="front-door", role="client", generation=certificate_generation
+            )
             gw_deps += self._hop_objects(
-                backend, fleet_ca, front_door_key, workload_gateways or {}, after, render_only
+                backend, certs, front_door_key, workload_gateways or {}, after, render_only
             )
         gw_manifest = gateway_manifest(
             backend,
@@ -735,7 +740,7 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
     def _hop_objects(
         self,
         backend: Literal["Traefik", "EnvoyGateway"],
-        fleet_ca: pulumi.Input[str],
+        certs: gateway_tls.Certificates,
         front_door_key: pulumi.Input[str] | None,
         workload_gateways: Mapping[str, tuple[str, int]],
         opts: pulumi.ResourceOptions,
@@ -743,7 +748,6 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
     ) -> list[pulumi.Resource]:
         """The front door's client certificate; on Traefik the fleet CA, the credentials
         check and, per workload gateway, the second pass over mutual TLS (gateway_tls.py)."""
-        certs = gateway_tls.certificates(fleet_ca, name="front-door", role="client")
         object_labels = app_labels("inference-gateway", GATEWAY_NAME, "gateway-tls")
         manifests = [
             gateway_tls.tls_secret(

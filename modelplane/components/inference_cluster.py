@@ -286,6 +286,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         classes: Mapping[str, InferenceClass],
         kubeconfig: pulumi.Input[str] | None = None,
         fleet_ca: pulumi.Input[str] | None = None,
+        certificate_generation: int = 0,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         spec = cluster.spec
@@ -437,6 +438,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 name=cluster.metadata.name,
                 role="server",
                 dns_names=[fleet_pki.server_name(cluster.metadata.name)],
+                generation=certificate_generation,
             )
             if fleet_ca is not None and render_to is None
             else None

@@ -367,33 +367,41 @@ FRONT_DOOR_SERVICE = ("mp-traefik", "traefik-system")
 
 
 def front_door_service(addresses: ClusterAddresses) -> list[dict[str, Any]]:
-    """The front door's own Service, as the chart makes it, with the Traefik process's
-    address as its endpoint: a sharded ModelService's second pass goes through it."""
+    """The front door's own Services, as the chart makes them, with the Traefik process's
+    address as their endpoint: a sharded service's second pass, and a replica's to its
+    workload gateway, go through it (`mp-traefik`; with `spec.tls.http: Refuse` the chart's
+    ClusterIP Service `mp-traefik-internal`, components/gateway.py INTERNAL_SERVICE)."""
     name, namespace = FRONT_DOOR_SERVICE
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "type": "ClusterIP",
-                "ports": [{"name": "web", "port": 80, "targetPort": "web", "protocol": "TCP"}],
-            },
-        },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-dev-fleet",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": name},
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [addresses.front_door_ip], "conditions": {"ready": True}}],
-            "ports": [{"name": "web", "port": GATEWAY_PORT, "protocol": "TCP"}],
-        },
+    out: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     ]
+    for service in (name, f"{name}-internal"):
+        out += [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": service, "namespace": namespace},
+                "spec": {
+                    "type": "ClusterIP",
+                    "ports": [{"name": "web", "port": 80, "targetPort": "web", "protocol": "TCP"}],
+                },
+            },
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{service}-dev-fleet",
+                    "namespace": namespace,
+                    "labels": {"kubernetes.io/service-name": service},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": [addresses.front_door_ip], "conditions": {"ready": True}}
+                ],
+                "ports": [{"name": "web", "port": GATEWAY_PORT, "protocol": "TCP"}],
+            },
+        ]
+    return out
 
 
 def rwx_storage(cluster: str) -> list[dict[str, Any]]:

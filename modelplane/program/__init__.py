@@ -413,6 +413,7 @@ def run_cluster(ctx: Context) -> None:
         fleet_ca=fleet_ca(ctx)
         if has_gateway and not (existing is not None and existing.render_to)
         else None,
+        certificate_generation=certificate_generation(),
     )
     pulumi.export("kubeconfig", pulumi.Output.secret(comp.kubeconfig))
     # As the provider records it: relative to the program's folder, where every stack of the
@@ -507,6 +508,16 @@ def fleet_ca(ctx: Context) -> pulumi.Output[str]:
     return text.apply(
         lambda t: fleet_pki.new_ca(datetime.now(UTC)) if t == PLACEHOLDER_SECRET else t
     )
+
+
+def certificate_generation() -> int:
+    """How many times `modelplane keys rotate --certificates` renewed this stack's
+    certificate before its period's end (plain stack config; fleet_pki.leaf)."""
+    value = _plain_config(fleet_pki.GENERATION_CONFIG)
+    try:
+        return max(int(value or 0), 0)
+    except ValueError:
+        _fail(f"stack config {fleet_pki.GENERATION_CONFIG}: {value!r} is not a number")
 
 
 def _fleet_ca_problem(found: ResolvedSecret) -> str | None:
@@ -746,6 +757,7 @@ async def run_gateway(ctx: Context) -> None:
         namespaces=route_namespaces(ctx.fleet),
         fleet_ca=ca,
         workload_gateways=workload_gateways,
+        certificate_generation=certificate_generation(),
     )
     front_door = FrontDoor(
         listener=service_listener(gateway),

@@ -153,13 +153,17 @@ def certificates(
     role: Literal["server", "client"],
     dns_names: Sequence[str] = (),
     now: datetime | None = None,
+    generation: int = 0,
 ) -> Certificates:
-    """The certificate of this period (fleet_pki.leaf) for ``name``, from the CA text."""
+    """The certificate of this period and ``generation`` (fleet_pki.leaf) for ``name``, from
+    the CA text."""
     at = now or datetime.now(UTC)
     text = pulumi.Output.from_input(fleet_ca)
     ca = text.apply(fleet_pki.parse_ca)
     leaf = ca.apply(
-        lambda c: fleet_pki.leaf(c, name=name, role=role, dns_names=tuple(dns_names), now=at)
+        lambda c: fleet_pki.leaf(
+            c, name=name, role=role, dns_names=tuple(dns_names), now=at, generation=generation
+        )
     )
     return Certificates(
         # Public, but shown as a secret like everything derived from the CA's text.
@@ -254,7 +258,9 @@ def hop_manifests(
                 "serverName": server_name,
                 "rootCAs": [{"secret": CA_NAME}],
                 "certificatesSecrets": [CLIENT_SECRET],
-                "minVersion": "VersionTLS12",
+                # No minVersion: Traefik then wants a maxVersion too, or it drops the whole
+                # TLS configuration (server name, CAs, certificate) for its default; Go's
+                # client offers TLS 1.2 at least, and the workload gateway accepts no less.
                 "forwardingTimeouts": {"dialTimeout": DIAL_TIMEOUT},
             },
         },
