@@ -27,6 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from modelplane.errors import UserError
+
 CA_LIFETIME = timedelta(days=3650)
 PERIOD = timedelta(days=30)
 LIFETIME = timedelta(days=90)
@@ -54,7 +56,7 @@ _KEY_BLOCK = re.compile(
 )
 
 
-class PKIFormatError(ValueError):
+class PKIFormatError(UserError, ValueError):
     """A malformed fleet CA text (the message never holds key material)."""
 
 

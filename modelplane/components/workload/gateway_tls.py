@@ -31,6 +31,7 @@ The fleet key stays the second factor: every replica route still requires it.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -223,8 +224,10 @@ def hop_manifests(
     workload gateway through it)."""
     host, port = address
     name = hop_name(cluster)
-    ipv6 = ":" in host
-    address_type = "IPv6" if ipv6 else ("IPv4" if host.replace(".", "").isdigit() else "FQDN")
+    try:
+        address_type = f"IPv{ipaddress.ip_address(host).version}"
+    except ValueError:
+        address_type = "FQDN"  # an EKS load balancer's name
     strip = f"{name}-strip"[:63]
     return [
         {
