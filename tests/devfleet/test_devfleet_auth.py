@@ -332,6 +332,26 @@ def test_mtls_workload_gateways_refuse_requests_that_bypass_the_front_door(
     assert verdicts[-1] == "200", seen
     # ... and the same replicas answer through the front door.
     assert post(url, tls, {"x-api-key": keys["batch"]})[0] == 200
+    # The CA's key and the front door's key are nowhere in plaintext in the fleet's folder
+    # (its state, stack config, lock, logs): config secrets and secret outputs only.
+    from modelplane.driver.fleet_ca import CONFIG_KEY as CA_CONFIG
+
+    with deployer.fleet(target).session() as session:
+        ca_text = str(session.stack("gateway", create=False).get_config(CA_CONFIG).value)
+    client_key = Path(files["fleet"]["key"]).read_text()
+
+    def body_lines(pem: str) -> list[str]:
+        return [line for line in pem.splitlines() if line and not line.startswith("-----")]
+
+    secrets = body_lines(ca_text.split("-----END CERTIFICATE-----")[1]) + body_lines(client_key)
+    assert secrets
+    leaks = [
+        str(path)
+        for path in target.rglob("*")
+        if path.is_file()
+        and any(line in path.read_bytes().decode("utf-8", "replace") for line in secrets)
+    ]
+    assert not leaks, leaks
 
 
 # Inside the fleet's network namespace: the SHA-256 of the certificate each workload gateway
@@ -367,7 +387,12 @@ def test_mtls_certificates_rotate_under_load_without_a_failed_request(
 
     from modelplane.devfleet import netns
 
-    target, url, tls, keys = deployed
+    target, url, tls, _ = deployed
+    # Each caller's newest key (an earlier drill of this module may have rotated one).
+    keys = {
+        name: parse_keys((dev_fleet.root / "callers" / name).read_text())[-1].key
+        for name in ("dev", "batch")
+    }
 
     def issued() -> dict[str, str]:
         """Each cluster's workload-gateway certificate, and the front door's client one."""
@@ -750,8 +775,16 @@ def test_keys_rotating_a_callers_and_the_front_door_key_under_load_refuses_no_va
         up()  # accept: every workload gateway takes both keys, authz both of dev's
         assert every_gateway_accepts("modelplane", f"modelplane-{new_id}"), workload_users()
         assert sent_user() == "modelplane"
-        current["dev"] = parse_keys(dev_file.read_text())[-1].key
-        assert current["dev"] != old_dev
+        new_dev = parse_keys(dev_file.read_text())[-1].key
+        assert new_dev != old_dev
+        # The client takes its new key once it is published: the authorization service reads
+        # the callers' table every half second, after the `up` wrote it.
+        fx.wait_for(
+            "dev's new key let in",
+            lambda: post(url, tls, {"x-api-key": new_dev})[0] == 200 or None,
+            timeout=30,
+        )
+        current["dev"] = new_dev
         time.sleep(2)  # dev's client on its new key
         done = deployer.run("keys", "switch", str(target), "--grace", f"{GRACE}s", timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
