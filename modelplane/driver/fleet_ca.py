@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from modelplane import fleet_pki
 from modelplane.api.fleet import FleetSpec
-from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError
+from modelplane.driver.stack_secrets import holders, write_each
 from modelplane.driver.workspace import read_stack_config
 from modelplane.stacks import cluster_stack
 
@@ -40,19 +40,11 @@ def needs_ca(stack: str) -> bool:
     return stack == "gateway" or stack.startswith("cluster-")
 
 
-def _holders(session: EngineSession) -> list[str]:
-    names = [
-        p.name[len("Pulumi.") : -len(".yaml")]
-        for p in sorted(session.config_dir.glob("Pulumi.*.yaml"))
-    ]
-    return [n for n in names if CONFIG_KEY in read_stack_config(session.config_dir, n)]
-
-
 def existing_ca(session: EngineSession) -> str | None:
     """The CA text one of the fleet's stacks holds (decrypted by the engine), or None."""
     from pulumi.automation.errors import CommandError
 
-    for name in _holders(session):
+    for name in holders(session, CONFIG_KEY):
         try:
             value = session.stack(name, create=False).get_config(CONFIG_KEY).value
         except CommandError:
@@ -85,8 +77,6 @@ def ensure_fleet_ca(
     stack holds, else a new one. ``write``: set it in their config (up); otherwise (preview,
     which writes no config) the CA reaches the program through the environment only (a
     stand-in when no stack holds one yet, so the preview shows what `up` will make)."""
-    from pulumi.automation.errors import CommandError
-
     if env.get(ENV):
         try:
             fleet_pki.parse_ca(env[ENV])
@@ -103,17 +93,12 @@ def ensure_fleet_ca(
         return
     targets = lacking if value is not None else wanted
     value = value or fleet_pki.new_ca(datetime.now(UTC))
-    locked = False
-    for name in targets:
-        try:
-            session.stack(name)  # made (or selected) first: config belongs to a stack
-            session.set_secret_config(name, CONFIG_KEY, value)
-        except (CommandError, DriverError) as exc:
-            if not stacklock.is_lock_error(exc):
-                raise
-            # Locked by another update: this run's program gets the CA through the
-            # environment, and the next `up` writes it into the config.
-            locked = True
+
+    def store(name: str) -> None:
+        session.stack(name)  # made (or selected) first: config belongs to a stack
+        session.set_secret_config(name, CONFIG_KEY, value)
+
+    locked = write_each(session, targets, store)
     if locked:
         session.program_env[ENV] = value
 

@@ -31,7 +31,8 @@ from modelplane.components.model_service import (
 from modelplane.components.workload import gateway_tls
 from modelplane.program import through_second_pass
 from tests import k8s_schemas
-from tests.components.workload_helpers import CLASSES, load
+from tests.components.test_gateway_security_hop import cluster
+from tests.components.workload_helpers import CLASSES
 from tests.pulumi_mocks import MockRun, contains_secret, unwrap
 
 NOW = datetime(2026, 12, 7, tzinfo=UTC)
@@ -49,20 +50,6 @@ def manifest_of(resource: Any) -> dict[str, Any]:
     out.update({k: resource.get(k) for k in ("type", "stringData", "addressType", "endpoints")})
     out["ports"] = resource.get("ports")
     return {k: v for k, v in out.items() if v is not None}
-
-
-def cluster(serving_stack: str) -> InferenceCluster:
-    return load(
-        InferenceCluster,
-        f"""
-metadata: {{name: west}}
-spec:
-  cluster: {{source: Existing, existing: {{secretRef: {{name: west-kubeconfig}}}}}}
-  servingStack: {serving_stack}
-  nodePools:
-  - {{name: h200, className: h200, nodeCount: 2}}
-""",
-    )
 
 
 def certificate(pem: str) -> x509.Certificate:
