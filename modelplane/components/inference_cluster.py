@@ -67,14 +67,17 @@ from modelplane.components.serving_stack import (
     workload_gateway_class,
 )
 from modelplane.components.workload.gateway_tls import (
+    SERVER_SECRET,
     TRAEFIK_TLS_NAMESPACE,
     Certificates,
     certificates,
+    tls_secret,
     workload_objects,
 )
 from modelplane.components.workload.objects import (
     app_labels,
     ensure_namespace,
+    hand_off,
     register,
 )
 
@@ -495,6 +498,28 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                         ),
                     )
                 )
+            # The listener's certificate: its name, type and keys, never a value (a rendered
+            # folder holds no key); the platform makes it (api.md "Mutual TLS between the
+            # gateways").
+            certificate = hand_off(
+                tls_secret(
+                    SERVER_SECRET,
+                    SYSTEM_NAMESPACE,
+                    app_labels("inference-gateway", "inference-gateway", "gateway-tls"),
+                    "",
+                    "",
+                )
+            )
+            after.append(
+                register(
+                    certificate,
+                    pulumi.ResourceOptions.merge(
+                        k8s_child,
+                        pulumi.ResourceOptions(depends_on=[namespace] if namespace else []),
+                    ),
+                    scope=name,
+                )
+            )
             self.workload_gateway = workload_gateway(
                 name,
                 render_own.class_name if render_own is not None else GATEWAY_CLASS_NAME,

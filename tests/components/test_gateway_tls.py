@@ -128,7 +128,15 @@ def test_mtls_render_to_cluster_gets_the_listener_and_no_key() -> None:
     run = MockRun.of(lambda: InferenceClusterComponent("west", rendered, CLASSES, fleet_ca=CA))
     [gateway] = run.of_type(GATEWAY)
     assert gateway.get("spec.listeners.0.protocol") == "HTTPS"
-    assert not [s for s in run.of_type(SECRET) if "tls.key" in (s.get("stringData") or {})]
+    # The certificate's Secret is the platform's to fill: named, typed, keys listed, no value.
+    [secret] = run.of_type(SECRET)
+    assert (secret.get("metadata.name"), secret.get("type")) == (
+        gateway_tls.SERVER_SECRET,
+        "kubernetes.io/tls",
+    )
+    assert secret.get("stringData") is None and secret.get("data") is None
+    assert "tls.crt, tls.key" in secret.get("metadata.annotations")["modelplane.ai/hand-off"]
+    assert gateway.depends_on(secret)
 
 
 def _front_door(backend: str) -> InferenceGateway:
