@@ -773,8 +773,11 @@ class Fleet:
         """New certificates for the workload gateways and the front door at the next `up`
         (the certificates' generation counted up; modelplane/driver/fleet_ca.py)."""
         with self.session(observer) as session:
-            session.list_stacks()  # a fresh backend is initialised before config is set
-            return rotate_certificates(session, [u.name for u in self.stacks()])
+            existing = set(session.list_stacks())
+            needs = ca_stacks(self.spec)
+            return rotate_certificates(
+                session, [u.name for u in self.stacks() if u.name in needs & existing]
+            )
 
     def switch_front_door_key(
         self, *, grace: timedelta, observer: Observer | None = None

@@ -113,11 +113,14 @@ class CertificateRotation:
 
 def rotate_certificates(session: EngineSession, stacks: Iterable[str]) -> CertificateRotation:
     """Count the certificates' generation up in every cluster and gateway stack among
-    ``stacks`` (plain config): their next `up` derives new certificates from the same CA,
-    which both sides trust, so the stacks may run in any order."""
+    ``stacks`` (plain config; the stacks exist): their next `up` derives new certificates
+    from the same CA, which both sides trust, so the stacks may run in any order."""
     wanted = [s for s in stacks if needs_ca(s)]
     if not wanted:
-        raise DriverError("the fleet has no cluster or gateway stack: nothing to rotate")
+        raise DriverError(
+            "no stack of the fleet has a certificate yet (a cluster whose workload gateway "
+            "the front door goes through): `modelplane up` makes them"
+        )
     current = 0
     for name in wanted:
         value = read_stack_config(session.config_dir, name).get(fleet_pki.GENERATION_CONFIG)
@@ -125,6 +128,6 @@ def rotate_certificates(session: EngineSession, stacks: Iterable[str]) -> Certif
             current = max(current, int(value))
     generation = current + 1
     for name in wanted:
-        session.stack(name)  # made (or selected) first: config belongs to a stack
+        session.stack(name, create=False)
         session.sync_config(name, {fleet_pki.GENERATION_CONFIG: str(generation)})
     return CertificateRotation(generation, wanted)

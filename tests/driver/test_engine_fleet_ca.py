@@ -113,3 +113,21 @@ def test_mtls_fleet_ca_from_the_environment_is_checked(tmp_path: Path, env: dict
     with Fleet.load(fleet_dir, env={**env, ENV: "not a CA"}).session() as session:
         with pytest.raises(DriverError, match=f"{ENV}: the fleet CA"):
             ensure_fleet_ca(session, ["gateway"], session.env)
+
+
+def test_mtls_rotating_certificates_before_any_up_is_refused(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`keys rotate --certificates` on a fleet never brought up: one line saying what makes
+    the certificates, the driver's failure (exit 1), and no stack created."""
+    from typer.testing import CliRunner
+
+    from modelplane.cli import app, commands  # noqa: F401  (importing registers every verb)
+
+    fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
+    (fleet_dir / "remote.yaml").write_text(REMOTE)
+    result = CliRunner().invoke(app, ["keys", "rotate", str(fleet_dir), "--certificates"], env=env)
+    assert result.exit_code == 1, result.output
+    assert "`modelplane up` makes them" in result.output
+    assert "Traceback" not in result.output
+    assert not list(fleet_dir.glob("Pulumi.*.yaml"))
