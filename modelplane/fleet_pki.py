@@ -44,7 +44,7 @@ SECRET = ("modelplane-fleet-ca", "pem")
 
 CA_COMMON_NAME = "modelplane fleet CA"
 ORGANIZATION = "modelplane"
-_CA_WHAT = "the fleet CA (modelplane-fleet-ca/pem)"
+_CA_WHAT = f"the fleet CA ({SECRET[0]}/{SECRET[1]})"
 _HKDF_SALT = b"modelplane-fleet-pki"
 # The order of the P-256 group: a private scalar lies in [1, n - 1].
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
