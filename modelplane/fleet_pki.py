@@ -8,10 +8,6 @@ ECDSA, so the stack program re-derives byte-identical PEMs on every run inside a
 `up` shows no diff. The first `up` of the next period rotates the leaf; the previous one stays
 valid for LIFETIME - PERIOD (60 days) more and both are signed by the same CA, so the other side
 needs no change. Pure: standard library and ``cryptography`` only, no I/O.
-
-The stacks' side (the driver keeping the CA, the gateways serving and requiring the leaves) was
-built at 8cba4cf and taken back out of main for nine dev-fleet drills it broke (issue 33);
-bench/frontdoor_auth.py uses this module for the design's `mtls` path.
 """
 
 from __future__ import annotations
@@ -39,8 +35,12 @@ LIFETIME = timedelta(days=90)
 SKEW = timedelta(hours=1)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 SERVER_NAME_SUFFIX = "gateway.modelplane.internal"
+GENERATION_CONFIG = "modelplane:certificateGeneration"
+"""Plain stack config of the cluster and gateway stacks: the certificates' generation."""
 SECRET = ("modelplane-fleet-ca", "pem")
-"""The secretRef the CA text is resolved as (its name in error messages)."""
+"""The secretRef the stacks resolve the CA from: config
+`modelplane:secrets.modelplane-fleet-ca.pem`, or env
+`MODELPLANE_SECRET_MODELPLANE_FLEET_CA_PEM`."""
 
 CA_COMMON_NAME = "modelplane fleet CA"
 ORGANIZATION = "modelplane"
@@ -220,8 +220,8 @@ def leaf(
     generation: int = 0,
 ) -> Leaf:
     """The leaf of ``name`` for the period holding ``now``: byte-identical for the same CA, name,
-    role, DNS names (in any order), period and ``generation`` (counted up, it gives a new
-    leaf before the period ends)."""
+    role, DNS names (in any order), period and ``generation`` (`modelplane keys rotate
+    --certificates` counts it up: a new leaf before the period ends)."""
     if generation < 0:
         raise ValueError(f"generation must be 0 or more, not {generation}")
     if role not in ("server", "client"):

@@ -7,8 +7,9 @@
 - ``workload-gateways-private``: a replica cluster's workload Gateway is an internal load
   balancer (GKE and EKS: the annotations modelplane sets) or sits on a network the platform
   declared private (an Existing cluster's ``network.connectedTo``, recorded on the Gateway).
-  The front door reaches it in plain HTTP, with the fleet's front-door key: a public one
-  exposes both (there is no mutual TLS on that hop yet).
+  The hop is mutual TLS with the fleet's front-door key as a second factor, but a public
+  gateway still lets anyone on the internet reach the gateway's TLS handshake and its
+  answers (docs/api.md "Mutual TLS between the gateways"): private is the default asked.
 - ``helm-charts-pinned``: every Helm release names one exact chart version.
 
 Each is mandatory; a platform that accepts one (a disposable dev cluster without protection)
@@ -90,8 +91,8 @@ def workload_gateway_private(args: ResourceValidationArgs, report: ReportViolati
     name = _annotations(args.props, "metadata").get("name", args.name)
     report(
         f"workload Gateway {name} ({args.name}) is neither an internal load balancer nor on a "
-        "network declared private: the front door reaches it in plain HTTP with the fleet's "
-        "front-door key. Declare the cluster's private network "
+        "network declared private: anyone on the internet reaches its TLS handshake (the hop "
+        "is mutual TLS, but private is asked first). Declare the cluster's private network "
         "(spec.cluster.existing.network.connectedTo) or accept it for this fleet "
         "(enforcementLevel: advisory in --policy-pack-config)."
     )

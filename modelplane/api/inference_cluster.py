@@ -496,8 +496,9 @@ class WorkloadGateway(Strict):
 
     class_name: DNSSubdomain
     """The GatewayClass modelplane's workload Gateway uses."""
-    port: Port = 80
-    """The listener port replicas are reached on (default 80)."""
+    port: Port = 443
+    """The HTTPS listener's port replicas are reached on (default 443; mutual TLS, api.md
+    "Mutual TLS between the gateways")."""
     controller: Literal["Traefik", "EnvoyGateway"] | None = None
     """The controller behind the class, so modelplane can make its replica routes require the
     front door's credentials (api.md "Private workload gateways"). Without it the cluster's

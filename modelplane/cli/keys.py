@@ -24,7 +24,8 @@ from modelplane.cli.output import get_console, print_json
 
 app = typer.Typer(
     help="The callers' API keys modelplane keeps in files: create, rotate, list (never shown "
-    "unless --show); the front-door key: rotate --front-door, switch.",
+    "unless --show); the front-door key: rotate --front-door, switch; the gateways' "
+    "certificates: rotate --certificates.",
     no_args_is_help=True,
 )
 
@@ -143,6 +144,14 @@ def rotate(
             help="Rotate the fleet's front-door key (kept in the stacks' config) instead.",
         ),
     ] = False,
+    certificates: Annotated[
+        bool,
+        typer.Option(
+            "--certificates",
+            help="New certificates for the front door and the workload gateways at the next "
+            "`up` (mutual TLS; the fleet CA stays).",
+        ),
+    ] = False,
     after: Annotated[
         str,
         typer.Option(
@@ -163,7 +172,16 @@ def rotate(
     `--front-door`: the same for the key the front door shows the workload gateways, in
     every stack's config: the next `up` makes every workload gateway accept the new key, the
     first `up` after `--after` makes the front door send it, the first after `--grace` drops
-    the old one (a reconcile service's rounds do these `up`s)."""
+    the old one (a reconcile service's rounds do these `up`s).
+
+    `--certificates`: the next `up` gives the front door and every workload gateway a new
+    certificate of the fleet CA (each period's first `up` does so anyway); the old ones stay
+    valid until they expire, so the stacks may run in any order."""
+    if certificates:
+        if caller or front_door:
+            raise _fail("--certificates with --caller or --front-door: rotate one at a time", 2)
+        _rotate_certificates(fleet, backend, secrets_provider)
+        return
     if front_door:
         if caller:
             raise _fail("--front-door and --caller: rotate one at a time", 2)
@@ -214,6 +232,19 @@ def rotate(
     console.print(
         f"`modelplane up {escape(str(fleet))}` publishes old and new; give clients the new key "
         f"before {rfc3339(end)}",
+        highlight=False,
+    )
+
+
+def _rotate_certificates(fleet: Path, backend: str | None, secrets: str | None) -> None:
+    if not fleet.is_dir():
+        raise _fail(f"{fleet} is not a fleet directory", 2)
+    with _expected_failures():
+        done = _load(fleet, None, backend, secrets).rotate_certificates()
+    get_console(stderr=True).print(
+        f"certificates: generation {done.generation} in {len(done.stacks)} stack(s). Run "
+        f"`modelplane up {escape(str(fleet))}`: the front door and the workload gateways get "
+        "new certificates of the fleet CA",
         highlight=False,
     )
 

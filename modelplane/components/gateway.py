@@ -32,6 +32,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import modelplane.authz as authz_module
+from modelplane import fleet_pki
 from modelplane.api.inference_gateway import GATEWAY_CHART_VERSIONS, InferenceGateway
 from modelplane.caller_keys import live_keys, parse_keys, rfc3339
 from modelplane.components.images import FRONT_DOOR_IMAGE, front_door_image
@@ -46,7 +47,8 @@ from modelplane.components.serving_stack import (
     envoy_proxy_ref,
     load_balancer_namespace,
 )
-from modelplane.components.workload import front_door
+from modelplane.components.workload import front_door, gateway_tls
+from modelplane.components.workload.front_door import htpasswd
 from modelplane.components.workload.network_policies import authz_policy
 from modelplane.components.workload.objects import (
     ROUTES_FROM,
@@ -163,6 +165,9 @@ def gateway_class_manifest(backend: Literal["Traefik", "EnvoyGateway"]) -> Manif
 # The front door's listeners: `web` (plain HTTP) and, with `spec.tls`, `websecure`.
 WEB, WEBSECURE = "web", "websecure"
 TLS_SECRET = "modelplane-front-door-tls"
+HOP_CHECK = "modelplane-gateway-hop-check"
+"""The Middleware (and its htpasswd Secret) the second pass to a workload gateway runs first:
+the front door's credentials, which only its first pass adds (gateway_tls.py)."""
 REDIRECT_ROUTE = "modelplane-https-redirect"
 
 
@@ -177,9 +182,13 @@ def gateway_manifest(
     await_address: bool = True,
     tls: Literal["Redirect", "Refuse"] | None = None,
     cloud: str | None = None,
+    client_certificate: bool = False,
 ) -> Manifest:
-    """``tls``: a `websecure` HTTPS listener with the front door's certificate (Secret
-    `TLS_SECRET`); `web` stays for the redirect to https (`Redirect`) or goes (`Refuse`).
+    """``client_certificate`` (Envoy Gateway): the front door presents the fleet's client
+    certificate to every backend it reaches over TLS (`spec.tls.backend`; the workload
+    gateways, gateway_tls.py). ``tls``: a `websecure` HTTPS listener with the front door's
+    certificate (Secret `TLS_SECRET`); `web` stays for the redirect to https (`Redirect`) or
+    goes (`Refuse`).
     Traefik keeps `web` on Refuse as an internal listener: its entrypoint is on no
     LoadBalancer port (chart values, `traefik_transport_values`), only on the ClusterIP
     Service `INTERNAL_SERVICE`, for a sharded service's second pass (api.md "Large
@@ -228,6 +237,21 @@ def gateway_manifest(
             **({"infrastructure": infrastructure} if infrastructure else {}),
             "gatewayClassName": s["class"],
             "listeners": listeners,
+            **(
+                {
+                    "tls": {
+                        "backend": {
+                            "clientCertificateRef": {
+                                "group": "",
+                                "kind": "Secret",
+                                "name": gateway_tls.CLIENT_SECRET,
+                            }
+                        }
+                    }
+                }
+                if client_certificate and backend == "EnvoyGateway"
+                else {}
+            ),
         },
     }
 
@@ -575,8 +599,16 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
         cloud: str | None = None,
         render_only: bool = False,
         namespaces: Sequence[str] = (),
+        fleet_ca: pulumi.Input[str] | None = None,
+        workload_gateways: Mapping[str, tuple[str, int]] | None = None,
+        certificate_generation: int = 0,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``fleet_ca`` (the fleet CA's text, a secret): the front door reaches workload
+        gateways over mutual TLS with a client certificate of it; ``workload_gateways``
+        (Traefik): the address of each cluster's workload gateway the front door goes
+        through (gateway_tls.py, the second pass); ``certificate_generation``: counted up by
+        `modelplane keys rotate --certificates` (fleet_pki.leaf)."""
         super().__init__(
             "modelplane:gateway:InferenceGateway",
             name,
@@ -641,11 +673,19 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
             # renderTo: the rendered folder gets the Secret's name and keys, never the key.
             made = hand_off(made) if render_only else made
             gw_deps.append(register(made, after, scope="gateway"))
+        if fleet_ca is not None:
+            certs = gateway_tls.certificates(
+                fleet_ca, name="front-door", role="client", generation=certificate_generation
+            )
+            gw_deps += self._hop_objects(
+                backend, certs, front_door_key, workload_gateways or {}, after, render_only
+            )
         gw_manifest = gateway_manifest(
             backend,
             await_address=await_address,
             tls=tls.http if tls is not None else None,
             cloud=cloud,
+            client_certificate=fleet_ca is not None,
         )
         gw = _GatewayObject(
             f"gateway/{SYSTEM_NAMESPACE}/{GATEWAY_NAME}",
@@ -696,3 +736,54 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                 "backend": self.backend,
             }
         )
+
+    def _hop_objects(
+        self,
+        backend: Literal["Traefik", "EnvoyGateway"],
+        certs: gateway_tls.Certificates,
+        front_door_key: pulumi.Input[str] | None,
+        workload_gateways: Mapping[str, tuple[str, int]],
+        opts: pulumi.ResourceOptions,
+        render_only: bool,
+    ) -> list[pulumi.Resource]:
+        """The front door's client certificate; on Traefik the fleet CA, the credentials
+        check and, per workload gateway, the second pass over mutual TLS (gateway_tls.py)."""
+        object_labels = app_labels("inference-gateway", GATEWAY_NAME, "gateway-tls")
+        manifests = [
+            gateway_tls.tls_secret(
+                gateway_tls.CLIENT_SECRET, SYSTEM_NAMESPACE, object_labels, certs.cert, certs.key
+            )
+        ]
+        if backend == "Traefik" and workload_gateways:
+            if front_door_key is None:
+                raise ValueError(
+                    "the second pass to the workload gateways needs the front-door key"
+                )
+            users: pulumi.Output[str] = pulumi.Output.secret(
+                pulumi.Output.from_input(front_door_key).apply(htpasswd)
+            )
+            manifests += [
+                gateway_tls.ca_secret(SYSTEM_NAMESPACE, object_labels, certs.ca_cert),
+                *front_door.check_manifests(
+                    "Traefik",
+                    HOP_CHECK,
+                    SYSTEM_NAMESPACE,
+                    object_labels,
+                    users,
+                    (),
+                    remove_header=False,
+                ),
+            ]
+            for cluster, address in sorted(workload_gateways.items()):
+                manifests += gateway_tls.hop_manifests(
+                    cluster,
+                    address,
+                    fleet_pki.server_name(cluster),
+                    SYSTEM_NAMESPACE,
+                    object_labels,
+                    check=HOP_CHECK,
+                    entry_point=WEB,
+                )
+        return [
+            register(hand_off(m) if render_only else m, opts, scope="gateway") for m in manifests
+        ]

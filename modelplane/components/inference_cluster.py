@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from modelplane import fleet_pki
 from modelplane.api.inference_class import EKSMachine, GKEMachine, InferenceClass
 from modelplane.api.inference_cluster import InferenceCluster, InferenceClusterSpec, NodePool
 from modelplane.api.maintenance import DEFAULT_GKE_WINDOW, EKS_DEFAULT_UNAVAILABLE, PoolUpgrade
@@ -51,10 +52,12 @@ from modelplane.components.cloud.gke_args import (
     GKENodePool,
     GKEUpgrade,
 )
+from modelplane.components.load_balancers import client_traffic_policy
 from modelplane.components.model_cache import FILESTORE_CSI_TIERS, FILESTORE_STORAGE_CLASSES
 from modelplane.components.providers import cluster_provider, render_directory
 from modelplane.components.serving_stack import (
     GATEWAY_CLASS_NAME,
+    HTTPS_PORT,
     SYSTEM_NAMESPACE,
     ServingStack,
     gateway_address,
@@ -63,7 +66,20 @@ from modelplane.components.serving_stack import (
     workload_gateway,
     workload_gateway_class,
 )
-from modelplane.components.workload.objects import app_labels, ensure_namespace
+from modelplane.components.workload.gateway_tls import (
+    SERVER_SECRET,
+    TRAEFIK_TLS_NAMESPACE,
+    Certificates,
+    certificates,
+    tls_secret,
+    workload_objects,
+)
+from modelplane.components.workload.objects import (
+    app_labels,
+    ensure_namespace,
+    hand_off,
+    register,
+)
 
 if TYPE_CHECKING:
     from modelplane.components.cloud.eks import EKSCluster
@@ -272,6 +288,8 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         cluster: InferenceCluster,
         classes: Mapping[str, InferenceClass],
         kubeconfig: pulumi.Input[str] | None = None,
+        fleet_ca: pulumi.Input[str] | None = None,
+        certificate_generation: int = 0,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         spec = cluster.spec
@@ -415,6 +433,19 @@ class InferenceClusterComponent(pulumi.ComponentResource):
         # An Existing cluster the platform connects privately (api.md "Paths").
         network = existing.network if existing is not None else None
         private_to = list(network.connected_to) if network is not None else []
+        # The workload gateway's server certificate (gateway_tls.py): where it has a
+        # controller to serve it (never in a renderTo folder, which holds no key).
+        certs = (
+            certificates(
+                fleet_ca,
+                name=cluster.metadata.name,
+                role="server",
+                dns_names=[fleet_pki.server_name(cluster.metadata.name)],
+                generation=certificate_generation,
+            )
+            if fleet_ca is not None and render_to is None
+            else None
+        )
         self.serving_stack: ServingStack | None = None
         if spec.serving_stack.install and render_to is None:
             self.serving_stack = ServingStack(
@@ -426,6 +457,7 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                 owns_network=self.cloud is not None,
                 cloud=source if self.cloud is not None else None,
                 private_to=private_to,
+                certificates=certs,
                 opts=child,
             )
             self.gateway_address = self.serving_stack.gateway_address
@@ -433,13 +465,16 @@ class InferenceClusterComponent(pulumi.ComponentResource):
             # The platform runs the gateway controller; modelplane owns the workload Gateway.
             own = spec.serving_stack.gateway
             namespace = ensure_namespace(SYSTEM_NAMESPACE, k8s_child, scope=name)
+            tls_objects = self._gateway_tls(name, own.controller, certs, namespace, k8s_child)
             self.workload_gateway = workload_gateway(
                 name,
                 own.class_name,
                 own.port,
                 pulumi.ResourceOptions.merge(
                     k8s_child,
-                    pulumi.ResourceOptions(depends_on=[namespace] if namespace else []),
+                    pulumi.ResourceOptions(
+                        depends_on=[*([namespace] if namespace else []), *tls_objects]
+                    ),
                 ),
                 private_to=private_to,
             )
@@ -463,10 +498,32 @@ class InferenceClusterComponent(pulumi.ComponentResource):
                         ),
                     )
                 )
+            # The listener's certificate: its name, type and keys, never a value (a rendered
+            # folder holds no key); the platform makes it (api.md "Mutual TLS between the
+            # gateways").
+            certificate = hand_off(
+                tls_secret(
+                    SERVER_SECRET,
+                    SYSTEM_NAMESPACE,
+                    app_labels("inference-gateway", "inference-gateway", "gateway-tls"),
+                    "",
+                    "",
+                )
+            )
+            after.append(
+                register(
+                    certificate,
+                    pulumi.ResourceOptions.merge(
+                        k8s_child,
+                        pulumi.ResourceOptions(depends_on=[namespace] if namespace else []),
+                    ),
+                    scope=name,
+                )
+            )
             self.workload_gateway = workload_gateway(
                 name,
                 render_own.class_name if render_own is not None else GATEWAY_CLASS_NAME,
-                render_own.port if render_own is not None else 80,
+                render_own.port if render_own is not None else HTTPS_PORT,
                 pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=after)),
                 await_address=False,
                 cloud=source if render_own is None else None,
@@ -508,6 +565,44 @@ class InferenceClusterComponent(pulumi.ComponentResource):
             },
             opts=opts,
         )
+
+    def _gateway_tls(
+        self,
+        name: str,
+        controller: Literal["Traefik", "EnvoyGateway"] | None,
+        certs: Certificates | None,
+        namespace: pulumi.Resource | None,
+        opts: pulumi.ResourceOptions,
+    ) -> list[pulumi.Resource]:
+        """A platform-run controller's side of the mutual TLS (gateway_tls.py): the server
+        certificate, and for a controller modelplane configures, the client certificates it
+        requires (Envoy Gateway: a ClientTrafficPolicy; Traefik: its default TLSOption)."""
+        if certs is None:
+            return []
+        after = [namespace] if namespace else []
+        object_labels = app_labels("inference-gateway", "inference-gateway", "gateway-tls")
+        out: list[pulumi.Resource] = []
+        if controller == "Traefik":
+            hop_ns = ensure_namespace(TRAEFIK_TLS_NAMESPACE, opts, scope=name)
+            after += [hop_ns] if hop_ns else []
+        manifests = workload_objects(
+            controller or "EnvoyGateway", certs, SYSTEM_NAMESPACE, object_labels
+        )
+        if controller == "EnvoyGateway":
+            manifests.append(
+                client_traffic_policy(
+                    "inference-gateway",
+                    SYSTEM_NAMESPACE,
+                    app_labels("inference-gateway", "inference-gateway", "gateway-timeouts"),
+                    client_validation=True,
+                )
+            )
+        elif controller is None:
+            manifests = manifests[-1:]  # the server certificate alone
+        in_order = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=after))
+        for manifest in manifests:
+            out.append(register(manifest, in_order, scope=name))
+        return out
 
     @staticmethod
     def _autoscaler(

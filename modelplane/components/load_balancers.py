@@ -36,6 +36,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from modelplane.components.workload.gateway_tls import envoy_client_validation
 from modelplane.components.workload.objects import Manifest, metadata
 
 LONGEST_REQUEST_SECONDS = 3600
@@ -103,6 +104,7 @@ def client_traffic_policy(
     object_labels: Mapping[str, str],
     *,
     front_door_tls: bool = False,
+    client_validation: bool = False,
 ) -> Manifest:
     """Envoy Gateway's ClientTrafficPolicy ``<gateway>-timeouts`` on the Gateway: a stream (and
     a connection with a request in flight) may stay silent for ``LONGEST_REQUEST``, and Envoy
@@ -112,7 +114,8 @@ def client_traffic_policy(
     (`headers.lateResponseHeaders`: Envoy's own answers too; the one policy on the Gateway,
     since a second one on the `websecure` section would replace this one there, not merge).
     A plain `web` listener (`tls.http: Redirect`) sends it too, which a browser ignores over
-    plain HTTP (RFC 6797, 8.1)."""
+    plain HTTP (RFC 6797, 8.1). ``client_validation`` (a workload gateway): a client
+    certificate of the fleet CA required (components/workload/gateway_tls.py)."""
     keepalive = f"{KEEPALIVE_SECONDS}s"
     spec: dict[str, Any] = {
         "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": gateway}],
@@ -125,6 +128,9 @@ def client_traffic_policy(
     if front_door_tls:
         spec["tls"] = {"minVersion": ENVOY_TLS_MIN_VERSION, "ciphers": list(ENVOY_TLS_CIPHERS)}
         spec["headers"]["lateResponseHeaders"] = {"set": [{"name": HSTS[0], "value": HSTS[1]}]}
+    if client_validation:
+        # A workload gateway: only a client certificate of the fleet CA (gateway_tls.py).
+        spec["tls"] = {**spec.get("tls", {}), **envoy_client_validation()}
     return {
         "apiVersion": f"{ENVOY_GROUP}/v1alpha1",
         "kind": "ClientTrafficPolicy",

@@ -106,7 +106,7 @@ def endpoint_record(
         "cluster": replica.cluster,
         # Unknown until the cluster's gateway has an address (a renderTo cluster never has one).
         # None too where its cluster gateway cannot check the front door (no route there).
-        "url": f"http://{gateway_address}{prefix}" if gateway_address and routable else None,
+        "url": f"https://{gateway_address}{prefix}" if gateway_address and routable else None,
         "rewritePath": prefix,
         # The replica's own Service: what a gateway on the same cluster can route to directly.
         "service": {

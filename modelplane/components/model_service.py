@@ -26,10 +26,12 @@ from urllib.parse import urlencode
 
 import pulumi
 
+from modelplane import fleet_pki
 from modelplane.api.model_service import ModelEndpoint, ModelService, ParsedURL, parse_endpoint_url
 from modelplane.api.names import child_name
 from modelplane.components.gateway import INTERNAL_SERVICE, TRAEFIK
 from modelplane.components.workload import front_door as hop
+from modelplane.components.workload import gateway_tls
 from modelplane.components.workload.objects import (
     ENDPOINT,
     SERVICE,
@@ -93,6 +95,12 @@ class EndpointInfo:
     # A replica's composed endpoint (a deployment stack's record), reached through its
     # cluster gateway's replica route.
     replica: bool = False
+    cluster: str | None = None
+    # A Traefik front door reaches a replica's workload gateway over mutual TLS through its
+    # own Service once more (gateway_tls.py): that Service (name, namespace, port) and the
+    # prefix its IngressRoute for the cluster takes off. None: straight to ``url``.
+    via: tuple[str, str, int] | None = None
+    via_prefix: str = ""
 
     @property
     def key(self) -> str:
@@ -132,6 +140,7 @@ class EndpointInfo:
                 str(record.get("rewritePath") or "/"),
                 labels,
                 replica=bool(record.get("cluster")),
+                cluster=str(record["cluster"]) if record.get("cluster") else None,
             )
         service = record.get("service") or {}
         if gateway_cluster and record.get("cluster") == gateway_cluster and service.get("name"):
@@ -147,8 +156,13 @@ class EndpointInfo:
         return None
 
 
-def uses_envoy_backend(url: ParsedURL, backend: Backend) -> bool:
-    return backend == "EnvoyGateway" and (url.address_type == "FQDN" or url.scheme == "https")
+def uses_envoy_backend(endpoint: EndpointInfo, url: ParsedURL, backend: Backend) -> bool:
+    """An Envoy Gateway `Backend` for a named upstream, or a TLS one outside the fleet; a
+    replica's workload gateway at an IP is a Service (both with a BackendTLSPolicy then,
+    gateway_tls.py)."""
+    if backend != "EnvoyGateway":
+        return False
+    return url.address_type == "FQDN" or (url.scheme == "https" and not endpoint.replica)
 
 
 def endpoint_object_name(endpoint: EndpointInfo) -> str:
@@ -158,6 +172,9 @@ def endpoint_object_name(endpoint: EndpointInfo) -> str:
 
 
 def backend_ref(endpoint: EndpointInfo, backend: Backend) -> dict[str, Any]:
+    if endpoint.via is not None:
+        name, namespace, port = endpoint.via
+        return {"group": "", "kind": "Service", "name": name, "namespace": namespace, "port": port}
     if endpoint.service is not None:
         return {
             "group": "",
@@ -167,32 +184,61 @@ def backend_ref(endpoint: EndpointInfo, backend: Backend) -> dict[str, Any]:
         }
     url = endpoint.parsed
     name = endpoint_object_name(endpoint)
-    if uses_envoy_backend(url, backend):
+    if uses_envoy_backend(endpoint, url, backend):
         return {"group": ENVOY_GROUP, "kind": "Backend", "name": name}
     return {"group": "", "kind": "Service", "name": name, "port": url.port}
 
 
-def endpoint_manifests(endpoint: EndpointInfo, backend: Backend) -> list[Manifest]:
+def endpoint_manifests(
+    endpoint: EndpointInfo, backend: Backend, fleet_ca_cert: Any = None
+) -> list[Manifest]:
+    """The endpoint's Service (or Envoy Backend) on the front door's cluster; ``fleet_ca_cert``
+    (the fleet CA's certificate): a replica's gateway is reached over mutual TLS."""
     if endpoint.service is not None:
         return []  # the replica's own Service already exists on this cluster
+    if endpoint.via is not None:
+        return []  # the front door's own Service, and the cluster's hop (gateway_tls.py)
     url = endpoint.parsed
     name = endpoint_object_name(endpoint)
     object_labels = labels(
         app_labels(endpoint.name, endpoint.name, "endpoint"), {ENDPOINT: endpoint.name}
     )
-    if uses_envoy_backend(url, backend):
-        return [envoy_backend(name, endpoint.namespace, object_labels, url)]
-    return [
-        service_manifest(
-            name,
-            endpoint.namespace,
-            object_labels,
-            None,
-            port=url.port,
-            app_protocol="https" if url.scheme == "https" else None,
-        ),
-        endpoint_slice(child_name(name, "addr"), endpoint.namespace, name, object_labels, url),
-    ]
+    out: list[Manifest]
+    if uses_envoy_backend(endpoint, url, backend):
+        backend_object = envoy_backend(name, endpoint.namespace, object_labels, url)
+        if endpoint.replica:
+            backend_object["spec"].pop("tls", None)  # the BackendTLSPolicy's, below
+        out = [backend_object]
+        target = {"group": ENVOY_GROUP, "kind": "Backend", "name": name}
+    else:
+        out = [
+            service_manifest(
+                name,
+                endpoint.namespace,
+                object_labels,
+                None,
+                port=url.port,
+                app_protocol="https" if url.scheme == "https" else None,
+            ),
+            endpoint_slice(child_name(name, "addr"), endpoint.namespace, name, object_labels, url),
+        ]
+        target = {"group": "", "kind": "Service", "name": name}
+    if endpoint.replica and endpoint.cluster and fleet_ca_cert is not None:
+        # Envoy Gateway: TLS to the workload gateway, the fleet CA and its server name; the
+        # client certificate is the front door Gateway's (gateway_tls.py).
+        ca = child_name(name, "ca")
+        out += [
+            gateway_tls.ca_config_map(ca, endpoint.namespace, object_labels, fleet_ca_cert),
+            gateway_tls.envoy_backend_tls(
+                name,
+                endpoint.namespace,
+                object_labels,
+                target,
+                fleet_pki.server_name(endpoint.cluster),
+                ca,
+            ),
+        ]
+    return out
 
 
 def select_endpoints(
@@ -254,7 +300,7 @@ def _backends(
     out: list[EndpointBackend] = []
     for key, weight in weights.items():
         ep = by_key[key]
-        if ep.service is not None:
+        if ep.service is not None or ep.via is not None:
             host, address_type = None, "Service"
         else:
             url = ep.parsed
@@ -263,7 +309,7 @@ def _backends(
             EndpointBackend(
                 key=key,
                 backend=backend_ref(ep, backend),
-                rewrite_path=ep.rewrite_path,
+                rewrite_path=ep.via_prefix + ep.rewrite_path,
                 host=host,
                 address_type=address_type,  # type: ignore[arg-type]
                 weight=weight,
@@ -358,7 +404,21 @@ def service_route_manifests(
         )
         if door.openai_loop is not None and service.spec.models:
             route["spec"]["parentRefs"].append(dict(door.openai_loop))
-        return [route]
+        looped = {
+            b.backend["name"]
+            for _, tier in [(0, backends), *overflow]
+            for b in tier
+            if b.backend.get("namespace") == LOOP_NAMESPACE
+        }
+        # A replica through the front door's own Service (gateway_tls.py): the route's
+        # namespace may name it.
+        grants = [
+            reference_grant(
+                dns1035("gateways", ns, name), LOOP_NAMESPACE, _route_labels(service), ns, loop
+            )
+            for loop in sorted(looped)
+        ]
+        return [*grants, route]
     if overflow:
         raise SplitError(
             f"ModelService {service.key}: {len(backends)} endpoints in its first tier, more "
@@ -472,11 +532,12 @@ class ModelEndpointComponent(pulumi.ComponentResource):
         endpoint: EndpointInfo,
         *,
         backend: Backend,
+        fleet_ca_cert: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("modelplane:gateway:ModelEndpoint", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        for manifest in endpoint_manifests(endpoint, backend):
+        for manifest in endpoint_manifests(endpoint, backend, fleet_ca_cert):
             register(manifest, child, scope="gateway")
         self.backend_ref = pulumi.Output.from_input(backend_ref(endpoint, backend))
         self.register_outputs({"backendRef": self.backend_ref})

@@ -58,18 +58,26 @@ from modelplane.components.load_balancers import (
     service_annotations,
 )
 from modelplane.components.manifests import GKE_NVIDIA_DRIVER_INSTALLER
+from modelplane.components.workload.gateway_tls import (
+    Certificates,
+    https_listener,
+    workload_objects,
+)
 from modelplane.components.workload.objects import (
     ROUTES_FROM,
     Manifest,
     app_labels,
     ensure_namespace,
     metadata,
+    register,
 )
 from modelplane.observe.prometheus import engine_scrape_job
 
 SYSTEM_NAMESPACE = "modelplane-system"
 GATEWAY_NAME = "inference-gateway"
 GATEWAY_CLASS_NAME = "envoy"
+HTTPS_PORT = 443
+"""The installed workload Gateway's listener (HTTPS, mutual TLS: gateway_tls.py)."""
 GATEWAY_CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -454,14 +462,9 @@ def workload_gateway(
             "spec": {
                 **({"infrastructure": infrastructure} if infrastructure else {}),
                 "gatewayClassName": class_name,
-                "listeners": [
-                    {
-                        "name": "http",
-                        "protocol": "HTTP",
-                        "port": port,
-                        "allowedRoutes": ROUTES_FROM,
-                    }
-                ],
+                # HTTPS only, a client certificate required (gateway_tls.py): the front door
+                # is the one client.
+                "listeners": [https_listener(port, ROUTES_FROM)],
             },
             "status": None,
         },
@@ -469,13 +472,15 @@ def workload_gateway(
     )
 
 
-def gateway_address(gateway: pulumi.CustomResource, port: int = 80) -> pulumi.Output[str | None]:
-    """The Gateway's first address, with ``:port`` when the listener is not on 80 (the
-    replica endpoint URLs are ``http://<gateway address>/...``)."""
+def gateway_address(
+    gateway: pulumi.CustomResource, port: int = HTTPS_PORT
+) -> pulumi.Output[str | None]:
+    """The Gateway's first address, with ``:port`` when the listener is not on 443 (the
+    replica endpoint URLs are ``https://<gateway address>/...``)."""
 
     def with_port(status: Any) -> str | None:
         address = _first_address(status)
-        if address is None or port == 80:
+        if address is None or port == HTTPS_PORT:
             return address
         host = f"[{address}]" if ":" in address else address
         return f"{host}:{port}"
@@ -504,8 +509,12 @@ class ServingStack(pulumi.ComponentResource):
         owns_network: bool = False,
         cloud: str | None = None,
         private_to: Sequence[str] = (),
+        certificates: Certificates | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``certificates``: the workload gateway's server certificate and the fleet CA
+        (gateway_tls.py); None (a caller of the package component): the listener and the
+        client validation name the Secret and ConfigMap the caller makes."""
         versions = dict(options.versions)
         installer = gke_driver_installer_manifest() if gke_driver_installer else None
         check_version_keys(versions)
@@ -615,10 +624,24 @@ class ServingStack(pulumi.ComponentResource):
                 depends_on=[self.releases["envoyGateway"], *([namespace] if namespace else [])]
             ),
         )
+        # The server certificate and the client CA before the Gateway that needs them.
+        tls_objects = [
+            register(m, self._opts(depends_on=[namespace] if namespace else []), scope=name)
+            for m in (
+                workload_objects(
+                    "EnvoyGateway",
+                    certificates,
+                    SYSTEM_NAMESPACE,
+                    app_labels("inference-gateway", GATEWAY_NAME, "gateway-tls"),
+                )
+                if certificates is not None
+                else []
+            )
+        ]
         self.gateway = workload_gateway(
             name,
             GATEWAY_CLASS_NAME,
-            80,
+            HTTPS_PORT,
             cloud=cloud,
             envoy_proxy=True,
             private_to=private_to,
@@ -628,6 +651,7 @@ class ServingStack(pulumi.ComponentResource):
                     self.envoy_proxy,
                     *([namespace] if namespace else []),
                     self.releases["envoyAiGateway"],
+                    *tls_objects,
                 ]
             ),
         )
@@ -637,6 +661,7 @@ class ServingStack(pulumi.ComponentResource):
             GATEWAY_NAME,
             SYSTEM_NAMESPACE,
             app_labels("inference-gateway", GATEWAY_NAME, "gateway-timeouts"),
+            client_validation=True,
         )
         self.gateway_timeouts = kubernetes.apiextensions.CustomResource(
             f"{name}-gateway-timeouts",

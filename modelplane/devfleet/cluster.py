@@ -70,13 +70,18 @@ WEBHOOK_PORT = 9443
 GATEWAY_PORT = 8000
 """The front door's `web` entrypoint, as in the Traefik Helm chart (the InferenceGateway's
 Gateway listens on 8000); the bridge serves it on port 80 to the host, like the chart's Service."""
-WORKLOAD_GATEWAY_PORT = 80
-"""The workload gateway's entrypoint: the `port` specs/dev gives in `servingStack.gateway`."""
+WORKLOAD_GATEWAY_PORT = 443
+"""The workload gateway's one entrypoint (HTTPS, mutual TLS): `servingStack.gateway.port`'s
+default, as specs/dev leaves it."""
 SERVICE_RANGE = "10.96.0.0/16"
 FRONT_DOOR_DIAL_TIMEOUT = "2s"
 FRONT_DOOR_TLS_PORT = 8443  # `websecure`, as in the chart (spec.tls); bridged to the host's 443
 """As the InferenceGateway's Traefik (components/gateway.py): a dead endpoint costs one retry."""
 WORKLOAD_GATEWAY_CLASS = "modelplane-dev"
+# Where each Traefik takes its TLSOption `default` from (as components/workload/gateway_tls.py
+# and the InferenceGateway's chart values put them; a test keeps them equal).
+SYSTEM_NAMESPACE = "modelplane-system"
+TRAEFIK_TLS_NAMESPACE = "modelplane-hop"
 WORKLOAD_CLASS_LABEL = "modelplane.ai/dev-fleet-gateway"
 FRONT_DOOR_SELECTOR = "modelplane.ai/gateway"
 TRAEFIK_CONTROLLER = "traefik.io/gateway-controller"
@@ -362,33 +367,41 @@ FRONT_DOOR_SERVICE = ("mp-traefik", "traefik-system")
 
 
 def front_door_service(addresses: ClusterAddresses) -> list[dict[str, Any]]:
-    """The front door's own Service, as the chart makes it, with the Traefik process's
-    address as its endpoint: a sharded ModelService's second pass goes through it."""
+    """The front door's own Services, as the chart makes them, with the Traefik process's
+    address as their endpoint: a sharded service's second pass, and a replica's to its
+    workload gateway, go through it (`mp-traefik`; with `spec.tls.http: Refuse` the chart's
+    ClusterIP Service `mp-traefik-internal`, components/gateway.py INTERNAL_SERVICE)."""
     name, namespace = FRONT_DOOR_SERVICE
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "type": "ClusterIP",
-                "ports": [{"name": "web", "port": 80, "targetPort": "web", "protocol": "TCP"}],
-            },
-        },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-dev-fleet",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": name},
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [addresses.front_door_ip], "conditions": {"ready": True}}],
-            "ports": [{"name": "web", "port": GATEWAY_PORT, "protocol": "TCP"}],
-        },
+    out: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     ]
+    for service in (name, f"{name}-internal"):
+        out += [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": service, "namespace": namespace},
+                "spec": {
+                    "type": "ClusterIP",
+                    "ports": [{"name": "web", "port": 80, "targetPort": "web", "protocol": "TCP"}],
+                },
+            },
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{service}-dev-fleet",
+                    "namespace": namespace,
+                    "labels": {"kubernetes.io/service-name": service},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": [addresses.front_door_ip], "conditions": {"ready": True}}
+                ],
+                "ports": [{"name": "web", "port": GATEWAY_PORT, "protocol": "TCP"}],
+            },
+        ]
+    return out
 
 
 def rwx_storage(cluster: str) -> list[dict[str, Any]]:
@@ -476,12 +489,19 @@ def traefik_argv(
     access_log: Path | None = None,
     status_address: str | None = None,
     tls_address: str | None = None,
+    entry_point: str = "web",
+    default_tls_namespace: str = "modelplane-system",
 ) -> list[str]:
     """Both with Traefik's Kubernetes CRD provider: the Middlewares routes name (the retry and
     key check of a ModelService route, api.md "Retries and ejection"; the front-door check of
     a replica route, "Private workload gateways"). ``front_door``: also a short dial timeout
     and the TLS entrypoint. ``status_address``: the Gateway address Traefik publishes, and
-    ``tls_address`` where its TLS entrypoint listens (both by default ``address``)."""
+    ``tls_address`` where its TLS entrypoint listens (both by default ``address``).
+    ``entry_point``: the name of the entrypoint on ``address``:``port`` (the workload
+    gateway's is `websecure`, its only one: no plain HTTP). ``default_tls_namespace``: the
+    one namespace whose TLSOption `default` counts (the front door's in modelplane-system, the
+    workload gateway's -- client certificates required -- in modelplane-hop: both Traefiks
+    read the same objects; components/workload/gateway_tls.py)."""
     extra = [
         "--providers.kubernetescrd=true",
         f"--providers.kubernetescrd.endpoint={server}",
@@ -493,6 +513,7 @@ def traefik_argv(
         # starts before the fleet's namespaces are known, so it selects by the objects'
         # management label, which a tenant could copy.
         "--providers.kubernetescrd.labelSelector=app.kubernetes.io/managed-by=modelplane",
+        f"--providers.kubernetescrd.defaultTLSResourcesNamespace={default_tls_namespace}",
     ]
     if front_door:
         extra += [
@@ -505,7 +526,7 @@ def traefik_argv(
         str(traefik),
         "--global.checkNewVersion=false",
         "--global.sendAnonymousUsage=false",
-        f"--entryPoints.web.address={address}:{port}",
+        f"--entryPoints.{entry_point}.address={address}:{port}",
         "--providers.kubernetesgateway=true",
         f"--providers.kubernetesgateway.endpoint={server}",
         f"--providers.kubernetesgateway.token={token_file}",
@@ -705,6 +726,10 @@ def start_controllers(
             # certificate by the address the connection arrived on.
             status_address=a.front_door if name == "traefik-front-door" else None,
             tls_address=a.front_door if name == "traefik-front-door" else None,
+            entry_point="web" if name == "traefik-front-door" else "websecure",
+            default_tls_namespace=SYSTEM_NAMESPACE
+            if name == "traefik-front-door"
+            else TRAEFIK_TLS_NAMESPACE,
         )
         run(name, argv)
     for manifest in [*rwx_storage(cluster.name), *front_door_service(a)]:

@@ -17,6 +17,8 @@ successful update. The fingerprint covers:
 - for the stacks that read the front-door key while it is rotated, which keys the workload
   gateways accept and which one the front door sends *now* (modelplane/front_door_keys.py:
   the first `up` after a key's switch or end runs them);
+- for the cluster and gateway stacks, the start of the fleet CA's certificate period
+  (modelplane/fleet_pki.py: the first `up` of a period rotates the gateways' certificates);
 - the Pulumi ESC environments its stack config imports (``environment:``), by name. Their
   values are resolved by the engine, at run time, from a service the driver does not read:
   a stack that imports any is never skipped (:func:`can_skip`), so a changed ESC value is
@@ -41,6 +43,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from modelplane import fleet_pki
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.placement_lock import PlacementLock
 from modelplane.stacks import StackUnit, cache_clusters, mounting
@@ -304,6 +307,10 @@ def stack_fingerprint(
     front_door = front_door_phase(unit.kind, {**(extra_config or {}), **(hold or {})}, environ)
     if front_door is not None:
         data["frontDoor"] = front_door
+    if unit.kind in ("InferenceCluster", "InferenceGateway"):
+        # Each period's `up` derives the gateways' next certificates (fleet_pki.py): the
+        # period's start is an input, so the first `up` of a period runs these stacks.
+        data["certificates"] = fleet_pki.period_start(datetime.now(UTC)).isoformat()
     if project:
         data["project"] = project
     if environments:

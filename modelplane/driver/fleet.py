@@ -38,6 +38,12 @@ from modelplane.api.placement_lock import PlacementLock
 from modelplane.driver import hosting, rollouts
 from modelplane.driver import operations as ops
 from modelplane.driver.errors import DriverError
+from modelplane.driver.fleet_ca import (
+    CertificateRotation,
+    ca_stacks,
+    ensure_fleet_ca,
+    rotate_certificates,
+)
 from modelplane.driver.front_door import (
     Rotation,
     ensure_front_door_key,
@@ -362,6 +368,10 @@ class Fleet:
             existing = set(session.list_stacks())
             ctx = self._context(session, plan.lock, plan_lock, observer)
             ensure_front_door_key(session, sorted(existing), session.env, write=False)
+            needs = ca_stacks(self.spec)
+            ensure_fleet_ca(
+                session, [u.name for u in every if u.name in needs], session.env, write=False
+            )
             if refresh:
                 ctx.preview_options["refresh"] = True
             packs = [str(p) for p in policy_packs]
@@ -457,6 +467,10 @@ class Fleet:
             observer.message(f"{'wrote' if written else 'unchanged'}: {self.lock_path}")
             ctx = self._context(session, lock, self.lock_path, observer)
             ensure_front_door_key(session, [u.name for u in self.stacks(plan)], session.env)
+            needs = ca_stacks(self.spec)
+            ensure_fleet_ca(
+                session, [u.name for u in self.stacks(plan) if u.name in needs], session.env
+            )
             # What the stacks did with the front-door keys last time, before any runs now
             # (only once the key was rotated: before that there is one key, nothing to hold).
             if ever_rotated(session, session.env):
@@ -753,6 +767,16 @@ class Fleet:
             session.list_stacks()  # a fresh backend is initialised before config is set
             return rotate_front_door_key(
                 session, [u.name for u in self.stacks()], session.env, after=after, grace=grace
+            )
+
+    def rotate_certificates(self, observer: Observer | None = None) -> CertificateRotation:
+        """New certificates for the workload gateways and the front door at the next `up`
+        (the certificates' generation counted up; modelplane/driver/fleet_ca.py)."""
+        with self.session(observer) as session:
+            existing = set(session.list_stacks())
+            needs = ca_stacks(self.spec)
+            return rotate_certificates(
+                session, [u.name for u in self.stacks() if u.name in needs & existing]
             )
 
     def switch_front_door_key(

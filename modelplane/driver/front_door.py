@@ -27,6 +27,7 @@ from modelplane import front_door_keys
 from modelplane.caller_keys import CallerKey, KeyFormatError, format_keys, rfc3339
 from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError
+from modelplane.driver.stack_secrets import holders, write_each
 from modelplane.driver.workspace import read_stack_config
 
 if TYPE_CHECKING:
@@ -42,11 +43,7 @@ def needs_key(stack: str) -> bool:
 
 
 def _holders(session: EngineSession) -> list[str]:
-    names = [
-        p.name[len("Pulumi.") : -len(".yaml")]
-        for p in sorted(session.config_dir.glob("Pulumi.*.yaml"))
-    ]
-    return [n for n in names if CONFIG_KEY in read_stack_config(session.config_dir, n)]
+    return holders(session, CONFIG_KEY)
 
 
 def _schedule(session: EngineSession, stack: str) -> str | None:
@@ -107,8 +104,6 @@ def ensure_front_door_key(
 
     ``write``: set it in their config (up); otherwise (preview, which writes no config) the
     key, when some stack holds one, reaches the program through the environment only."""
-    from pulumi.automation.errors import CommandError
-
     if env.get(ENV):
         try:
             front_door_keys.parse(env[ENV], where=ENV)
@@ -136,17 +131,7 @@ def ensure_front_door_key(
     targets = lacking if value is not None else wanted
     if value is None:
         value, newest = front_door_keys.new_key(), None
-    locked = False
-    for name in targets:
-        try:
-            _write(session, name, value, newest)
-        except (CommandError, DriverError) as exc:
-            if not stacklock.is_lock_error(exc):
-                raise
-            # Locked by another update (or one a kill left): the stack's own operation meets
-            # the lock (waits, or recovers a stale one); this run's program gets the key
-            # through the environment, and the next `up` writes it into the config.
-            locked = True
+    locked = write_each(session, targets, lambda name: _write(session, name, value, newest))
     if locked:
         session.program_env[ENV] = value
 

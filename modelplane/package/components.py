@@ -105,7 +105,9 @@ class WorkloadGatewayArgs(TypedDict):
     """The GatewayClass; default ``envoy``, the serving stack's (Envoy Gateway), which also
     brings its GatewayClass and the EnvoyProxy the Gateway names (two proxies)."""
     port: NotRequired[int]
-    """The HTTP listener's port; default 80."""
+    """The HTTPS listener's port; default 443. Its server certificate is the Secret
+    ``modelplane-gateway-tls`` of ``modelplane-system`` and it requires a client certificate
+    of the fleet CA (docs/api.md "Mutual TLS between the gateways"): the caller makes both."""
     cloud: NotRequired[Cloud]
     """GKE or EKS: the Gateway's load balancer is internal (only with class ``envoy``)."""
     private_to: NotRequired[list[str]]
@@ -136,7 +138,7 @@ class WorkloadGateway(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         class_name = args.get("class_name") or stack.GATEWAY_CLASS_NAME
-        port = int(args.get("port") or 80)
+        port = int(args.get("port") or stack.HTTPS_PORT)
         ours = class_name == stack.GATEWAY_CLASS_NAME
         cloud = _cloud(args.get("cloud"))
         if cloud is not None and not ours:

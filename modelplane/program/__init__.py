@@ -59,6 +59,7 @@ import pulumi
 import yaml
 from pulumi.runtime.config import get_config, is_config_secret
 
+from modelplane import fleet_pki
 from modelplane import front_door_keys as fdk
 from modelplane.api.fleet import FleetSpec
 from modelplane.api.inference_cluster import InferenceCluster
@@ -81,6 +82,7 @@ from modelplane.stacks import (
 )
 
 if TYPE_CHECKING:
+    from modelplane.components.model_service import EndpointInfo
     from modelplane.components.workload.targets import ClusterTarget
 
 CONFIG_NAMESPACE = "modelplane"  # the `modelplane:` config keys, whatever the project
@@ -399,8 +401,19 @@ def run_cluster(ctx: Context) -> None:
         kubeconfig = secret_value(
             ctx, ref.name, ref.key, what=f"InferenceCluster {cluster.metadata.name} kubeconfig"
         )
+    stack = cluster.spec.serving_stack
+    has_gateway = stack.install or stack.gateway is not None
     comp = InferenceClusterComponent(
-        cluster.metadata.name, cluster, ctx.fleet.classes, kubeconfig=kubeconfig
+        cluster.metadata.name,
+        cluster,
+        ctx.fleet.classes,
+        kubeconfig=kubeconfig,
+        # The workload gateway's server certificate comes from the fleet CA (a renderTo
+        # cluster's folder holds no key: its platform makes the certificate).
+        fleet_ca=fleet_ca(ctx)
+        if has_gateway and not (existing is not None and existing.render_to)
+        else None,
+        certificate_generation=certificate_generation(),
     )
     pulumi.export("kubeconfig", pulumi.Output.secret(comp.kubeconfig))
     # As the provider records it: relative to the program's folder, where every stack of the
@@ -485,6 +498,34 @@ def front_door_key(
 
     text = secret_value(ctx, *KEY_SECRET, what="the fleet's front-door key")
     return text.apply(lambda t: fdk.restricted(fdk.keeping(t, keep), only))
+
+
+def fleet_ca(ctx: Context) -> pulumi.Output[str]:
+    """The fleet CA (modelplane/fleet_pki.py): the driver makes it once and keeps it as a
+    config secret of every cluster and gateway stack."""
+    text = secret_value(ctx, *fleet_pki.SECRET, what="the fleet CA", check=_fleet_ca_problem)
+    # `render` (missing secrets allowed): a throwaway CA, every certificate shown as a secret.
+    return text.apply(
+        lambda t: fleet_pki.new_ca(datetime.now(UTC)) if t == PLACEHOLDER_SECRET else t
+    )
+
+
+def certificate_generation() -> int:
+    """How many times `modelplane keys rotate --certificates` renewed this stack's
+    certificate before its period's end (plain stack config; fleet_pki.leaf)."""
+    value = _plain_config(fleet_pki.GENERATION_CONFIG)
+    try:
+        return max(int(value or 0), 0)
+    except ValueError:
+        _fail(f"stack config {fleet_pki.GENERATION_CONFIG}: {value!r} is not a number")
+
+
+def _fleet_ca_problem(found: ResolvedSecret) -> str | None:
+    try:
+        fleet_pki.parse_ca(found.value)
+    except fleet_pki.PKIFormatError as exc:
+        return str(exc)
+    return None
 
 
 def _plain_config(key: str) -> str | None:
@@ -689,6 +730,19 @@ async def run_gateway(ctx: Context) -> None:
         # The user the front door sends (no key): the deployments keep accepting it until
         # the front door sends another.
         pulumi.export("frontDoorUser", _plain(hop_key, fdk.user_sent))
+    # Traefik keeps `web` on Refuse, on the internal Service only (api.md "Large services").
+    loop_service = (
+        LOOP_INTERNAL_SERVICE
+        if gateway.spec.tls is not None and gateway.spec.tls.http == "Refuse"
+        else LOOP_SERVICE
+    )
+    # Mutual TLS to the workload gateways (components/workload/gateway_tls.py): the front
+    # door's client certificate from the fleet CA; a Traefik front door reaches each replica's
+    # gateway through its own Service once more.
+    ca = fleet_ca(ctx) if any(e.replica for e in endpoints) else None
+    workload_gateways: dict[str, tuple[str, int]] = {}
+    if ca is not None and traefik:
+        endpoints, workload_gateways = through_second_pass(endpoints, loop_service)
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
         gateway,
@@ -701,6 +755,9 @@ async def run_gateway(ctx: Context) -> None:
         cloud=cloud,
         render_only=render_only,
         namespaces=route_namespaces(ctx.fleet),
+        fleet_ca=ca,
+        workload_gateways=workload_gateways,
+        certificate_generation=certificate_generation(),
     )
     front_door = FrontDoor(
         listener=service_listener(gateway),
@@ -715,11 +772,8 @@ async def run_gateway(ctx: Context) -> None:
         shard_users=pulumi.Output.secret(hop_key.apply(htpasswd))
         if may_shard and hop_key is not None
         else None,
-        # Traefik keeps `web` on Refuse, on the internal Service only (api.md "Large services").
         shard_listener=WEB,
-        loop_service=LOOP_INTERNAL_SERVICE
-        if gateway.spec.tls is not None and gateway.spec.tls.http == "Refuse"
-        else LOOP_SERVICE,
+        loop_service=loop_service,
         render_only=render_only,
         openai_loop=loop_parent() if not traefik and routed else None,
     )
@@ -734,6 +788,12 @@ async def run_gateway(ctx: Context) -> None:
             level = namespace_level(ctx.fleet.clusters.get(ref or ""), ns)
             namespaces[ns] = ensure_namespace(ns, in_namespace, scope="gateway", pod_security=level)
     providers = [provider]
+    # Envoy Gateway verifies each replica's workload gateway against the fleet CA.
+    ca_cert = (
+        ca.apply(lambda t: fleet_pki.parse_ca(t).cert_pem)
+        if ca is not None and not traefik
+        else None
+    )
     ep_components: dict[str, ModelEndpointComponent] = {}
     for ep in sorted(endpoints, key=lambda e: e.key):
         ns_res = namespaces.get(ep.namespace)
@@ -741,6 +801,7 @@ async def run_gateway(ctx: Context) -> None:
             ep.key,
             ep,
             backend=backend,
+            fleet_ca_cert=ca_cert,
             opts=pulumi.ResourceOptions(
                 providers=providers, depends_on=[ns_res] if ns_res else None
             ),
@@ -797,6 +858,35 @@ async def run_gateway(ctx: Context) -> None:
     pulumi.export(
         "endpoints", [_endpoint_export(e) for e in sorted(endpoints, key=lambda e: e.key)]
     )
+
+
+def through_second_pass(
+    endpoints: Sequence[EndpointInfo], loop_service: str
+) -> tuple[list[EndpointInfo], dict[str, tuple[str, int]]]:
+    """Each replica endpoint through the Traefik front door's own Service, to
+    ``/_gateways/<cluster>/<its path>`` (gateway_tls.py), and the address of each cluster's
+    workload gateway that takes."""
+    from dataclasses import replace
+
+    from modelplane.components.model_service import LOOP_NAMESPACE, LOOP_PORT
+    from modelplane.components.workload.gateway_tls import hop_prefix
+
+    out: list[EndpointInfo] = []
+    gateways: dict[str, tuple[str, int]] = {}
+    for ep in endpoints:
+        if not ep.replica or ep.url is None or ep.cluster is None:
+            out.append(ep)
+            continue
+        url = ep.parsed
+        gateways[ep.cluster] = (url.host, url.port)
+        out.append(
+            replace(
+                ep,
+                via=(loop_service, LOOP_NAMESPACE, LOOP_PORT),
+                via_prefix=hop_prefix(ep.cluster),
+            )
+        )
+    return out, gateways
 
 
 def revision_templates() -> dict[str, dict[str, Any]]:

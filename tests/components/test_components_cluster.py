@@ -301,11 +301,18 @@ def test_serving_stack_releases_pins_and_values() -> None:
     assert gateway.get("metadata.name") == "inference-gateway"
     assert gateway.get("metadata.namespace") == "modelplane-system"
     assert gateway.get("spec.gatewayClassName") == gateway_class.get("metadata.name")
+    # HTTPS only, with the server certificate (mutual TLS: test_gateway_tls.py).
     assert gateway.get("spec.listeners") == [
         {
-            "name": "http",
-            "protocol": "HTTP",
-            "port": 80,
+            "name": "https",
+            "protocol": "HTTPS",
+            "port": 443,
+            "tls": {
+                "mode": "Terminate",
+                "certificateRefs": [
+                    {"group": "", "kind": "Secret", "name": "modelplane-gateway-tls"}
+                ],
+            },
             "allowedRoutes": {
                 "namespaces": {
                     "from": "Selector",

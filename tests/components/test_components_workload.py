@@ -193,7 +193,7 @@ def test_single_node_worker_is_a_deployment_with_service_and_route() -> None:
     assert namespace.get("metadata.name") == "ml-team"
     assert dep.depends_on(namespace) or run.by_urn(dep.parent).depends_on(namespace)
     [endpoint] = run.value(comp.endpoints)
-    assert endpoint["url"] == f"http://gw.west.example.com/ml-team/{name}/"
+    assert endpoint["url"] == f"https://gw.west.example.com/ml-team/{name}/"
     assert endpoint["rewritePath"] == f"/ml-team/{name}/"
     assert endpoint["cluster"] == "west"
     assert endpoint["labels"] == {

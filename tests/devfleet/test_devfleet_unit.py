@@ -278,18 +278,33 @@ def test_bridge_routes_are_loopback_on_the_host() -> None:
 
 
 def test_front_door_service_is_the_charts_with_the_process_as_endpoint() -> None:
-    from modelplane.components.gateway import TRAEFIK
-    from modelplane.devfleet.cluster import front_door_service
-
-    _, service, endpoints = front_door_service(ClusterAddresses("dev-1", 1, 7))
-    assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (
-        TRAEFIK["release"],
-        TRAEFIK["namespace"],
+    from modelplane.components.gateway import INTERNAL_SERVICE, TRAEFIK
+    from modelplane.components.workload import gateway_tls, objects
+    from modelplane.devfleet.cluster import (
+        SYSTEM_NAMESPACE,
+        TRAEFIK_TLS_NAMESPACE,
+        front_door_service,
     )
-    assert service["spec"]["ports"][0]["port"] == 80
-    assert endpoints["metadata"]["labels"]["kubernetes.io/service-name"] == TRAEFIK["release"]
-    assert endpoints["endpoints"][0]["addresses"] == ["10.253.7.11"]
-    assert endpoints["ports"] == [{"name": "web", "port": TRAEFIK["port"], "protocol": "TCP"}]
+
+    _, *objects_made = front_door_service(ClusterAddresses("dev-1", 1, 7))
+    services = objects_made[0::2]
+    slices = objects_made[1::2]
+    # The chart's Service and, for `tls.http: Refuse`, its internal one: both the process.
+    assert [(s["metadata"]["name"], s["metadata"]["namespace"]) for s in services] == [
+        (TRAEFIK["release"], TRAEFIK["namespace"]),
+        (INTERNAL_SERVICE, TRAEFIK["namespace"]),
+    ]
+    for service, endpoints in zip(services, slices, strict=True):
+        assert service["spec"]["ports"][0]["port"] == 80
+        assert (
+            endpoints["metadata"]["labels"]["kubernetes.io/service-name"]
+            == (service["metadata"]["name"])
+        )
+        assert endpoints["endpoints"][0]["addresses"] == ["10.253.7.11"]
+        assert endpoints["ports"] == [{"name": "web", "port": TRAEFIK["port"], "protocol": "TCP"}]
+    # Where each of the dev fleet's Traefiks reads its default TLS options from.
+    assert TRAEFIK_TLS_NAMESPACE == gateway_tls.TRAEFIK_TLS_NAMESPACE
+    assert SYSTEM_NAMESPACE == objects.SYSTEM_NAMESPACE
 
 
 def test_lws_webhooks_point_at_the_loopback_server() -> None:
@@ -420,3 +435,30 @@ def test_front_door_listens_privately_for_http_and_on_the_hosts_address_for_tls(
     assert "--entryPoints.web.address=10.253.7.11:8000" in argv
     assert "--entryPoints.websecure.address=127.77.7.11:8443" in argv
     assert "--providers.kubernetesgateway.statusAddress.ip=127.77.7.11" in argv
+
+
+def test_workload_gateway_has_one_https_entrypoint_and_its_own_default_tls_options() -> None:
+    """The workload gateway's Traefik listens only for HTTPS (`websecure` on 443; no `web`,
+    so plain HTTP finds no listener) and takes its default TLS options -- client
+    certificates required -- from `modelplane-hop`; the front door's from `modelplane-system`
+    (both read the same objects; api.md "Mutual TLS between the gateways")."""
+    from modelplane.devfleet.cluster import WORKLOAD_GATEWAY_PORT, traefik_argv
+
+    a = ClusterAddresses("dev-2", 2, 7)
+    common = {"server": "https://x:6443", "token_file": Path("t"), "ca": Path("ca.crt")}
+    workload = traefik_argv(
+        Path("traefik"),
+        **common,
+        address=a.gateway_ip,
+        port=WORKLOAD_GATEWAY_PORT,
+        selector="modelplane.ai/dev-fleet-gateway=workload",
+        entry_point="websecure",
+        default_tls_namespace="modelplane-hop",
+    )
+    entrypoints = [arg for arg in workload if arg.startswith("--entryPoints.")]
+    assert entrypoints == ["--entryPoints.websecure.address=10.255.7.12:443"]
+    assert "--providers.kubernetescrd.defaultTLSResourcesNamespace=modelplane-hop" in workload
+    door = traefik_argv(
+        Path("traefik"), **common, address=a.front_door_ip, port=8000, selector="s", front_door=True
+    )
+    assert "--providers.kubernetescrd.defaultTLSResourcesNamespace=modelplane-system" in door
