@@ -92,6 +92,22 @@ def route_namespaces(fleet: FleetSpec) -> list[str]:
     )
 
 
+def hop_clusters(fleet: FleetSpec) -> list[str]:
+    """The clusters whose workload gateway a front door may go through, in name order: those
+    with a gateway (modelplane installs one, or the platform declares it) and an API server
+    (not renderTo). Each serves a certificate of the fleet CA; a Traefik front door keeps its
+    second pass to every one (modelplane/network/hop.py), whether or not it holds a replica
+    now, so a route never names a hop that is not there yet or is already gone."""
+    out = []
+    for name, cluster in sorted(fleet.clusters.items()):
+        stack = cluster.spec.serving_stack
+        existing = cluster.spec.cluster.existing
+        render_to = existing is not None and existing.render_to
+        if (stack.install or stack.gateway is not None) and not render_to:
+            out.append(name)
+    return out
+
+
 def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
     """Every stack of the fleet in tier order, then by name."""
     units: list[StackUnit] = [
@@ -118,6 +134,9 @@ def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
         ref = fleet.gateway.spec.cluster.inference_cluster_ref
         if ref is not None:
             deps.insert(0, cluster_stack(ref))
+        if fleet.gateway.spec.backend == "Traefik":
+            # Its second pass to each workload gateway reads the gateway's address.
+            deps[:0] = [cluster_stack(c) for c in hop_clusters(fleet) if c != ref]
         units.append(
             StackUnit(GATEWAY_STACK, Tier.GATEWAY, "InferenceGateway", "default", tuple(deps))
         )

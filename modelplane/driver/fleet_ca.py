@@ -25,7 +25,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.driver.errors import DriverError
 from modelplane.driver.stack_secrets import holders, write_each
 from modelplane.driver.workspace import read_stack_config
-from modelplane.stacks import cluster_stack
+from modelplane.stacks import cluster_stack, hop_clusters
 
 if TYPE_CHECKING:
     from modelplane.driver.workspace import EngineSession
@@ -58,13 +58,7 @@ def ca_stacks(fleet: FleetSpec) -> set[str]:
     """The stacks that derive a certificate: each cluster whose workload gateway the front
     door may go through (modelplane creates one, and the cluster has an API server: not
     renderTo), and the gateway stack when there is any (the program's rule too)."""
-    out = set()
-    for name, cluster in fleet.clusters.items():
-        stack = cluster.spec.serving_stack
-        existing = cluster.spec.cluster.existing
-        render_to = existing is not None and existing.render_to
-        if (stack.install or stack.gateway is not None) and not render_to:
-            out.add(cluster_stack(name))
+    out = {cluster_stack(name) for name in hop_clusters(fleet)}
     if out and fleet.gateway is not None:
         out.add("gateway")
     return out

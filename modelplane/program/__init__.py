@@ -77,6 +77,7 @@ from modelplane.stacks import (
     cache_clusters,
     cluster_stack,
     deploy_stack,
+    hop_clusters,
     route_namespaces,
     stack_units,
 )
@@ -638,7 +639,19 @@ async def run_gateway(ctx: Context) -> None:
     up = Upstream(ctx.organization)
     ref = gateway.spec.cluster.inference_cluster_ref
     gateway_cluster = [cluster_stack(ref)] if ref is not None else []
-    up.prefetch([*gateway_cluster, *map(deploy_stack, ctx.fleet.deployments)])
+    # A Traefik front door keeps its second pass to every workload gateway (network/hop.py).
+    hops = (
+        [c for c in hop_clusters(ctx.fleet) if c != ref]
+        if gateway.spec.backend == "Traefik"
+        else []
+    )
+    up.prefetch(
+        [
+            *gateway_cluster,
+            *map(cluster_stack, hops),
+            *map(deploy_stack, ctx.fleet.deployments),
+        ]
+    )
     install = True
     render_only = False  # the gateway's cluster only renders manifests (renderTo)
     # Wait for the Gateway's address when something is known to program it: the controller
@@ -723,7 +736,7 @@ async def run_gateway(ctx: Context) -> None:
     accepted = _plain_config(fdk.ACCEPTED_CONFIG)
     hop_key = (
         front_door_key(ctx, only=json.loads(accepted) if accepted else None)
-        if may_shard or any(e.replica for e in endpoints)
+        if may_shard or hops or any(e.replica for e in endpoints)
         else None
     )
     if hop_key is not None:
@@ -739,10 +752,13 @@ async def run_gateway(ctx: Context) -> None:
     # Mutual TLS to the workload gateways (components/workload/gateway_tls.py): the front
     # door's client certificate from the fleet CA; a Traefik front door reaches each replica's
     # gateway through its own Service once more.
-    ca = fleet_ca(ctx) if any(e.replica for e in endpoints) else None
-    workload_gateways: dict[str, tuple[str, int]] = {}
+    workload_gateways = await hop_addresses(up, hops)
+    for ep in endpoints:  # a replica's cluster whose stack has no address output (yet)
+        if traefik and ep.replica and ep.url is not None and ep.cluster is not None:
+            workload_gateways.setdefault(ep.cluster, (ep.parsed.host, ep.parsed.port))
+    ca = fleet_ca(ctx) if workload_gateways or any(e.replica for e in endpoints) else None
     if ca is not None and traefik:
-        endpoints, workload_gateways = through_second_pass(endpoints, loop_service)
+        endpoints = through_second_pass(endpoints, loop_service)
     igw = InferenceGatewayComponent(
         gateway.metadata.name,
         gateway,
@@ -860,33 +876,39 @@ async def run_gateway(ctx: Context) -> None:
     )
 
 
-def through_second_pass(
-    endpoints: Sequence[EndpointInfo], loop_service: str
-) -> tuple[list[EndpointInfo], dict[str, tuple[str, int]]]:
+async def hop_addresses(up: Upstream, clusters: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """The workload gateway's address of each of ``clusters`` that has one now (its cluster
+    stack's `gatewayAddress`, ``host[:port]``)."""
+    from modelplane.api.model_service import parse_endpoint_url
+
+    out: dict[str, tuple[str, int]] = {}
+    for cluster in clusters:
+        address = await up.get(cluster_stack(cluster), "gatewayAddress")
+        if address:
+            url = parse_endpoint_url(f"https://{address}/")
+            out[cluster] = (url.host, url.port)
+    return out
+
+
+def through_second_pass(endpoints: Sequence[EndpointInfo], loop_service: str) -> list[EndpointInfo]:
     """Each replica endpoint through the Traefik front door's own Service, to
-    ``/_gateways/<cluster>/<its path>`` (gateway_tls.py), and the address of each cluster's
-    workload gateway that takes."""
+    ``/_gateways/<cluster>/<its path>`` (network/hop.py): the front door's IngressRoute for
+    the cluster dials its workload gateway over mutual TLS (gateway_tls.py)."""
     from dataclasses import replace
 
     from modelplane.components.model_service import LOOP_NAMESPACE, LOOP_PORT
-    from modelplane.components.workload.gateway_tls import hop_prefix
+    from modelplane.network.hop import hop_prefix
 
-    out: list[EndpointInfo] = []
-    gateways: dict[str, tuple[str, int]] = {}
-    for ep in endpoints:
-        if not ep.replica or ep.url is None or ep.cluster is None:
-            out.append(ep)
-            continue
-        url = ep.parsed
-        gateways[ep.cluster] = (url.host, url.port)
-        out.append(
-            replace(
-                ep,
-                via=(loop_service, LOOP_NAMESPACE, LOOP_PORT),
-                via_prefix=hop_prefix(ep.cluster),
-            )
+    return [
+        replace(
+            ep,
+            via=(loop_service, LOOP_NAMESPACE, LOOP_PORT),
+            via_prefix=hop_prefix(ep.cluster),
         )
-    return out, gateways
+        if ep.replica and ep.url is not None and ep.cluster is not None
+        else ep
+        for ep in endpoints
+    ]
 
 
 def revision_templates() -> dict[str, dict[str, Any]]:

@@ -6,6 +6,7 @@ test_devfleet_auth.py. Select with `pytest -k mtls`.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,8 @@ from modelplane.components.model_service import (
     service_route_manifests,
 )
 from modelplane.components.workload import gateway_tls
+from modelplane.network.hop import hop_path, hop_target, replica_of
+from modelplane.observe.cluster import observe_routes
 from modelplane.program import through_second_pass
 from tests import k8s_schemas
 from tests.components.test_gateway_security_hop import cluster
@@ -218,8 +221,7 @@ def test_mtls_replica_backends_go_through_the_front_doors_own_service() -> None:
         )
         for i in (1, 2)
     ]
-    looped, gateways = through_second_pass(replicas, LOOP_SERVICE)
-    assert gateways == {"c1": ("10.0.0.1", 443), "c2": ("10.0.0.2", 443)}
+    looped = through_second_pass(replicas, LOOP_SERVICE)
     assert all(endpoint_manifests(e, "Traefik") == [] for e in looped)  # no per-replica Service
     *grants, route = service_route_manifests(
         service, looped, "Traefik", ("modelplane", "modelplane-system"), FrontDoor()
@@ -237,6 +239,42 @@ def test_mtls_replica_backends_go_through_the_front_doors_own_service() -> None:
     assert grant["spec"]["to"] == [{"group": "", "kind": "Service", "name": LOOP_SERVICE}]
     for manifest in [*grants, route]:
         assert k8s_schemas.errors(manifest) == []
+    # status, reconcile and the rollouts read the replicas back from the route's rewrites:
+    # every backendRef names the same loop Service.
+    seen = observe_routes(_Served({"demo": [route]}), ["demo"])
+    assert seen.observed and seen.services == {"demo/chat": ("qwen-1", "qwen-2")}
+
+
+class _Served:
+    """What observe_routes lists from an API server: the routes, no Services or Backends."""
+
+    def __init__(self, routes: dict[str, list[dict[str, Any]]]) -> None:
+        self.routes = routes
+
+    def items(self, path: str, **_query: str) -> list[dict[str, Any]]:
+        ns = path.split("/namespaces/")[1].split("/")[0]
+        return self.routes.get(ns, []) if path.endswith("/httproutes") else []
+
+
+@pytest.mark.parametrize(
+    ("path", "target", "replica"),
+    [
+        ("/_gateways/c1/demo/qwen-1/", ("c1", "/demo/qwen-1/"), "qwen-1"),
+        ("/_gateways/dev-2/ns/r/x", ("dev-2", "/ns/r/x"), "r"),
+        ("/_gateways/c1/", ("c1", "/"), None),
+        ("/_gateways/c1", None, None),
+        ("/_gateways/", None, None),
+        ("/demo/qwen-1/", None, None),
+        ("/_gatewaysX/c1/demo/r/", None, None),
+    ],
+)
+def test_mtls_hop_paths_read_back(
+    path: str, target: tuple[str, str] | None, replica: str | None
+) -> None:
+    assert hop_target(path) == target
+    assert replica_of(path) == replica
+    if target is not None:
+        assert hop_path(*target) == path
 
 
 def test_mtls_envoy_front_door_backend_tls_policy_per_replica() -> None:
@@ -294,3 +332,34 @@ def test_mtls_certificates_are_the_same_within_a_period_and_new_in_the_next() ->
     pems = [MockRun.value(c.cert) for c in certs]
     assert pems[0] == pems[1] != pems[2]  # no diff within a period, a new one after it
     assert all(MockRun.is_secret(c.key) and MockRun.is_secret(c.cert) for c in certs)
+
+
+@pytest.mark.parametrize(
+    ("specs", "backend", "reads"),
+    [
+        # Traefik: the front door's cluster, then the second pass to the other two.
+        ("dev", None, ["cluster-dev-1", "cluster-dev-2", "cluster-dev-3"]),
+        # Envoy Gateway presents the client certificate itself: its own cluster only.
+        ("dev", "EnvoyGateway", ["cluster-dev-1"]),
+        # A renderTo cluster has no workload gateway the front door reaches.
+        ("local", None, ["cluster-local"]),
+    ],
+)
+def test_mtls_the_gateway_stack_reads_every_workload_gateway_it_keeps_a_hop_to(
+    specs: str, backend: str | None, reads: list[str]
+) -> None:
+    """A Traefik front door keeps its second pass to every workload gateway, whether or not
+    it holds a replica now: the gateway stack reads each one's address (and runs after it)."""
+    from modelplane.api.loader import load_fleet
+    from modelplane.api.placement_lock import PlacementLock
+    from modelplane.stacks import stack_units
+    from tests.fixtures.devfleet import REPO
+
+    fleet = load_fleet(REPO / "specs" / specs).fleet
+    if backend is not None:
+        gw = fleet.gateway
+        assert gw is not None
+        spec = gw.spec.model_copy(update={"backend": backend})
+        fleet = dataclasses.replace(fleet, gateway=gw.model_copy(update={"spec": spec}))
+    [unit] = [u for u in stack_units(fleet, PlacementLock()) if u.name == "gateway"]
+    assert sorted(d for d in unit.depends_on if d.startswith("cluster-")) == reads

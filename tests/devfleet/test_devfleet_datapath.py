@@ -321,10 +321,24 @@ def test_prefill_decode_requests_reach_decode_pods(served: dict[str, Any]) -> No
 
 
 def _route_backends(custom: Any) -> set[str]:
+    """The replicas `demo/chat` names: through the front door's second pass to their workload
+    gateway (mutual TLS: the rewrite to `/_gateways/<cluster>/<ns>/<replica>/`), or an
+    `ep-<replica>` Service."""
+    from modelplane.network.hop import replica_of
+
     route = custom.get_namespaced_custom_object(
         "gateway.networking.k8s.io", "v1", "demo", "httproutes", "chat"
     )
-    return {ref["name"] for rule in route["spec"]["rules"] for ref in rule["backendRefs"]}
+    out: set[str] = set()
+    for rule in route["spec"]["rules"]:
+        for ref in rule["backendRefs"]:
+            paths = [
+                (f.get("urlRewrite") or {}).get("path", {}).get("replacePrefixMatch", "")
+                for f in ref.get("filters") or []
+            ]
+            hop = next((r for p in paths if (r := replica_of(p))), None)
+            out.add(hop or str(ref["name"]).removeprefix("ep-"))
+    return out
 
 
 def _role_images(core: Any) -> tuple[dict[str, set[str]], bool]:
@@ -361,7 +375,7 @@ def test_prefill_decode_rollout_never_routes_a_replica_with_mixed_revisions(
 
     fleet_dir = Path(served["dir"])
     [replica] = read_lock(fleet_dir / "modelplane.lock.yaml").replicas_of("demo/mistral-pd")
-    endpoint = f"ep-{replica.name}"
+    endpoint = replica.name
     custom = CustomObjectsApi(fx.api_client(dev_fleet.cluster("dev-1")))
     core = CoreV1Api(fx.api_client(dev_fleet.cluster(replica.cluster)))
     old, new = "vllm/vllm-openai:v0.11.0", "vllm/vllm-openai:v0.11.1"

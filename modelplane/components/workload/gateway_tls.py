@@ -41,6 +41,7 @@ import pulumi
 
 from modelplane import fleet_pki
 from modelplane.components.workload.objects import Manifest, dns1035, metadata
+from modelplane.network.hop import hop_prefix
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 TRAEFIK_GROUP = "traefik.io"
@@ -52,8 +53,6 @@ CA_NAME = "modelplane-fleet-ca"
 """The fleet CA's certificate (no key): a Secret (`ca.crt`, Traefik) or ConfigMap (Envoy)."""
 TRAEFIK_TLS_NAMESPACE = "modelplane-hop"
 """Where a Traefik workload gateway's default TLSOption (client certificates required) lives."""
-HOP_PATH = "/_gateways"
-"""The second pass's prefix on a Traefik front door: ``/_gateways/<cluster>/...``."""
 LISTENER = "https"
 DIAL_TIMEOUT = "2s"  # as the front door's own transport: a dead gateway costs one retry
 ENVOY_TLS_MIN_VERSION = "1.2"
@@ -195,10 +194,6 @@ def workload_objects(
 
 
 # --- the Traefik front door's second pass to a workload gateway ---------------------------
-
-
-def hop_prefix(cluster: str) -> str:
-    return f"{HOP_PATH}/{cluster}"
 
 
 def hop_name(cluster: str) -> str:
