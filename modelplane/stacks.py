@@ -28,6 +28,16 @@ class StackUnit:
     kind: str  # InferenceCluster | ClusterPath | ModelCache | ModelDeployment | InferenceGateway
     key: str  # cluster name, `<cluster>/<cluster>` (a path), `ns/name`, or `default`
     depends_on: tuple[str, ...] = field(default=())
+    # Stacks whose outputs it also reads but whose failure must not hold it back (a tier
+    # below it: they run first). The gateway's second pass to each workload gateway: a
+    # cluster stack that fails (its cluster down) still has the address it last had, and the
+    # routes must still change.
+    reads: tuple[str, ...] = field(default=())
+
+    @property
+    def upstream(self) -> tuple[str, ...]:
+        """Every stack whose outputs it reads (its fingerprint, a preview's overrides)."""
+        return (*self.depends_on, *(r for r in self.reads if r not in self.depends_on))
 
 
 # Pulumi stack names are at most 100 characters; longer derived names are cut and hashed.
@@ -134,10 +144,20 @@ def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
         ref = fleet.gateway.spec.cluster.inference_cluster_ref
         if ref is not None:
             deps.insert(0, cluster_stack(ref))
-        if fleet.gateway.spec.backend == "Traefik":
-            # Its second pass to each workload gateway reads the gateway's address.
-            deps[:0] = [cluster_stack(c) for c in hop_clusters(fleet) if c != ref]
+        # A Traefik front door's second pass to each workload gateway reads its address.
+        reads = (
+            [cluster_stack(c) for c in hop_clusters(fleet) if c != ref]
+            if fleet.gateway.spec.backend == "Traefik"
+            else []
+        )
         units.append(
-            StackUnit(GATEWAY_STACK, Tier.GATEWAY, "InferenceGateway", "default", tuple(deps))
+            StackUnit(
+                GATEWAY_STACK,
+                Tier.GATEWAY,
+                "InferenceGateway",
+                "default",
+                tuple(deps),
+                reads=tuple(reads),
+            )
         )
     return sorted(units, key=lambda u: (u.tier, u.name))

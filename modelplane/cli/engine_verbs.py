@@ -733,7 +733,7 @@ def stacks(
                     "tier": u.tier.name.lower(),
                     "kind": u.kind,
                     "owns": u.key,
-                    "dependsOn": list(u.depends_on),
+                    "dependsOn": list(u.upstream),
                 }
                 for u in units
             ]
@@ -746,7 +746,7 @@ def stacks(
     for col in ("stack", "tier", "owns", "reads outputs of"):
         table.add_column(col)
     for u in units:
-        cells = (u.name, u.tier.name.lower(), f"{u.kind} {u.key}", ", ".join(u.depends_on))
+        cells = (u.name, u.tier.name.lower(), f"{u.kind} {u.key}", ", ".join(u.upstream))
         table.add_row(*map(escape, cells))
     out.print(table)
 

@@ -297,7 +297,7 @@ def stack_fingerprint(
     data: dict[str, Any] = {
         "stack": unit.name,
         "inputs": owned_inputs(fleet, lock, unit),
-        "upstream": {name: upstream_outputs.get(name) for name in sorted(unit.depends_on)},
+        "upstream": {name: upstream_outputs.get(name) for name in sorted(unit.upstream)},
         "secrets": secret_digests(fleet, unit, environ, base_dir),
         "config": dict(extra_config or {}),
         "program": program if program is not None else program_digest(),

@@ -83,7 +83,7 @@ class OfflinePreview:
             return "new stack (not in the backend yet): resources from the offline render"
         new_clusters = [
             d
-            for d in unit.depends_on
+            for d in unit.upstream
             if self.is_new(d) and self.units.get(d) and self.units[d].kind == "InferenceCluster"
         ]
         if new_clusters:
@@ -97,7 +97,7 @@ class OfflinePreview:
         """The upstream stacks whose rendered outputs the stack's preview should see."""
         return [
             d
-            for d in unit.depends_on
+            for d in unit.upstream
             if d in self.units
             and self.units[d].kind in DERIVED_OUTPUTS
             and (self.is_new(d) or d in self.changed)
@@ -124,7 +124,7 @@ class OfflinePreview:
         from modelplane.render.runner import _review_outputs
 
         found: dict[str, Any] = {}
-        for dep in unit.depends_on:
+        for dep in unit.upstream:
             dep_unit = self.units.get(dep)
             if dep_unit is None:
                 continue

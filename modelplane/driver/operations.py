@@ -310,7 +310,7 @@ def fingerprint_of(ctx: RunContext, unit: StackUnit) -> str:
         ctx.fleet,
         ctx.lock,
         unit,
-        {dep: ctx.output_digest(dep) for dep in unit.depends_on},
+        {dep: ctx.output_digest(dep) for dep in unit.upstream},
         extra_config=ctx.session.extra_config(unit.name),
         hold=ctx.session.hold_config(unit.name),
         environ=ctx.session.env,

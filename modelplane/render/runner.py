@@ -302,7 +302,7 @@ def render_fleet(
             raise ValueError(f"unknown stack(s) {', '.join(unknown)}; valid: {', '.join(by_name)}")
         todo = list(wanted)
         while todo:
-            for dep in by_name[todo.pop()].depends_on:
+            for dep in by_name[todo.pop()].upstream:
                 if dep not in wanted and dep in by_name:
                     wanted.add(dep)
                     todo.append(dep)
