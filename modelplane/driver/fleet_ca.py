@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from modelplane import fleet_pki
 from modelplane.api.fleet import FleetSpec
 from modelplane.driver.errors import DriverError
-from modelplane.driver.stack_secrets import holders, write_each
+from modelplane.driver.stack_secrets import first_value, holders, write_each
 from modelplane.driver.workspace import read_stack_config
 from modelplane.stacks import cluster_stack, hop_clusters
 
@@ -42,16 +42,7 @@ def needs_ca(stack: str) -> bool:
 
 def existing_ca(session: EngineSession) -> str | None:
     """The CA text one of the fleet's stacks holds (decrypted by the engine), or None."""
-    from pulumi.automation.errors import CommandError
-
-    for name in holders(session, CONFIG_KEY):
-        try:
-            value = session.stack(name, create=False).get_config(CONFIG_KEY).value
-        except CommandError:
-            continue
-        if value:
-            return value
-    return None
+    return first_value(session, holders(session, CONFIG_KEY), CONFIG_KEY)
 
 
 def ca_stacks(fleet: FleetSpec) -> set[str]:

@@ -27,7 +27,7 @@ from modelplane import front_door_keys
 from modelplane.caller_keys import CallerKey, KeyFormatError, format_keys, rfc3339
 from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError
-from modelplane.driver.stack_secrets import holders, write_each
+from modelplane.driver.stack_secrets import first_value, holders, write_each
 from modelplane.driver.workspace import read_stack_config
 
 if TYPE_CHECKING:
@@ -59,18 +59,8 @@ def _rank(schedule: str | None) -> str:
 def existing_key(session: EngineSession, schedule: str | None = None) -> str | None:
     """The key text one of the fleet's stacks holds (decrypted by the engine), or None;
     ``schedule``: only from a stack whose schedule is that one."""
-    from pulumi.automation.errors import CommandError
-
-    for name in _holders(session):
-        if _schedule(session, name) != schedule:
-            continue
-        try:
-            value = session.stack(name, create=False).get_config(CONFIG_KEY).value
-        except CommandError:
-            continue
-        if value:
-            return value
-    return None
+    names = [n for n in _holders(session) if _schedule(session, n) == schedule]
+    return first_value(session, names, CONFIG_KEY)
 
 
 def ever_rotated(session: EngineSession, env: Mapping[str, str]) -> bool:

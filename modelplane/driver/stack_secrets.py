@@ -24,6 +24,21 @@ def holders(session: EngineSession, key: str) -> list[str]:
     return [n for n in names if key in read_stack_config(session.config_dir, n)]
 
 
+def first_value(session: EngineSession, names: Iterable[str], key: str) -> str | None:
+    """The value of config ``key`` in the first of ``names`` that holds one (decrypted by the
+    engine), or None."""
+    from pulumi.automation.errors import CommandError
+
+    for name in names:
+        try:
+            value = session.stack(name, create=False).get_config(key).value
+        except CommandError:
+            continue
+        if value:
+            return value
+    return None
+
+
 def write_each(session: EngineSession, names: Iterable[str], write: Callable[[str], None]) -> bool:
     """``write`` each stack's config; True when a stack was locked by another update (or
     one a kill left): its own operation meets the lock (waits, or recovers a stale one), so
