@@ -146,7 +146,7 @@ def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
             deps.insert(0, cluster_stack(ref))
         # A Traefik front door's second pass to each workload gateway reads its address.
         reads = (
-            [cluster_stack(c) for c in hop_clusters(fleet) if c != ref]
+            [cluster_stack(c) for c in hop_clusters(fleet)]
             if fleet.gateway.spec.backend == "Traefik"
             else []
         )

@@ -639,12 +639,9 @@ async def run_gateway(ctx: Context) -> None:
     up = Upstream(ctx.organization)
     ref = gateway.spec.cluster.inference_cluster_ref
     gateway_cluster = [cluster_stack(ref)] if ref is not None else []
-    # A Traefik front door keeps its second pass to every workload gateway (network/hop.py).
-    hops = (
-        [c for c in hop_clusters(ctx.fleet) if c != ref]
-        if gateway.spec.backend == "Traefik"
-        else []
-    )
+    # A Traefik front door keeps its second pass to every workload gateway (network/hop.py),
+    # its own cluster's too: a replica there with a url goes through its workload gateway.
+    hops = hop_clusters(ctx.fleet) if gateway.spec.backend == "Traefik" else []
     up.prefetch(
         [
             *gateway_cluster,

@@ -337,7 +337,7 @@ def test_mtls_certificates_are_the_same_within_a_period_and_new_in_the_next() ->
 @pytest.mark.parametrize(
     ("specs", "backend", "reads"),
     [
-        # Traefik: the front door's cluster, then the second pass to the other two.
+        # Traefik: its second pass to every workload gateway, its own cluster's too.
         ("dev", None, ["cluster-dev-1", "cluster-dev-2", "cluster-dev-3"]),
         # Envoy Gateway presents the client certificate itself: its own cluster only.
         ("dev", "EnvoyGateway", ["cluster-dev-1"]),
