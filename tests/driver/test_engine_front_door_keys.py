@@ -66,7 +66,9 @@ def test_keys_front_door_rotation_in_every_stack(
 
     # A rotation cut short: the deployment's stack still on the old key. The next `up`
     # gives it the newest keys (the newer schedule wins), and the stacks agree again.
-    pulumi("config", "set", "--secret", CONFIG_KEY, old, "--stack", "deploy-demo-qwen")
+    # On standard input, as the driver sets it: a key may begin with `-` (URL-safe base64),
+    # which the CLI would read as a flag.
+    pulumi("config", "set", "--secret", "--stack", "deploy-demo-qwen", CONFIG_KEY, input=old)
     pulumi("config", "rm", SCHEDULE_CONFIG, "--stack", "deploy-demo-qwen")
     check(Fleet.load(fleet_dir, env=env).up())
     assert {s: held(s) for s in STACKS} == texts
