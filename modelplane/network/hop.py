@@ -10,6 +10,9 @@ reconcile, the drills) finds the replica from that path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 HOP_PATH = "/_gateways"
 
 
@@ -41,3 +44,13 @@ def replica_of(path: str) -> str | None:
         return None
     parts = [p for p in target[1].split("/") if p]
     return parts[1] if len(parts) >= 2 else None
+
+
+def replica_of_ref(ref: Mapping[str, Any]) -> str | None:
+    """The replica an HTTPRoute backendRef reaches through the second pass (its URLRewrite to
+    a second-pass path), or None."""
+    for f in ref.get("filters") or []:
+        path = ((f.get("urlRewrite") or {}).get("path") or {}).get("replacePrefixMatch")
+        if isinstance(path, str) and (replica := replica_of(path)):
+            return replica
+    return None

@@ -18,7 +18,7 @@ from modelplane.health.observation import (
     ReplicaObservation,
     RoutesObservation,
 )
-from modelplane.network.hop import replica_of
+from modelplane.network.hop import replica_of_ref
 from modelplane.observe.kube import KubeError, KubeReader
 from modelplane.observe.prometheus import (
     LWS_GROUP,
@@ -607,16 +607,6 @@ def observe_cluster(
     )
 
 
-def _hop_replica(ref: Mapping[str, Any]) -> str | None:
-    """The replica a backendRef reaches through a Traefik front door's second pass (its
-    rewrite to ``/_gateways/<cluster>/<ns>/<replica>/``, modelplane/network/hop.py), or None."""
-    for f in ref.get("filters") or []:
-        path = ((f.get("urlRewrite") or {}).get("path") or {}).get("replacePrefixMatch")
-        if isinstance(path, str) and (replica := replica_of(path)):
-            return replica
-    return None
-
-
 def observe_routes(reader: KubeReader, namespaces: Iterable[str]) -> RoutesObservation:
     """The ModelService HTTPRoutes (labelled `modelplane.ai/service`) on the gateway cluster:
     per service, the endpoints its backends reach. A backend Service or Envoy Backend names
@@ -651,7 +641,7 @@ def observe_routes(reader: KubeReader, namespaces: Iterable[str]) -> RoutesObser
                 for rule in (route.get("spec") or {}).get("rules") or []:
                     for ref in rule.get("backendRefs") or []:
                         kind = str(ref.get("kind") or "Service")
-                        name = _hop_replica(ref) or named.get(
+                        name = replica_of_ref(ref) or named.get(
                             (kind, str(ref.get("name"))), str(ref.get("name"))
                         )
                         if name not in reached:

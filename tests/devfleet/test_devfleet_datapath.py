@@ -324,21 +324,16 @@ def _route_backends(custom: Any) -> set[str]:
     """The replicas `demo/chat` names: through the front door's second pass to their workload
     gateway (mutual TLS: the rewrite to `/_gateways/<cluster>/<ns>/<replica>/`), or an
     `ep-<replica>` Service."""
-    from modelplane.network.hop import replica_of
+    from modelplane.network.hop import replica_of_ref
 
     route = custom.get_namespaced_custom_object(
         "gateway.networking.k8s.io", "v1", "demo", "httproutes", "chat"
     )
-    out: set[str] = set()
-    for rule in route["spec"]["rules"]:
-        for ref in rule["backendRefs"]:
-            paths = [
-                (f.get("urlRewrite") or {}).get("path", {}).get("replacePrefixMatch", "")
-                for f in ref.get("filters") or []
-            ]
-            hop = next((r for p in paths if (r := replica_of(p))), None)
-            out.add(hop or str(ref["name"]).removeprefix("ep-"))
-    return out
+    return {
+        replica_of_ref(ref) or str(ref["name"]).removeprefix("ep-")
+        for rule in route["spec"]["rules"]
+        for ref in rule["backendRefs"]
+    }
 
 
 def _role_images(core: Any) -> tuple[dict[str, set[str]], bool]:
