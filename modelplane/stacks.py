@@ -17,6 +17,7 @@ class Tier(IntEnum):
     CACHES = 2
     DEPLOYMENTS = 3
     GATEWAY = 4
+    ADDRESS = 5
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,12 @@ class StackUnit:
 
     name: str
     tier: Tier
-    kind: str  # InferenceCluster | ClusterPath | ModelCache | ModelDeployment | InferenceGateway
-    key: str  # cluster name, `<cluster>/<cluster>` (a path), `ns/name`, or `default`
+    # InferenceCluster | ClusterPath | ModelCache | ModelDeployment | InferenceGateway |
+    # FleetAddress
+    kind: str
+    # cluster name, `<cluster>/<cluster>` (a path), `ns/name`; a gateway stack's front-door
+    # cluster, or `default` (a gateway on a cluster outside the fleet); `default` (address)
+    key: str
     depends_on: tuple[str, ...] = field(default=())
     # Stacks whose outputs it also reads but whose failure must not hold it back (a tier
     # below it: they run first). The gateway's second pass to each workload gateway: a
@@ -71,6 +76,32 @@ def deploy_stack(key: str) -> str:
 
 
 GATEWAY_STACK = "gateway"
+FLEET_ADDRESS_STACK = "fleet-address"
+OUTSIDE_THE_FLEET = "default"
+"""A gateway stack's key when its front door is on a cluster outside the fleet (`existing`)."""
+
+
+def gateway_stacks(fleet: FleetSpec) -> list[tuple[str, str]]:
+    """(stack, front-door cluster) of every front door, `spec.cluster` first: its stack is
+    `gateway`, each further front door's `gateway-<cluster>` (docs/api.md, "More than one
+    front door"). The cluster is `default` for a gateway on a cluster outside the fleet."""
+    gateway = fleet.gateway
+    if gateway is None:
+        return []
+    doors = gateway.spec.front_door_clusters or [OUTSIDE_THE_FLEET]
+    return [
+        (GATEWAY_STACK if i == 0 else child_name("gateway", door, limit=MAX_STACK_NAME), door)
+        for i, door in enumerate(doors)
+    ]
+
+
+def gateway_stack_names(fleet: FleetSpec) -> list[str]:
+    return [name for name, _ in gateway_stacks(fleet)]
+
+
+def is_gateway_stack(name: str) -> bool:
+    """Whether a stack name is a front door's (`gateway`, `gateway-<cluster>`)."""
+    return name == GATEWAY_STACK or name.startswith(f"{GATEWAY_STACK}-")
 
 
 def cache_clusters(fleet: FleetSpec, cache_key: str) -> list[str]:
@@ -140,24 +171,29 @@ def stack_units(fleet: FleetSpec, lock: PlacementLock) -> list[StackUnit]:
             StackUnit(deploy_stack(key), Tier.DEPLOYMENTS, "ModelDeployment", key, tuple(deps))
         )
     if fleet.gateway is not None:
-        deps = [deploy_stack(k) for k in fleet.deployments]
-        ref = fleet.gateway.spec.cluster.inference_cluster_ref
-        if ref is not None:
-            deps.insert(0, cluster_stack(ref))
         # A Traefik front door's second pass to each workload gateway reads its address.
         reads = (
-            [cluster_stack(c) for c in hop_clusters(fleet)]
+            tuple(cluster_stack(c) for c in hop_clusters(fleet))
             if fleet.gateway.spec.backend == "Traefik"
-            else []
+            else ()
         )
-        units.append(
-            StackUnit(
-                GATEWAY_STACK,
-                Tier.GATEWAY,
-                "InferenceGateway",
-                "default",
-                tuple(deps),
-                reads=tuple(reads),
+        doors = gateway_stacks(fleet)
+        for name, door in doors:
+            deps = [deploy_stack(k) for k in fleet.deployments]
+            if door != OUTSIDE_THE_FLEET:
+                deps.insert(0, cluster_stack(door))
+            units.append(
+                StackUnit(name, Tier.GATEWAY, "InferenceGateway", door, tuple(deps), reads=reads)
             )
-        )
+        address = fleet.gateway.spec.fleet_address
+        if address is not None and address.provider is not None:
+            units.append(
+                StackUnit(
+                    FLEET_ADDRESS_STACK,
+                    Tier.ADDRESS,
+                    "FleetAddress",
+                    "default",
+                    tuple(name for name, _ in doors),
+                )
+            )
     return sorted(units, key=lambda u: (u.tier, u.name))

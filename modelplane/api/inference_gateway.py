@@ -9,7 +9,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from modelplane.api.base import API_VERSION, DNSLabel, ObjectMeta, SecretKeyRef, Strict
+from modelplane.api.base import (
+    API_VERSION,
+    DNSLabel,
+    DNSSubdomain,
+    ObjectMeta,
+    SecretKeyRef,
+    Strict,
+)
 from modelplane.api.inference_cluster import KubeconfigSecretRef, cidr, private_v4
 from modelplane.api.problems import raise_if
 
@@ -30,6 +37,76 @@ class GatewayCluster(Strict):
         if (self.inference_cluster_ref is None) == (self.existing is None):
             raise ValueError("set exactly one of inferenceClusterRef or existing")
         return self
+
+
+class FrontDoorRef(Strict):
+    inference_cluster_ref: DNSLabel
+    """The InferenceCluster a further front door runs on."""
+
+
+HEALTH_PATH = "/.well-known/modelplane/health"
+"""What every front door answers with 200 and no key: the fleet address's health checks ask
+it (docs/api.md, "More than one front door")."""
+
+
+class FrontDoorHealthCheck(Strict):
+    interval_seconds: int = Field(default=30, ge=10, le=300)
+    """How often each front door is asked (default 30 s; Route 53 asks every 10 s below 30,
+    every 30 s from 30 on)."""
+    failure_threshold: int = Field(default=3, ge=1, le=10)
+    """Failed checks in a row before a front door leaves the answer (default 3)."""
+
+
+# Three regions probe an external endpoint for Cloud DNS (GCP requires exactly three).
+DEFAULT_PROBE_REGIONS = ("us-central1", "us-east4", "europe-west1")
+
+
+class CloudDnsFleetAddress(Strict):
+    project: str = Field(min_length=1, max_length=63)
+    """The GCP project of the managed zone and the health check."""
+    managed_zone: DNSLabel
+    """The public Cloud DNS managed zone the hostname is in."""
+    probe_regions: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PROBE_REGIONS), min_length=3, max_length=3
+    )
+    """The three GCP regions the health check probes each front door from."""
+
+
+class Route53FleetAddress(Strict):
+    hosted_zone_id: str = Field(pattern=r"^[A-Z0-9]{1,32}$")
+    """The Route 53 public hosted zone the hostname is in (`Z0123...`)."""
+
+
+class FleetAddress(Strict):
+    """One name in front of every front door, answering with the healthy ones."""
+
+    hostname: DNSSubdomain
+    """The name callers use (`llm.example.com`); the front doors' TLS certificate covers it."""
+    ttl_seconds: int = Field(default=30, ge=5, le=3600)
+    """How long resolvers keep an answer (default 30 s): a dead front door leaves the answer
+    after its failed checks, and a client's cached answer after this."""
+    health_check: FrontDoorHealthCheck = Field(default_factory=FrontDoorHealthCheck)
+    """How often each front door's health path is asked, and how many failures take it out."""
+    cloud_dns: CloudDnsFleetAddress | None = None
+    """A Cloud DNS record set with a weighted routing policy over health-checked targets."""
+    route53: Route53FleetAddress | None = None
+    """Route 53 weighted records, one per front door, each with a health check."""
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> FleetAddress:
+        if self.cloud_dns is not None and self.route53 is not None:
+            raise ValueError("set at most one of cloudDns or route53")
+        return self
+
+    @property
+    def provider(self) -> str | None:
+        """`CloudDNS`, `Route53`, or None: the platform points the name (status lists the
+        front doors' addresses)."""
+        if self.cloud_dns is not None:
+            return "CloudDNS"
+        if self.route53 is not None:
+            return "Route53"
+        return None
 
 
 class CallerLimits(Strict):
@@ -166,6 +243,11 @@ class InferenceGatewaySpec(Strict):
     """The gateway implementation: Traefik (default) or EnvoyGateway."""
     cluster: GatewayCluster
     """The cluster the gateway runs on (exactly one of inferenceClusterRef or existing)."""
+    additional_front_doors: list[FrontDoorRef] = Field(default_factory=list, max_length=16)
+    """More front doors, each on another InferenceCluster and complete: the same routes,
+    callers, keys and certificates (docs/api.md, "More than one front door")."""
+    fleet_address: FleetAddress | None = None
+    """One name in front of every front door, with health checks."""
     version: str | None = Field(default=None, description="chart version override")
     """The front-door chart's version: one of GATEWAY_CHART_VERSIONS[backend] (default: the
     pin, its first)."""
@@ -196,6 +278,23 @@ class InferenceGatewaySpec(Strict):
         and (unless `auth.allowInsecure`) TLS with plain HTTP refused, so no caller's key
         travels in cleartext."""
         problems: list[tuple[str, str]] = []
+        if self.additional_front_doors and self.cluster.inference_cluster_ref is None:
+            problems.append(
+                (
+                    "additionalFrontDoors",
+                    "needs spec.cluster.inferenceClusterRef: every front door of several runs "
+                    "on an InferenceCluster of the fleet",
+                )
+            )
+        doors = self.front_door_clusters
+        twice = sorted({d for d in doors if doors.count(d) > 1})
+        if twice:
+            problems.append(
+                (
+                    "additionalFrontDoors",
+                    f"cluster(s) {', '.join(twice)} named twice: one front door per cluster",
+                )
+            )
         allowed = GATEWAY_CHART_VERSIONS[self.backend]
         if self.version is not None and self.version not in allowed:
             problems.append(
@@ -238,6 +337,14 @@ class InferenceGatewaySpec(Strict):
                 )
         raise_if(problems)
         return self
+
+    @property
+    def front_door_clusters(self) -> list[str]:
+        """The InferenceClusters the front doors run on, `spec.cluster` first."""
+        first = self.cluster.inference_cluster_ref
+        return ([first] if first else []) + [
+            d.inference_cluster_ref for d in self.additional_front_doors
+        ]
 
 
 class InferenceGateway(Strict):

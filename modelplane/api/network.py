@@ -77,11 +77,9 @@ def declared_ranges(fleet: FleetSpec, name: str, cluster: InferenceCluster) -> l
 
 
 def front_door_clusters(fleet: FleetSpec) -> list[str]:
-    """The InferenceClusters the front door runs on."""
+    """The InferenceClusters the front doors run on (`spec.cluster` first)."""
     gateway = fleet.gateway
-    if gateway is None or gateway.spec.cluster.inference_cluster_ref is None:
-        return []
-    return [gateway.spec.cluster.inference_cluster_ref]
+    return [] if gateway is None else gateway.spec.front_door_clusters
 
 
 def must_reach(fleet: FleetSpec) -> list[tuple[str, str]]:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from modelplane.api.errors import SpecError
 from modelplane.api.fleet import FleetSpec
+from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.model_deployment import ModelDeployment
 from modelplane.api.model_service import ModelEndpoint, ModelService
 
@@ -101,6 +102,35 @@ def _gateway(fleet: FleetSpec) -> Iterator[SpecError]:
             "spec.cluster.inferenceClusterRef",
             f"InferenceCluster {ref!r} does not exist",
         )
+    yield from _front_doors(fleet, gw)
+
+
+def _front_doors(fleet: FleetSpec, gw: InferenceGateway) -> Iterator[SpecError]:
+    """Each further front door on an InferenceCluster of the fleet; a Cloud DNS fleet
+    address over front doors whose load balancer has an IP address (not an EKS NLB's name)."""
+    for i, door in enumerate(gw.spec.additional_front_doors):
+        if not fleet.declared("InferenceCluster", door.inference_cluster_ref):
+            yield _err(
+                fleet,
+                "InferenceGateway",
+                gw.metadata.name,
+                f"spec.additionalFrontDoors[{i}].inferenceClusterRef",
+                f"InferenceCluster {door.inference_cluster_ref!r} does not exist",
+            )
+    address = gw.spec.fleet_address
+    if address is None or address.cloud_dns is None:
+        return
+    for door in gw.spec.front_door_clusters:
+        cluster = fleet.clusters.get(door)
+        if cluster is not None and cluster.spec.cluster.source == "EKS":
+            yield _err(
+                fleet,
+                "InferenceGateway",
+                gw.metadata.name,
+                "spec.fleetAddress.cloudDns",
+                f"the front door on EKS cluster {door!r} has a load balancer DNS name, and "
+                "Cloud DNS health-checks IP addresses only: use spec.fleetAddress.route53",
+            )
 
 
 def _model_names(fleet: FleetSpec) -> Iterator[SpecError]:

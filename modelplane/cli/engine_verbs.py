@@ -591,7 +591,9 @@ def status(
         f = _load(fleet, lock, backend, secrets_provider)
         st = f.status(parallel=parallel)
         services = st.gateway.get("services")
-        view = fleet_readiness(f, services if isinstance(services, dict) else None)
+        view = fleet_readiness(
+            f, services if isinstance(services, dict) else None, front_doors=st.front_doors(f.spec)
+        )
     from modelplane.driver.drain import describe, progress
     from modelplane.scheduler.cordon import cordoned_fleet
 

@@ -11,8 +11,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -21,6 +22,9 @@ from rich.text import Text
 from modelplane.cli.output import log_console
 from modelplane.health.readiness import READY, FleetReadiness, readiness
 from modelplane.health.rules import DEFAULT_GRACE
+
+if TYPE_CHECKING:
+    from modelplane.observe.front_doors import FrontDoor
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -153,6 +157,19 @@ def readiness_tables(view: FleetReadiness, *, wide: bool = False) -> list[Table]
                 ),
             )
         tables.append(caches)
+    if view.front_doors:
+        doors = Table(title="front doors", title_justify="left")
+        for col in ("CLUSTER", "STACK", "ADDRESS", "HEALTH", "MESSAGE"):
+            doors.add_column(col, overflow="fold")
+        for d in view.front_doors:
+            doors.add_row(
+                d.cluster,
+                d.stack,
+                d.address or "-",
+                Text(d.health, style="green" if d.health == "Serving" else "red"),
+                d.message,
+            )
+        tables.append(doors)
     clusters = Table(title="clusters", title_justify="left")
     for col in ("NAME", "HEALTH", "NODES READY", "DEVICES", "GATEWAY", "MESSAGE"):
         clusters.add_column(col, overflow="fold")
@@ -188,11 +205,15 @@ def fleet_readiness(
     grace: float = DEFAULT_GRACE,
     timeout: float = 5.0,
     kubeconfigs: dict[str, str] | None = None,
+    front_doors: Sequence[FrontDoor] = (),
 ) -> FleetReadiness:
     """Observe the clusters of a loaded `modelplane.Fleet` and build its readiness view
-    (`kubeconfigs`: the cloud clusters' ones, read from their stacks when not given)."""
+    (`kubeconfigs`: the cloud clusters' ones, read from their stacks when not given;
+    `front_doors`: each is asked its health path, all at once)."""
+    from modelplane.health.readiness import FrontDoorProbe
     from modelplane.health.rules import observed_schedule
     from modelplane.observe import observe_fleet
+    from modelplane.observe.front_doors import probe_all
 
     observation = observe_fleet(
         fleet.spec,
@@ -214,6 +235,11 @@ def fleet_readiness(
     )
     shortfall = {k: r.reasons for k, r in result.report.items() if r.unplaced}
     urls = {k: v if isinstance(v, str) else None for k, v in (service_urls or {}).items()}
+    https = fleet.spec.gateway is not None and fleet.spec.gateway.spec.tls is not None
+    answers = probe_all(front_doors, https, timeout=min(timeout, 3.0))
+    probes = {
+        d.cluster: FrontDoorProbe(d.stack, d.address, answers[d.cluster]) for d in front_doors
+    }
     return readiness(
         fleet.spec,
         fleet.previous,
@@ -222,6 +248,7 @@ def fleet_readiness(
         service_urls=urls,
         since=since,
         phases=fleet.runtime.replica_phases(),
+        front_doors=probes,
     )
 
 

@@ -33,7 +33,11 @@ import pulumi_kubernetes as k8s
 
 import modelplane.authz as authz_module
 from modelplane import fleet_pki
-from modelplane.api.inference_gateway import GATEWAY_CHART_VERSIONS, InferenceGateway
+from modelplane.api.inference_gateway import (
+    GATEWAY_CHART_VERSIONS,
+    HEALTH_PATH,
+    InferenceGateway,
+)
 from modelplane.caller_keys import live_keys, parse_keys, rfc3339
 from modelplane.components.images import FRONT_DOOR_IMAGE, front_door_image
 from modelplane.components.load_balancers import (
@@ -278,6 +282,84 @@ def redirect_route() -> Manifest:
             ],
         },
     }
+
+
+HEALTH_ROUTE = "modelplane-front-door-health"
+ENVOY_EXTENSION_GROUP = "gateway.envoyproxy.io"
+
+
+def health_manifests(backend: Literal["Traefik", "EnvoyGateway"], tls: bool) -> list[Manifest]:
+    """`GET /.well-known/modelplane/health` answered 200 by the front door itself, with no
+    key, on the listener callers use: what the fleet address's health checks ask (api.md,
+    "More than one front door"). Traefik: an IngressRoute to its own `ping@internal` (the
+    chart enables ping for its probes), ahead of every other route; Envoy Gateway: an
+    HTTPRoute whose one rule answers directly (an HTTPRouteFilter)."""
+    if backend == "Traefik":
+        route: dict[str, Any] = {
+            "entryPoints": [WEBSECURE if tls else WEB],
+            "routes": [
+                {
+                    "kind": "Rule",
+                    "match": f"Path(`{HEALTH_PATH}`)",
+                    # Above any rule a ModelService path could make (Traefik ranks rules by
+                    # length unless told).
+                    "priority": 1_000_000,
+                    "services": [{"name": "ping@internal", "kind": "TraefikService"}],
+                }
+            ],
+        }
+        if tls:
+            route["tls"] = {"secretName": TLS_SECRET}
+        return [
+            {
+                "apiVersion": "traefik.io/v1alpha1",
+                "kind": "IngressRoute",
+                "metadata": metadata(HEALTH_ROUTE, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+                "spec": route,
+            }
+        ]
+    answer = {
+        "apiVersion": f"{ENVOY_EXTENSION_GROUP}/v1alpha1",
+        "kind": "HTTPRouteFilter",
+        "metadata": metadata(HEALTH_ROUTE, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+        "spec": {
+            "directResponse": {
+                "contentType": "text/plain",
+                "statusCode": 200,
+                "body": {"type": "Inline", "inline": "OK"},
+            }
+        },
+    }
+    parent = {
+        **gateway_ref(GATEWAY_NAME, SYSTEM_NAMESPACE),
+        "sectionName": WEBSECURE if tls else WEB,
+    }
+    return [
+        answer,
+        {
+            "apiVersion": f"{GATEWAY_GROUP}/v1",
+            "kind": "HTTPRoute",
+            "metadata": metadata(HEALTH_ROUTE, SYSTEM_NAMESPACE, GATEWAY_LABELS),
+            "spec": {
+                "parentRefs": [parent],
+                "rules": [
+                    {
+                        "matches": [{"path": {"type": "Exact", "value": HEALTH_PATH}}],
+                        "filters": [
+                            {
+                                "type": "ExtensionRef",
+                                "extensionRef": {
+                                    "group": ENVOY_EXTENSION_GROUP,
+                                    "kind": "HTTPRouteFilter",
+                                    "name": HEALTH_ROUTE,
+                                },
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    ]
 
 
 def tls_secret(certificate: pulumi.Input[str], private_key: pulumi.Input[str]) -> Manifest:
@@ -699,6 +781,12 @@ class InferenceGatewayComponent(pulumi.ComponentResource):
                     GATEWAY_NAME, SYSTEM_NAMESPACE, GATEWAY_LABELS, front_door_tls=tls is not None
                 ),
                 after,
+                scope="gateway",
+            )
+        for manifest in health_manifests(backend, tls is not None):
+            register(
+                manifest,
+                pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[gw]),
                 scope="gateway",
             )
         if tls is not None and tls.http == "Redirect":

@@ -521,6 +521,10 @@ def traefik_argv(
             *access_log_arguments(str(access_log) if access_log else None),
             f"--serversTransport.forwardingTimeouts.dialTimeout={FRONT_DOOR_DIAL_TIMEOUT}",
             f"--entryPoints.websecure.address={tls_address or address}:{FRONT_DOOR_TLS_PORT}",
+            # `ping@internal`, which the front door's health route names (as the chart's
+            # Traefik, whose probes use it); on `web`, not a port of its own per Traefik.
+            "--ping=true",
+            f"--ping.entryPoint={entry_point}",
         ]
     return [
         str(traefik),

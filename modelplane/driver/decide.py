@@ -36,7 +36,7 @@ from modelplane.health.spill import (
     stuck,
 )
 from modelplane.scheduler.cordon import cordoned_fleet
-from modelplane.stacks import GATEWAY_STACK, deploy_stack
+from modelplane.stacks import deploy_stack, gateway_stacks, stack_units
 
 RESYNC_ROUNDS = 10
 
@@ -92,6 +92,8 @@ class RoundPlan:
     forget: list[str] = field(default_factory=list)  # stacks whose dead objects are dropped
     dead: list[str] = field(default_factory=list)  # unreachable clusters replicas leave
     only: list[str] | None = None  # the stacks `up` runs (None: every stack)
+    gateways: list[str] = field(default_factory=list)  # the live front doors' stacks
+    dead_front_doors: list[str] = field(default_factory=list)  # their clusters unreachable
     changed_deployments: list[str] = field(default_factory=list)
     woken: dict[str, str] = field(default_factory=dict)  # deployment -> the model that woke it
     spilled: dict[str, str] = field(default_factory=dict)  # stuck replica -> where, why
@@ -203,7 +205,18 @@ def decide(inputs: RoundInputs) -> RoundPlan:
         out.skip_up = True
         return out
     out.changed_deployments = placement_changed(spec, previous, plan.lock)
-    has_gateway = spec.gateway is not None
+    # A front door whose cluster is unreachable is dead like the cluster: its stack cannot
+    # run; the other front doors' stacks carry the routes (api.md, "More than one front door").
+    doors = gateway_stacks(spec)
+    dead_doors = {
+        door for door, health in view.health.items() if health and health.code == UNREACHABLE
+    }
+    live = [name for name, door in doors if door not in dead_doors]
+    # With every front door's cluster unreachable, they all still run (as one front door
+    # always did): the stack fails and the round says so.
+    out.gateways = live or [name for name, _ in doors]
+    out.dead_front_doors = sorted(door for _, door in doors if door in dead_doors) if live else []
+    has_gateway = bool(out.gateways)
     # 1. Routes first: dead endpoints leave the HTTPRoutes before anything else runs, when
     # a cluster became unroutable or replicas leave a cluster whose endpoints were routed.
     # Also in a process's first round (a new leader's, a restarted reconcile's): a cluster is
@@ -228,5 +241,8 @@ def decide(inputs: RoundInputs) -> RoundPlan:
     # 3. The rest: only the changed deployment stacks (and the gateway) when the specs are
     # those of the last successful round; otherwise every stack, by fingerprint.
     if specs == inputs.applied.specs and not resync:
-        out.only = out.changed_deployments + ([GATEWAY_STACK] if has_gateway else [])
+        out.only = out.changed_deployments + out.gateways
+    elif out.dead_front_doors:
+        skipped = {name for name, _ in doors} - set(out.gateways)
+        out.only = [u.name for u in stack_units(spec, plan.lock) if u.name not in skipped]
     return out

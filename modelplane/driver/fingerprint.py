@@ -156,7 +156,7 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
             "classes": {n: _dump(fleet.classes.get(n)) for n in classes},
         }
         gw = fleet.gateway
-        if gw is not None and gw.spec.cluster.inference_cluster_ref == unit.key:
+        if gw is not None and unit.key in gw.spec.front_door_clusters:
             data["gateway"] = _dump(gw)
         # The ranges the fleet address plan gives it (a changed entry changes the network).
         entry = lock.network.clusters.get(unit.key) if lock.network is not None else None
@@ -218,6 +218,13 @@ def owned_inputs(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> dict
                     },
                 },
             ),
+        }
+    if unit.kind == "FleetAddress" and fleet.gateway is not None:
+        # The front doors' addresses are upstream outputs; which doors, in order, and how.
+        return {
+            "fleetAddress": _dump(fleet.gateway.spec.fleet_address),
+            "frontDoors": fleet.gateway.spec.front_door_clusters,
+            "https": fleet.gateway.spec.tls is not None,
         }
     raise ValueError(f"unknown stack kind {unit.kind!r}")
 

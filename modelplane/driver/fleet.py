@@ -76,6 +76,7 @@ from modelplane.driver.workspace import EngineSession
 from modelplane.errors import ModelplaneError
 from modelplane.health.observation import Observation
 from modelplane.lock import read_lock, write_lock
+from modelplane.observe.front_doors import FrontDoor
 from modelplane.scheduler import DEFAULT_TIME_LIMIT, schedule
 from modelplane.scheduler.cordon import cordoned_fleet
 from modelplane.secrets import (
@@ -93,6 +94,8 @@ from modelplane.stacks import (
     Tier,
     cluster_stack,
     deploy_stack,
+    gateway_stack_names,
+    gateway_stacks,
     stack_units,
 )
 
@@ -132,6 +135,14 @@ class FleetStatus:
         """The gateway stack's outputs (ModelService addresses)."""
         return next((s.outputs for s in self.stacks if s.stack == "gateway"), {})
 
+    def front_doors(self, spec: FleetSpec) -> list[FrontDoor]:
+        """Every front door with the address its gateway stack last exported."""
+        by_name = {s.stack: s.outputs for s in self.stacks}
+        return [
+            FrontDoor(name, cluster, _address(by_name.get(name, {}).get("address")))
+            for name, cluster in gateway_stacks(spec)
+        ]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "backend": redact_url(self.backend),
@@ -144,6 +155,10 @@ class FleetStatus:
             "endpoints": self.endpoints,
             "gateway": self.gateway,
         }
+
+
+def _address(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _prune_removed(lock: PlacementLock, keep: set[str], clusters: Collection[str]) -> PlacementLock:
@@ -729,7 +744,7 @@ class Fleet:
             apply,
             observe,
             observer.message,
-            gateway=GATEWAY_STACK if self.spec.gateway is not None else None,
+            gateways=tuple(gateway_stack_names(self.spec)),
         )
         stepper = rollouts.Rollouts(self.spec, self.runtime, world, deadline=deadline)
         self.previous = stepper.run(lock, keys)

@@ -25,7 +25,7 @@ from modelplane.api.fleet import FleetSpec
 from modelplane.driver.errors import DriverError
 from modelplane.driver.stack_secrets import first_value, holders, write_each
 from modelplane.driver.workspace import read_stack_config
-from modelplane.stacks import cluster_stack, hop_clusters
+from modelplane.stacks import cluster_stack, gateway_stack_names, hop_clusters, is_gateway_stack
 
 if TYPE_CHECKING:
     from modelplane.driver.workspace import EngineSession
@@ -37,7 +37,7 @@ ENV = "MODELPLANE_SECRET_MODELPLANE_FLEET_CA_PEM"
 def needs_ca(stack: str) -> bool:
     """The stacks that derive a certificate from the CA: each cluster's (its workload
     gateway's) and the gateway's (the front door's)."""
-    return stack == "gateway" or stack.startswith("cluster-")
+    return is_gateway_stack(stack) or stack.startswith("cluster-")
 
 
 def existing_ca(session: EngineSession) -> str | None:
@@ -48,10 +48,10 @@ def existing_ca(session: EngineSession) -> str | None:
 def ca_stacks(fleet: FleetSpec) -> set[str]:
     """The stacks that derive a certificate: each cluster whose workload gateway the front
     door may go through (modelplane creates one, and the cluster has an API server: not
-    renderTo), and the gateway stack when there is any (the program's rule too)."""
+    renderTo), and every front door's stack when there is any (the program's rule too)."""
     out = {cluster_stack(name) for name in hop_clusters(fleet)}
-    if out and fleet.gateway is not None:
-        out.add("gateway")
+    if out:
+        out.update(gateway_stack_names(fleet))
     return out
 
 

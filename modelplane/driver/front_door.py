@@ -29,6 +29,7 @@ from modelplane.driver import stacklock
 from modelplane.driver.errors import DriverError
 from modelplane.driver.stack_secrets import first_value, holders, write_each
 from modelplane.driver.workspace import read_stack_config
+from modelplane.stacks import is_gateway_stack
 
 if TYPE_CHECKING:
     from modelplane.driver.workspace import EngineSession
@@ -39,7 +40,7 @@ ENV = "MODELPLANE_SECRET_MODELPLANE_FRONT_DOOR_KEY"
 
 
 def needs_key(stack: str) -> bool:
-    return stack == "gateway" or stack.startswith("deploy-")
+    return is_gateway_stack(stack) or stack.startswith("deploy-")
 
 
 def _holders(session: EngineSession) -> list[str]:

@@ -38,7 +38,7 @@ from modelplane.driver.workspace import (
     existing_stack,
 )
 from modelplane.errors import Retryable
-from modelplane.stacks import StackUnit, mounting
+from modelplane.stacks import GATEWAY_STACK, StackUnit, mounting
 
 if TYPE_CHECKING:
     from pulumi.automation import Stack
@@ -287,6 +287,9 @@ def front_door_hold(ctx: RunContext, units: Sequence[StackUnit]) -> dict[str, st
     accepted: set[str] | None = None
     for unit in units:
         if unit.kind == "InferenceGateway":
+            # Every front door sends the same key; the first front door's stack says which.
+            if unit.name != GATEWAY_STACK and keep is not None:
+                continue
             user = _last_outputs(ctx, unit.name).get("frontDoorUser")
             keep = user if isinstance(user, str) else None
         elif unit.kind == "ModelDeployment":

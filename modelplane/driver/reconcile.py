@@ -8,7 +8,8 @@ are unhealthy (`.modelplane/health.json`) and which clusters' endpoints stay out
 (`.modelplane/routing.json`), then:
 
 1. routes first: when a cluster became unroutable or replicas leave a cluster whose
-   endpoints were still routed, the `gateway` stack alone, so dead endpoints leave the
+   endpoints were still routed, the front doors' stacks alone (`gateway`, `gateway-<cluster>`;
+   not those of front doors whose cluster is unreachable), so dead endpoints leave the
    HTTPRoutes before anything else runs;
 2. objects of replicas leaving an unreachable cluster are recorded as orphans and dropped
    from the deployment stacks' state;
@@ -60,7 +61,6 @@ from modelplane.observe.cluster import DEFAULT_STALE_AFTER
 from modelplane.observe.kube import KubeError, KubeReader, parse_kubeconfig
 from modelplane.observe.router import router_metrics
 from modelplane.secrets import CallerKeysMissing, CallerKeysTooShort
-from modelplane.stacks import GATEWAY_STACK
 from modelplane.wake import parse_held, sleeping_models
 
 WAKE_PREFIX = "model "  # a probe's answer: held requests for a model at zero
@@ -409,7 +409,10 @@ class Reconciler:
         if decided.routes_first:
             t = time.monotonic()
             current.routes_first = f.up(
-                plan, only=[GATEWAY_STACK], parallel=1, observer=self.observer_factory()
+                plan,
+                only=decided.gateways,
+                parallel=max(1, len(decided.gateways)),
+                observer=self.observer_factory(),
             )
             current.phase("routesFirst", t)
         if decided.forget:

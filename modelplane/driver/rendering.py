@@ -21,8 +21,8 @@ def stack_clusters(fleet: FleetSpec, lock: PlacementLock, unit: StackUnit) -> li
     if unit.kind == "ModelDeployment":
         return sorted({r.cluster for r in lock.replicas_of(unit.key)})
     if unit.kind == "InferenceGateway" and fleet.gateway is not None:
-        ref = fleet.gateway.spec.cluster.inference_cluster_ref
-        return [ref] if ref else []  # no ref: a kubeconfig of its own, so a live cluster
+        # The front door's cluster (`default`: a kubeconfig of its own, so a live cluster).
+        return [unit.key] if unit.key in fleet.clusters else []
     return []
 
 

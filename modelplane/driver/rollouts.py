@@ -249,7 +249,8 @@ class World:
     message: Callable[[str], None] = lambda _m: None
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
-    gateway: str | None = None  # the gateway stack (None: no routes to change)
+    # The front doors' stacks (`gateway`, `gateway-<cluster>`; none: no routes to change).
+    gateways: tuple[str, ...] = ()
 
 
 @dataclass
@@ -360,15 +361,15 @@ class Rollouts:
                 lock = _mark(lock, key, names)
             if unready != routes_before or lock != before_lock:
                 self.state.set_routing(routing.unroutable, unready)
-                if self.world.gateway is not None:
+                if self.world.gateways:
                     gone = sorted(n for k in retiring for n in retiring[k])
                     change = _describe(routes_before, unready)
                     change = "; ".join(
                         p for p in (change, ", ".join(gone) + " draining" if gone else "") if p
                     )
                     self.world.message("rollout: routes " + change)
-                    if not self.world.apply(lock, [self.world.gateway]):
-                        self._halt(pending, records, "the gateway stack failed")
+                    if not self.world.apply(lock, list(self.world.gateways)):
+                        self._halt(pending, records, "a gateway stack failed")
                         break
                 out = [n for n in unready if n not in routes_before]
                 out += [n for k in retiring for n in retiring[k]]

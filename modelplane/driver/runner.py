@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 
 from modelplane.driver.results import Outcome, StackResult
-from modelplane.stacks import StackUnit, Tier
+from modelplane.stacks import FLEET_ADDRESS_STACK, StackUnit, Tier
 
 RunStack = Callable[[StackUnit], StackResult]
 
@@ -102,4 +102,6 @@ def tier_of_stack_name(name: str) -> Tier:
         return Tier.CACHES
     if name.startswith("deploy-"):
         return Tier.DEPLOYMENTS
+    if name == FLEET_ADDRESS_STACK:
+        return Tier.ADDRESS
     return Tier.GATEWAY

@@ -184,9 +184,40 @@ class ClusterStatus:
         }
 
 
+@dataclass(frozen=True)
+class FrontDoorStatus:
+    """One front door: `Serving` when it answers its health path, else `Down` (its cluster
+    unreachable, no address yet, no answer)."""
+
+    cluster: str
+    stack: str
+    address: str | None
+    health: str
+    message: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "address": self.address,
+            "health": self.health,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class FrontDoorProbe:
+    """What `status` found at a front door: its stack, address and why it did not answer
+    its health path (None: it answered 200)."""
+
+    stack: str
+    address: str | None
+    problem: str | None
+
+
 @dataclass
 class FleetReadiness:
     at: float
+    front_doors: list[FrontDoorStatus] = field(default_factory=list)
     clusters: list[ClusterStatus] = field(default_factory=list)
     deployments: list[DeploymentStatus] = field(default_factory=list)
     services: list[ServiceStatus] = field(default_factory=list)
@@ -205,6 +236,7 @@ class FleetReadiness:
     def as_json(self) -> dict[str, Any]:
         return {
             "observedAt": self.at,
+            "frontDoors": {d.cluster: d.as_json() for d in self.front_doors},
             "clusters": {c.name: c.as_json() for c in self.clusters},
             "deployments": {d.key: d.as_json() for d in self.deployments},
             "services": {s.key: s.as_json() for s in self.services},
@@ -353,12 +385,23 @@ def readiness(
     service_urls: Mapping[str, str | None] | None = None,
     since: Mapping[str, float] | None = None,
     phases: Mapping[str, Mapping[str, float]] | None = None,
+    front_doors: Mapping[str, FrontDoorProbe] | None = None,
 ) -> FleetReadiness:
     """The readiness view at `observation.at` (`shortfall`: the plan's reasons per
-    deployment; `service_urls`: the gateway stack's `services` output)."""
+    deployment; `service_urls`: the gateway stack's `services` output; `front_doors`: per
+    front door's cluster, what its health path answered)."""
     now = observation.at
     health = {n: cluster_health(c, observation.cluster(n)) for n, c in fleet.clusters.items()}
     out = FleetReadiness(at=now)
+    for door, found in (front_doors or {}).items():
+        h = health.get(door)
+        if h is not None and h.code == UNREACHABLE:
+            state, message = "Down", f"cluster unreachable: {h.problem or ''}".rstrip(": ")
+        elif found.problem is not None:
+            state, message = "Down", found.problem
+        else:
+            state, message = "Serving", ""
+        out.front_doors.append(FrontDoorStatus(door, found.stack, found.address, state, message))
     for name in fleet.clusters:
         h, seen = health[name], observation.cluster(name)
         nodes, devices = "", None

@@ -202,8 +202,10 @@ def unroutable_clusters(
 ) -> dict[str, str]:
     """Clusters whose replicas' endpoints leave the ModelService routes now (scheduling.md
     rule 6): unreachable or without a gateway address, hosting replicas in `lock`, and not
-    the gateway's own cluster. Cluster -> why."""
-    gateway = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None
+    the gateway's own cluster when it is the one front door (with several, the others route
+    around a dead one's replicas). Cluster -> why."""
+    doors = fleet.gateway.spec.front_door_clusters if fleet.gateway else []
+    gateway = doors[0] if len(doors) == 1 else None
     hosting = {r.cluster for dep in lock.deployments.values() for r in dep.replicas}
     return {
         name: h.problem or h.code or ""

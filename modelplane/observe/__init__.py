@@ -125,6 +125,8 @@ def observe_fleet(
                 hosts.update(r.cluster for r in (dep.replicas if dep else ()))
     routes: list[RoutesObservation] = []
     gateway_ref = fleet.gateway.spec.cluster.inference_cluster_ref if fleet.gateway else None
+    # Every front door holds the same routes: read on each, the first one read counts.
+    doors = set(fleet.gateway.spec.front_door_clusters) if fleet.gateway else set()
     service_namespaces = sorted(
         {s.metadata.namespace or "default" for s in fleet.services.values()}
     )
@@ -155,7 +157,7 @@ def observe_fleet(
             stale_after=stale_after,
             only_replicas=only_replicas,
         )
-        if name == gateway_ref and not only_replicas:
+        if name in doors and not only_replicas:
             if observed.reachable:
                 routes.append(observe_routes(reader, service_namespaces))
             else:
@@ -183,7 +185,7 @@ def observe_fleet(
         text, why = kubeconfig_for(fleet, name, fleet_dir, env, kubeconfigs or {})
         if text is None:
             results[name] = ClusterObservation(name, observed=False, error=why)
-            if name == gateway_ref:
+            if name in doors:
                 routes.append(RoutesObservation(observed=False, error=f"gateway cluster: {why}"))
             continue
         thread = threading.Thread(
@@ -203,8 +205,9 @@ def observe_fleet(
             )
     seen_routes = None
     if fleet.gateway is not None and not only_replicas:
+        read = [r for r in routes if r.observed]
         seen_routes = (
-            routes[0]
+            (read or routes)[0]
             if routes
             else RoutesObservation(observed=False, error=f"no complete answer within {limit:.0f}s")
         )

@@ -73,10 +73,12 @@ from modelplane.network import addresses_of, with_addresses
 from modelplane.rollout import CacheUse
 from modelplane.secrets import PlaintextSecret, ResolvedSecret, SecretNotFound, resolve_secret
 from modelplane.stacks import (
+    GATEWAY_STACK,
     StackUnit,
     cache_clusters,
     cluster_stack,
     deploy_stack,
+    gateway_stacks,
     hop_clusters,
     route_namespaces,
     stack_units,
@@ -376,7 +378,7 @@ def cluster_target(
     from modelplane.components.workload.targets import ClusterTarget
 
     gateway = ctx.fleet.gateway
-    here = gateway is not None and gateway.spec.cluster.inference_cluster_ref == name
+    here = gateway is not None and name in gateway.spec.front_door_clusters
     return ClusterTarget.from_spec(
         ctx.fleet.clusters[name],
         ctx.fleet.classes,
@@ -475,11 +477,11 @@ def no_gateway_address_warning(
     cluster: str, gateway_address: str | None, gateway: InferenceGateway | None
 ) -> str | None:
     """The warning that a cluster's replicas are left out of routes, only when that is true:
-    the cluster has no gateway address and is not the InferenceGateway's own cluster (whose
-    replicas are routed straight to their Services)."""
+    the cluster has no gateway address and is not a front door's cluster (whose replicas
+    that front door routes straight to their Services)."""
     if gateway_address:
         return None
-    if gateway is not None and gateway.spec.cluster.inference_cluster_ref == cluster:
+    if gateway is not None and cluster in gateway.spec.front_door_clusters:
         return None
     return (
         f"cluster {cluster!r} has no gateway address (yet): its replicas' endpoints "
@@ -637,7 +639,12 @@ async def run_gateway(ctx: Context) -> None:
     gateway = ctx.fleet.gateway
     assert gateway is not None
     up = Upstream(ctx.organization)
-    ref = gateway.spec.cluster.inference_cluster_ref
+    # This stack's front door: `spec.cluster` (stack `gateway`) or a further one
+    # (`gateway-<cluster>`); each is complete, with the same routes, callers and keys.
+    ref = ctx.unit.key if ctx.unit.key in ctx.fleet.clusters else None
+    # The first front door's provider keeps its name (`gateway-k8s`); a further front door's
+    # is named after its cluster, as a deployment stack's (driver/hosting.py reads both).
+    provider_name = "gateway-k8s" if ctx.unit.name == GATEWAY_STACK or ref is None else f"{ref}-k8s"
     gateway_cluster = [cluster_stack(ref)] if ref is not None else []
     # A Traefik front door keeps its second pass to every workload gateway (network/hop.py),
     # its own cluster's too: a replica there with a url goes through its workload gateway.
@@ -658,7 +665,7 @@ async def run_gateway(ctx: Context) -> None:
     cloud: str | None = None
     if ref is not None:
         conn = await cluster_connection(up, ref)
-        provider = provider_for("gateway-k8s", conn)
+        provider = provider_for(provider_name, conn)
         cluster = ctx.fleet.clusters[ref]
         if cluster.spec.cluster.source in ("GKE", "EKS") and not conn.render_to:
             cloud = cluster.spec.cluster.source
@@ -683,7 +690,7 @@ async def run_gateway(ctx: Context) -> None:
         )
         from modelplane.components.providers import cluster_provider
 
-        provider = cluster_provider("gateway-k8s", kubeconfig=kubeconfig, render_to=None, opts=None)
+        provider = cluster_provider(provider_name, kubeconfig=kubeconfig, render_to=None, opts=None)
     caller_keys = None
     if gateway.spec.auth is not None:
         keys = {
@@ -867,10 +874,42 @@ async def run_gateway(ctx: Context) -> None:
             "openai", igw.address.apply(lambda a: f"{front_door.scheme}://{a}/v1/" if a else None)
         )
     pulumi.export("address", igw.address)
+    pulumi.export("frontDoor", ref)
     pulumi.export("services", addresses)
     pulumi.export(
         "endpoints", [_endpoint_export(e) for e in sorted(endpoints, key=lambda e: e.key)]
     )
+
+
+async def run_fleet_address(ctx: Context) -> None:
+    """One name in front of every front door (`spec.fleetAddress`), from each front door's
+    stack's `address`: Cloud DNS or Route 53 records with health checks."""
+    from modelplane.components.fleet_address import DoorAddress, FleetAddressComponent
+
+    gateway = ctx.fleet.gateway
+    assert gateway is not None and gateway.spec.fleet_address is not None
+    spec = gateway.spec.fleet_address
+    up = Upstream(ctx.organization)
+    doors = gateway_stacks(ctx.fleet)
+    up.prefetch(name for name, _ in doors)
+    found: list[DoorAddress] = []
+    for stack, door in doors:
+        address = await up.get(stack, "address")
+        if not address:
+            pulumi.log.warn(
+                f"the front door on {door!r} (stack {stack!r}) has no address yet: left out of "
+                f"{spec.hostname} until it has one"
+            )
+            continue
+        found.append(DoorAddress(door, str(address)))
+    if not found:
+        _fail(
+            f"no front door has an address yet: run the gateway stacks first "
+            f"({', '.join(name for name, _ in doors)})"
+        )
+    comp = FleetAddressComponent("fleet-address", spec, found, https=gateway.spec.tls is not None)
+    pulumi.export("hostname", comp.hostname)
+    pulumi.export("frontDoors", [d.cluster for d in found])
 
 
 async def hop_addresses(up: Upstream, clusters: Sequence[str]) -> dict[str, tuple[str, int]]:
@@ -1040,7 +1079,9 @@ async def main(stack: str | None = None) -> None:
             await run_deployment(ctx)
         elif kind == "InferenceGateway":
             await run_gateway(ctx)
-        else:  # pragma: no cover - stack_units only yields the five kinds
+        elif kind == "FleetAddress":
+            await run_fleet_address(ctx)
+        else:  # pragma: no cover - stack_units only yields the six kinds
             _fail(f"stack {ctx.unit.name!r}: unknown kind {kind}")
     except ValueError as exc:
         # What validation cannot see from the specs (a stale lock, upstream outputs) is a

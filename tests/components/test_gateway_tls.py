@@ -18,7 +18,7 @@ from modelplane import fleet_pki
 from modelplane.api.inference_cluster import InferenceCluster
 from modelplane.api.inference_gateway import InferenceGateway
 from modelplane.api.model_service import ModelService
-from modelplane.components.gateway import HOP_CHECK, InferenceGatewayComponent
+from modelplane.components.gateway import HEALTH_ROUTE, HOP_CHECK, InferenceGatewayComponent
 from modelplane.components.inference_cluster import InferenceClusterComponent
 from modelplane.components.model_service import (
     LOOP_NAMESPACE,
@@ -173,6 +173,10 @@ def test_mtls_traefik_front_door_second_pass_per_workload_gateway() -> None:
     )
     routes = {r.get("metadata.name"): r for r in run.of_type(INGRESS_ROUTE)}
     transports = {t.get("metadata.name"): t for t in run.of_type(TRANSPORT)}
+    # Besides the front door's own health answer, one second pass per workload gateway.
+    assert routes.pop(HEALTH_ROUTE).get("spec.routes")[0]["services"] == [
+        {"name": "ping@internal", "kind": "TraefikService"}
+    ]
     assert set(routes) == set(transports) == {"gateway-west", "gateway-north"}
     for name, (_host, port) in gateways.items():
         route = routes[f"gateway-{name}"]

@@ -263,7 +263,7 @@ class Sim:
 
     def world(self) -> World:
         return World(
-            self.apply, self.observe, clock=self.clock, sleep=self.sleep, gateway="gateway"
+            self.apply, self.observe, clock=self.clock, sleep=self.sleep, gateways=("gateway",)
         )
 
 
