@@ -138,3 +138,31 @@ def status(state: StateOption = None, output: OutputOption = "table") -> None:
     _print_status(report, output)
     if not report["running"]:
         raise typer.Exit(1)
+
+
+@app.command("fleet-address")
+def fleet_address(
+    clusters: Annotated[
+        list[str],
+        typer.Argument(
+            help="The dev clusters whose front doors the fleet address sends to (none: no "
+            "front door, every request 404).",
+            show_default=False,
+        ),
+    ] = [],  # noqa: B006 - typer reads the default, never mutates it
+    state: StateOption = None,
+) -> None:
+    """Point the fleet address (the stand-in for a global load balancer, http://127.77.<slot>.9)
+    at these clusters' front doors: it asks each its health path every second and sends
+    requests to the healthy ones, as a DNS name a platform points at its front doors."""
+    root = devfleet.state_dir(state)
+    try:
+        fleet = devfleet.DevFleet.load(root)
+        if fleet is None:
+            raise devfleet.DevFleetError(f"no dev fleet in {root}")
+        urls = devfleet.point_fleet_address(fleet, clusters)
+    except devfleet.DevFleetError as exc:
+        raise _fail(str(exc)) from None
+    from modelplane.devfleet.fleet_address import host
+
+    typer.echo(f"http://{host(fleet.slot)} -> {', '.join(urls) or '(no front door)'}")

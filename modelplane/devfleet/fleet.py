@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelplane.devcluster.launch import DevClusterError, ManagedProcess
+from modelplane.devcluster.launch import DevClusterError, ManagedProcess, clean_env, spawn
 from modelplane.devcluster.rest import KubeRestError
 from modelplane.devfleet import authz, netns
+from modelplane.devfleet import fleet_address as address
 from modelplane.devfleet.bridge import Route
 from modelplane.devfleet.cluster import (
     API_PORT,
@@ -166,29 +167,31 @@ def _free_slot(clusters: int) -> int:
     """The first slot whose host addresses are free (API and front-door ports)."""
     for slot in range(1, 251):
         ok = True
-        for index in range(1, clusters + 1):
-            host = ClusterAddresses(cluster_name(index), index, slot).api_host
-            for port in (API_PORT, 80):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    try:
-                        sock.bind((host, port))
-                    except OSError:
-                        ok = False
-                        break
-            if not ok:
-                break
+        hosts = [(address.host(slot), 80)] + [
+            (ClusterAddresses(cluster_name(index), index, slot).api_host, port)
+            for index in range(1, clusters + 1)
+            for port in (API_PORT, 80)
+        ]
+        for host, port in hosts:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    ok = False
+                    break
         if ok:
             return slot
     raise DevFleetError("no free 127.77.<slot>.x addresses for the dev fleet's host bridge")
 
 
-def bridge_routes(addresses: list[ClusterAddresses]) -> list[Route]:
+def bridge_routes(addresses: list[ClusterAddresses], slot: int) -> list[Route]:
     """Host 127.x -> inside: each API server (same address), and each front door on port 80
     (Traefik's `web` entrypoint on its private address, port 8000, as behind the Helm chart's
     Service) and 443 (`websecure`, on the host's address: Traefik picks a certificate by the
-    address a connection without SNI arrived on)."""
-    routes = []
+    address a connection without SNI arrived on); the fleet address on port 80
+    (devfleet/fleet_address.py)."""
+    routes = [Route(address.host(slot), 80, address.inside(slot), address.PORT)]
     for a in addresses:
         routes.append(Route(a.api_host, API_PORT, a.api_host, API_PORT))
         routes.append(Route(a.front_door, 80, a.front_door_ip, GATEWAY_PORT))
@@ -312,7 +315,7 @@ def up(
     try:
         (root / "bridge.json").write_text(
             json.dumps(
-                {"netns": name, "routes": [r.to_json() for r in bridge_routes(addresses)]},
+                {"netns": name, "routes": [r.to_json() for r in bridge_routes(addresses, slot)]},
                 indent=2,
             )
         )
@@ -369,6 +372,12 @@ def up(
                 "authz ready",
             )
         )
+        # The fleet address (devfleet/fleet_address.py): pointed at the specs' front doors.
+        doors = (
+            fleet_spec.gateway.spec.front_door_clusters if fleet_spec and fleet_spec.gateway else []
+        )
+        address.point(root, [c.addresses for c in fleet.clusters if c.name in doors])
+        fleet.services.append(_start_fleet_address(fleet, fleet_binaries.traefik))
         fleet.save()
         say(f"dev fleet up in {time.monotonic() - started:.1f}s")
         return fleet
@@ -377,6 +386,44 @@ def up(
         fleet.stop()
         (root / STATE_FILE).unlink(missing_ok=True)
         raise
+
+
+def _start_fleet_address(fleet: DevFleet, traefik: Path, timeout: float = 30.0) -> ManagedProcess:
+    """The fleet address's Traefik, in the namespace; ready once it accepts connections."""
+    process = spawn(
+        "fleet-address",
+        address.traefik_argv(traefik, slot=fleet.slot, root=fleet.root),
+        cwd=fleet.root,
+        log_path=fleet.root / "logs" / "fleet-address.log",
+        prefix=netns.exec_prefix(fleet.netns),
+        env=clean_env(),
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address.host(fleet.slot), 80), timeout=1):
+                return process
+        except OSError:
+            if not process.running():
+                raise DevFleetError(
+                    f"the fleet address's Traefik exited:\n{process.log_tail()}"
+                ) from None
+            time.sleep(0.1)
+    process.stop()
+    raise DevFleetError(f"the fleet address's Traefik not listening after {timeout:.0f}s")
+
+
+def point_fleet_address(fleet: DevFleet, clusters: list[str]) -> list[str]:
+    """Point the fleet address at these clusters' front doors (`dev-fleet fleet-address`);
+    the URLs it sends to."""
+    known = {c.name: c for c in fleet.clusters}
+    unknown = [c for c in clusters if c not in known]
+    if unknown:
+        raise DevFleetError(
+            f"no dev cluster named {', '.join(unknown)} (the fleet has {', '.join(known)})"
+        )
+    address.point(fleet.root, [known[c].addresses for c in clusters])
+    return address.pointed(fleet.root)
 
 
 def _parallel(fn: Callable[[FleetCluster], None], clusters: list[FleetCluster]) -> None:
@@ -474,6 +521,10 @@ def status(fleet: DevFleet) -> dict[str, Any]:
     return {
         "state": str(fleet.root),
         "netns": fleet.netns,
+        "fleetAddress": {
+            "url": f"http://{address.host(fleet.slot)}",
+            "frontDoors": address.pointed(fleet.root),
+        },
         "specs": fleet.specs,
         "running": fleet.running(),
         "services": services,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from modelplane.api.loader import load_fleet
 from modelplane.devfleet.agent import pod_hosts, pod_servers
@@ -261,8 +262,9 @@ def test_lws_wrapper_gomod_is_its_own_module() -> None:
 
 def test_bridge_routes_are_loopback_on_the_host() -> None:
     addresses = [ClusterAddresses(f"dev-{i}", i, 7) for i in (1, 2)]
-    routes = bridge_routes(addresses)
+    routes = bridge_routes(addresses, 7)
     assert routes == [
+        Route("127.77.7.9", 80, "10.253.7.9", 8000),  # the fleet address
         Route("127.77.7.11", 6443, "127.77.7.11", 6443),
         Route("127.77.7.11", 80, "10.253.7.11", 8000),
         Route("127.77.7.11", 443, "127.77.7.11", 8443),
@@ -271,7 +273,7 @@ def test_bridge_routes_are_loopback_on_the_host() -> None:
         Route("127.77.7.12", 443, "127.77.7.12", 8443),
     ]
     assert all(r.listen_host.startswith("127.") for r in routes)
-    assert Route.from_json(routes[1].to_json()) == routes[1]
+    assert Route.from_json(routes[2].to_json()) == routes[2]
     # private addresses only inside the namespace (the front door's: its Service can hold it)
     assert addresses[0].gateway_ip.startswith("10.") and addresses[0].pod_range.startswith("10.")
     assert addresses[0].front_door_ip.startswith("10.") and addresses[0].front_door == "127.77.7.11"
@@ -462,3 +464,35 @@ def test_workload_gateway_has_one_https_entrypoint_and_its_own_default_tls_optio
         Path("traefik"), **common, address=a.front_door_ip, port=8000, selector="s", front_door=True
     )
     assert "--providers.kubernetescrd.defaultTLSResourcesNamespace=modelplane-system" in door
+
+
+def test_the_fleet_address_sends_to_the_healthy_front_doors_it_was_pointed_at(
+    tmp_path: Path,
+) -> None:
+    """The stand-in for a fleet address (devfleet/fleet_address.py): Traefik's file-provider
+    configuration names each front door's `web` entrypoint, asks the health path every second
+    and retries a failed connection on another front door; pointing again replaces it."""
+    from modelplane.api.inference_gateway import HEALTH_PATH
+    from modelplane.devfleet import fleet_address
+
+    doors = [ClusterAddresses(f"dev-{i}", i, 7) for i in (1, 2)]
+    assert fleet_address.pointed(tmp_path) == []
+    path = fleet_address.point(tmp_path, doors)
+    config = yaml.safe_load(path.read_text())
+    service = config["http"]["services"][fleet_address.SERVICE]["loadBalancer"]
+    assert [s["url"] for s in service["servers"]] == [
+        "http://10.253.7.11:8000",
+        "http://10.253.7.12:8000",
+    ]
+    assert service["healthCheck"] == {"path": HEALTH_PATH, "interval": "1s", "timeout": "500ms"}
+    router = config["http"]["routers"]["fleet"]
+    [middleware] = router["middlewares"]
+    assert config["http"]["middlewares"][middleware]["retry"]["attempts"] >= 2
+    assert fleet_address.pointed(tmp_path) == [s["url"] for s in service["servers"]]
+    fleet_address.point(tmp_path, doors[1:])
+    assert fleet_address.pointed(tmp_path) == ["http://10.253.7.12:8000"]
+    fleet_address.point(tmp_path, [])
+    assert fleet_address.pointed(tmp_path) == [] and yaml.safe_load(path.read_text()) == {}
+    argv = fleet_address.traefik_argv(Path("/bin/traefik"), slot=7, root=tmp_path)
+    assert "--entryPoints.web.address=10.253.7.9:8000" in argv
+    assert f"--providers.file.directory={tmp_path / 'fleet-address'}" in argv
