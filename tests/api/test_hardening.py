@@ -394,10 +394,16 @@ def test_cel_budget_is_cpu_time_not_waiting():
     """A thread that waits for a core (a loaded machine) uses no budget: the selector's
     answer must not depend on the load. While this evaluation runs, another thread takes
     the interpreter lock for one long C call (~0.5 s, longer than the 0.2 s budget)."""
+    import sys
     import threading
 
-    selector = compile_selector(_nested(2, 30))
+    # ~60 ms of CPU (a third of the budget): long enough that the other thread, runnable as
+    # soon as `go` is set, takes the lock during the evaluation on a busy machine too (with
+    # 30 the evaluation could end first, before the thread was scheduled).
+    selector = compile_selector(_nested(2, 60))
     go = threading.Event()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
 
     def hog() -> None:
         go.wait()
@@ -407,7 +413,10 @@ def test_cel_budget_is_cpu_time_not_waiting():
     other.start()
     started = time.monotonic()
     go.set()
-    value = evaluate(selector._ast, Device("d"), budget=0.2)
+    try:
+        value = evaluate(selector._ast, Device("d"), budget=0.2)
+    finally:
+        sys.setswitchinterval(switch)
     waited = time.monotonic() - started
     other.join()
     assert bool(value) is True

@@ -10,6 +10,14 @@ not replayed); any other stream completes, but for Traefik's documented HTTP/1 p
 which can cut a stream on a healthy endpoint before its first token. Select with
 `pytest -k retry`. dev-3 stays dead: the module has a dev fleet of
 its own.
+
+Then the front-door drill (issue 33 item 5; `pytest -k frontdoors`): the InferenceGateway has
+two front doors, on dev-1 and dev-2, and the dev fleet's fleet address (the stand-in for a
+global load balancer, devfleet/fleet_address.py) in front of them. Four clients send through
+the fleet address while every process of dev-1 is killed: the fleet address stops sending to
+dev-1's front door, the requests it had sent there go to dev-2's, and reconcile treats the
+dead front door as a dead cluster (its stack is not run; dev-2's front door drops dev-1's
+replicas). It joins this module's fleet, which already loses a cluster for good.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,9 +69,28 @@ def models() -> str:
     )
 
 
+FRONT_DOORS = ("dev-1", "dev-2")
+MIN_AFTER_KILL = 3000  # about 40 s of the four clients
+FRONT_DOOR_RESULTS = Path(
+    os.environ.get("MODELPLANE_FRONTDOORS_RESULTS", "/tmp/modelplane-frontdoors.json")
+)
+
+
+def with_front_doors(fleet_dir: Path, doors: tuple[str, ...]) -> None:
+    """The InferenceGateway of the fleet folder on ``doors`` (the first is spec.cluster)."""
+    path = fleet_dir / "fleet.yaml"
+    documents = list(yaml.safe_load_all(path.read_text()))
+    for doc in documents:
+        if doc and doc.get("kind") == "InferenceGateway":
+            doc["spec"]["cluster"] = {"inferenceClusterRef": doors[0]}
+            doc["spec"]["additionalFrontDoors"] = [{"inferenceClusterRef": d} for d in doors[1:]]
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+
 @pytest.fixture(scope="module")
 def fleet_dir(deployer: fx.Deployer, dev_fleet: devfleet.DevFleet) -> Path:
     target = deployer.dev_specs("retry", models=models())
+    with_front_doors(target, FRONT_DOORS)
     up = deployer.run("up", str(target), "--yes", "--wait", "--timeout", "5m", timeout=900)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     return target
@@ -333,3 +361,137 @@ def test_retry_a_dead_cluster_costs_no_failed_request(
     assert all(s.error or s.chunks for s in cut), report
     assert len(cut) - len(raced) <= len(on_dead), report
     assert streams.refused == 0, report
+
+
+def fleet_address_log(fleet: devfleet.DevFleet) -> list[dict[str, Any]]:
+    """The fleet address's access log: one entry per request, with the front door it went to
+    last (`ServiceURL`)."""
+    from modelplane.devfleet import fleet_address
+
+    path = fleet_address.access_log(fleet.root)
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def front_doors_status(fleet_dir: Path, deployer: fx.Deployer) -> dict[str, str]:
+    """`modelplane status -o json`: each front door's health."""
+    status = deployer.run("status", str(fleet_dir), "-o", "json", timeout=300)
+    assert status.returncode == 0, status.stderr[-2000:]
+    doors = json.loads(status.stdout)["readiness"]["frontDoors"]
+    return {cluster: door["health"] for cluster, door in doors.items()}
+
+
+def test_frontdoors_one_killed_the_fleet_address_keeps_serving(
+    fleet_dir: Path, deployer: fx.Deployer, dev_fleet: devfleet.DevFleet, reconciler: Path
+) -> None:
+    """Two front doors (dev-1, dev-2) behind the fleet address, four clients through it;
+    every process of dev-1 is SIGKILLed: at least 99.9 % of the requests succeed, none fails
+    once the fleet address has stopped sending to dev-1 (within 5 s of the kill), `status`
+    shows dev-1's front door Down and dev-2's Serving, and reconcile runs dev-2's front-door
+    stack, never dev-1's."""
+    from modelplane.devfleet import fleet_address
+
+    assert front_doors_status(fleet_dir, deployer) == {"dev-1": "Serving", "dev-2": "Serving"}
+    urls = devfleet.point_fleet_address(dev_fleet, list(FRONT_DOORS))
+    door_of = {u: c for u, c in zip(urls, FRONT_DOORS, strict=True)}
+    services = deployer.fleet(fleet_dir).status().gateway["services"]
+    chat = urlsplit(services[CHAT])
+    url = f"http://{fleet_address.host(dev_fleet.slot)}{chat.path}"
+    fx.wait_for("a reconcile round", lambda: rounds(reconciler), timeout=300)
+    victim = dev_fleet.cluster("dev-1")
+    loads = [fx.Load(url, pace=fx.DRILL_PACE) for _ in range(CLIENTS)]
+    for load in loads:
+        load.__enter__()
+    try:
+        fx.wait_for(
+            "both front doors answer through the fleet address",
+            lambda: (
+                {door_of.get(e.get("ServiceURL")) for e in fleet_address_log(dev_fleet)}
+                >= set(FRONT_DOORS)
+            ),
+            timeout=60,
+            interval=0.2,
+        )
+        assert not [f for load in loads for f in load.failures()]
+        down, down_wall = time.monotonic(), time.time()
+        for process in victim.processes:  # every process of dev-1 at once, no drain
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        # Reconcile sees dev-1 unreachable: routes first on the live front door alone.
+        fx.wait_for(
+            "a reconcile round that took dev-1's replicas out of the routes",
+            lambda: any(
+                (r.get("unroutable") or {}).get("dev-1") and r.get("routesFirst")
+                for r in rounds(reconciler)
+            ),
+            timeout=300,
+            interval=0.5,
+        )
+        time.sleep(AFTER_DROP)
+        doors_after = front_doors_status(fleet_dir, deployer)
+        # Enough requests after the kill that 99.9 % means something: a request the dying
+        # front door had in flight can fail (its own upstream died first: a 502 it sent).
+        fx.wait_for(
+            f"{MIN_AFTER_KILL} requests after the kill",
+            lambda: sum(load.count(since=down) for load in loads) >= MIN_AFTER_KILL,
+            timeout=180,
+        )
+    finally:
+        for load in loads:
+            load.__exit__()
+    end = time.monotonic()
+    offset = time.time() - time.monotonic()  # monotonic -> wall, for the access log
+    results = [r for load in loads for r in load.results]
+    after = [r for r in results if r[0] >= down]
+    failed = [r for r in after if r[1] != 200]
+    log = fleet_address_log(dev_fleet)
+
+    def at(entry: dict[str, Any]) -> float:
+        """When the fleet address started the request, against the kill (seconds)."""
+        stamp = datetime.fromisoformat(entry["StartUTC"].replace("Z", "+00:00"))
+        return stamp.timestamp() - down_wall
+
+    sent_to_dead = [at(e) for e in log if door_of.get(e.get("ServiceURL")) == "dev-1"]
+    last_to_dead = max((t for t in sent_to_dead if t >= 0), default=0.0)
+    served_after = {door_of.get(e.get("ServiceURL")) for e in log if at(e) > last_to_dead}
+    last_failure = max((r[0] - down for r in failed), default=0.0)
+    logged_failures = [e for e in log if e.get("DownstreamStatus") != 200 and at(e) >= -1.0]
+    ran = [
+        s["stack"]
+        for r in rounds(reconciler)
+        if r.get("started", 0) >= down_wall
+        for run in (r.get("routesFirst") or {}, r.get("up") or {})
+        for s in run.get("stacks", run.get("results", [])) or []
+    ]
+    report = {
+        "frontDoors": list(FRONT_DOORS),
+        "clients": CLIENTS,
+        "requests": len(results),
+        "requestsAfterKill": len(after),
+        "failedAfterKill": len(failed),
+        "succeeded": round(1 - len(failed) / max(1, len(after)), 5),
+        "lastFailureAfterKill": round(last_failure, 2),
+        "failures": [(round(t - down, 2), status, who[:80]) for t, status, who in failed[:10]],
+        "lastSentToTheDeadFrontDoorAfterKill": round(last_to_dead, 2),
+        "retriedByTheFleetAddress": sum(1 for e in log if (e.get("RetryAttempts") or 0) > 0),
+        "servedByAfterThat": sorted(d or "?" for d in served_after),
+        "statusAfterKill": doors_after,
+        "stacksReconcileRanAfterKill": sorted(set(ran)),
+        "observedFor": round(end - down, 1),
+        "monotonicToWall": round(offset, 3),
+    }
+    FRONT_DOOR_RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print("frontdoors:", json.dumps(report))
+    assert len(after) >= MIN_AFTER_KILL, report
+    assert len(failed) <= len(after) / 1000, report  # at least 99.9 % succeed
+    # Traffic is on dev-2's front door within 5 s of the kill (the fleet address sends
+    # nothing more to dev-1's), and no request fails after that.
+    assert last_to_dead <= 5.0, report
+    assert served_after == {"dev-2"}, report
+    # Every failure is a request the fleet address had sent to the dead front door: none
+    # sent to dev-2 failed, and none failed before reaching the fleet address.
+    assert len(logged_failures) == len(failed), report
+    assert all(door_of.get(e.get("ServiceURL")) == "dev-1" for e in logged_failures), report
+    assert doors_after == {"dev-1": "Down", "dev-2": "Serving"}, report
+    # A dead front door is treated like a dead cluster: its stack is not run, the live one's is.
+    assert "gateway" not in ran and "gateway-dev-2" in ran, report

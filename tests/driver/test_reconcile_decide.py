@@ -218,3 +218,46 @@ def test_the_decision_is_pure() -> None:
     assert first.plan.lock == second.plan.lock and first.applied == second.applied
     assert first.forget == second.forget and first.moved == second.moved
     assert inputs.previous == LOCK and isinstance(inputs.previous, PlacementLock)
+
+
+TWO_DOORS = dataclasses.replace(
+    SPEC,
+    gateway=InferenceGateway.model_validate(
+        {**gateway("a"), "spec": {**gateway("a")["spec"], "additionalFrontDoors": [
+            {"inferenceClusterRef": "b"}
+        ]}}
+    ),
+)  # fmt: skip
+
+# (id, clusters down, the front doors' stacks run, dead front doors, unroutable)
+DOORS = [
+    ("both front doors live: nothing to run", (), [], [], ()),
+    ("the first front door dead", ("a",), ["gateway-b"], ["a"], ("a",)),
+    ("the second front door dead", ("b",), ["gateway"], ["b"], ("b",)),
+    # no live front door: they all run (and fail), as one front door always did
+    ("every front door dead", ("a", "b"), ["gateway", "gateway-b"], [], ("a", "b")),
+]
+
+
+@pytest.mark.parametrize(
+    ("down", "gateways", "dead", "unroutable"), [c[1:] for c in DOORS], ids=[c[0] for c in DOORS]
+)
+def test_a_dead_front_door_is_a_dead_cluster(
+    down: tuple[str, ...], gateways: list[str], dead: list[str], unroutable: tuple[str, ...]
+) -> None:
+    """With several front doors, one whose cluster is unreachable gets no stack run (routes
+    first, and the rest), and its cluster's replicas leave the other front doors' routes."""
+    base = _inputs(spec=TWO_DOORS)
+    applied = decide(base).applied
+    plan = decide(
+        dataclasses.replace(base, observation=_seen(*down), applied=applied, round_number=2)
+    )
+    assert plan.skip_up is (not down)
+    assert plan.gateways == gateways
+    assert plan.dead_front_doors == dead
+    assert tuple(plan.unroutable) == unroutable
+    if down:
+        assert plan.routes_first
+        assert (
+            plan.only is not None and [s for s in plan.only if s.startswith("gateway")] == gateways
+        )
