@@ -34,29 +34,33 @@ class NoAccessLog(UserError, FileNotFoundError):
     """No access log to count from."""
 
 
-def dev_fleet_log(fleet_dir: Path) -> Path | None:
-    """The dev fleet's front-door access log of the InferenceGateway's cluster, if any."""
+def dev_fleet_logs(fleet_dir: Path) -> list[Path]:
+    """The dev fleet's front-door access logs of the InferenceGateway's clusters (every
+    front door's: a caller's requests are counted wherever they entered)."""
     result = load_fleet(fleet_dir)
     gateway = result.fleet.gateway
-    ref = gateway.spec.cluster.inference_cluster_ref if gateway is not None else None
-    cluster = result.fleet.clusters.get(ref) if ref else None
-    existing = cluster.spec.cluster.existing if cluster is not None else None
-    secret = existing.secret_ref if existing is not None else None
-    if secret is None or not secret.name.startswith(FILE_PREFIX):
-        return None
-    expanded, missing = expand_path_variables(secret.name[len(FILE_PREFIX) :], os.environ)
-    if missing:
-        return None
-    path = Path(expanded)
-    if not path.is_absolute():
-        path = fleet_dir / path
-    log = path.parent / DEV_FLEET_LOG
-    return log if log.is_file() else None
+    found = []
+    for ref in gateway.spec.front_door_clusters if gateway is not None else []:
+        cluster = result.fleet.clusters.get(ref)
+        existing = cluster.spec.cluster.existing if cluster is not None else None
+        secret = existing.secret_ref if existing is not None else None
+        if secret is None or not secret.name.startswith(FILE_PREFIX):
+            continue
+        expanded, missing = expand_path_variables(secret.name[len(FILE_PREFIX) :], os.environ)
+        if missing:
+            continue
+        path = Path(expanded)
+        if not path.is_absolute():
+            path = fleet_dir / path
+        log = path.parent / DEV_FLEET_LOG
+        if log.is_file():
+            found.append(log)
+    return found
 
 
 def router_metrics(fleet_dir: Path) -> tuple[list[str], str | None]:
-    """Each OpenAI router pod's `/metrics` on the gateway's cluster (through its API
-    server's pod proxy), and why none could be read (None: read, or no router)."""
+    """Each OpenAI router pod's `/metrics` on the front doors' clusters (through their API
+    servers' pod proxy), and why none could be read (None: read, or no router)."""
     from modelplane.observe.router import router_metrics as read
 
     return read(load_fleet(fleet_dir).fleet, fleet_dir, os.environ)
@@ -90,13 +94,13 @@ def usage(
     caller and model name, also the prompt and completion tokens (the OpenAI router's)."""
     paths = list(access_log or [])
     if not paths:
-        found = dev_fleet_log(fleet)
-        if found is None:
+        found = dev_fleet_logs(fleet)
+        if not found:
             raise NoAccessLog(
                 "no access log found: pass --access-log FILE (e.g. `kubectl logs -n "
                 "traefik-system deploy/mp-traefik | modelplane usage DIR --access-log -`)"
             )
-        paths = [str(found)]
+        paths = [str(p) for p in found]
     counts = count_usage(_lines(paths))
     rows = sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))
     texts, why = router_metrics(fleet)

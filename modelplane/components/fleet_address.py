@@ -10,8 +10,10 @@ hostname as Host and TLS SNI.
   `dns.RecordSet` whose weighted round robin policy has one health-checked external endpoint
   (the door's IPv4 address) per door.
 - Route 53: per door one `route53.HealthCheck` and one weighted `route53.Record` (set
-  identifier = the door's cluster) carrying that check: an A record for an IPv4 door, a
-  CNAME for a door whose load balancer has a DNS name (an AWS NLB).
+  identifier = the door's cluster) carrying that check: an A record for an IPv4 door, an
+  alias A record for an AWS NLB (`<name>.elb.<region>.amazonaws.com`, the alias target's
+  zone the region's NLB zone from the provider), so GKE's IPs and EKS's NLBs share one
+  name; a CNAME for any other DNS name (which then cannot share the name with A records).
 """
 
 from __future__ import annotations
@@ -55,6 +57,16 @@ AddressKind = Literal["ip", "name"]
 """An IPv4 door (A record) or a door whose load balancer has a DNS name (CNAME)."""
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# An NLB's DNS name: `<name>-<id>.elb.<region>.amazonaws.com` (a Classic ELB's is
+# `<name>.<region>.elb.amazonaws.com`, which a Service of the AWS Load Balancer Controller
+# does not get).
+_NLB_NAME = re.compile(r"\.elb\.([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com\.?$")
+
+
+def nlb_region(address: str) -> str | None:
+    """The region of an AWS NLB's DNS name, else None."""
+    found = _NLB_NAME.search(address.lower())
+    return found.group(1) if found else None
 
 
 @dataclass(frozen=True)
@@ -270,17 +282,35 @@ class FleetAddressComponent(pulumi.ComponentResource):
                 opts=child,
             )
             self.route53_checks[door.cluster] = check
+            region = None if by_ip else nlb_region(door.address)
+            answer: dict[str, Any]
+            if by_ip:
+                answer = {"type": "A", "ttl": spec.ttl_seconds, "records": [door.address]}
+            elif region is not None:
+                # An alias A record to the NLB (Route 53 answers with its addresses): the
+                # door's own check decides (evaluate_target_health off), as for an IP.
+                zone = aws.lb.get_hosted_zone_id_output(
+                    region=region,
+                    load_balancer_type="network",
+                    opts=pulumi.InvokeOutputOptions(parent=self, provider=aws_provider),
+                )
+                alias = aws.route53.RecordAliasArgs(
+                    name=door.address.rstrip("."),
+                    zone_id=zone.id,
+                    evaluate_target_health=False,
+                )
+                answer = {"type": "A", "aliases": [alias]}
+            else:
+                answer = {"type": "CNAME", "ttl": spec.ttl_seconds, "records": [door.address]}
             self.records[door.cluster] = aws.route53.Record(
                 f"{name}-{door.cluster}",
                 zone_id=route53.hosted_zone_id,
                 name=spec.hostname,
-                type="A" if by_ip else "CNAME",
-                ttl=spec.ttl_seconds,
-                records=[door.address],
                 set_identifier=door.cluster,
                 weighted_routing_policies=[aws.route53.RecordWeightedRoutingPolicyArgs(weight=1)],
                 health_check_id=check.id,
                 opts=child,
+                **answer,
             )
         return {cluster: check.id for cluster, check in self.route53_checks.items()}
 
@@ -301,11 +331,12 @@ def _check_cloud_dns(doors: Sequence[DoorAddress], kinds: Mapping[str, AddressKi
 
 def _check_route53(doors: Sequence[DoorAddress], kinds: Mapping[str, AddressKind]) -> None:
     """A CNAME cannot share its name with any other record (RFC 1034 3.6.2; Route 53 refuses
-    it), so the weighted set is all A records or all CNAMEs. A Route 53 alias A record to the
-    NLB would mix, but only when the NLB is in an account the zone's provider reaches, and
-    its health is then the NLB's, not the door's check: refused instead."""
-    names = sorted(d.cluster for d in doors if kinds[d.cluster] == "name")
-    ips = sorted(d.cluster for d in doors if kinds[d.cluster] == "ip")
+    it), so a door whose DNS name is not an NLB's (CNAME) cannot join doors that are A
+    records (IPs, and NLBs as alias A records)."""
+    names = sorted(
+        d.cluster for d in doors if kinds[d.cluster] == "name" and nlb_region(d.address) is None
+    )
+    ips = sorted(d.cluster for d in doors if d.cluster not in names)
     if names and ips:
         raise ValueError(
             "spec.fleetAddress.route53: the front doors mix IPv4 addresses (cluster(s) "

@@ -6,9 +6,10 @@ healthy front doors (Cloud DNS or Route 53 health checks), and for Existing clus
 the platform points at the front doors' addresses. The dev fleet is one network namespace
 with no DNS server, so one more Traefik stands in: it listens on the fleet's own address,
 asks every front door its health path every second, and sends each request to a healthy one,
-once more to another when a connection to one fails (a front door that died between two
-checks). What it stands in for, exactly: the name's resolution and the health checks; it is
-an HTTP proxy in the request's path where the clouds' DNS answers are not.
+once more to another when a connection to one fails or it answers a gateway error (a front
+door that died between two checks, or mid-request). What it stands in for, exactly: the
+name's resolution and the health checks; it is an HTTP proxy in the request's path where the
+clouds' DNS answers are not, and its retry is what a client of a DNS name does itself.
 
 Which front doors it sends to is what a platform decides when it points a DNS name:
 `point` writes Traefik's file-provider configuration (``<state>/fleet-address/``, watched),
@@ -34,6 +35,12 @@ HEALTH_INTERVAL = "1s"
 HEALTH_TIMEOUT = "500ms"
 ATTEMPTS = 3
 """A request whose connection to a front door fails goes to another: at most this many tries."""
+RETRIED_STATUSES = "502-504"
+"""A gateway error from a front door (a dying one's, whose own upstream died first) is tried
+on another front door too: what an L7 global load balancer (GCP's, Envoy's `gateway-error`)
+does, and what a client of a DNS fleet address does itself (OpenAI's SDKs retry 502-504)."""
+RETRY_BODY_BYTES = 1 << 20
+"""Requests up to 1 MiB are kept for a retry (larger ones are sent once)."""
 DIAL_TIMEOUT = "1s"
 CONFIG_FILE = "dynamic.yaml"
 SERVICE = "front-doors"
@@ -70,7 +77,18 @@ def dynamic_config(front_doors: Sequence[str]) -> dict[str, Any]:
                 "middlewares": ["another-front-door"],
             }
         },
-        "middlewares": {"another-front-door": {"retry": {"attempts": ATTEMPTS}}},
+        "middlewares": {
+            "another-front-door": {
+                "retry": {
+                    "attempts": ATTEMPTS,
+                    # Inference is POST; a front door that dies mid-request answers a gateway
+                    # error or nothing: both go to another front door.
+                    "retryNonIdempotentMethod": True,
+                    "status": [RETRIED_STATUSES],
+                    "maxRequestBodyBytes": RETRY_BODY_BYTES,
+                }
+            }
+        },
         "services": {
             SERVICE: {
                 "loadBalancer": {

@@ -31,10 +31,29 @@ def router_metrics(
     gateway = fleet.gateway
     if gateway is None or not any(s.spec.models for s in fleet.services.values()):
         return [], None
-    ref = gateway.spec.cluster.inference_cluster_ref
-    if ref is None or ref not in fleet.clusters:
+    doors = [d for d in gateway.spec.front_door_clusters if d in fleet.clusters]
+    if not doors:
         return [], "the gateway's cluster is not an InferenceCluster of the fleet"
-    text, why = kubeconfig_for(fleet, ref, fleet_dir, env, kubeconfigs or {})
+    # Every front door runs its own router: a model's held requests are the sum of theirs.
+    texts: list[str] = []
+    problems: list[str] = []
+    for ref in doors:
+        found, why = _router_texts(fleet, ref, fleet_dir, env, kubeconfigs or {}, timeout)
+        texts += found
+        if why is not None:
+            problems.append(why if len(doors) == 1 else f"{ref}: {why}")
+    return texts, ("; ".join(problems) if problems and not texts else None)
+
+
+def _router_texts(
+    fleet: FleetSpec,
+    ref: str,
+    fleet_dir: Path,
+    env: Mapping[str, str],
+    kubeconfigs: Mapping[str, str],
+    timeout: float,
+) -> tuple[list[str], str | None]:
+    text, why = kubeconfig_for(fleet, ref, fleet_dir, env, kubeconfigs)
     if text is None:
         return [], why
     try:

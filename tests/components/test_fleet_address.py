@@ -32,6 +32,12 @@ NAME_DOORS = [
     DoorAddress("eks-east", "a1b2-1234.elb.us-east-1.amazonaws.com"),
     DoorAddress("eks-west", "c3d4-5678.elb.us-west-2.amazonaws.com"),
 ]
+OTHER_NAME_DOORS = [
+    DoorAddress("lb-east", "east.lb.example.net"),
+    DoorAddress("lb-west", "west.lb.example.net"),
+]
+NLB_ZONES = {"us-east-1": "Z26RNL4JYFTOTI", "us-west-2": "Z18D5FSROUN65G"}
+HOSTED_ZONE_ID = "aws:lb/getHostedZoneId:getHostedZoneId"
 CLOUD_DNS = {"project": "proj-dns", "managedZone": "example-com"}
 ROUTE53 = {"hostedZoneId": "Z0123456789ABC"}
 
@@ -71,7 +77,10 @@ def render(
     https: bool = True,
     own_provider: bool = False,
 ) -> tuple[MockRun, FleetAddressComponent, OutputsRecorder]:
-    run = MockRun()
+    # The provider's table of NLB hosted zones, per region (a data source).
+    run = MockRun(
+        answers={HOSTED_ZONE_ID: lambda a: {"id": NLB_ZONES[a["region"]], **a}},
+    )
     outputs = OutputsRecorder(run)
 
     def program() -> FleetAddressComponent:
@@ -174,9 +183,10 @@ def test_cloud_dns_children_parented_and_outputs() -> None:
 
 @pytest.mark.parametrize(
     ("doors", "record_type"),
-    [(IP_DOORS, "A"), (NAME_DOORS, "CNAME")],
-    ids=["ip-doors", "name-doors"],
-)
+    [(IP_DOORS, "A"), (NAME_DOORS, "alias"), (OTHER_NAME_DOORS, "CNAME"),
+     (IP_DOORS[:1] + NAME_DOORS[1:], "mixed")],
+    ids=["ip-doors", "nlb-doors", "other-name-doors", "an-ip-and-an-nlb"],
+)  # fmt: skip
 @pytest.mark.parametrize(
     ("https", "check_type", "port"), [(True, "HTTPS", 443), (False, "HTTP", 80)]
 )
@@ -197,18 +207,24 @@ def test_route53_weighted_records_each_with_its_own_check(
         assert check.inputs["failureThreshold"] == 4
         assert check.inputs.get("enableSni") is (True if https else None)
         assert check.inputs["tags"]["Name"]
-        if record_type == "A":  # the IP is probed, the fleet name is the Host header and SNI
+        by_ip = door.address[0].isdigit()
+        if by_ip:  # the IP is probed, the fleet name is the Host header and SNI
             assert (check.inputs["ipAddress"], check.inputs["fqdn"]) == (door.address, HOST)
-        else:  # Route 53 resolves the NLB's name and probes what it answers
+        else:  # Route 53 resolves the load balancer's name and probes what it answers
             assert "ipAddress" not in check.inputs
             assert check.inputs["fqdn"] == door.address
         assert record.inputs["zoneId"] == ROUTE53["hostedZoneId"]
-        assert (record.inputs["name"], record.inputs["type"], record.inputs["ttl"]) == (
-            HOST,
-            record_type,
-            20,
-        )
-        assert record.inputs["records"] == [door.address]
+        assert record.inputs["name"] == HOST
+        if by_ip or "example.net" in door.address:
+            kind = "A" if by_ip else "CNAME"
+            assert (record.inputs["type"], record.inputs["ttl"]) == (kind, 20)
+            assert record.inputs["records"] == [door.address]
+        else:  # an NLB: an alias A record to it, in its region's NLB zone, the door's check
+            region = door.address.split(".elb.")[1].split(".")[0]
+            assert record.inputs["type"] == "A" and "records" not in record.inputs
+            assert record.inputs["aliases"] == [
+                {"name": door.address, "zoneId": NLB_ZONES[region], "evaluateTargetHealth": False}
+            ]
         assert record.inputs["weightedRoutingPolicies"] == [{"weight": 1}]
         assert record.inputs["healthCheckId"] == check.id
         assert record.depends_on(check)
@@ -271,8 +287,8 @@ def test_route53_children_parented_and_outputs() -> None:
         ),
         (
             "Route53",
-            [IP_DOORS[0], NAME_DOORS[1]],
-            r"spec\.fleetAddress\.route53: .*gke-west.*A records.*eks-west.*CNAME",
+            [IP_DOORS[0], OTHER_NAME_DOORS[1]],
+            r"spec\.fleetAddress\.route53: .*gke-west.*A records.*lb-west.*CNAME",
         ),
         (
             "Route53",

@@ -487,7 +487,10 @@ def test_the_fleet_address_sends_to_the_healthy_front_doors_it_was_pointed_at(
     assert service["healthCheck"] == {"path": HEALTH_PATH, "interval": "1s", "timeout": "500ms"}
     router = config["http"]["routers"]["fleet"]
     [middleware] = router["middlewares"]
-    assert config["http"]["middlewares"][middleware]["retry"]["attempts"] >= 2
+    retry = config["http"]["middlewares"][middleware]["retry"]
+    # POST (inference) is retried, on a refused connection and on a gateway error
+    assert retry["attempts"] >= 2 and retry["retryNonIdempotentMethod"] is True
+    assert retry["status"] == ["502-504"]
     assert fleet_address.pointed(tmp_path) == [s["url"] for s in service["servers"]]
     fleet_address.point(tmp_path, doors[1:])
     assert fleet_address.pointed(tmp_path) == ["http://10.253.7.12:8000"]

@@ -241,15 +241,21 @@ def test_frontdoors_the_fleet_address_stack_reads_every_front_doors_address(
     def program() -> None:
         pulumi.Output.from_input(asyncio.ensure_future(run_fleet_address(ctx)))
 
-    run = MockRun()
+    zones = {"us-west-2": "Z18D5FSROUN65G", "us-east-1": "Z26RNL4JYFTOTI"}
+    run = MockRun(
+        answers={"aws:lb/getHostedZoneId:getHostedZoneId": lambda a: {"id": zones[a["region"]]}}
+    )
     run.run(program)
     records = {r.inputs["setIdentifier"]: r for r in run.of_type("aws:route53/record:Record")}
-    assert {k: (r.inputs["type"], r.inputs["records"]) for k, r in records.items()} == {
-        "b": ("CNAME", ["nlb-b.elb.us-west-2.amazonaws.com"]),
-        "a": ("CNAME", ["nlb-a.elb.us-east-1.amazonaws.com"]),
-    }
+    aliases = {k: (r.inputs["type"], r.inputs["aliases"][0]) for k, r in records.items()}
+    assert aliases == {
+        "b": ("A", {"name": "nlb-b.elb.us-west-2.amazonaws.com", "zoneId": zones["us-west-2"],
+                    "evaluateTargetHealth": False}),
+        "a": ("A", {"name": "nlb-a.elb.us-east-1.amazonaws.com", "zoneId": zones["us-east-1"],
+                    "evaluateTargetHealth": False}),
+    }  # fmt: skip
     checks = run.of_type("aws:route53/healthCheck:HealthCheck")
     assert sorted(c.inputs["fqdn"] for c in checks) == sorted(
-        r.inputs["records"][0] for r in records.values()
+        a["name"] for _, a in aliases.values()
     )
     assert all(r.inputs["name"] == "llm.example.com" for r in records.values())
