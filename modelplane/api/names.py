@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 MAX_NAME = 63
 DEPLOYMENT_LABEL = "modelplane.ai/deployment"  # on every composed endpoint (api.md)
@@ -51,3 +52,12 @@ def lws_name_length(deployment: str, role: str) -> int:
     """Length of the LeaderWorkerSet name of any replica's `role` (`<replica>-<role>`)."""
     replica = len(deployment[:57].rstrip("-")) + 6
     return min(replica + 1 + len(role), MAX_NAME)
+
+
+def gcp_name(*parts: str, prefix: str = "mp") -> str:
+    """A valid GCP resource name (`[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63) from ``parts``;
+    ``prefix`` first when they do not start with a letter."""
+    full = re.sub(r"[^a-z0-9-]+", "-", "-".join(p for p in parts if p).lower()).strip("-")
+    if not full[:1].isalpha():
+        full = f"{prefix}-{full}"
+    return child_name(full).rstrip("-")

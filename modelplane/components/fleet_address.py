@@ -29,7 +29,7 @@ import pulumi_aws as aws
 import pulumi_gcp as gcp
 
 from modelplane.api.inference_gateway import HEALTH_PATH, FleetAddress
-from modelplane.api.names import child_name
+from modelplane.api.names import gcp_name
 from modelplane.components.cloud.provider_config import aws_provider_settings
 
 TYPE = "modelplane:gateway:FleetAddress"
@@ -116,14 +116,6 @@ def _address_kind(door: DoorAddress) -> AddressKind:
     )
 
 
-def _gcp_name(*parts: str) -> str:
-    """A valid GCP resource name (`[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63) from ``parts``."""
-    full = re.sub(r"[^a-z0-9-]+", "-", "-".join(p for p in parts if p).lower()).strip("-")
-    if not full[:1].isalpha():
-        full = f"mp-{full}"
-    return child_name(full).rstrip("-")
-
-
 class FleetAddressComponent(pulumi.ComponentResource):
     """`spec.fleetAddress`: the fleet hostname over ``doors``, with a health check per door."""
 
@@ -199,7 +191,7 @@ class FleetAddressComponent(pulumi.ComponentResource):
         }
         check = gcp.compute.HealthCheck(
             f"{name}-health",
-            name=_gcp_name(name, "health"),
+            name=gcp_name(name, "health"),
             description=f"modelplane fleet address {spec.hostname}: front door health",
             project=cloud_dns.project,
             source_regions=list(cloud_dns.probe_regions),

@@ -412,6 +412,11 @@ def test_frontdoors_one_killed_the_fleet_address_keeps_serving(
             timeout=60,
             interval=0.2,
         )
+        fx.wait_for(
+            "100 requests through the fleet address",
+            lambda: sum(load.count() for load in loads) >= 100,
+            timeout=60,
+        )
         assert not [f for load in loads for f in load.failures()]
         down, down_wall = time.monotonic(), time.time()
         for process in victim.processes:  # every process of dev-1 at once, no drain
@@ -467,6 +472,10 @@ def test_frontdoors_one_killed_the_fleet_address_keeps_serving(
         "frontDoors": list(FRONT_DOORS),
         "clients": CLIENTS,
         "requests": len(results),
+        "requestsBeforeKill": len(results) - len(after),
+        "servedBeforeKill": sorted(
+            {d or "?" for e in log if at(e) < 0 for d in [door_of.get(e.get("ServiceURL"))]}
+        ),
         "requestsAfterKill": len(after),
         "failedAfterKill": len(failed),
         "succeeded": round(1 - len(failed) / max(1, len(after)), 5),
@@ -482,6 +491,7 @@ def test_frontdoors_one_killed_the_fleet_address_keeps_serving(
     }
     FRONT_DOOR_RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print("frontdoors:", json.dumps(report))
+    assert report["servedBeforeKill"] == list(FRONT_DOORS), report
     assert len(after) >= MIN_AFTER_KILL, report
     assert len(failed) <= len(after) / 1000, report  # at least 99.9 % succeed
     # Traffic is on dev-2's front door within 5 s of the kill (the fleet address sends

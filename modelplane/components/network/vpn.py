@@ -11,7 +11,6 @@ every subnet plus the cluster's own ranges (pods, services).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -19,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_gcp as gcp
 
-from modelplane.api.names import child_name
+from modelplane.api import names
 from modelplane.components.network.sides import AwsSide, GcpSide
 
 TYPE = "modelplane:network:HaVpn"
@@ -56,11 +55,8 @@ def _interface_ip(gateway: gcp.compute.HaVpnGateway, index: int) -> pulumi.Outpu
 
 
 def gcp_name(*parts: str) -> str:
-    """A valid GCP resource name (`[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63) from ``parts``."""
-    full = re.sub(r"[^a-z0-9-]+", "-", "-".join(p for p in parts if p).lower()).strip("-")
-    if not full[:1].isalpha():
-        full = f"vpn-{full}"
-    return child_name(full).rstrip("-")
+    """A valid GCP resource name from ``parts`` (`vpn-` first when they start otherwise)."""
+    return names.gcp_name(*parts, prefix="vpn")
 
 
 class HaVpn(pulumi.ComponentResource):
