@@ -69,7 +69,12 @@ def _print_status(report: dict[str, object], output: str) -> None:
             escape(gateways or "-"),
             escape(c["kubeconfig"]),
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    address = report.get("fleetAddress")
+    if isinstance(address, dict):
+        doors = ", ".join(address.get("frontDoors") or []) or "no front door"
+        console.print(escape(f"fleet address {address['url']} -> {doors}"), highlight=False)
 
 
 @app.command()
