@@ -18,6 +18,7 @@ hostname as Host and TLS SNI.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_gcp as gcp
 
+from modelplane.api.base import check_dns_subdomain
 from modelplane.api.inference_gateway import HEALTH_PATH, FleetAddress
 from modelplane.api.names import gcp_name
 from modelplane.components.cloud.provider_config import aws_provider_settings
@@ -56,7 +58,6 @@ ROUTE53_STANDARD_INTERVAL = 30
 AddressKind = Literal["ip", "name"]
 """An IPv4 door (A record) or a door whose load balancer has a DNS name (CNAME)."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # An NLB's DNS name: `<name>-<id>.elb.<region>.amazonaws.com` (a Classic ELB's is
 # `<name>.<region>.elb.amazonaws.com`, which a Service of the AWS Load Balancer Controller
 # does not get).
@@ -102,13 +103,8 @@ def _address_kind(door: DoorAddress) -> AddressKind:
     """`ip` for an IPv4 address, `name` for a DNS name; anything else is refused."""
     if _is_ipv4(door.address):
         return "ip"
-    name = door.address.lower().rstrip(".")
-    try:
-        ipaddress.ip_address(name)
-        is_ip = True
-    except ValueError:
-        is_ip = False
-    if not is_ip and 0 < len(name) <= 253 and all(_DNS_LABEL.match(p) for p in name.split(".")):
+    with contextlib.suppress(ValueError):
+        check_dns_subdomain(door.address.lower().rstrip("."))
         return "name"
     raise ValueError(
         f"spec.fleetAddress: front door on cluster {door.cluster!r} has address "
