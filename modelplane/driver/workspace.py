@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,6 +201,8 @@ class EngineSession:
         # `stack ls` listed, and the digests of stack outputs this session has seen.
         self.cache: StackCache | None = None
         self.existing: set[str] | None = None
+        self._salt: str | None = None  # the passphrase salt new stacks take (fleet_salt)
+        self._salt_lock = threading.Lock()
         self.digests: dict[str, str] = {}
         # The stacks the fleet derives: when the fleet's project has none in the backend
         # but the legacy project has some of these, the fleet predates project names.
@@ -326,9 +329,64 @@ class EngineSession:
         engine_name = self.qualified(name)
         if exists:
             return existing_stack(engine_name, ws)
-        if create:
+        if not create:
+            return Stack.select(engine_name, ws)
+        if not self._new_passphrase_stack(name):
             return Stack.create_or_select(engine_name, ws)
-        return Stack.select(engine_name, ws)
+        with self._salt_lock:  # the fleet's first new stack mints the salt the others take
+            salt = self.fleet_salt()
+            if salt is None:
+                stack = Stack.create_or_select(engine_name, ws)
+                self._salt = stack_salt(self.config_file(name))
+                return stack
+        return self._create_with_salt(name, engine_name, ws, salt)
+
+    # -- one passphrase salt per fleet ----------------------------------------------------
+    #
+    # The CLI derives a passphrase stack's key (1,000,000 PBKDF2 rounds, about 0.2 s of CPU)
+    # once per salt and process: a stack run that reads five upstream stacks with salts of
+    # their own derives six keys, with one salt for the fleet one. New stacks take the salt
+    # of the fleet's existing ones (`encryptionsalt` in their config files, which the CLI
+    # reuses); stacks made before keep theirs.
+
+    def _new_passphrase_stack(self, stack: str) -> bool:
+        return (
+            self.secrets.uses_passphrase
+            and self.existing is not None
+            and stack not in self.existing
+            and stack_salt(self.config_file(stack)) is None
+        )
+
+    def fleet_salt(self) -> str | None:
+        """The salt most of the fleet's existing stacks' config files name (None: none)."""
+        if self._salt is None and self.existing:
+            salts = [stack_salt(self.config_file(s)) for s in sorted(self.existing)]
+            counted = Counter(s for s in salts if s is not None)
+            if counted:
+                self._salt = max(sorted(counted), key=lambda s: counted[s])
+        return self._salt
+
+    def _create_with_salt(
+        self, name: str, engine_name: str, ws: LocalWorkspace, salt: str
+    ) -> Stack:
+        from pulumi.automation import Stack
+        from pulumi.automation.errors import CommandError
+
+        path = self.config_file(name)
+        before = path.read_text(encoding="utf-8") if path.is_file() else None
+        data = (yaml.safe_load(before) if before else None) or {}
+        path.write_text(
+            yaml.safe_dump({"encryptionsalt": salt, **data}, sort_keys=False), encoding="utf-8"
+        )
+        try:
+            return Stack.create_or_select(engine_name, ws)
+        except CommandError:
+            # e.g. the fleet's stacks were made with another passphrase: a salt of its own
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_text(before, encoding="utf-8")
+            return Stack.create_or_select(engine_name, ws)
 
     def set_secret_config(self, stack: str, key: str, value: str) -> None:
         """``pulumi config set --secret KEY`` with the value on standard input: never on a
@@ -559,6 +617,18 @@ def read_stack_environments(work_dir: Path, stack: str) -> list[str]:
     # An import is a name, or a one-key mapping `{name: {merge: false}}`.
     names = [next(iter(i), None) if isinstance(i, dict) else i for i in found]
     return [str(n) for n in names if n]
+
+
+def stack_salt(path: Path) -> str | None:
+    """The passphrase salt (`encryptionsalt`) of a stack config file, if it has one."""
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    salt = data.get("encryptionsalt") if isinstance(data, dict) else None
+    return salt if isinstance(salt, str) and salt else None
 
 
 def read_stack_config(work_dir: Path, stack: str) -> dict[str, Any]:

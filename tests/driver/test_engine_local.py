@@ -29,6 +29,8 @@ from modelplane.driver.events import event_to_json
 from modelplane.driver.fleet import Fleet
 from modelplane.driver.observer import Observer
 from modelplane.driver.results import Outcome, StackResult
+from modelplane.driver.settings import SecretsSettings
+from modelplane.driver.workspace import EngineSession, stack_salt
 from modelplane.stacks import StackUnit
 from tests.fixtures.engine import (
     CANARY,
@@ -84,6 +86,10 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert endpoints and all(replica["name"] in json.dumps(e) for e in endpoints), endpoints
     assert "services" in first.result("gateway").outputs
     assert all(r.count("create") > 0 for r in first.results)
+    # One passphrase salt for the fleet's stacks: a run that reads upstream stacks derives
+    # one key, not one per stack (issue 32).
+    salts = {stack_salt(fleet_dir / f"Pulumi.{r.stack}.yaml") for r in first.results}
+    assert len(salts) == 1 and None not in salts, salts
 
     assert [(c.verb, c.stack) for c in cli_calls() if c.engine_run] == [
         ("up", "cluster-local"),
@@ -165,6 +171,41 @@ def test_local_fleet_up_change_destroy(tmp_path: Path, env: dict[str, str]) -> N
     assert not [p for p in manifests(rendered)], manifests(rendered).keys()
     for stack in ("gateway", "deploy-demo-qwen", "cluster-local"):
         assert fleet.resources(stack) == []
+
+
+def test_a_new_stack_takes_the_fleets_salt_unless_its_passphrase_differs(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`stack init` of a new passphrase stack reuses the salt of the fleet's existing stacks;
+    one the passphrase does not open (stacks made with another) gets a salt of its own."""
+    fleet_dir = tmp_path / "fleet"
+    fleet_dir.mkdir()
+    backend = (tmp_path / "state").as_uri()
+
+    def session(passphrase: str) -> EngineSession:
+        made = EngineSession(
+            fleet_dir / ".modelplane" / "workspaces",
+            backend,
+            SecretsSettings("passphrase", uses_passphrase=True),
+            environ={**env, "PULUMI_CONFIG_PASSPHRASE": passphrase},
+            config_dir=fleet_dir,
+            project="salts",
+        )
+        made.stack_markers()  # what `up` lists first: the stacks that exist
+        return made
+
+    first = session("one")
+    first.stack("a")
+    first.stack("b")
+    salt_a = stack_salt(first.config_file("a"))  # the fleet's first stack mints it
+    assert salt_a is not None and stack_salt(first.config_file("b")) == salt_a
+    later = session("one")
+    later.stack("c")
+    assert stack_salt(later.config_file("c")) == salt_a
+    other = session("two")
+    other.stack("d")
+    assert stack_salt(other.config_file("d")) not in (None, salt_a)
+    assert stack_salt(other.config_file("a")) == salt_a  # left as it was
 
 
 def test_cli_up_twice_and_destroy(tmp_path: Path, env: dict[str, str]) -> None:
