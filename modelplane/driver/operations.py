@@ -627,6 +627,8 @@ class UpOp(EngineOp):
         self.sync_program_config()  # a stack this run created
         if self.force or self.known_changed or self.checks_everything():
             return None
+        if self.ctx.existing is not None and not self.ctx.exists(self.unit.name):
+            return None  # made in this run: no update to compare with (no `stack history`)
         last = stack.history(page_size=1, show_secrets=False)
         entry = last[0] if last else None
         if entry is None or not can_skip(
@@ -833,6 +835,7 @@ class DestroyOp(EngineOp):
             self.ctx.cache.forget(self.unit.name)
         if self.remove:
             stack.workspace.remove_stack(stack.name)
+            self.ctx.session.forget(self.unit.name)
             self.ctx.session.remove_work_dir(self.unit.name)
             result.note = "stack removed from the backend"
 

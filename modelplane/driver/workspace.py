@@ -203,6 +203,8 @@ class EngineSession:
         self.existing: set[str] | None = None
         self._salt: str | None = None  # the passphrase salt new stacks take (fleet_salt)
         self._salt_lock = threading.Lock()
+        # The stacks this session made or selected: later calls need no `stack select`.
+        self.created: set[str] = set()
         self.digests: dict[str, str] = {}
         # The stacks the fleet derives: when the fleet's project has none in the backend
         # but the legacy project has some of these, the fleet predates project names.
@@ -331,15 +333,42 @@ class EngineSession:
             return existing_stack(engine_name, ws)
         if not create:
             return Stack.select(engine_name, ws)
+        if name in self.created:
+            return existing_stack(engine_name, ws)
         if not self._new_passphrase_stack(name):
+            stack = self._create(engine_name, ws, new=self._new(name))
+        else:
+            with self._salt_lock:  # the fleet's first new stack mints the salt the others take
+                salt = self.fleet_salt()
+                if salt is None:
+                    stack = self._create(engine_name, ws, new=True)
+                    self._salt = stack_salt(self.config_file(name))
+            if salt is not None:
+                stack = self._create_with_salt(name, engine_name, ws, salt)
+        self.created.add(name)
+        return stack
+
+    def _new(self, stack: str) -> bool:
+        """Whether this run's `stack ls` showed the stack missing."""
+        return self.existing is not None and stack not in self.existing
+
+    def _create(self, engine_name: str, ws: LocalWorkspace, *, new: bool) -> Stack:
+        """``pulumi stack init`` of a stack known to be missing (one process instead of a
+        failing ``stack select`` first), else select-or-create."""
+        from pulumi.automation import Stack, StackAlreadyExistsError
+
+        if not new:
             return Stack.create_or_select(engine_name, ws)
-        with self._salt_lock:  # the fleet's first new stack mints the salt the others take
-            salt = self.fleet_salt()
-            if salt is None:
-                stack = Stack.create_or_select(engine_name, ws)
-                self._salt = stack_salt(self.config_file(name))
-                return stack
-        return self._create_with_salt(name, engine_name, ws, salt)
+        try:
+            return Stack.create(engine_name, ws)
+        except StackAlreadyExistsError:  # made since the listing (another process)
+            return Stack.select(engine_name, ws)
+
+    def forget(self, stack: str) -> None:
+        """The stack was removed from the backend."""
+        self.created.discard(stack)
+        if self.existing is not None:
+            self.existing.discard(stack)
 
     # -- one passphrase salt per fleet ----------------------------------------------------
     #
@@ -352,8 +381,7 @@ class EngineSession:
     def _new_passphrase_stack(self, stack: str) -> bool:
         return (
             self.secrets.uses_passphrase
-            and self.existing is not None
-            and stack not in self.existing
+            and self._new(stack)
             and stack_salt(self.config_file(stack)) is None
         )
 
@@ -369,7 +397,6 @@ class EngineSession:
     def _create_with_salt(
         self, name: str, engine_name: str, ws: LocalWorkspace, salt: str
     ) -> Stack:
-        from pulumi.automation import Stack
         from pulumi.automation.errors import CommandError
 
         path = self.config_file(name)
@@ -379,14 +406,14 @@ class EngineSession:
             yaml.safe_dump({"encryptionsalt": salt, **data}, sort_keys=False), encoding="utf-8"
         )
         try:
-            return Stack.create_or_select(engine_name, ws)
+            return self._create(engine_name, ws, new=True)
         except CommandError:
             # e.g. the fleet's stacks were made with another passphrase: a salt of its own
             if before is None:
                 path.unlink(missing_ok=True)
             else:
                 path.write_text(before, encoding="utf-8")
-            return Stack.create_or_select(engine_name, ws)
+            return self._create(engine_name, ws, new=True)
 
     def set_secret_config(self, stack: str, key: str, value: str) -> None:
         """``pulumi config set --secret KEY`` with the value on standard input: never on a
@@ -548,18 +575,23 @@ class EngineSession:
         if not changed:
             return []
         ws = self.workspace(stack)
-        for key in changed:
-            value = values[key]
-            argv = ["config", "set", key, value] if value is not None else ["config", "rm", key]
+        to_set = [f"{k}={values[k]}" for k in changed if values[k] is not None]
+        to_remove = [k for k in changed if values[k] is None]
+        # One process for every key set, one for every key removed.
+        calls = [("set-all", [a for kv in to_set for a in ("--plaintext", kv)])] if to_set else []
+        calls += [("rm-all", to_remove)] if to_remove else []
+        for verb, args in calls:
             started = time.monotonic()
             ok = False
             try:
                 ws.pulumi_command.run(
-                    [*argv, "--stack", self.qualified(stack)], ws.work_dir, _cli_env(ws)
+                    ["config", verb, "--stack", self.qualified(stack), *args],
+                    ws.work_dir,
+                    _cli_env(ws),
                 )
                 ok = True
             finally:
-                self.calls.add(Call(f"config {argv[1]}", stack, time.monotonic() - started, ok))
+                self.calls.add(Call(f"config {verb}", stack, time.monotonic() - started, ok))
         return changed
 
     def remove_work_dir(self, stack: str) -> None:
