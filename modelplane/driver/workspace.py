@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from modelplane import front_door_keys
-from modelplane.driver.engine_calls import Call, CallLog, engine_command
+from modelplane.driver.engine_calls import Call, CallLog, engine_command, short_call_env
 from modelplane.driver.errors import DriverError, EngineUnavailable
 from modelplane.driver.project import LEGACY_PROJECT
 from modelplane.driver.settings import SecretsSettings, engine_environment, local_state_dir
@@ -424,6 +424,7 @@ class EngineSession:
         ws = self.workspace(stack)
         assert self._command is not None  # started by workspace()
         env = {**os.environ, **_cli_env(ws), "PULUMI_AUTOMATION_API": "true"}
+        env.update(short_call_env(env))
         argv = [self._command.command, "--non-interactive", "config", "set", "--secret"]
         argv += ["--stack", self.qualified(stack), key]  # no value: the CLI reads standard input
         started = time.monotonic()

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from modelplane.driver.engine_calls import Call, CallLog, describe, read_log
+from modelplane.driver.engine_calls import (
+    Call,
+    CallLog,
+    describe,
+    engine_command,
+    read_log,
+    short_call_env,
+)
 from modelplane.driver.stack_cache import (
     DOCUMENT,
     Entry,
@@ -158,3 +165,37 @@ def test_the_call_log_counts_engine_runs_apart_and_mirrors_to_its_file(tmp_path:
     path.write_text(path.read_text() + '{"verb": "up", "sec')  # a line cut by a kill
     assert read_log(path) == calls
     assert read_log(tmp_path / "missing.jsonl") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "collected"),
+    [
+        (["stack", "ls", "--json"], {}, False),  # a short call: no collection below 1 GiB
+        (["stack", "output", "--show-secrets", "--stack", "a"], {}, False),
+        (["up", "--yes", "--stack", "a"], {}, True),  # an engine run keeps Go's default
+        (["destroy", "--yes", "--stack", "a"], {}, True),
+        (["stack", "ls", "--json"], {"GOGC": "50"}, True),  # the user's own setting wins
+        (["stack", "ls", "--json"], {"GOMEMLIMIT": "200MiB"}, True),
+    ],
+)
+def test_short_cli_calls_run_without_go_garbage_collection(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    collected: bool,
+) -> None:
+    """The environment each call really gets, from a `pulumi` that prints it."""
+    for key in ("GOGC", "GOMEMLIMIT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    cli = tmp_path / "bin" / "pulumi"
+    cli.parent.mkdir()
+    cli.write_text('#!/bin/sh\necho "GOGC=${GOGC:-} GOMEMLIMIT=${GOMEMLIMIT:-}"\n')
+    cli.chmod(0o755)
+    command = engine_command(tmp_path, "3.274.1", CallLog(None))
+    printed = command.run(list(args), str(tmp_path), {}).stdout
+    expected = "GOGC=off GOMEMLIMIT=1GiB"
+    assert (printed != expected) == collected, printed
+    assert short_call_env({}) == ({} if env else {"GOGC": "off", "GOMEMLIMIT": "1GiB"})
