@@ -401,10 +401,15 @@ class EngineSession:
 
         path = self.config_file(name)
         before = path.read_text(encoding="utf-8") if path.is_file() else None
-        data = (yaml.safe_load(before) if before else None) or {}
-        path.write_text(
-            yaml.safe_dump({"encryptionsalt": salt, **data}, sort_keys=False), encoding="utf-8"
-        )
+        try:
+            data = yaml.safe_load(before) if before else None
+        except yaml.YAMLError:
+            data = None
+        if before and not isinstance(data, dict):
+            return self._create(engine_name, ws, new=True)  # the CLI's own salt
+        # One line in front: a config file written beforehand keeps its comments and layout.
+        kept = before if data else ""
+        path.write_text(f"encryptionsalt: {salt}\n{kept}", encoding="utf-8")
         try:
             return self._create(engine_name, ws, new=True)
         except CommandError:

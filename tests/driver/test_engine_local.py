@@ -200,8 +200,12 @@ def test_a_new_stack_takes_the_fleets_salt_unless_its_passphrase_differs(
     salt_a = stack_salt(first.config_file("a"))  # the fleet's first stack mints it
     assert salt_a is not None and stack_salt(first.config_file("b")) == salt_a
     later = session("one")
+    written = "# written before the stack\nconfig:\n  salts:region: north\n"
+    later.config_file("c").write_text(written)
     later.stack("c")
     assert stack_salt(later.config_file("c")) == salt_a
+    kept = later.config_file("c").read_text()
+    assert written in kept and yaml.safe_load(kept)["config"] == {"salts:region": "north"}
     other = session("two")
     other.stack("d")
     assert stack_salt(other.config_file("d")) not in (None, salt_a)
