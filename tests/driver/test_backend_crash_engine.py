@@ -92,9 +92,9 @@ def test_backend_postgres_up_read_by_another_process(
 def test_crash_kill_9_mid_up_then_up_recovers(tmp_path: Path, pg_env: dict[str, str]) -> None:
     fleet_dir = copy_fleet(LOCAL, tmp_path / "local")
     url = pg_env["PULUMI_BACKEND_URL"]
-    # Kill an `up` a second into an update. The local fleet's updates are short, so the kill
-    # may land after the last one ended (no lock left): then the cluster's spec changes (a
-    # label) and the next `up` is killed the same way.
+    # Kill an `up` inside an update. The local fleet's updates are short, so the kill may land
+    # after the last one ended (no lock left) or after the whole `up`: then the cluster's spec
+    # changes (a label) and the next `up` is killed the same way.
     fleet_yaml = fleet_dir / "fleet.yaml"
     for attempt in range(3):
         if attempt:
@@ -114,9 +114,12 @@ def test_crash_kill_9_mid_up_then_up_recovers(tmp_path: Path, pg_env: dict[str, 
         )
         deadline = time.monotonic() + 300
         while not _locks(url) and time.monotonic() < deadline and up.poll() is None:
-            time.sleep(0.2)
-        time.sleep(1.0)  # into the update
-        os.killpg(up.pid, signal.SIGKILL)
+            time.sleep(0.1)
+        time.sleep(0.3)  # into the update
+        try:
+            os.killpg(up.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the whole `up` ended first (its updates take a second or two): try again
         up.wait()
         if _locks(url):
             break
