@@ -56,6 +56,7 @@ from modelplane.components.workload.front_door import htpasswd
 from modelplane.components.workload.network_policies import authz_policy
 from modelplane.components.workload.objects import (
     ROUTES_FROM,
+    SKIP_AWAIT,
     SYSTEM_NAMESPACE,
     Manifest,
     app_labels,
@@ -602,7 +603,10 @@ def authz_manifests(table: pulumi.Input[str], image: str = AUTHZ_IMAGE) -> list[
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS),
+            # Not awaited: the Deployment above is (its pods answer before this exists), and
+            # the provider's Service await adds a fixed 10 s "settle" after every change of
+            # its endpoints (pulumi-kubernetes, await/service.go) to each gateway run.
+            "metadata": metadata(AUTHZ_NAME, SYSTEM_NAMESPACE, AUTHZ_LABELS, SKIP_AWAIT),
             "spec": {
                 "type": "ClusterIP",
                 "selector": selector,

@@ -27,6 +27,7 @@ from modelplane.api.notices import scalable_to_zero, serves
 from modelplane.components.ai_gateway import ai_gateway_manifests
 from modelplane.components.gateway import AUTHZ_IMAGE, LOCKED_DOWN
 from modelplane.components.workload.objects import (
+    SKIP_AWAIT,
     SYSTEM_NAMESPACE,
     Manifest,
     app_labels,
@@ -211,7 +212,8 @@ def router_manifests(
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS),
+            # Not awaited, as modelplane-authz's (components/gateway.py): its Deployment is.
+            "metadata": metadata(ROUTER_NAME, SYSTEM_NAMESPACE, ROUTER_LABELS, SKIP_AWAIT),
             "spec": {
                 "type": "ClusterIP",
                 "selector": ROUTER_SELECTOR,

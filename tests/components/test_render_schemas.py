@@ -182,6 +182,25 @@ def test_every_generated_object_carries_the_recommended_labels(
     assert len(_missing_labels(bare)) == 2
 
 
+def test_no_service_with_a_selector_is_awaited(rendered: dict[str, Path]) -> None:
+    """pulumi-kubernetes waits for a Service's endpoints and then a fixed 10 s after each
+    change of them; every Service that selects pods skips that wait (`up` never waits on a
+    Service: the workloads behind it are awaited or reported by `modelplane status`)."""
+    selecting: list[str] = []
+    awaited: list[str] = []
+    for fleet in FLEETS:
+        for path, m in _manifests(rendered[fleet]):
+            if m["kind"] != "Service" or not (m.get("spec") or {}).get("selector"):
+                continue
+            selecting.append(f"{fleet}/{m['metadata']['name']}")
+            annotations = m["metadata"].get("annotations") or {}
+            if annotations.get("pulumi.com/skipAwait") != "true":
+                awaited.append(f"{fleet}: {path.name}")
+    assert not awaited, awaited
+    names = {s.split("/", 1)[1] for s in selecting}
+    assert {"modelplane-authz", "modelplane-router"} <= names, sorted(names)
+
+
 def test_replica_selectors_are_unchanged(rendered: dict[str, Path]) -> None:
     """The selectors of existing workloads cannot change (immutable): only modelplane's keys."""
     for fleet in FLEETS:
